@@ -1,0 +1,88 @@
+"""The run: one backend, the resolved targets, every outcome, and how each is judged."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from .config import Config
+from .matrices import compare, load
+from .probes import Probe
+from .provision.base import Backend
+from .runner import Target, run_probe
+from .verdicts import Outcome, Route, Verdict
+from .versions import Version
+
+
+def make_backend(config: Config, progress: Callable[[str], None]) -> Backend:
+    if config.backend == "containers":
+        from .provision.containers import ContainersBackend
+
+        return ContainersBackend(pg_image=config.pg_image, bouncer_image=config.bouncer_image, progress=progress)
+    from .provision.native import NativeBackend
+
+    return NativeBackend(progress=progress)
+
+
+@dataclass
+class Lab:
+    config: Config
+    progress: Callable[[str], None] = print
+    outcomes: list[Outcome] = field(default_factory=list)
+    _backend: Backend | None = None
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _expected: Mapping[str, Verdict] | None = None
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = self._stack.enter_context(make_backend(self.config, self.progress))
+        return self._backend
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def targets(self) -> list[Target]:
+        """Resolve every --pg and --bouncer value (fetching or building as needed)."""
+        pgs = list(dict.fromkeys(self.backend.resolve_pg(s) for s in self.config.pg))
+        bouncers = list(dict.fromkeys(self.backend.resolve_bouncer(s) for s in self.config.bouncer))
+        drivers = self.config.drivers
+        out = [Target(pg, b, Route.TRANSACTION, d) for pg in pgs for b in bouncers for d in drivers]
+        if self.config.controls:
+            out += [Target(pg, None, Route.DIRECT, d) for pg in pgs for d in drivers]
+            out += [Target(pg, b, Route.SESSION, d) for pg in pgs for b in bouncers for d in drivers]
+        return out
+
+    def items(self) -> Iterator[tuple[str, Probe, Target]]:
+        for target in self.targets():
+            for probe in self.config.probes:
+                kind = "test_leak" if target.route is Route.TRANSACTION else "test_control"
+                yield f"{kind}[{target.test_id(probe.id)}]", probe, target
+
+    def run(self, probe: Probe, target: Target) -> Outcome:
+        outcome = run_probe(self.backend, probe, target)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def judge(self, outcome: Outcome) -> str | None:
+        """None when the outcome passes; else the failure message."""
+        if outcome.route.is_control:
+            if outcome.verdict is Verdict.ISOLATED:
+                return None
+            return (f"control not isolated ({outcome.route.value}): {outcome.verdict.value}: {outcome.evidence}. "
+                    "A control must come out isolated; this probe cannot be trusted here")
+        if self.config.expect is not None:
+            if self._expected is None:
+                self._expected = load(self.config.expect)
+            return compare(outcome, self._expected)
+        if outcome.verdict is Verdict.ISOLATED:
+            return None
+        return f"{outcome.verdict.value.upper()}: {outcome.evidence}"
+
+    def describe(self) -> list[str]:
+        return list(self.backend.describe()) if self._backend is not None else []
+
+
+def pg_versions(targets: list[Target]) -> list[Version]:
+    return list(dict.fromkeys(t.pg for t in targets))

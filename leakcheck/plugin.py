@@ -1,0 +1,130 @@
+"""The pytest plugin: options, one test item per (cell, driver, probe), JUnit properties, the matrix."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+import pytest
+
+from . import matrices
+from .config import Config, add_options
+from .errors import LeakcheckError
+from .lab import Lab
+from .probes import Probe
+from .report import render_counts, render_matrix
+from .runner import Target
+
+LAB = pytest.StashKey[Lab]()
+
+
+class LeakFound(Exception):
+    """A probe's verdict fails its test; the message is the evidence."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def _say(config: pytest.Config, message: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        print(f"leakcheck: {message}", file=sys.stderr)
+        return
+    if capman is not None:
+        with capman.global_and_fixture_disabled():
+            reporter.write_line(f"leakcheck: {message}")
+    else:
+        reporter.write_line(f"leakcheck: {message}")
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "integration: needs real PostgreSQL/PgBouncer processes")
+    config.addinivalue_line("markers", "containers: needs a Docker engine")
+    try:
+        settings = Config.from_pytest(config)
+    except LeakcheckError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if settings is None:
+        return
+    lab = Lab(settings, progress=lambda m: _say(config, m))
+    config.stash[LAB] = lab
+    config.add_cleanup(lab.close)
+    # SIGTERM (CI cancelling a job) cleans up like Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, previous))
+
+
+class LeakMatrix(pytest.Collector):
+    """The parent node of every generated leak test ('leakcheck::test_leak[...]')."""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        return []
+
+
+class LeakItem(pytest.Item):
+    def __init__(self, *, probe: Probe, target: Target, lab: Lab, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.probe, self.target, self.lab = probe, target, lab
+
+    def runtest(self) -> None:
+        outcome = self.lab.run(self.probe, self.target)
+        self.user_properties.extend([
+            ("probe", outcome.probe), ("pg_version", outcome.pg), ("bouncer_version", outcome.bouncer or "-"),
+            ("route", outcome.route.value), ("driver", outcome.driver), ("verdict", outcome.verdict.value),
+            ("evidence", outcome.evidence), *outcome.details,
+        ])
+        if self.lab.config.expect is not None and not outcome.route.is_control:
+            self.user_properties.append(("matrix_key", matrices.key(outcome)))
+        problem = self.lab.judge(outcome)
+        if problem is not None:
+            raise LeakFound(problem)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, LeakFound):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, f"leakcheck {self.name}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    lab = config.stash.get(LAB, None)
+    if lab is None:
+        return
+    try:
+        generated = list(lab.items())
+    except LeakcheckError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    matrix = LeakMatrix.from_parent(session, name="leakcheck", nodeid="leakcheck")
+    for name, probe, target in generated:
+        items.append(LeakItem.from_parent(matrix, name=name, probe=probe, target=target, lab=lab))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    lab = session.config.stash.get(LAB, None)
+    if lab is not None and lab.config.record is not None and lab.outcomes:
+        lab.config.record.parent.mkdir(parents=True, exist_ok=True)
+        lab.config.record.write_text(matrices.dump(lab.outcomes))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lab = config.stash.get(LAB, None)
+    if lab is None or not lab.outcomes:
+        return
+    terminalreporter.write_sep("=", "leakcheck matrix")
+    for line in lab.describe():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line("")
+    terminalreporter.write(render_matrix(lab.outcomes))
+    terminalreporter.write_line(f"verdicts: {render_counts(lab.outcomes)}")
+    if lab.config.record is not None:
+        terminalreporter.write_line(f"recorded the verdicts in {lab.config.record}")

@@ -1,0 +1,23 @@
+"""The probe registry: an explicit tuple; ids are stable test ids and report keys."""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from . import listen, locks, objects, prepared, settings
+from .base import Probe, Scenario
+
+PROBES: tuple[Probe, ...] = settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES
+
+__all__ = ["PROBES", "Probe", "Scenario", "select"]
+
+
+def select(ids: str | None) -> tuple[Probe, ...]:
+    """The probes named in a comma separated list (all when None), in registry order."""
+    if ids is None or ids.strip() in ("", "all"):
+        return PROBES
+    wanted = [i.strip() for i in ids.split(",") if i.strip()]
+    known = {p.id for p in PROBES}
+    unknown = [i for i in wanted if i not in known]
+    if unknown:
+        raise UsageError(f"--probes: unknown probe id(s) {', '.join(unknown)}; known ids: {', '.join(sorted(known))}")
+    return tuple(p for p in PROBES if p.id in wanted)

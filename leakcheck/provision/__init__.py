@@ -1,0 +1,1 @@
+"""Provisioning backends: where PostgreSQL and PgBouncer come from and how they run."""

@@ -1,0 +1,77 @@
+"""The one Protocol every provisioning backend fills (native processes, containers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..ini import PoolSettings
+from ..versions import Spec, Version
+
+#: The database, user and second role every backend creates on its PostgreSQL servers.
+DBNAME = "leakcheck"
+USER = "leakcheck"
+OTHER_ROLE = "leakcheck_other"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a client connects: always 127.0.0.1 (or a container this run started)."""
+
+    host: str
+    port: int
+    user: str = USER
+    dbname: str = DBNAME
+
+    def conninfo(self) -> str:
+        return f"host={self.host} port={self.port} user={self.user} dbname={self.dbname}"
+
+
+@dataclass(frozen=True)
+class Binary:
+    """A resolved server program: its exact version and the argv prefix that runs it."""
+
+    version: Version
+    argv: tuple[str, ...]
+    origin: str  # one phrase for reports: "cache", "PATH", "built from pgbouncer-1.24.1.tar.gz", ...
+
+
+class Backend(Protocol):
+    """Provides PostgreSQL servers and PgBouncer instances for a run.
+
+    A backend is a context manager: leaving it stops every server it started and removes
+    every temporary file, whatever happened inside (success, failure, Ctrl-C).
+    """
+
+    name: str
+
+    def __enter__(self) -> Backend: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def resolve_pg(self, spec: Spec) -> Version:
+        """The exact PostgreSQL version `spec` resolves to (fetching it if needed)."""
+        ...
+
+    def resolve_bouncer(self, spec: Spec) -> Version:
+        """The exact PgBouncer version `spec` resolves to (fetching or building it if needed)."""
+        ...
+
+    def postgres(self, pg: Version) -> Endpoint:
+        """A running PostgreSQL of that version (started on first use, kept for the run)."""
+        ...
+
+    def bouncer(
+        self, pg: Version, bouncer: Version, settings: PoolSettings
+    ) -> AbstractContextManager[Endpoint]:
+        """A PgBouncer in front of `postgres(pg)` whose pool holds no server connection yet.
+
+        Each use starts from fresh server connections, so no state carries over between probes.
+        """
+        ...
+
+    def describe(self) -> Iterator[str]:
+        """Lines for the run header: what was resolved, from where."""
+        ...

@@ -1,0 +1,86 @@
+"""The native backend: real postgres and pgbouncer processes on 127.0.0.1, no Docker."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+from ..ini import PoolSettings
+from ..versions import Spec, Version
+from .base import Binary, Endpoint
+from .bouncer_binaries import resolve_bouncer
+from .bouncer_process import BouncerProcess
+from .pg_native import PgInstall, PgServer, resolve_pg
+from .system import ServerUser, cache_root, server_user
+
+
+class NativeBackend:
+    """Resolves binaries (cache, PATH, npm, Debian, tarballs) and runs them as child processes.
+
+    One PostgreSQL per version serves every PgBouncer; each `bouncer()` use is a fresh
+    PgBouncer process, so no server connection (and no state) survives from one probe to the next.
+    """
+
+    name = "native"
+
+    def __init__(self, progress: Callable[[str], None] = print, cache: Path | None = None) -> None:
+        self._progress = progress
+        self._cache = cache
+        self._pgs: dict[Version, PgInstall] = {}
+        self._bouncers: dict[Version, Binary] = {}
+        self._servers: dict[Version, PgServer] = {}
+        self._stack = contextlib.ExitStack()
+        self._user: ServerUser | None = None
+
+    def __enter__(self) -> NativeBackend:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._servers.clear()
+        self._stack.close()
+
+    @property
+    def cache(self) -> Path:
+        if self._cache is None:
+            self._cache = cache_root()
+        return self._cache
+
+    @property
+    def user(self) -> ServerUser:
+        if self._user is None:
+            self._user = server_user()
+        return self._user
+
+    def resolve_pg(self, spec: Spec) -> Version:
+        install = resolve_pg(spec, self.cache, self._progress)
+        self._pgs.setdefault(install.version, install)
+        return install.version
+
+    def resolve_bouncer(self, spec: Spec) -> Version:
+        binary = resolve_bouncer(spec, self.cache, self._progress)
+        self._bouncers.setdefault(binary.version, binary)
+        return binary.version
+
+    def _server(self, pg: Version) -> PgServer:
+        if pg not in self._servers:
+            server = PgServer(self._pgs[pg], self.cache, self.user, self._progress)
+            self._servers[pg] = self._stack.enter_context(server)
+        return self._servers[pg]
+
+    def postgres(self, pg: Version) -> Endpoint:
+        return self._server(pg).endpoint()
+
+    @contextlib.contextmanager
+    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings) -> Iterator[Endpoint]:
+        server = self._server(pg)
+        process = BouncerProcess(self._bouncers[bouncer], settings, server.host, server.port, self.user)
+        with process:
+            yield process.endpoint()
+
+    def describe(self) -> Iterator[str]:
+        for version, install in sorted(self._pgs.items()):
+            yield f"PostgreSQL {version}: {install.bindir} ({install.origin})"
+        for version, binary in sorted(self._bouncers.items()):
+            yield f"PgBouncer {version}: {' '.join(binary.argv)} ({binary.origin})"

