@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol
 
 import asyncpg
@@ -21,7 +21,7 @@ from .provision.base import Endpoint
 _unique = itertools.count(1)
 
 
-class Driver(str, Enum):
+class Driver(StrEnum):
     """The client libraries leakcheck drives."""
 
     PSYCOPG = "psycopg"  #: psycopg 3, AsyncConnection, autocommit

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class PoolMode(str, Enum):
+class PoolMode(StrEnum):
     """PgBouncer's pool_mode values used by leakcheck."""
 
     TRANSACTION = "transaction"
@@ -43,7 +43,8 @@ def render_ini(settings: PoolSettings, layout: BouncerLayout) -> str:
         raise ValueError(f"pool_size must be at least 1, got {settings.pool_size}")
     lines = [
         "[databases]",
-        f"{layout.dbname} = host={layout.server_host} port={layout.server_port} dbname={layout.dbname} user={layout.user}",
+        f"{layout.dbname} = host={layout.server_host} port={layout.server_port} "
+        f"dbname={layout.dbname} user={layout.user}",
         "",
         "[pgbouncer]",
         f"listen_addr = {layout.listen_addr}",

@@ -23,7 +23,7 @@ def word(verdict: Verdict) -> str:
 
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows]
 
 
 def render_matrix(outcomes: Iterable[Outcome]) -> str:
@@ -39,7 +39,7 @@ def render_matrix(outcomes: Iterable[Outcome]) -> str:
         cell = {(o.probe, o.bouncer, o.driver): o.verdict for o in here}
         header = [f"PostgreSQL {pg}", *(f"{b}/{_DRIVER.get(d, d)}" for b, d in columns)]
         body = [[p, *(word(cell[(p, b, d)]) if (p, b, d) in cell else "-" for b, d in columns)] for p in probes]
-        lines += [f"pool_mode=transaction, default_pool_size=1 (PgBouncer version/driver)", *_table([header, *body]), ""]
+        lines += ["pool_mode=transaction, default_pool_size=1 (PgBouncer version/driver)", *_table([header, *body]), ""]
     controls = [o for o in results if o.route is not Route.TRANSACTION]
     if controls:
         bad = [o for o in controls if o.verdict is not Verdict.ISOLATED]

@@ -85,7 +85,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target) -> Outcome:
     try:
         with _endpoint(backend, probe, target) as endpoint:
             observation, checks = asyncio.run(asyncio.wait_for(_measure(probe, target, endpoint), PROBE_TIMEOUT))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return outcome(Verdict.ERROR, f"the probe did not finish within {PROBE_TIMEOUT:.0f} s")
     except Exception as exc:  # noqa: BLE001 - the harness reports any failure as an error outcome
         return outcome(Verdict.ERROR, f"the harness failed: {type(exc).__name__}: {exc}".strip())

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """What a probe measured for one (cell, driver)."""
 
     ISOLATED = "isolated"  #: the state stayed with the client that set it
@@ -21,7 +21,7 @@ class Verdict(str, Enum):
         return self in (Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS)
 
 
-class Route(str, Enum):
+class Route(StrEnum):
     """How the two clients reach PostgreSQL."""
 
     TRANSACTION = "transaction"  #: through PgBouncer, pool_mode=transaction: the subject
@@ -33,7 +33,7 @@ class Route(str, Enum):
         return self is not Route.TRANSACTION
 
 
-class Relation(str, Enum):
+class Relation(StrEnum):
     SAME = "same"
     DIFFERENT = "different"
 

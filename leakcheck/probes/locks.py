@@ -26,7 +26,7 @@ async def advisory_lock(s: Scenario) -> Observation:
     held = await s.a.fetchval(
         f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {key} AND pid = pg_backend_pid()"
     )
-    await s.a.execute(f"SELECT pg_advisory_unlock_all()")
+    await s.a.execute("SELECT pg_advisory_unlock_all()")
     return Observation(
         evidence=f"A took pg_advisory_lock({key}); B's pg_try_advisory_lock gave {got!r}; "
         f"A's session holds {held} such lock(s)",

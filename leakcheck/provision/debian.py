@@ -189,6 +189,7 @@ class DebianArchive:
         if self.lists in _updated_in_this_run or not (force or changed or age > LIST_MAX_AGE):
             return
         self.progress(f"updating Debian package lists for {', '.join(self.suites)} in {self.lists} ...")
+        _updated_in_this_run.add(self.lists)  # tried once per run, whatever the outcome
         try:
             self._apt("apt-get", "update", timeout=600)
         except ProvisionError:
@@ -197,7 +198,6 @@ class DebianArchive:
             self.progress("apt-get update failed; using the package lists from the last update")
             return
         stamp.touch()
-        _updated_in_this_run.add(self.lists)
 
     def _conf(self) -> str:
         return "".join(
@@ -211,7 +211,8 @@ class DebianArchive:
             ]
         )
 
-    def _apt(self, tool: str, *args: str, cwd: Path | None = None, suite: str = "all", timeout: int = 120) -> str:
+    def _apt(self, tool: str, *args: str, cwd: Path | None = None, suite: str = "all", timeout: int = 120
+             ) -> str:
         argv = [tool, "-q", "-c", str(self.root / "apt.conf"),
                 "-o", f"Dir::Etc::sourcelist={self.root / f'sources-{suite}.list'}"]
         if os.geteuid() == 0 and cwd is not None:

@@ -74,7 +74,7 @@ class _Postmaster:
             if code is not None:
                 log = self.log_text()
                 kind = _PortClash if "Address already in use" in log[self._log_start:] else StartError
-                raise kind.with_log(what, f"postgres exited with code {code}", log, f"Its data dir was {self.data}.")
+                raise kind.with_log(what, f"postgres exited with code {code}", log)
             try:
                 with psycopg.connect(host=HOST, port=self.port, user=USER, dbname=self.dbname,
                                      connect_timeout=2, autocommit=True) as conn:
@@ -218,7 +218,10 @@ class PgServer:
                 except _PortClash:
                     self._server.stop()
                     if attempt == 2:
-                        raise
+                        raise StartError.with_log(
+                            f"PostgreSQL {self.version}", "another process took its port, twice",
+                            self._server.log_text(), "Run again.",
+                        ) from None
             assert self._server is not None
             self.port = self._server.port
         except BaseException:

@@ -56,6 +56,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def make_world_readable(root: Path) -> None:
+    """Let every user read the files and enter the folders under `root` (servers may run as another user)."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                mode = path.stat().st_mode
+                path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
+
+
 @dataclass(frozen=True)
 class ServerUser:
     """Who runs postgres and pgbouncer: ourselves, or an unprivileged user when we are root."""

@@ -1,0 +1,168 @@
+"""Image names, PgBouncer tarballs, build inputs and PgBouncer's files for containers (pure)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ..errors import ProvisionError, UsageError
+from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
+from ..versions import Version
+from .base import DBNAME, USER
+
+DEFAULT_PG_IMAGE = "postgres:{version}"
+DEFAULT_BUILD_TAG = "leakcheck/pgbouncer:{version}"
+DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
+UPSTREAM_TARBALL_URL = "https://www.pgbouncer.org/downloads/files/{version}/pgbouncer-{version}.tar.gz"
+#: A tarball file, or a folder of pgbouncer-X.Y.Z.tar.gz; several joined with ":".
+TARBALLS_ENV = "LEAKCHECK_PGBOUNCER_TARBALLS"
+#: The image the PgBouncer Dockerfile builds FROM, when the backend is not given one.
+BASE_IMAGE_ENV = "LEAKCHECK_PGBOUNCER_BASE_IMAGE"
+
+PG_PORT = 5432
+BOUNCER_PORT = 6432
+PG_ALIAS = "postgres"
+CONFIG_DIR = "/leakcheck"
+UNPRIVILEGED_USER = "65534:65534"  # nobody:nogroup, for images whose default user is root
+
+_TARBALL = re.compile(r"^pgbouncer[-_](\d+\.\d+\.\d+)(?:\.orig)?\.tar\.gz$")
+_TEMPLATE_HELP = "an image name where {version} and {major} are the only fields, e.g. postgres:{version}"
+
+
+def image_name(template: str, version: Version, option: str) -> str:
+    """`template` with {version} (as asked: 16, 1.24.1) and {major} (its first number) filled in."""
+    try:
+        name = template.format(version=str(version), major=str(version.parts[0]))
+    except (KeyError, IndexError, ValueError):
+        raise UsageError.bad_value(option, template, _TEMPLATE_HELP) from None
+    if not name or any(ch.isspace() for ch in name):
+        raise UsageError.bad_value(option, template, _TEMPLATE_HELP)
+    return name
+
+
+def check_template(template: str, option: str) -> str:
+    """Fail at construction, not mid-run, when a template cannot be filled."""
+    image_name(template, Version((0, 0, 0)), option)
+    return template
+
+
+def local_tarballs(setting: str | None) -> dict[Version, Path]:
+    """The PgBouncer release tarballs named by $LEAKCHECK_PGBOUNCER_TARBALLS, by version.
+
+    Each ':'-separated item is a file or a folder; names are pgbouncer-X.Y.Z.tar.gz or Debian's
+    pgbouncer_X.Y.Z.orig.tar.gz (the same upstream tarball).
+    """
+    found: dict[Version, Path] = {}
+    for item in (setting or "").split(":"):
+        if not item.strip():
+            continue
+        path = Path(item.strip()).expanduser()
+        if path.is_dir():
+            files = sorted(path.iterdir())
+        elif path.is_file():
+            if not _TARBALL.match(path.name):
+                raise UsageError.bad_value(TARBALLS_ENV, item, "files named pgbouncer-X.Y.Z.tar.gz, or folders of them")
+            files = [path]
+        else:
+            raise UsageError.bad_value(TARBALLS_ENV, item, "an existing file or folder")
+        for file in files:
+            match = _TARBALL.match(file.name)
+            if match and file.is_file():
+                found.setdefault(Version.parse(match.group(1)), file)
+    return found
+
+
+def pick_build_version(wanted: Version, available: Iterable[Version]) -> Version | None:
+    """The exact release to build: `wanted` when it has three numbers, else the newest release
+    among `available` (local tarballs, images built before) that it matches."""
+    if len(wanted.parts) >= 3:
+        return wanted
+    matching = [v for v in available if len(v.parts) >= 3 and wanted.matches(v)]
+    return max(matching) if matching else None
+
+
+def pgbouncer_dockerfile() -> Path:
+    """docker/pgbouncer/Dockerfile: packaged as leakcheck/_docker/..., or in a source checkout."""
+    here = Path(__file__).resolve()
+    candidates = [
+        here.parents[1] / "_docker" / "pgbouncer" / "Dockerfile",
+        here.parents[2] / "docker" / "pgbouncer" / "Dockerfile",
+    ]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ProvisionError(
+        f"leakcheck's PgBouncer Dockerfile is missing (looked at {', '.join(map(str, candidates))}): "
+        "reinstall leakcheck, or name a PgBouncer image with --bouncer-image"
+    )
+
+
+def write_build_context(dest: Path, version: Version, tarball: Path | None) -> None:
+    """The Dockerfile plus tarballs/ (holding the release tarball when there is a local one)."""
+    shutil.copyfile(pgbouncer_dockerfile(), dest / "Dockerfile")
+    (dest / "tarballs").mkdir()
+    (dest / "tarballs" / ".keep").write_text("")
+    if tarball is not None:
+        shutil.copyfile(tarball, dest / "tarballs" / f"pgbouncer-{version}.tar.gz")
+
+
+def build_args(version: Version, base_image: str, tarball_url: str) -> dict[str, str]:
+    return {
+        "PGBOUNCER_VERSION": str(version),
+        "BASE_IMAGE": base_image,
+        "TARBALL_URL": tarball_url.format(version=str(version)),
+    }
+
+
+def bouncer_files(settings: PoolSettings) -> dict[str, bytes]:
+    """pgbouncer.ini and its auth file for a container: the same renderer as the native backend."""
+    layout = BouncerLayout(
+        listen_port=BOUNCER_PORT,
+        server_host=PG_ALIAS,
+        server_port=PG_PORT,
+        dbname=DBNAME,
+        user=USER,
+        auth_file=f"{CONFIG_DIR}/userlist.txt",
+        logfile="",  # stderr, so `docker logs` shows it
+        pidfile="",
+        unix_socket_dir="",
+        listen_addr="0.0.0.0",
+    )
+    return {
+        f"{CONFIG_DIR}/pgbouncer.ini": render_ini(settings, layout).encode(),
+        f"{CONFIG_DIR}/userlist.txt": render_auth_file(USER).encode(),
+    }
+
+
+def runs_as_root(image_user: str) -> bool:
+    """True when an image's configured USER is root (empty means root)."""
+    name = image_user.split(":", 1)[0].strip()
+    return name in ("", "root", "0")
+
+
+def host_port(ports: Mapping[str, object], container_port: int) -> int | None:
+    """The port published on 127.0.0.1 for `container_port`, from `NetworkSettings.Ports`."""
+    bindings = ports.get(f"{container_port}/tcp")
+    if not isinstance(bindings, list):
+        return None
+    for binding in bindings:
+        if isinstance(binding, dict) and binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
+            return int(binding["HostPort"])
+    return None
+
+
+def is_port_error(message: str) -> bool:
+    """Whether a Docker API error on container start is about publishing a port."""
+    text = message.lower()
+    return any(
+        marker in text
+        for marker in ("port is already allocated", "address already in use", "programming external connectivity")
+    )
+
+
+def one_line(text: object, limit: int = 240) -> str:
+    """An exception's text squeezed onto one line for an error message."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -1,0 +1,47 @@
+"""The pytest plugin, driven with pytester: options, errors, and what runs by default."""
+
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def test_without_pg_or_bouncer_no_leak_tests_are_generated(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_inprocess("-q")
+    result.assert_outcomes(passed=1)
+    assert "leakcheck" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pg=sixteen"], "--pg='sixteen' is not valid"),
+        (["--pg=16", "--bouncer=1.26,"], "--bouncer='1.26,' is not valid"),
+        (["--pg=16", "--drivers=jdbc"], "--drivers='jdbc' is not valid"),
+        (["--pg=16", "--probes=nope"], "unknown probe id(s) nope"),
+        (["--pg=16", "--controls=maybe"], "--controls='maybe' is not valid"),
+        (["--pg=16", "--backend=k8s"], "--backend='k8s' is not valid"),
+    ],
+)
+def test_a_bad_option_value_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, args: list[str], message: str
+) -> None:
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and message in errors[0]
+
+
+def test_every_option_is_also_an_ini_key(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nleakcheck_pg = banana\n")
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--pg='banana' is not valid" in result.stderr.str()
+
+
+def test_the_help_lists_the_options_with_their_ini_keys(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--help")
+    text = result.stdout.str()
+    for flag in ("--pg", "--bouncer", "--drivers", "--probes", "--controls", "--backend", "--expect", "--record"):
+        assert flag in text
+    assert "leakcheck_pg" in text and "leakcheck_expect" in text

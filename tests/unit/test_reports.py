@@ -1,0 +1,75 @@
+"""Reporters and the expected-verdict gate: pure functions over outcomes."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from leakcheck import matrices
+from leakcheck.errors import UsageError
+from leakcheck.report import render_counts, render_matrix
+from leakcheck.verdicts import Outcome, Route, Verdict
+
+
+def outcome(probe: str, verdict: Verdict, pg: str = "16.14", bouncer: str = "1.24.1", driver: str = "psycopg",
+            route: Route = Route.TRANSACTION) -> Outcome:
+    return Outcome(probe, pg, bouncer, route, driver, verdict, f"{probe} evidence")
+
+
+def test_the_matrix_has_probes_as_rows_and_bouncer_driver_columns_per_pg() -> None:
+    text = render_matrix([
+        outcome("search_path", Verdict.LEAKS),
+        outcome("search_path", Verdict.ISOLATED, driver="asyncpg"),
+        outcome("timezone", Verdict.ISOLATED, bouncer="1.18.0"),
+    ])
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("PostgreSQL 16.14"))
+    assert header.split()[2:] == ["1.18.0/psycopg", "1.24.1/asyncpg", "1.24.1/psycopg"]
+    row = next(line for line in lines if line.startswith("search_path"))
+    assert row.split()[1:] == ["-", "isolated", "LEAKS"]
+
+
+def test_controls_are_summarised_and_named_when_not_isolated() -> None:
+    text = render_matrix([
+        outcome("timezone", Verdict.ISOLATED, route=Route.DIRECT, bouncer=""),
+        outcome("set_role", Verdict.LEAKS, route=Route.SESSION),
+    ])
+    assert "1 of 2 isolated" in text and "pg16.14/pgbouncer1.24.1/session/psycopg/set_role" in text
+
+
+def test_counts_name_each_verdict() -> None:
+    assert render_counts([outcome("a", Verdict.LEAKS), outcome("b", Verdict.LEAKS),
+                          outcome("c", Verdict.ERROR)]) == "1 error, 2 leaks"
+
+
+def test_matrix_keys_use_the_pg_major_and_the_bouncer_minor() -> None:
+    assert matrices.key(outcome("search_path", Verdict.LEAKS)) == "pg16/pgbouncer1.24/psycopg/search_path"
+
+
+def test_a_recorded_matrix_loads_back_and_controls_are_not_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(matrices.dump([outcome("search_path", Verdict.LEAKS),
+                                   outcome("timezone", Verdict.ISOLATED, route=Route.DIRECT)]))
+    assert matrices.load(path) == {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
+
+
+def test_the_gate_passes_on_the_expected_verdict_and_explains_a_difference() -> None:
+    expected = {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
+    assert matrices.compare(outcome("search_path", Verdict.LEAKS), expected) is None
+    diff = matrices.compare(outcome("search_path", Verdict.ISOLATED), expected)
+    assert diff is not None and diff.startswith("expected leaks, measured isolated")
+    missing = matrices.compare(outcome("timezone", Verdict.ISOLATED), expected)
+    assert missing is not None and "no expected verdict" in missing
+
+
+@pytest.mark.parametrize("content", ["not json", json.dumps({"verdicts": {"k": "maybe"}}), json.dumps([])])
+def test_a_broken_matrix_file_is_a_usage_error_naming_it(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(UsageError, match="bad.json"):
+        matrices.load(path)
+
+
+def test_a_missing_matrix_file_says_how_to_record_one(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--record="):
+        matrices.load(tmp_path / "none.json")
