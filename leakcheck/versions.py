@@ -50,7 +50,7 @@ class Spec:
 
 def parse_spec(raw: str, option: str) -> Spec:
     text = raw.strip()
-    if not text:
+    if not text or "\x00" in text:
         raise UsageError.bad_value(option, raw, "a version such as 16 or 1.26.1, or a path")
     if "/" in text or text.startswith("~"):
         try:

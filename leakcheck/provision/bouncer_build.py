@@ -1,0 +1,168 @@
+"""Turning a PgBouncer release tarball, or Debian packages, into a runnable pgbouncer in the cache.
+
+Each result is assembled in a temp folder beside its final place, named after the version its
+binary reports (`--version`), made world-readable and renamed into place, so a cache folder
+either is complete or does not exist. Callers hold the cache lock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from ..errors import ProvisionError, UsageError
+from ..versions import Version, version_in_output
+from .system import make_world_readable
+
+#: Debian packages a source build needs (c-ares is optional: without it PgBouncer uses evdns).
+BUILD_PACKAGES = ("build-essential", "pkg-config", "libevent-dev", "libssl-dev", "libc-ares-dev")
+ORIGIN_FILE = "leakcheck-origin.txt"
+_INSTALL_HINT = f"install the build dependencies: apt-get install {' '.join(BUILD_PACKAGES)}"
+
+
+def program_version(argv: Sequence[str]) -> Version | None:
+    """The version a pgbouncer reports with `--version`, or None if it does not run."""
+    try:
+        done = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, check=False,
+                              stdin=subprocess.DEVNULL)
+        return version_in_output(done.stdout + done.stderr) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, UsageError):
+        return None
+
+
+def stored_argv(folder: Path) -> tuple[str, ...] | None:
+    """How to run the pgbouncer in a cache folder: a source build, or an extracted Debian tree."""
+    built = folder / "bin" / "pgbouncer"
+    if built.is_file():
+        return (str(built),)
+    extracted = folder / "root" / "usr" / "sbin" / "pgbouncer"
+    if extracted.is_file():
+        return loader_argv(folder / "root", extracted)
+    return None
+
+
+def stored_origin(folder: Path) -> str:
+    try:
+        return (folder / ORIGIN_FILE).read_text().strip()
+    except OSError:
+        return "unknown origin"
+
+
+def build_tarball(tarball: Path, store: Path, origin: str, progress: Callable[[str], None]) -> Path:
+    """`./configure --prefix && make && make install` of a release tarball; the cache folder it made."""
+    missing = [tool for tool in ("cc", "make") if shutil.which(tool) is None]
+    if missing:
+        raise ProvisionError(f"cannot build {tarball.name}: no {' or '.join(missing)}; {_INSTALL_HINT}")
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=store))
+    try:
+        try:
+            with tarfile.open(tarball) as tar:
+                tar.extractall(work / "src", filter="data")
+        except (OSError, tarfile.TarError) as exc:
+            raise ProvisionError(f"cannot unpack {tarball.name}: {exc}") from exc
+        sources = sorted(p.parent for p in (work / "src").glob("*/configure"))
+        if not sources:
+            raise ProvisionError(f"{tarball.name} has no configure script (not a release tarball?)")
+        progress(f"building PgBouncer from {tarball.name} (about 20 s) ...")
+        out = work / "out"
+        jobs = f"-j{max(2, min(8, os.cpu_count() or 2))}"
+        for step in (["./configure", f"--prefix={out}"], ["make", jobs], ["make", "install"]):
+            _run_build_step(step, sources[0], work / "build.log")
+        return install(out, store, origin)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_build_step(argv: list[str], cwd: Path, log: Path) -> None:
+    env = dict(os.environ, LC_ALL="C")
+    with open(log, "a") as handle:
+        try:
+            code = subprocess.run(argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=900,
+                                  check=False, stdin=subprocess.DEVNULL).returncode
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ProvisionError(f"{argv[0]} failed: {exc}") from exc
+    if code != 0:
+        raise ProvisionError(f"{' '.join(argv[:2])} failed: {build_failure(log.read_text(errors='replace'))}")
+
+
+def build_failure(log: str) -> str:
+    """One line out of a failed build's output, with the packages to install when configure failed."""
+    found = re.search(r"^configure: error: (.+)$", log, re.MULTILINE)
+    if found:
+        return f"{found.group(1).rstrip(':. ')}; {_INSTALL_HINT}"
+    errors = [line.strip() for line in log.splitlines() if re.search(r"\berror\b", line, re.IGNORECASE)]
+    return (errors or [line.strip() for line in log.splitlines() if line.strip()] or ["no output"])[-1]
+
+
+def unpack_debs(debs: Iterable[Path], store: Path, origin: str) -> Path:
+    """Extract a pgbouncer .deb and its library .debs into one tree run by that tree's own loader."""
+    work = Path(tempfile.mkdtemp(prefix=".debs-", dir=store))
+    try:
+        root = work / "out" / "root"
+        for deb in debs:
+            done = subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True,
+                                  check=False)
+            if done.returncode != 0:
+                raise ProvisionError(f"dpkg-deb -x {deb.name} failed: {done.stderr.strip()}")
+        argv = stored_argv(work / "out")
+        if argv is None:
+            raise ProvisionError("the packages hold no usr/sbin/pgbouncer")
+        outside = outside_libraries(argv, root)
+        if outside:
+            raise ProvisionError(f"the extracted pgbouncer would load {', '.join(outside[:4])} from this machine")
+        return install(work / "out", store, origin)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def loader_argv(root: Path, program: Path) -> tuple[str, ...]:
+    """Run `program` with the dynamic loader and libraries extracted under `root`, not the machine's."""
+    libdirs = [d for pattern in ("usr/lib/*-linux-gnu*", "lib/*-linux-gnu*") for d in sorted(root.glob(pattern))
+               if d.is_dir() and not d.is_symlink()]
+    loaders = [f for d in libdirs for f in sorted(d.glob("ld-linux*.so.*")) if f.resolve().is_relative_to(root)]
+    if not loaders:
+        raise ProvisionError(f"no ld-linux*.so loader under {root} (was libc6 extracted?)")
+    return (str(loaders[0]), "--inhibit-cache", "--library-path", ":".join(map(str, libdirs)), str(program))
+
+
+def outside_libraries(argv: Sequence[str], root: Path) -> list[str]:
+    """Libraries the extracted program would load from outside `root`, or not find at all."""
+    try:
+        done = subprocess.run([*argv[:-1], "--list", argv[-1]], capture_output=True, text=True, check=False,
+                              timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [f"(ld.so --list failed: {exc})"]
+    if done.returncode != 0:
+        return [f"(ld.so --list failed: {(done.stderr.strip().splitlines() or ['no message'])[-1]})"]
+    outside: list[str] = []
+    for line in done.stdout.splitlines():
+        name, arrow, target = line.strip().partition(" => ")
+        path = target.split(" (")[0]
+        is_loader = os.path.basename(name) == os.path.basename(argv[0])  # listed again as PT_INTERP
+        if arrow and not is_loader and (path == "not found" or not Path(path).resolve().is_relative_to(root)):
+            outside.append(f"{name} ({path})")
+    return outside
+
+
+def install(folder: Path, store: Path, origin: str) -> Path:
+    """Move a finished `folder` to store/<the version its pgbouncer reports>; that cache folder."""
+    argv = stored_argv(folder)
+    version = program_version(argv) if argv else None
+    if version is None:
+        raise ProvisionError(f"the new pgbouncer does not run: `{' '.join(argv or ['?'])} --version` failed")
+    (folder / ORIGIN_FILE).write_text(origin + "\n")
+    make_world_readable(folder)
+    target = store / str(version)
+    if target.exists():
+        target_argv = stored_argv(target)
+        if target_argv is not None and program_version(target_argv) == version:
+            return target  # already there (same version from another source): keep the first
+        shutil.rmtree(target)  # a broken leftover; we hold the cache lock, so nobody uses it
+    os.rename(folder, target)
+    return target
