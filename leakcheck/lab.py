@@ -19,7 +19,10 @@ def make_backend(config: Config, progress: Callable[[str], None]) -> Backend:
     if config.backend == "containers":
         from .provision.containers import ContainersBackend
 
-        return ContainersBackend(pg_image=config.pg_image, bouncer_image=config.bouncer_image, progress=progress)
+        backend: Backend = ContainersBackend(
+            pg_image=config.pg_image, bouncer_image=config.bouncer_image, progress=progress
+        )
+        return backend
     from .provision.native import NativeBackend
 
     return NativeBackend(progress=progress)

@@ -58,7 +58,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(lab.close)
     # SIGTERM (CI cancelling a job) cleans up like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, previous))
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    config.add_cleanup(restore)
 
 
 class LeakMatrix(pytest.Collector):

@@ -223,7 +223,7 @@ pgbouncer_images() {
     if ! have_image "$PREFIX/pgbouncer:$version" "$recipe"; then
         log "building $PREFIX/pgbouncer:$version from Debian sid's pgbouncer=$debversion"
         build "$ROOT/docker/pgbouncer-debian" --build-arg "BASE_IMAGE=$PREFIX/debian:sid" \
-            --build-arg "PGBOUNCER_DEB_VERSION=$debversion" --label "org.leakcheck.recipe=$recipe" \
+            --build-arg "PGBOUNCER_DEB_VERSION=$debversion" --build-arg APT_CHECK_VALID_UNTIL=false --label "org.leakcheck.recipe=$recipe" \
             -t "$PREFIX/pgbouncer:$version" -t "$PREFIX/pgbouncer:${version%.*}"
     fi
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Protocol
 
 from ..ini import PoolSettings
@@ -49,7 +50,9 @@ class Backend(Protocol):
 
     def __enter__(self) -> Backend: ...
 
-    def __exit__(self, *exc: object) -> None: ...
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
 
     def resolve_pg(self, spec: Spec) -> Version:
         """The exact PostgreSQL version `spec` resolves to (fetching it if needed)."""

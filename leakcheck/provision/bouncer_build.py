@@ -83,8 +83,8 @@ def _run_build_step(argv: list[str], cwd: Path, log: Path) -> None:
     env = dict(os.environ, LC_ALL="C")
     with open(log, "a") as handle:
         try:
-            code = subprocess.run(argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=900,
-                                  check=False, stdin=subprocess.DEVNULL).returncode
+            code = subprocess.run(argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                  timeout=900, check=False, stdin=subprocess.DEVNULL).returncode
         except (OSError, subprocess.SubprocessError) as exc:
             raise ProvisionError(f"{argv[0]} failed: {exc}") from exc
     if code != 0:
@@ -105,17 +105,19 @@ def unpack_debs(debs: Iterable[Path], store: Path, origin: str) -> Path:
     work = Path(tempfile.mkdtemp(prefix=".debs-", dir=store))
     try:
         root = work / "out" / "root"
+        root.mkdir(parents=True)
         for deb in debs:
             done = subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True,
                                   check=False)
             if done.returncode != 0:
-                raise ProvisionError(f"dpkg-deb -x {deb.name} failed: {done.stderr.strip()}")
+                raise ProvisionError(f"dpkg-deb -x {deb.name} failed: {' '.join(done.stderr.split())}")
         argv = stored_argv(work / "out")
         if argv is None:
             raise ProvisionError("the packages hold no usr/sbin/pgbouncer")
         outside = outside_libraries(argv, root)
         if outside:
-            raise ProvisionError(f"the extracted pgbouncer would load {', '.join(outside[:4])} from this machine")
+            found = ", ".join(outside[:4])
+            raise ProvisionError(f"the extracted pgbouncer would load from this machine: {found}")
         return install(work / "out", store, origin)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -123,9 +125,11 @@ def unpack_debs(debs: Iterable[Path], store: Path, origin: str) -> Path:
 
 def loader_argv(root: Path, program: Path) -> tuple[str, ...]:
     """Run `program` with the dynamic loader and libraries extracted under `root`, not the machine's."""
-    libdirs = [d for pattern in ("usr/lib/*-linux-gnu*", "lib/*-linux-gnu*") for d in sorted(root.glob(pattern))
-               if d.is_dir() and not d.is_symlink()]
-    loaders = [f for d in libdirs for f in sorted(d.glob("ld-linux*.so.*")) if f.resolve().is_relative_to(root)]
+    patterns = ("usr/lib/*-linux-gnu*", "lib/*-linux-gnu*")
+    libdirs = [d for p in patterns for d in sorted(root.glob(p)) if d.is_dir() and not d.is_symlink()]
+    inside = root.resolve()
+    loaders = [f for d in libdirs for f in sorted(d.glob("ld-linux*.so.*"))
+               if f.resolve().is_relative_to(inside)]
     if not loaders:
         raise ProvisionError(f"no ld-linux*.so loader under {root} (was libc6 extracted?)")
     return (str(loaders[0]), "--inhibit-cache", "--library-path", ":".join(map(str, libdirs)), str(program))
@@ -141,11 +145,13 @@ def outside_libraries(argv: Sequence[str], root: Path) -> list[str]:
     if done.returncode != 0:
         return [f"(ld.so --list failed: {(done.stderr.strip().splitlines() or ['no message'])[-1]})"]
     outside: list[str] = []
+    inside = root.resolve()
     for line in done.stdout.splitlines():
         name, arrow, target = line.strip().partition(" => ")
         path = target.split(" (")[0]
         is_loader = os.path.basename(name) == os.path.basename(argv[0])  # listed again as PT_INTERP
-        if arrow and not is_loader and (path == "not found" or not Path(path).resolve().is_relative_to(root)):
+        missing = path == "not found" or not Path(path).resolve().is_relative_to(inside)
+        if arrow and not is_loader and missing:
             outside.append(f"{name} ({path})")
     return outside
 

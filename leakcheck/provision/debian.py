@@ -226,6 +226,7 @@ class DebianArchive:
         errors = [line[3:] for line in done.stderr.splitlines() if line.startswith("E: ")]
         if done.returncode != 0 or (errors and tool == "apt-get"):
             detail = errors[0] if errors else (done.stderr.strip().splitlines() or ["no message"])[-1]
+            detail = " ".join(re.sub(r"\[IP: [^\]]*\]", "", detail).split())
             raise ProvisionError(f"{tool} {args[0]} failed: {detail}")
         return done.stdout
 

@@ -1,0 +1,218 @@
+"""Finding PgBouncer: a given path, the cache, PATH, release tarballs, then Debian packages.
+
+Everything fetched or built lands in cache/pgbouncer/<exact version> (see bouncer_build); the
+exact version is always the one the binary itself reports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import urllib.request
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ..errors import LeakcheckError, ProvisionError, UsageError
+from ..versions import Spec, Version
+from .base import Binary
+from .bouncer_build import build_tarball, program_version, stored_argv, stored_origin, unpack_debs
+from .debian import SUITES, Available, DebianArchive, upstream_of
+from .system import file_lock
+
+TARBALLS_ENV = "LEAKCHECK_PGBOUNCER_TARBALLS"
+URL_ENV = "LEAKCHECK_PGBOUNCER_URL"
+DEFAULT_URL = "https://www.pgbouncer.org/downloads/files/{version}/pgbouncer-{version}.tar.gz"
+DOWNLOAD_TIMEOUT = 15.0
+
+_TARBALL = re.compile(r"^pgbouncer[-_](\d+(?:\.\d+){1,3})(?:\.orig)?\.tar\.(?:gz|xz|bz2)$")
+_HINT = (
+    f"Other versions come from upstream release tarballs: set {TARBALLS_ENV} to a pgbouncer-X.Y.Z.tar.gz "
+    f"or a folder of them, or {URL_ENV} to a URL template with {{version}} (needs internet); "
+    "or give a path to a pgbouncer binary"
+)
+
+Progress = Callable[[str], None]
+
+
+def tarball_version(name: str) -> Version | None:
+    """'pgbouncer-1.24.1.tar.gz' or Debian's 'pgbouncer_1.24.1.orig.tar.gz' -> 1.24.1."""
+    found = _TARBALL.match(name)
+    return Version.parse(found.group(1)) if found else None
+
+
+def choose_tarball(wanted: Version, names: Iterable[str]) -> str | None:
+    """The tarball name of the newest release matching `wanted` ('1.24' -> the newest 1.24.x)."""
+    found = [(v, n) for n in names if (v := tarball_version(n)) is not None and wanted.matches(v)]
+    return max(found)[1] if found else None
+
+
+def debian_upstream(debian_version: str) -> Version | None:
+    """The upstream release of a Debian version ('1.24.1-1+deb13u2' -> 1.24.1); None for pre-releases."""
+    found = re.match(r"^(\d+(?:\.\d+){1,3})(\+[A-Za-z0-9.]*)?$", upstream_of(debian_version))
+    return Version.parse(found.group(1)) if found else None
+
+
+def choose_debian(wanted: Version, available: Iterable[Available]) -> list[Available]:
+    """The entries of the newest upstream release matching `wanted`: source packages first, then binaries.
+
+    Among equals, the older suite comes first (its binaries need the oldest libraries).
+    """
+    upstream = [(debian_upstream(a.version), a) for a in available]
+    matching = [(v, a) for v, a in upstream if v is not None and wanted.matches(v)]
+    if not matching:
+        return []
+    best = max(v for v, _ in matching)
+    entries = [a for v, a in matching if v == best]
+    rank = {suite: i for i, suite in enumerate(SUITES)}
+    return sorted(entries, key=lambda a: (not a.source, rank.get(a.suite, len(rank)), a.version))
+
+
+def resolve_bouncer(spec: Spec, cache: Path, progress: Progress) -> Binary:
+    """A pgbouncer of the version `spec` asks for (or at its path); ProvisionError listing what was tried."""
+    if spec.path is not None:
+        version = program_version([str(spec.path)])
+        if version is None:
+            raise ProvisionError(f"{spec.path} is not a working pgbouncer: `{spec.path} --version` failed")
+        return Binary(version, (str(spec.path),), f"given path {spec.path}")
+    assert spec.version is not None
+    wanted = spec.version
+    store = cache / "pgbouncer"
+    store.mkdir(parents=True, exist_ok=True)
+    store.chmod(0o755)
+    attempts: list[str] = []
+    found = _in_cache(wanted, store, attempts) or _on_path(wanted, attempts)
+    if found:
+        return found
+    with file_lock(store / ".lock"):
+        for leftover in store.glob(".*-*"):  # temp folders of a run that died (we hold the lock)
+            shutil.rmtree(leftover, ignore_errors=True)
+        found = _in_cache(wanted, store, [])  # another process may have just made it
+        for source in (_from_tarballs, _from_url, _from_debian):
+            found = found or source(wanted, store, attempts, progress)
+    if found:
+        return found
+    raise ProvisionError.nothing_worked(f"PgBouncer {spec}", attempts, _HINT)
+
+
+def _in_cache(wanted: Version, store: Path, attempts: list[str]) -> Binary | None:
+    versions = []
+    for entry in store.iterdir():
+        try:
+            versions.append(Version.parse(entry.name))
+        except UsageError:
+            continue
+    for version in sorted((v for v in versions if wanted.matches(v)), reverse=True):
+        binary = _binary_in(store / str(version), wanted)
+        if binary is not None and binary.version == version:
+            return Binary(version, binary.argv, f"cache: {binary.origin}")
+        attempts.append(f"cache {store / str(version)} (does not run; delete it)")
+    attempts.append(f"cache {store} (no {wanted})")
+    return None
+
+
+def _on_path(wanted: Version, attempts: list[str]) -> Binary | None:
+    places = (shutil.which("pgbouncer"), "/usr/sbin/pgbouncer")  # Debian's, often not on a user's PATH
+    candidates = [p for p in places if p and os.access(p, os.X_OK)]
+    for path in dict.fromkeys(candidates):
+        version = program_version([path])
+        if version is not None and wanted.matches(version):
+            return Binary(version, (path,), f"installed ({path})")
+        attempts.append(f"{path} (is {version or 'not working'})")
+    if not candidates:
+        attempts.append("PATH (no pgbouncer)")
+    return None
+
+
+def _binary_in(folder: Path, wanted: Version) -> Binary | None:
+    """The pgbouncer stored in a cache folder, if it runs and matches `wanted`."""
+    argv = stored_argv(folder)
+    version = program_version(argv) if argv else None
+    if argv is None or version is None or not wanted.matches(version):
+        return None
+    return Binary(version, argv, stored_origin(folder))
+
+
+def _checked(folder: Path, wanted: Version, what: str) -> Binary:
+    binary = _binary_in(folder, wanted)
+    if binary is None:
+        raise ProvisionError(f"{what} gave PgBouncer {folder.name}, not {wanted} (kept in the cache)")
+    return binary
+
+
+def _from_tarballs(wanted: Version, store: Path, attempts: list[str], progress: Progress) -> Binary | None:
+    setting = os.environ.get(TARBALLS_ENV, "").strip()
+    if not setting:
+        attempts.append(f"{TARBALLS_ENV} (not set)")
+        return None
+    given = Path(setting).expanduser()
+    if given.is_dir():
+        paths = {p.name: p for p in given.iterdir() if p.is_file()}
+    else:
+        paths = {given.name: given} if given.is_file() else {}
+    name = choose_tarball(wanted, paths)
+    if name is None:
+        attempts.append(f"{TARBALLS_ENV}={setting} (no pgbouncer-{wanted}*.tar.gz there)")
+        return None
+    try:
+        folder = build_tarball(paths[name], store, f"built from {paths[name]}", progress)
+        return _checked(folder, wanted, name)
+    except LeakcheckError as exc:
+        attempts.append(f"{paths[name]} ({exc})")
+        return None
+
+
+def _from_url(wanted: Version, store: Path, attempts: list[str], progress: Progress) -> Binary | None:
+    template = os.environ.get(URL_ENV, "").strip() or DEFAULT_URL
+    if len(wanted.parts) != 3:
+        attempts.append(f"download (only for an exact version such as {wanted}.0)")
+        return None
+    url = template.replace("{version}", str(wanted))
+    work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=store))
+    try:
+        tarball = work / f"pgbouncer-{wanted}.tar.gz"
+        progress(f"downloading {url} ...")
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response, open(tarball, "wb") as out:
+            shutil.copyfileobj(response, out)
+        folder = build_tarball(tarball, store, f"built from {url}", progress)
+        return _checked(folder, wanted, url)
+    except (OSError, ValueError) as exc:  # URLError is an OSError; ValueError: a malformed URL
+        attempts.append(f"download {url} ({getattr(exc, 'reason', None) or exc})")
+    except LeakcheckError as exc:
+        attempts.append(f"{url} ({exc})")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return None
+
+
+def _from_debian(wanted: Version, store: Path, attempts: list[str], progress: Progress) -> Binary | None:
+    suites = ", ".join(SUITES)
+    try:
+        archive = DebianArchive(store.parent / "apt", progress)
+        available = archive.available("pgbouncer")
+    except LeakcheckError as exc:
+        attempts.append(f"Debian {suites} ({exc})")
+        return None
+    entries = choose_debian(wanted, available)
+    if not entries:
+        have = sorted({v for a in available if (v := debian_upstream(a.version)) is not None})
+        attempts.append(f"Debian {suites} (has {', '.join(map(str, have)) or 'no pgbouncer'})")
+    for entry in entries:
+        kind = "source" if entry.source else "package"
+        what = f"Debian {entry.suite} {kind} pgbouncer {entry.version}"
+        work = Path(tempfile.mkdtemp(prefix=".debian-", dir=store))
+        try:
+            if entry.source:
+                progress(f"downloading the {what} ...")
+                tarball = archive.download_source("pgbouncer", entry.version, work)
+                folder = build_tarball(tarball, store, f"built from {tarball.name} ({what})", progress)
+            else:
+                debs = archive.download_with_libraries("pgbouncer", entry.version, entry.suite, work)
+                folder = unpack_debs(debs, store, f"{what} with its libraries, run by its own ld.so")
+            return _checked(folder, wanted, what)
+        except LeakcheckError as exc:
+            attempts.append(f"{what} ({exc})")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return None

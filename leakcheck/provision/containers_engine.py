@@ -1,0 +1,275 @@
+"""The Docker engine as the containers backend uses it: connect, pull, build, run, clean up.
+
+Everything a run creates carries the labels org.leakcheck.run (this run) and org.leakcheck.owner
+(host:pid), plus testcontainers' session labels, so that it is removed at the end of the run, by
+testcontainers' Ryuk reaper when that runs, or by the next run when the process was killed.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import docker.errors
+from docker.utils import parse_repository_tag
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer, Reaper
+from testcontainers.core.docker_client import DockerClient
+from testcontainers.core.labels import create_labels
+from testcontainers.core.network import Network
+
+from ..errors import ProvisionError, StartError
+from .containers_images import host_port, is_port_error, one_line
+
+RUN_LABEL = "org.leakcheck.run"
+OWNER_LABEL = "org.leakcheck.owner"
+RECIPE_LABEL = "org.leakcheck.recipe"
+
+Progress = Callable[[str], None]
+
+
+def connect() -> DockerClient:
+    """testcontainers' client for the engine named by DOCKER_HOST (or the default socket)."""
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = DockerClient()
+        client.client.ping()
+    except Exception as exc:  # the SDK raises DockerException, requests' errors or OSError
+        raise ProvisionError(
+            f"Docker is not reachable at {where} ({one_line(exc, 160)}): start the Docker engine "
+            "(or set DOCKER_HOST), or choose another backend"
+        ) from None
+    return client
+
+
+def start_reaper(progress: Progress) -> None:
+    """Start testcontainers' Ryuk unless disabled; where it can't run, go on without it."""
+    if testcontainers_config.ryuk_disabled:
+        return
+    try:
+        Reaper.get_instance()
+    except Exception as exc:
+        testcontainers_config.ryuk_disabled = True
+        progress(
+            f"testcontainers' Ryuk reaper did not start ({one_line(exc, 120)}); leakcheck removes its "
+            "containers itself (set TESTCONTAINERS_RYUK_DISABLED=true to skip this attempt)"
+        )
+
+
+def stale_owner(owner: str, hostname: str, alive: Callable[[int], bool]) -> bool:
+    """Whether an org.leakcheck.owner label names a process of this host that has ended."""
+    host, _, pid = owner.rpartition(":")
+    return host == hostname and pid.isdigit() and not alive(int(pid))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def sigint_deferred(progress: Progress) -> Iterator[None]:
+    """Let a cleanup finish when Ctrl-C is pressed again; re-raise the interrupt afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        pressed.append(signum)
+        progress("removing leakcheck's containers; this takes a few seconds")
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+class Engine:
+    """One connection to the engine, and what this run created on it."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.docker = connect()
+        self.api = self.docker.client
+        self.run_id = uuid.uuid4().hex[:8]
+        self.labels = {RUN_LABEL: self.run_id, OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}"}
+        self.built: list[str] = []
+        self._containers: list[DockerContainer] = []
+        self._progress = progress
+
+    # --- images ---------------------------------------------------------------------------
+
+    def image_attrs(self, name: str) -> dict[str, Any] | None:
+        try:
+            return cast(dict[str, Any], self.api.images.get(name).attrs)
+        except docker.errors.ImageNotFound:
+            return None
+
+    def ensure_image(self, name: str, option: str) -> dict[str, Any]:
+        """The image's attributes, pulling it first when the engine does not have it."""
+        attrs = self.image_attrs(name)
+        if attrs is not None:
+            return attrs
+        repo, tag = parse_repository_tag(name)
+        self._progress(f"pulling {name}")
+        try:
+            self.api.images.pull(repo, tag=tag or "latest")
+        except docker.errors.DockerException as exc:
+            raise ProvisionError(
+                f"image {name} is not on the Docker engine and pulling it failed ({one_line(exc, 160)}): "
+                f"pull or build it, or choose another image with {option}"
+            ) from None
+        return cast(dict[str, Any], self.api.images.get(name).attrs)
+
+    def tags(self) -> list[str]:
+        return [tag for image in self.api.images.list() for tag in image.tags]
+
+    def build(self, context: Path, tag: str, buildargs: dict[str, str], recipe: str) -> None:
+        """docker build, its log shown (tail) only when it fails."""
+        tail: collections.deque[str] = collections.deque(maxlen=30)
+        error = ""
+        try:
+            for chunk in self.api.api.build(
+                path=str(context), tag=tag, buildargs=buildargs, rm=True, forcerm=True, decode=True,
+                labels={RECIPE_LABEL: recipe},
+            ):
+                tail.extend(line for line in str(chunk.get("stream", "")).splitlines() if line.strip())
+                if "error" in chunk:
+                    error = str(chunk["error"])
+        except docker.errors.DockerException as exc:
+            error = str(exc)
+        if error:
+            log = "\n".join(tail)
+            raise ProvisionError(
+                f"building image {tag} failed ({one_line(error, 160)}): see the build log below; check the "
+                f"base image and the tarball source\n--- last lines of the build log ---\n{log}"
+            )
+        self.built.append(tag)
+
+    # --- containers -----------------------------------------------------------------------
+
+    def run_once(self, image: str, argv: list[str], user: str | None) -> str:
+        """Run `argv` in a throwaway container without network; its output."""
+        kwargs: dict[str, Any] = {"user": user} if user else {}
+        container = self.api.containers.create(
+            image, command=argv[1:], entrypoint=argv[:1], network_mode="none",
+            labels=create_labels(image, self.labels), **kwargs,
+        )
+        try:
+            container.start()
+            status = int(container.wait(timeout=60).get("StatusCode", -1))
+            output = cast(bytes, container.logs(stdout=True, stderr=True)).decode(errors="replace")
+        except Exception as exc:
+            raise ProvisionError(f"running `{' '.join(argv)}` in image {image} failed: {one_line(exc)}") from None
+        finally:
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
+        if status != 0:
+            raise ProvisionError(
+                f"`{' '.join(argv)}` in image {image} exited with code {status} ({one_line(output, 160)}): "
+                f"the image must have {argv[0]} on its PATH"
+            )
+        return output
+
+    def network(self, suffix: str) -> Network:
+        network = Network(docker_network_kw={"labels": dict(self.labels)})
+        network.name = f"leakcheck-{self.run_id}-{suffix}"
+        return network.create()
+
+    def start(self, container: DockerContainer, what: str) -> None:
+        """Create and start it (tracked for removal even when starting fails)."""
+        self._containers.append(container)
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            if is_port_error(str(exc)):
+                raise StartError(
+                    f"{what} did not start: Docker could not publish its port on 127.0.0.1 "
+                    f"({one_line(exc, 160)}): free a port range or check the engine's port publishing"
+                ) from None
+            raise StartError(f"{what} did not start: {one_line(exc)}") from None
+
+    def published_port(self, container: DockerContainer, port: int, what: str) -> int:
+        wrapped = container.get_wrapped_container()
+        wrapped.reload()
+        found = host_port(wrapped.attrs.get("NetworkSettings", {}).get("Ports") or {}, port)
+        if found is None:
+            raise StartError.with_log(what, f"port {port} was not published on 127.0.0.1", self.logs(container))
+        return found
+
+    def state(self, container: DockerContainer) -> tuple[str, int]:
+        wrapped = container.get_wrapped_container()
+        wrapped.reload()
+        state = wrapped.attrs.get("State", {})
+        return str(state.get("Status", "unknown")), int(state.get("ExitCode", 0))
+
+    def logs(self, container: DockerContainer) -> str:
+        try:
+            data = container.get_wrapped_container().logs(stdout=True, stderr=True, tail=200)
+        except Exception as exc:
+            return f"(no log: {one_line(exc)})"
+        return cast(bytes, data).decode(errors="replace")
+
+    def remove(self, container: DockerContainer) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            container.stop()
+        if container in self._containers:
+            self._containers.remove(container)
+
+    # --- cleanup --------------------------------------------------------------------------
+
+    def sweep_stale(self) -> None:
+        """Remove what runs on this host left behind when they were killed."""
+        host = socket.gethostname()
+        for container in self.api.containers.list(all=True, filters={"label": OWNER_LABEL}):
+            if stale_owner(container.labels.get(OWNER_LABEL, ""), host, pid_alive):
+                self._progress(f"removing container {container.name} left by an earlier run")
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)
+        for network in self.api.networks.list(filters={"label": OWNER_LABEL}):
+            if stale_owner((network.attrs.get("Labels") or {}).get(OWNER_LABEL, ""), host, pid_alive):
+                with contextlib.suppress(docker.errors.DockerException):
+                    network.remove()
+
+    def close(self, remove_built: bool) -> list[str]:
+        """Remove this run's containers, networks and (if asked) built images; what failed."""
+        problems: list[str] = []
+        for container in reversed(self._containers):
+            try:
+                self.remove(container)
+            except Exception as exc:
+                problems.append(f"container {container._name}: {one_line(exc)}")
+        mine = {"label": f"{RUN_LABEL}={self.run_id}"}
+        for leftover in self.api.containers.list(all=True, filters=mine):
+            try:
+                leftover.remove(force=True)
+            except docker.errors.DockerException as exc:
+                problems.append(f"container {leftover.name}: {one_line(exc)}")
+        for network in self.api.networks.list(filters=mine):
+            try:
+                network.remove()
+            except docker.errors.DockerException as exc:
+                problems.append(f"network {network.name}: {one_line(exc)}")
+        for tag in self.built if remove_built else []:
+            try:
+                self.api.images.remove(tag, force=True)
+            except docker.errors.DockerException as exc:
+                problems.append(f"image {tag}: {one_line(exc)}")
+        self.api.close()
+        return problems

@@ -1,0 +1,56 @@
+"""Real servers for the integration tests: one native backend for the whole session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from leakcheck.clients import Driver
+from leakcheck.probes import PROBES, Probe
+from leakcheck.provision.native import NativeBackend
+from leakcheck.runner import Target, run_probe
+from leakcheck.verdicts import Outcome, Route
+from leakcheck.versions import Version, parse_spec
+
+#: Versions the facts are checked on; override with LEAKCHECK_TEST_PG / LEAKCHECK_TEST_BOUNCER.
+TEST_PG = os.environ.get("LEAKCHECK_TEST_PG", "16,18").split(",")
+TEST_BOUNCER = os.environ.get("LEAKCHECK_TEST_BOUNCER", "1.18,1.24,1.26").split(",")
+DRIVERS = list(Driver)
+
+
+@pytest.fixture(scope="session")
+def native() -> Iterator[NativeBackend]:
+    with NativeBackend(progress=lambda m: print(f"leakcheck: {m}")) as backend:
+        yield backend
+
+
+class Measure:
+    """Resolve versions once and run a probe by id on a chosen route."""
+
+    def __init__(self, backend: NativeBackend) -> None:
+        self.backend = backend
+        self._pg: dict[str, Version] = {}
+        self._bouncer: dict[str, Version] = {}
+
+    def pg(self, spec: str) -> Version:
+        if spec not in self._pg:
+            self._pg[spec] = self.backend.resolve_pg(parse_spec(spec, "--pg"))
+        return self._pg[spec]
+
+    def bouncer(self, spec: str) -> Version:
+        if spec not in self._bouncer:
+            self._bouncer[spec] = self.backend.resolve_bouncer(parse_spec(spec, "--bouncer"))
+        return self._bouncer[spec]
+
+    def __call__(self, probe: str | Probe, pg: str, bouncer: str | None, driver: Driver,
+                 route: Route = Route.TRANSACTION) -> Outcome:
+        chosen = probe if isinstance(probe, Probe) else next(p for p in PROBES if p.id == probe)
+        target = Target(self.pg(pg), self.bouncer(bouncer) if bouncer else None, route, driver)
+        return run_probe(self.backend, chosen, target)
+
+
+@pytest.fixture(scope="session")
+def measure(native: NativeBackend) -> Measure:
+    return Measure(native)

@@ -1,0 +1,65 @@
+"""Facts documented elsewhere, checked against real servers. Expectations live here, never in probes."""
+
+from __future__ import annotations
+
+import pytest
+
+from leakcheck.clients import Driver
+from leakcheck.verdicts import Verdict
+
+from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+@pytest.mark.parametrize("bouncer", TEST_BOUNCER)
+def test_statement_timeout_leaks_in_transaction_mode_with_a_pool_of_one(
+    measure: Measure, bouncer: str, driver: Driver
+) -> None:
+    outcome = measure("statement_timeout", TEST_PG[0], bouncer, driver)
+    assert outcome.verdict is Verdict.LEAKS, outcome.evidence
+    assert "57014" in outcome.evidence  # B's query really was cancelled
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+@pytest.mark.parametrize("bouncer", TEST_BOUNCER)
+def test_timezone_is_isolated_because_pgbouncer_tracks_it(measure: Measure, bouncer: str, driver: Driver) -> None:
+    outcome = measure("timezone", TEST_PG[0], bouncer, driver)
+    assert outcome.verdict is Verdict.ISOLATED, outcome.evidence
+
+
+@pytest.mark.skipif("1.18" not in TEST_BOUNCER, reason="PgBouncer 1.18 not in LEAKCHECK_TEST_BOUNCER")
+def test_psycopg_protocol_prepares_collide_on_pgbouncer_1_18(measure: Measure) -> None:
+    outcome = measure("protocol_prepare", TEST_PG[0], "1.18", Driver.PSYCOPG)
+    assert outcome.verdict is Verdict.BREAKS, outcome.evidence
+    assert "42P05" in outcome.evidence and "_pg3_0" in outcome.evidence
+
+
+@pytest.mark.skipif("1.18" not in TEST_BOUNCER, reason="PgBouncer 1.18 not in LEAKCHECK_TEST_BOUNCER")
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+def test_a_protocol_prepared_statement_is_lost_on_another_server_with_pgbouncer_1_18(
+    measure: Measure, driver: Driver
+) -> None:
+    outcome = measure("protocol_prepare_moved", TEST_PG[0], "1.18", driver)
+    assert outcome.verdict is Verdict.LOST, outcome.evidence
+    assert "26000" in outcome.evidence
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+@pytest.mark.parametrize("bouncer", [b for b in TEST_BOUNCER if b not in ("1.18",)])
+def test_protocol_prepares_follow_the_client_to_another_server_from_pgbouncer_1_24(
+    measure: Measure, bouncer: str, driver: Driver
+) -> None:
+    # max_prepared_statements defaults to 200 since 1.24: PgBouncer re-prepares as PGBOUNCER_N.
+    outcome = measure("protocol_prepare_moved", TEST_PG[0], bouncer, driver)
+    assert outcome.verdict is Verdict.ISOLATED, outcome.evidence
+
+
+@pytest.mark.skipif(not {"16", "18"} <= set(TEST_PG) or "1.26" not in TEST_BOUNCER,
+                    reason="needs PostgreSQL 16 and 18 and PgBouncer 1.26")
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+def test_search_path_leaks_on_postgresql_16_but_not_18_with_pgbouncer_1_26(measure: Measure, driver: Driver) -> None:
+    # PostgreSQL 18 reports search_path, so PgBouncer can track and re-apply it.
+    assert measure("search_path", "16", "1.26", driver).verdict is Verdict.LEAKS
+    assert measure("search_path", "18", "1.26", driver).verdict is Verdict.ISOLATED

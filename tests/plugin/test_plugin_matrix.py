@@ -1,0 +1,73 @@
+"""The plugin end to end on real servers: test ids, verdicts as pass/fail, JUnit, the matrix, the gate."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
+
+SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=statement_timeout,timezone"]
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_inprocess(*SMALL, *args)
+
+
+def test_a_leak_fails_its_test_and_an_isolated_state_passes(pytester: pytest.Pytester) -> None:
+    result = run(pytester, "--controls=no", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_leak?pg16.*-pgbouncer1.24.*-psycopg-statement_timeout? FAILED*",
+        "*test_leak?pg16.*-pgbouncer1.24.*-psycopg-timezone? PASSED*",
+        "*LEAKS: A ran SET statement_timeout*",  # the evidence is the failure message
+        "*leakcheck matrix*",
+        "PostgreSQL 16.*1.24.*/psycopg*",
+    ])
+
+
+def test_controls_run_as_their_own_tests(pytester: pytest.Pytester) -> None:
+    result = run(pytester, "-v", "-k", "control")
+    result.assert_outcomes(passed=4, deselected=2)
+    result.stdout.fnmatch_lines_random([
+        "*test_control?pg16.*-direct-psycopg-timezone? PASSED*",
+        "*test_control?pg16.*-pgbouncer1.24.*-session-psycopg-statement_timeout? PASSED*",
+    ])
+
+
+def test_junit_carries_the_verdict_and_evidence_as_properties(pytester: pytest.Pytester) -> None:
+    run(pytester, "--controls=no", "--junitxml=report.xml")
+    tree = ET.parse(pytester.path / "report.xml")
+    cases = {c.get("name"): c for c in tree.iter("testcase")}
+    [case] = [c for name, c in cases.items() if name and name.endswith("-psycopg-statement_timeout]")]
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["verdict"] == "leaks" and props["probe"] == "statement_timeout" and props["driver"] == "psycopg"
+    assert (props["pg_version"] or "").startswith("16.") and (props["bouncer_version"] or "").startswith("1.24.")
+    assert "57014" in (props["evidence"] or "")
+    assert case.find("failure") is not None
+
+
+def test_a_recorded_matrix_is_a_gate_that_fails_only_on_differences(pytester: pytest.Pytester) -> None:
+    run(pytester, "--controls=no", "--record=matrices/m.json")
+    recorded = json.loads((pytester.path / "matrices" / "m.json").read_text())
+    assert recorded["verdicts"] == {
+        "pg16/pgbouncer1.24/psycopg/statement_timeout": "leaks",
+        "pg16/pgbouncer1.24/psycopg/timezone": "isolated",
+    }
+    run(pytester, "--controls=no", "--expect=matrices/m.json").assert_outcomes(passed=2)
+
+    recorded["verdicts"]["pg16/pgbouncer1.24/psycopg/timezone"] = "leaks"
+    Path(pytester.path / "matrices" / "m.json").write_text(json.dumps(recorded))
+    result = run(pytester, "--controls=no", "--expect=matrices/m.json")
+    result.assert_outcomes(passed=1, failed=1)
+    assert "expected leaks, measured isolated" in result.stdout.str()
+
+
+def test_an_unobtainable_pgbouncer_version_is_one_line_naming_what_was_tried(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--pg=16", "--bouncer=1.21")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "PgBouncer 1.21" in errors[0] and "tried" in errors[0]
