@@ -18,34 +18,20 @@ from ..errors import LeakcheckError, ProvisionError, UsageError
 from ..versions import Spec, Version
 from .base import Binary
 from .bouncer_build import build_tarball, program_version, stored_argv, stored_origin, unpack_debs
+from .containers_images import TARBALLS_ENV, UPSTREAM_TARBALL_URL, local_tarballs
 from .debian import SUITES, Available, DebianArchive, upstream_of
 from .system import file_lock
 
-TARBALLS_ENV = "LEAKCHECK_PGBOUNCER_TARBALLS"
 URL_ENV = "LEAKCHECK_PGBOUNCER_URL"
-DEFAULT_URL = "https://www.pgbouncer.org/downloads/files/{version}/pgbouncer-{version}.tar.gz"
 DOWNLOAD_TIMEOUT = 15.0
 
-_TARBALL = re.compile(r"^pgbouncer[-_](\d+(?:\.\d+){1,3})(?:\.orig)?\.tar\.(?:gz|xz|bz2)$")
 _HINT = (
     f"Other versions come from upstream release tarballs: set {TARBALLS_ENV} to a pgbouncer-X.Y.Z.tar.gz "
-    f"or a folder of them, or {URL_ENV} to a URL template with {{version}} (needs internet); "
-    "or give a path to a pgbouncer binary"
+    f"or a folder of them (several joined with ':'), or {URL_ENV} to a URL template with {{version}} "
+    "(needs internet); or give a path to a pgbouncer binary"
 )
 
 Progress = Callable[[str], None]
-
-
-def tarball_version(name: str) -> Version | None:
-    """'pgbouncer-1.24.1.tar.gz' or Debian's 'pgbouncer_1.24.1.orig.tar.gz' -> 1.24.1."""
-    found = _TARBALL.match(name)
-    return Version.parse(found.group(1)) if found else None
-
-
-def choose_tarball(wanted: Version, names: Iterable[str]) -> str | None:
-    """The tarball name of the newest release matching `wanted` ('1.24' -> the newest 1.24.x)."""
-    found = [(v, n) for n in names if (v := tarball_version(n)) is not None and wanted.matches(v)]
-    return max(found)[1] if found else None
 
 
 def debian_upstream(debian_version: str) -> Version | None:
@@ -127,7 +113,10 @@ def _on_path(wanted: Version, attempts: list[str]) -> Binary | None:
 
 def _binary_in(folder: Path, wanted: Version) -> Binary | None:
     """The pgbouncer stored in a cache folder, if it runs and matches `wanted`."""
-    argv = stored_argv(folder)
+    try:
+        argv = stored_argv(folder)
+    except LeakcheckError:
+        return None
     version = program_version(argv) if argv else None
     if argv is None or version is None or not wanted.matches(version):
         return None
@@ -146,25 +135,28 @@ def _from_tarballs(wanted: Version, store: Path, attempts: list[str], progress: 
     if not setting:
         attempts.append(f"{TARBALLS_ENV} (not set)")
         return None
-    given = Path(setting).expanduser()
-    if given.is_dir():
-        paths = {p.name: p for p in given.iterdir() if p.is_file()}
-    else:
-        paths = {given.name: given} if given.is_file() else {}
-    name = choose_tarball(wanted, paths)
-    if name is None:
-        attempts.append(f"{TARBALLS_ENV}={setting} (no pgbouncer-{wanted}*.tar.gz there)")
-        return None
     try:
-        folder = build_tarball(paths[name], store, f"built from {paths[name]}", progress)
-        return _checked(folder, wanted, name)
+        tarballs = local_tarballs(setting)
     except LeakcheckError as exc:
-        attempts.append(f"{paths[name]} ({exc})")
+        attempts.append(str(exc))
+        return None
+    matching = [v for v in tarballs if wanted.matches(v)]
+    if not matching:
+        have = ", ".join(map(str, sorted(tarballs))) or "none"
+        attempts.append(f"{TARBALLS_ENV}={setting} (has {have})")
+        return None
+    tarball = tarballs[max(matching)]
+    try:
+        folder = build_tarball(tarball, store, f"built from {tarball}", progress)
+        return _checked(folder, wanted, tarball.name)
+    except LeakcheckError as exc:
+        attempts.append(f"{tarball} ({exc})")
+        progress(f"{tarball.name} did not give a pgbouncer: {exc}")
         return None
 
 
 def _from_url(wanted: Version, store: Path, attempts: list[str], progress: Progress) -> Binary | None:
-    template = os.environ.get(URL_ENV, "").strip() or DEFAULT_URL
+    template = os.environ.get(URL_ENV, "").strip() or UPSTREAM_TARBALL_URL
     if len(wanted.parts) != 3:
         attempts.append(f"download (only for an exact version such as {wanted}.0)")
         return None
@@ -213,6 +205,7 @@ def _from_debian(wanted: Version, store: Path, attempts: list[str], progress: Pr
             return _checked(folder, wanted, what)
         except LeakcheckError as exc:
             attempts.append(f"{what} ({exc})")
+            progress(f"the {what} did not give a pgbouncer: {exc}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return None

@@ -29,8 +29,14 @@ _INSTALL_HINT = f"install the build dependencies: apt-get install {' '.join(BUIL
 def program_version(argv: Sequence[str]) -> Version | None:
     """The version a pgbouncer reports with `--version`, or None if it does not run."""
     try:
-        done = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, check=False,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [*argv, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
         return version_in_output(done.stdout + done.stderr) if done.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, UsageError):
         return None
@@ -72,8 +78,9 @@ def build_tarball(tarball: Path, store: Path, origin: str, progress: Callable[[s
         progress(f"building PgBouncer from {tarball.name} (about 20 s) ...")
         out = work / "out"
         jobs = f"-j{max(2, min(8, os.cpu_count() or 2))}"
-        for step in (["./configure", f"--prefix={out}"], ["make", jobs], ["make", "install"]):
-            _run_build_step(step, sources[0], work / "build.log")
+        steps = (["./configure", f"--prefix={out}"], ["make", jobs], ["make", "install"])
+        for number, step in enumerate(steps):
+            _run_build_step(step, sources[0], work / f"step{number}.log")
         return install(out, store, origin)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -81,14 +88,23 @@ def build_tarball(tarball: Path, store: Path, origin: str, progress: Callable[[s
 
 def _run_build_step(argv: list[str], cwd: Path, log: Path) -> None:
     env = dict(os.environ, LC_ALL="C")
-    with open(log, "a") as handle:
+    with open(log, "w") as handle:
         try:
-            code = subprocess.run(argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                  timeout=900, check=False, stdin=subprocess.DEVNULL).returncode
+            code = subprocess.run(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                timeout=900,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            ).returncode
         except (OSError, subprocess.SubprocessError) as exc:
             raise ProvisionError(f"{argv[0]} failed: {exc}") from exc
     if code != 0:
-        raise ProvisionError(f"{' '.join(argv[:2])} failed: {build_failure(log.read_text(errors='replace'))}")
+        step = "configure" if argv[0] == "./configure" else " ".join(argv)
+        raise ProvisionError(f"{step} failed: {build_failure(log.read_text(errors='replace'))}")
 
 
 def build_failure(log: str) -> str:
@@ -107,8 +123,9 @@ def unpack_debs(debs: Iterable[Path], store: Path, origin: str) -> Path:
         root = work / "out" / "root"
         root.mkdir(parents=True)
         for deb in debs:
-            done = subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True,
-                                  check=False)
+            done = subprocess.run(
+                ["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True, check=False
+            )
             if done.returncode != 0:
                 raise ProvisionError(f"dpkg-deb -x {deb.name} failed: {' '.join(done.stderr.split())}")
         argv = stored_argv(work / "out")
@@ -128,8 +145,9 @@ def loader_argv(root: Path, program: Path) -> tuple[str, ...]:
     patterns = ("usr/lib/*-linux-gnu*", "lib/*-linux-gnu*")
     libdirs = [d for p in patterns for d in sorted(root.glob(p)) if d.is_dir() and not d.is_symlink()]
     inside = root.resolve()
-    loaders = [f for d in libdirs for f in sorted(d.glob("ld-linux*.so.*"))
-               if f.resolve().is_relative_to(inside)]
+    loaders = [
+        f for d in libdirs for f in sorted(d.glob("ld-linux*.so.*")) if f.resolve().is_relative_to(inside)
+    ]
     if not loaders:
         raise ProvisionError(f"no ld-linux*.so loader under {root} (was libc6 extracted?)")
     return (str(loaders[0]), "--inhibit-cache", "--library-path", ":".join(map(str, libdirs)), str(program))
@@ -138,8 +156,9 @@ def loader_argv(root: Path, program: Path) -> tuple[str, ...]:
 def outside_libraries(argv: Sequence[str], root: Path) -> list[str]:
     """Libraries the extracted program would load from outside `root`, or not find at all."""
     try:
-        done = subprocess.run([*argv[:-1], "--list", argv[-1]], capture_output=True, text=True, check=False,
-                              timeout=30)
+        done = subprocess.run(
+            [*argv[:-1], "--list", argv[-1]], capture_output=True, text=True, check=False, timeout=30
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return [f"(ld.so --list failed: {exc})"]
     if done.returncode != 0:

@@ -1,8 +1,9 @@
 """Debian packages from other suites through a private apt set-up (the machine's own apt is untouched).
 
 Everything apt reads or writes lives under one folder of the cache: the sources lists, the
-package lists (refreshed at most once a day and once a run) and apt's caches. Only the machine's
-apt.conf.d is shared, for proxies; its update hooks are cleared.
+package lists (refreshed at most once a day and once a run), an empty dpkg status (so what this
+machine has installed never becomes a candidate) and apt's caches. Only the machine's apt.conf.d
+is shared, for proxies; its update hooks are cleared.
 """
 
 from __future__ import annotations
@@ -115,16 +116,8 @@ class DebianArchive:
     def available(self, package: str) -> list[Available]:
         """Every version of `package` in the suites, binary and source (lists refreshed if stale)."""
         with file_lock(self.root / "lock"):
-            self._ensure_lists(force=False)
+            self._ensure_lists()
             return parse_madison(self._apt("apt-cache", "madison", package))
-
-    def refresh(self) -> bool:
-        """Update the lists now unless that already happened in this run; True if it did."""
-        if self.lists in _updated_in_this_run:
-            return False
-        with file_lock(self.root / "lock"):
-            self._ensure_lists(force=True)
-        return True
 
     def download_source(self, package: str, version: str, dest: Path) -> Path:
         """The upstream (orig) tarball of a source package version, downloaded into `dest`."""
@@ -168,7 +161,7 @@ class DebianArchive:
         text = self._apt("apt-cache", "show", "--no-all-versions", *names, suite=suite)
         return {s["Package"]: s for s in parse_stanzas(text) if "Package" in s and "Version" in s}
 
-    def _ensure_lists(self, force: bool) -> None:
+    def _ensure_lists(self) -> None:
         """Write the private sources and apt.conf; run `apt-get update` when they changed or got old."""
         (self.lists / "partial").mkdir(parents=True, exist_ok=True)
         (self.root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
@@ -182,18 +175,21 @@ class DebianArchive:
             text = "".join(f"{kind} {option}{uri} {suite} main\n" for suite in suites for kind in kinds)
             changed |= _write_if_changed(self.root / f"sources-{name}.list", text)
         changed |= _write_if_changed(self.root / "apt.conf", self._conf())
+        (self.root / "status").touch()
+        if changed:
+            stamp.unlink(missing_ok=True)  # the lists were made for other sources: update before use
         try:
             age = time.time() - stamp.stat().st_mtime
         except OSError:
             age = float("inf")
-        if self.lists in _updated_in_this_run or not (force or changed or age > LIST_MAX_AGE):
+        if self.lists in _updated_in_this_run or age <= LIST_MAX_AGE:
             return
         self.progress(f"updating Debian package lists for {', '.join(self.suites)} in {self.lists} ...")
         _updated_in_this_run.add(self.lists)  # tried once per run, whatever the outcome
         try:
-            self._apt("apt-get", "update", timeout=600)
+            self._apt("apt-get", "update", "--error-on=any", timeout=600)  # a failed fetch is an error
         except ProvisionError:
-            if age == float("inf") or changed:
+            if age == float("inf"):
                 raise
             self.progress("apt-get update failed; using the package lists from the last update")
             return
@@ -206,21 +202,37 @@ class DebianArchive:
                 "#clear APT::Update::Post-Invoke-Success;\n",
                 f'Dir::Etc::sourceparts "{self.root / "no-parts"}";\n',
                 f'Dir::State::Lists "{self.lists}";\n',
+                f'Dir::State::status "{self.root / "status"}";\n',  # empty: ignore what is installed
                 f'Dir::Cache "{self.root / "cache"}";\n',
                 'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n',
             ]
         )
 
-    def _apt(self, tool: str, *args: str, cwd: Path | None = None, suite: str = "all", timeout: int = 120
-             ) -> str:
-        argv = [tool, "-q", "-c", str(self.root / "apt.conf"),
-                "-o", f"Dir::Etc::sourcelist={self.root / f'sources-{suite}.list'}"]
+    def _apt(
+        self, tool: str, *args: str, cwd: Path | None = None, suite: str = "all", timeout: int = 120
+    ) -> str:
+        argv = [
+            tool,
+            "-q",
+            "-c",
+            str(self.root / "apt.conf"),
+            "-o",
+            f"Dir::Etc::sourcelist={self.root / f'sources-{suite}.list'}",
+        ]
         if os.geteuid() == 0 and cwd is not None:
             argv += ["-o", "APT::Sandbox::User=root"]  # downloads land in our private temp dir
         env = dict(os.environ, LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
         try:
-            done = subprocess.run([*argv, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                                  timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                [*argv, *args],
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ProvisionError(f"{tool} {args[0]} failed: {exc}") from exc
         errors = [line[3:] for line in done.stderr.splitlines() if line.startswith("E: ")]
@@ -245,4 +257,3 @@ def _write_if_changed(path: Path, text: str) -> bool:
     partial.write_text(text)
     os.replace(partial, path)
     return True
-

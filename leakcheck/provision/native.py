@@ -37,7 +37,9 @@ class NativeBackend:
     def __enter__(self) -> NativeBackend:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._servers.clear()
         self._stack.close()
 

@@ -1,0 +1,158 @@
+"""Real PgBouncer 1.18, 1.24 and 1.26 resolved on this machine and started in front of a real PostgreSQL.
+
+The first run fetches and builds into the cache (about a minute); later runs find them there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from leakcheck.errors import LeakcheckError, ProvisionError, StartError
+from leakcheck.ini import PoolSettings
+from leakcheck.provision import bouncer_process, system
+from leakcheck.provision.base import Binary
+from leakcheck.provision.bouncer_binaries import resolve_bouncer
+from leakcheck.provision.bouncer_build import program_version
+from leakcheck.provision.bouncer_process import BouncerProcess
+from leakcheck.provision.pg_native import PgServer, resolve_pg
+from leakcheck.provision.system import ServerUser, cache_root, server_user
+from leakcheck.versions import Spec, Version, parse_spec
+
+pytestmark = pytest.mark.integration
+
+#: PostgreSQL to test against: the first of these this machine has or can fetch.
+PG_CANDIDATES = ("16", "15", "17", "18")
+
+
+def _no_progress(message: str) -> None:
+    pass
+
+
+def _resolve(raw: str) -> Binary:
+    return resolve_bouncer(parse_spec(raw, "--bouncer"), cache_root(), _no_progress)
+
+
+@pytest.fixture(scope="module")
+def user() -> ServerUser:
+    return server_user()
+
+
+@pytest.fixture(scope="module")
+def postgres(user: ServerUser) -> Iterator[PgServer]:
+    errors = []
+    for raw in PG_CANDIDATES:
+        try:
+            install = resolve_pg(parse_spec(raw, "--pg"), cache_root(), _no_progress)
+            break
+        except LeakcheckError as exc:
+            errors.append(str(exc))
+    else:
+        pytest.fail("no PostgreSQL to test against: " + " | ".join(errors))
+    with PgServer(install, cache_root(), user, _no_progress) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("raw", "exact"),
+    [("1.18", "1.18.0"), ("1.24", "1.24.1"), ("1.26", "1.26.1"),
+     ("1.18.0", "1.18.0"), ("1.24.1", "1.24.1"), ("1.26.1", "1.26.1")],
+)
+def test_each_reachable_version_resolves_to_the_release_its_binary_reports(raw: str, exact: str) -> None:
+    binary = _resolve(raw)
+    assert binary.version == Version.parse(exact)
+    assert program_version(binary.argv) == binary.version
+    assert binary.origin
+
+
+@pytest.mark.parametrize("raw", ["1.18", "1.24", "1.26"])
+def test_a_started_bouncer_answers_show_version_and_passes_select_1_through(
+    raw: str, postgres: PgServer, user: ServerUser
+) -> None:
+    binary = _resolve(raw)
+    with BouncerProcess(binary, PoolSettings(), postgres.host, postgres.port, user) as bouncer:
+        endpoint = bouncer.endpoint()
+        assert endpoint.host == "127.0.0.1"
+        with psycopg.connect(host=endpoint.host, port=endpoint.port, user=endpoint.user, dbname="pgbouncer",
+                             autocommit=True) as admin:
+            result = admin.pgconn.exec_(b"SHOW VERSION")
+            assert str(binary.version) in (result.get_value(0, 0) or b"").decode()
+        with psycopg.connect(endpoint.conninfo(), autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert conn.execute("SELECT current_database()").fetchone() == (endpoint.dbname,)
+    assert "process up" in bouncer.log_text() or "listening on" in bouncer.log_text()
+
+
+def test_leaving_stops_pgbouncer_and_removes_its_temp_dir(postgres: PgServer, user: ServerUser) -> None:
+    bouncer = BouncerProcess(_resolve("1.24"), PoolSettings(), postgres.host, postgres.port, user)
+    with bouncer:
+        tmpdir, port = bouncer.tmpdir, bouncer.port
+        assert tmpdir is not None and tmpdir.is_dir()
+    assert not tmpdir.exists()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_port_taken_before_pgbouncer_binds_it_is_retried_on_another(
+    postgres: PgServer, user: ServerUser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = iter([busy])
+        real_free_port = system.free_port
+        monkeypatch.setattr(bouncer_process, "free_port", lambda: next(ports, None) or real_free_port())
+        with BouncerProcess(_resolve("1.26"), PoolSettings(), postgres.host, postgres.port, user) as bouncer:
+            assert bouncer.port != busy
+            with psycopg.connect(bouncer.endpoint().conninfo(), autocommit=True) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_bouncer_that_exits_at_start_raises_with_its_log_and_leaves_nothing(user: ServerUser) -> None:
+    script = "echo 'FATAL cannot load config' >&2; exit 3"
+    failing = Binary(Version((1, 24, 1)), ("/bin/sh", "-c", script, "sh"), "a test stand-in")
+    bouncer = BouncerProcess(failing, PoolSettings(), "127.0.0.1", 1, user)
+    with pytest.raises(StartError, match="cannot load config") as raised:
+        bouncer.__enter__()
+    assert "exited with code 3" in str(raised.value)
+    assert bouncer.tmpdir is None
+
+
+def test_a_version_nobody_offers_fails_naming_every_attempt() -> None:
+    with pytest.raises(ProvisionError) as raised:
+        _resolve("1.21")
+    message = str(raised.value)
+    assert "\n" not in message
+    for tried in ("cache", "PATH", "LEAKCHECK_PGBOUNCER_TARBALLS", "Debian bookworm, trixie, sid (has "):
+        assert tried in message
+    assert message.startswith("could not obtain PgBouncer 1.21: tried ")
+
+
+def test_an_explicit_path_is_used_as_given() -> None:
+    path = _resolve("1.24.1").argv[0]
+    binary = resolve_bouncer(Spec(raw=path, path=Path(path)), cache_root(), _no_progress)
+    assert binary.version == Version((1, 24, 1)) and binary.argv == (path,)
+
+
+def test_an_explicit_path_that_is_not_pgbouncer_fails_at_once(tmp_path: Path) -> None:
+    missing = tmp_path / "pgbouncer"
+    with pytest.raises(ProvisionError, match="not a working pgbouncer"):
+        resolve_bouncer(Spec(raw=str(missing), path=missing), cache_root(), _no_progress)
+
+
+def test_the_cache_is_readable_by_the_user_servers_run_as(user: ServerUser) -> None:
+    binary = _resolve("1.26")
+    for part in binary.argv:
+        if part.startswith("/"):
+            for path in [Path(part), *Path(part).parents]:
+                if path == Path("/"):
+                    break
+                mode = path.stat().st_mode
+                assert mode & 0o005 == 0o005 if path.is_dir() else mode & 0o004, path
+    assert os.access(binary.argv[0], os.X_OK)
