@@ -83,6 +83,6 @@ class NativeBackend:
 
     def describe(self) -> Iterator[str]:
         for version, install in sorted(self._pgs.items()):
-            yield f"PostgreSQL {version}: {install.bindir} ({install.origin})"
+            yield f"PostgreSQL {version}: {install.bindir} (from {install.origin.split(' (')[0]})"
         for version, binary in sorted(self._bouncers.items()):
-            yield f"PgBouncer {version}: {' '.join(binary.argv)} ({binary.origin})"
+            yield f"PgBouncer {version}: {binary.argv[-1]} (from {binary.origin})"
