@@ -61,15 +61,27 @@ ensure_tools() {
 
 engine_up() { docker info > /dev/null 2>&1; }
 
-STARTED_HERE=0
+# the dockerd pid this script recorded, when that process still runs dockerd (pids get reused)
+recorded_dockerd() {
+    local pid
+    pid="$(cat "$STATE" 2> /dev/null || true)"
+    [[ -n "$pid" && "$(cat "/proc/$pid/comm" 2> /dev/null || true)" == dockerd ]] && echo "$pid"
+}
+
+STARTED_HERE=0  # read by run's EXIT trap
 start_engine() {
     ensure_tools
-    if engine_up; then log "a Docker engine already answers; using it"; return; fi
+    if engine_up; then
+        [[ -n "$(recorded_dockerd)" ]] || rm -f "$STATE"
+        log "a Docker engine already answers; using it"
+        return
+    fi
     [[ $EUID -eq 0 ]] || die "no Docker engine answers and starting dockerd needs root"
     mkdir -p "$CACHE"
     log "starting dockerd (log: $CACHE/dockerd.log)"
     setsid dockerd > "$CACHE/dockerd.log" 2>&1 < /dev/null &
     echo $! > "$STATE"
+    # shellcheck disable=SC2034  # read by run's EXIT trap
     STARTED_HERE=1
     for _ in $(seq 1 60); do
         if engine_up; then log "dockerd is ready"; return; fi
@@ -82,16 +94,20 @@ start_engine() {
 
 remove_leftovers() {
     local ids
-    ids="$(docker ps -aq --filter label=org.leakcheck.run 2> /dev/null || true)"
-    if [[ -n "$ids" ]]; then log "removing leftover leakcheck containers"; docker rm -f $ids > /dev/null || true; fi
-    ids="$(docker network ls -q --filter label=org.leakcheck.run 2> /dev/null || true)"
-    if [[ -n "$ids" ]]; then docker network rm $ids > /dev/null || true; fi
+    mapfile -t ids < <(docker ps -aq --filter label=org.leakcheck.run 2> /dev/null || true)
+    if ((${#ids[@]})); then log "removing leftover leakcheck containers"; docker rm -f "${ids[@]}" > /dev/null || true; fi
+    mapfile -t ids < <(docker network ls -q --filter label=org.leakcheck.run 2> /dev/null || true)
+    if ((${#ids[@]})); then docker network rm "${ids[@]}" > /dev/null || true; fi
 }
 
 stop_engine() {
-    if [[ ! -f "$STATE" ]]; then log "dockerd was not started by this script; leaving it running"; return; fi
     local pid
-    pid="$(cat "$STATE")"
+    pid="$(recorded_dockerd || true)"
+    if [[ -z "$pid" ]]; then
+        rm -f "$STATE"
+        log "no dockerd started by this script runs; nothing to stop"
+        return
+    fi
     if kill -0 "$pid" 2> /dev/null; then
         remove_leftovers
         log "stopping dockerd (pid $pid)"
@@ -260,8 +276,16 @@ run() {
     build_images
     pgbouncer_tarball > /dev/null
     while IFS= read -r line; do export "${line?}"; done < <(print_env)
-    local status=0
-    "$@" || status=$?
+    # CMD runs in the background so that a signal reaches this shell at once; it is passed on as
+    # SIGTERM (a background command ignores SIGINT), which leakcheck's plugin treats like Ctrl-C.
+    "$@" &
+    local child=$! status=0
+    trap 'kill -TERM "$child" 2> /dev/null || true' INT TERM
+    while :; do
+        status=0
+        wait "$child" || status=$?
+        kill -0 "$child" 2> /dev/null || break
+    done
     exit "$status"
 }
 

@@ -7,9 +7,9 @@ testcontainers' Ryuk reaper when that runs, or by the next run when the process 
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
+import re
 import signal
 import socket
 import threading
@@ -22,32 +22,43 @@ import docker.errors
 from docker.utils import parse_repository_tag
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer, Reaper
-from testcontainers.core.docker_client import DockerClient
+from testcontainers.core.docker_client import DockerClient, get_docker_host
 from testcontainers.core.labels import create_labels
 from testcontainers.core.network import Network
 
 from ..errors import ProvisionError, StartError
-from .containers_images import host_port, is_port_error, one_line
+from .containers_images import build_error_summary, build_log_lines, host_port, is_port_error, one_line
 
 RUN_LABEL = "org.leakcheck.run"
 OWNER_LABEL = "org.leakcheck.owner"
 RECIPE_LABEL = "org.leakcheck.recipe"
 
 Progress = Callable[[str], None]
+_STEP_IMAGE = re.compile(r"---> ([0-9a-f]{12})\b")
 
 
 def connect() -> DockerClient:
     """testcontainers' client for the engine named by DOCKER_HOST (or the default socket)."""
-    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    where = get_docker_host() or "unix:///var/run/docker.sock"
     try:
+        if where.startswith("unix://"):  # fail fast, without the SDK's retries and unclosed socket
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.settimeout(5)
+                probe.connect(where[len("unix://") :])
         client = DockerClient()
         client.client.ping()
     except Exception as exc:  # the SDK raises DockerException, requests' errors or OSError
         raise ProvisionError(
-            f"Docker is not reachable at {where} ({one_line(exc, 160)}): start the Docker engine "
+            f"Docker is not reachable at {where} ({reason(exc)}): start the Docker engine "
             "(or set DOCKER_HOST), or choose another backend"
         ) from None
     return client
+
+
+def reason(exc: BaseException) -> str:
+    """The useful part of a Docker SDK error, on one line."""
+    explanation = getattr(exc, "explanation", None)
+    return one_line(explanation or exc, 200)
 
 
 def start_reaper(progress: Progress) -> None:
@@ -59,7 +70,7 @@ def start_reaper(progress: Progress) -> None:
     except Exception as exc:
         testcontainers_config.ryuk_disabled = True
         progress(
-            f"testcontainers' Ryuk reaper did not start ({one_line(exc, 120)}); leakcheck removes its "
+            f"testcontainers' Ryuk reaper did not start ({reason(exc)}); leakcheck removes its "
             "containers itself (set TESTCONTAINERS_RYUK_DISABLED=true to skip this attempt)"
         )
 
@@ -132,7 +143,7 @@ class Engine:
             self.api.images.pull(repo, tag=tag or "latest")
         except docker.errors.DockerException as exc:
             raise ProvisionError(
-                f"image {name} is not on the Docker engine and pulling it failed ({one_line(exc, 160)}): "
+                f"image {name} is not on the Docker engine and pulling it failed ({reason(exc)}): "
                 f"pull or build it, or choose another image with {option}"
             ) from None
         return cast(dict[str, Any], self.api.images.get(name).attrs)
@@ -141,26 +152,48 @@ class Engine:
         return [tag for image in self.api.images.list() for tag in image.tags]
 
     def build(self, context: Path, tag: str, buildargs: dict[str, str], recipe: str) -> None:
-        """docker build, its log shown (tail) only when it fails."""
-        tail: collections.deque[str] = collections.deque(maxlen=30)
+        """docker build; when it fails, its log tail in the error and its intermediate images removed."""
+        before = {image.id for image in self.api.images.list(all=True)}
+        log = ""
         error = ""
+        steps: set[str] = set()
         try:
             for chunk in self.api.api.build(
                 path=str(context), tag=tag, buildargs=buildargs, rm=True, forcerm=True, decode=True,
                 labels={RECIPE_LABEL: recipe},
-            ):
-                tail.extend(line for line in str(chunk.get("stream", "")).splitlines() if line.strip())
-                if "error" in chunk:
-                    error = str(chunk["error"])
+            ):  # fmt: skip
+                text = str(chunk.get("stream", ""))
+                log = (log + text)[-20000:]
+                steps.update(_STEP_IMAGE.findall(text))
+                error = str(chunk.get("error", "")) or error
         except docker.errors.DockerException as exc:
-            error = str(exc)
-        if error:
-            log = "\n".join(tail)
-            raise ProvisionError(
-                f"building image {tag} failed ({one_line(error, 160)}): see the build log below; check the "
-                f"base image and the tarball source\n--- last lines of the build log ---\n{log}"
-            )
-        self.built.append(tag)
+            error = reason(exc)
+        if not error:
+            self.built.append(tag)
+            return
+        lines = build_log_lines(log)
+        self._remove_intermediates(before, steps)
+        tail = "\n".join(lines[-25:])
+        raise ProvisionError(
+            f"building image {tag} failed ({build_error_summary(error)}): check the base image and the "
+            f"tarball source, see the build log below\n--- last lines of the build log ---\n{tail}"
+        )
+
+    def _remove_intermediates(self, before: set[str | None], steps: set[str]) -> None:
+        """Untagged images a failed build left (children first: a parent can't go before them)."""
+        for _ in range(50):
+            left = [
+                image.id
+                for image in self.api.images.list(all=True)
+                if image.id not in before and not image.tags and str(image.id).split(":")[-1][:12] in steps
+            ]
+            removed = 0
+            for image_id in left:
+                with contextlib.suppress(docker.errors.DockerException):
+                    self.api.images.remove(image_id, force=True)
+                    removed += 1
+            if not removed:
+                return
 
     # --- containers -----------------------------------------------------------------------
 
@@ -168,15 +201,22 @@ class Engine:
         """Run `argv` in a throwaway container without network; its output."""
         kwargs: dict[str, Any] = {"user": user} if user else {}
         container = self.api.containers.create(
-            image, command=argv[1:], entrypoint=argv[:1], network_mode="none",
-            labels=create_labels(image, self.labels), **kwargs,
+            image,
+            command=argv[1:],
+            entrypoint=argv[:1],
+            network_mode="none",
+            labels=create_labels(image, self.labels),
+            **kwargs,
         )
         try:
             container.start()
             status = int(container.wait(timeout=60).get("StatusCode", -1))
             output = cast(bytes, container.logs(stdout=True, stderr=True)).decode(errors="replace")
         except Exception as exc:
-            raise ProvisionError(f"running `{' '.join(argv)}` in image {image} failed: {one_line(exc)}") from None
+            raise ProvisionError(
+                f"running `{' '.join(argv)}` in image {image} failed ({reason(exc)}): "
+                f"the image must have {argv[0]} on its PATH"
+            ) from None
         finally:
             with contextlib.suppress(docker.errors.DockerException):
                 container.remove(force=True)
@@ -201,16 +241,19 @@ class Engine:
             if is_port_error(str(exc)):
                 raise StartError(
                     f"{what} did not start: Docker could not publish its port on 127.0.0.1 "
-                    f"({one_line(exc, 160)}): free a port range or check the engine's port publishing"
+                    f"({reason(exc)}): free a port range or check the engine's port publishing"
                 ) from None
-            raise StartError(f"{what} did not start: {one_line(exc)}") from None
+            raise StartError(f"{what} did not start: {reason(exc)}") from None
 
     def published_port(self, container: DockerContainer, port: int, what: str) -> int:
         wrapped = container.get_wrapped_container()
         wrapped.reload()
         found = host_port(wrapped.attrs.get("NetworkSettings", {}).get("Ports") or {}, port)
         if found is None:
-            raise StartError.with_log(what, f"port {port} was not published on 127.0.0.1", self.logs(container))
+            status, code = self.state(container)
+            why = f"its container {status} with code {code}" if status in ("exited", "dead") else ""
+            why = why or f"port {port} was not published on 127.0.0.1"
+            raise StartError.with_log(what, why, self.logs(container))
         return found
 
     def state(self, container: DockerContainer) -> tuple[str, int]:

@@ -63,7 +63,9 @@ def local_tarballs(setting: str | None) -> dict[Version, Path]:
             files = sorted(path.iterdir())
         elif path.is_file():
             if not _TARBALL.match(path.name):
-                raise UsageError.bad_value(TARBALLS_ENV, item, "files named pgbouncer-X.Y.Z.tar.gz, or folders of them")
+                raise UsageError.bad_value(
+                    TARBALLS_ENV, item, "files named pgbouncer-X.Y.Z.tar.gz, or folders of them"
+                )
             files = [path]
         else:
             raise UsageError.bad_value(TARBALLS_ENV, item, "an existing file or folder")
@@ -81,6 +83,16 @@ def pick_build_version(wanted: Version, available: Iterable[Version]) -> Version
         return wanted
     matching = [v for v in available if len(v.parts) >= 3 and wanted.matches(v)]
     return max(matching) if matching else None
+
+
+def versions_in_tags(template: str, tags: Iterable[str]) -> list[Version]:
+    """Exact versions of the images named like `template`, e.g. leakcheck/pgbouncer:1.24.1."""
+    if "{version}" not in template:
+        return []
+    pattern = re.escape(template).replace(re.escape("{version}"), r"(\d+\.\d+\.\d+)", 1)
+    pattern = pattern.replace(re.escape("{version}"), r"\d+\.\d+\.\d+").replace(re.escape("{major}"), r"\d+")
+    compiled = re.compile(f"^{pattern}$")
+    return [Version.parse(m.group(1)) for m in map(compiled.match, tags) if m]
 
 
 def pgbouncer_dockerfile() -> Path:
@@ -148,7 +160,11 @@ def host_port(ports: Mapping[str, object], container_port: int) -> int | None:
     if not isinstance(bindings, list):
         return None
     for binding in bindings:
-        if isinstance(binding, dict) and binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
+        if (
+            isinstance(binding, dict)
+            and binding.get("HostIp") in ("127.0.0.1", "")
+            and binding.get("HostPort")
+        ):
             return int(binding["HostPort"])
     return None
 
@@ -158,8 +174,27 @@ def is_port_error(message: str) -> bool:
     text = message.lower()
     return any(
         marker in text
-        for marker in ("port is already allocated", "address already in use", "programming external connectivity")
+        for marker in (
+            "port is already allocated",
+            "address already in use",
+            "programming external connectivity",
+        )
     )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_FAILED_STEP = re.compile(r"^The command '.*' returned a non-zero code: (\d+)$", re.DOTALL)
+
+
+def build_log_lines(text: str) -> list[str]:
+    """A classic-builder log as plain lines (no colour codes, no blank lines)."""
+    return [line.rstrip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
+
+
+def build_error_summary(error: str) -> str:
+    """Docker's build error, without the whole RUN command it repeats."""
+    failed = _FAILED_STEP.match(error.strip())
+    return f"a RUN step exited with code {failed.group(1)}" if failed else one_line(error, 160)
 
 
 def one_line(text: object, limit: int = 240) -> str:

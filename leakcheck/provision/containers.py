@@ -1,0 +1,297 @@
+"""The containers backend: PostgreSQL and PgBouncer from Docker images (`--backend=containers`).
+
+PostgreSQL comes from an image template, by default the official `postgres:{version}`.
+PgBouncer comes from an image template the user names, or from leakcheck/pgbouncer:<version>,
+built from docker/pgbouncer/Dockerfile (a release tarball: local, or downloaded) and kept for
+later runs. Each PostgreSQL runs on a private network of this run, as `postgres`; PgBouncer
+containers join that network; clients use ports published on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import psycopg
+from psycopg import sql
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
+
+from ..errors import ProbeError, ProvisionError, StartError, UsageError
+from ..ini import PoolSettings
+from ..versions import Spec, Version, version_in_output
+from . import containers_images as img
+from .base import DBNAME, OTHER_ROLE, USER, Endpoint
+from .containers_admin import query_postgres, reset_pool, show_version
+from .containers_engine import RECIPE_LABEL, Engine, sigint_deferred, start_reaper
+from .system import cache_root, file_lock
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class _Image:
+    name: str
+    version: Version
+    origin: str
+    user: str | None = None  # who the server runs as, when not the image's own USER
+
+
+@dataclass
+class _Running:
+    container: DockerContainer
+    endpoint: Endpoint
+    network: Network | None = None
+
+
+class ContainersBackend:
+    """Servers in Docker containers, removed when the backend exits (also on failure and Ctrl-C).
+
+    Images leakcheck builds for PgBouncer are kept, tagged by version, for reuse by later runs;
+    `keep_built_images=False` removes the ones this run built.
+    """
+
+    name = "containers"
+
+    def __init__(
+        self,
+        pg_image: str = img.DEFAULT_PG_IMAGE,
+        bouncer_image: str | None = None,
+        bouncer_tarball_url: str = img.UPSTREAM_TARBALL_URL,
+        progress: Callable[[str], None] = print,
+        *,
+        bouncer_base_image: str | None = None,
+        bouncer_build_tag: str = img.DEFAULT_BUILD_TAG,
+        keep_built_images: bool = True,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self._pg_template = img.check_template(pg_image, "--pg-image")
+        self._bouncer_template = (
+            img.check_template(bouncer_image, "--bouncer-image") if bouncer_image else None
+        )
+        self._tarball_url = img.check_template(bouncer_tarball_url, "bouncer_tarball_url")
+        self._base_image = bouncer_base_image or os.environ.get(img.BASE_IMAGE_ENV) or img.DEFAULT_BASE_IMAGE
+        self._build_tag = img.check_template(bouncer_build_tag, "bouncer_build_tag")
+        self._keep_built = keep_built_images
+        self._timeout = start_timeout
+        self._progress = progress
+        self._engine: Engine | None = None
+        self._specs: dict[tuple[str, str], Version] = {}
+        self._pg_images: dict[Version, _Image] = {}
+        self._bouncer_images: dict[Version, _Image] = {}
+        self._postgres: dict[Version, _Running] = {}
+        self._bouncers: dict[tuple[Version, Version, PoolSettings], _Running] = {}
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> ContainersBackend:
+        engine = Engine(self._progress)
+        self._engine = engine
+        try:
+            engine.sweep_stale()
+            start_reaper(self._progress)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        engine, self._engine = self._engine, None
+        if engine is None:
+            return
+        with sigint_deferred(self._progress):
+            problems = engine.close(remove_built=not self._keep_built)
+        self._postgres.clear()
+        self._bouncers.clear()
+        for problem in problems:
+            self._progress(f"could not remove {problem}; remove it with docker rm/network rm/rmi")
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise ProbeError("the containers backend is used outside its `with` block")
+        return self._engine
+
+    # --- resolving ------------------------------------------------------------------------
+
+    def resolve_pg(self, spec: Spec) -> Version:
+        wanted = _version_only(spec, "--pg")
+        key = ("pg", str(wanted))
+        if key not in self._specs:
+            name = img.image_name(self._pg_template, wanted, "--pg-image")
+            self.engine.ensure_image(name, "--pg-image")
+            exact = self._version_in(
+                name, ["postgres", "--version"], None, wanted, "PostgreSQL", "--pg-image"
+            )
+            self._pg_images.setdefault(exact, _Image(name, exact, f"image {name}"))
+            self._specs[key] = exact
+        return self._specs[key]
+
+    def resolve_bouncer(self, spec: Spec) -> Version:
+        wanted = _version_only(spec, "--bouncer")
+        key = ("bouncer", str(wanted))
+        if key not in self._specs:
+            image = self._named_bouncer(wanted) if self._bouncer_template else self._built_bouncer(wanted)
+            self._bouncer_images.setdefault(image.version, image)
+            self._specs[key] = image.version
+        return self._specs[key]
+
+    def _named_bouncer(self, wanted: Version) -> _Image:
+        name = img.image_name(cast(str, self._bouncer_template), wanted, "--bouncer-image")
+        attrs = self.engine.ensure_image(name, "--bouncer-image")
+        user = img.UNPRIVILEGED_USER if img.runs_as_root(str(attrs["Config"].get("User") or "")) else None
+        exact = self._version_in(
+            name, ["pgbouncer", "--version"], user, wanted, "PgBouncer", "--bouncer-image"
+        )
+        return _Image(name, exact, f"image {name}", user)
+
+    def _built_bouncer(self, wanted: Version) -> _Image:
+        tarballs = img.local_tarballs(os.environ.get(img.TARBALLS_ENV))
+        exact = img.pick_build_version(
+            wanted, [*tarballs, *img.versions_in_tags(self._build_tag, self.engine.tags())]
+        )
+        if exact is None:
+            raise UsageError(
+                f"--bouncer={wanted}: building PgBouncer needs an exact release such as {wanted}.0; "
+                f"or put pgbouncer-X.Y.Z.tar.gz in ${img.TARBALLS_ENV}, or name an image with --bouncer-image"
+            )
+        tag = img.image_name(self._build_tag, exact, "bouncer_build_tag")
+        recipe = hashlib.sha256(img.pgbouncer_dockerfile().read_bytes()).hexdigest()[:16]
+        with file_lock(cache_root() / "locks" / f"pgbouncer-image-{exact}.lock"):
+            attrs = self.engine.image_attrs(tag)
+            labels = (attrs or {}).get("Config", {}).get("Labels") or {}
+            if attrs is not None and labels.get(RECIPE_LABEL) in (None, recipe):
+                return _Image(tag, exact, f"image {tag} (built earlier)")
+            tarball = tarballs.get(exact)
+            source = tarball.name if tarball else self._tarball_url.format(version=str(exact))
+            self.engine.ensure_image(self._base_image, f"${img.BASE_IMAGE_ENV}")
+            self._progress(f"building {tag} from {source} on {self._base_image} (about a minute)")
+            with tempfile.TemporaryDirectory(prefix="leakcheck-build-") as context:
+                img.write_build_context(Path(context), exact, tarball)
+                args = img.build_args(exact, self._base_image, self._tarball_url)
+                self.engine.build(Path(context), tag, args, recipe)
+        return _Image(tag, exact, f"image {tag} (built now from {source})")
+
+    def _version_in(
+        self, image: str, argv: list[str], user: str | None, wanted: Version, what: str, option: str
+    ) -> Version:
+        output = self.engine.run_once(image, argv, user)
+        exact = version_in_output(output)
+        if exact is None or not wanted.matches(exact):
+            found = f"{what} {exact}" if exact else f"no version in {img.one_line(output, 80)!r}"
+            raise ProvisionError(f"image {image} holds {found}, not {what} {wanted}: fix {option}")
+        return exact
+
+    # --- servers --------------------------------------------------------------------------
+
+    def postgres(self, pg: Version) -> Endpoint:
+        return self._running_pg(pg).endpoint
+
+    def _running_pg(self, pg: Version) -> _Running:
+        if pg in self._postgres:
+            return self._postgres[pg]
+        image = self._pg_images.get(pg) or self._pg_images[self.resolve_pg(Spec(str(pg), version=pg))]
+        what = f"PostgreSQL {pg} ({image.name})"
+        network = self.engine.network(f"pg{pg}")
+        container = (
+            DockerContainer(image.name)
+            .with_name(f"leakcheck-{self.engine.run_id}-pg{pg}")
+            .with_network(network)
+            .with_network_aliases(img.PG_ALIAS)
+            .with_envs(POSTGRES_USER=USER, POSTGRES_DB=DBNAME, POSTGRES_HOST_AUTH_METHOD="trust")
+            .with_command(["postgres", "-c", "fsync=off"])
+            .with_kwargs(labels=dict(self.engine.labels))
+        )
+        running = self._start(container, what, img.PG_PORT, network)
+        self._postgres[pg] = running
+        self._wait_ready(running, what, query_postgres)
+        with psycopg.connect(running.endpoint.conninfo(), autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(OTHER_ROLE)))
+            conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(OTHER_ROLE), sql.Identifier(USER)))
+        return running
+
+    @contextlib.contextmanager
+    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings) -> Iterator[Endpoint]:
+        key = (pg, bouncer, settings)
+        running = self._bouncers.get(key)
+        if running is not None and self.engine.state(running.container)[0] != "running":
+            self._progress(f"PgBouncer {bouncer} in front of PostgreSQL {pg} had exited; starting a new one")
+            self.engine.remove(running.container)
+            running = None
+        if running is None:
+            running = self._start_bouncer(pg, bouncer, settings, len(self._bouncers))
+            self._bouncers[key] = running
+        reset_pool(running.endpoint)
+        yield running.endpoint
+
+    def _start_bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, n: int) -> _Running:
+        server = self._running_pg(pg)
+        if bouncer not in self._bouncer_images:
+            self.resolve_bouncer(Spec(str(bouncer), version=bouncer))
+        image = self._bouncer_images[bouncer]
+        what = f"PgBouncer {bouncer} ({image.name}, {settings.mode.value} pool of {settings.pool_size})"
+        kwargs: dict[str, Any] = {"labels": dict(self.engine.labels), "entrypoint": ["pgbouncer"]}
+        if image.user:
+            kwargs["user"] = image.user
+        container = (
+            DockerContainer(image.name)
+            .with_name(f"leakcheck-{self.engine.run_id}-pgbouncer{bouncer}-pg{pg}-{n}")
+            .with_network(cast(Network, server.network))
+            .with_command([f"{img.CONFIG_DIR}/pgbouncer.ini"])
+            .with_kwargs(**kwargs)
+        )
+        for path, data in img.bouncer_files(settings).items():
+            container.with_copy_into_container(data, path, 0o644)
+        running = self._start(container, what, img.BOUNCER_PORT, None)
+        self._wait_ready(running, what, show_version)
+        return running
+
+    def _start(self, container: DockerContainer, what: str, port: int, network: Network | None) -> _Running:
+        # Publish on 127.0.0.1 only, on a port the engine picks (docker-py's (address, port) form).
+        cast(dict[str, Any], container.ports)[f"{port}/tcp"] = (LOOPBACK, None)
+        self.engine.start(container, what)
+        host_port = self.engine.published_port(container, port, what)
+        return _Running(container, Endpoint(LOOPBACK, host_port), network)
+
+    def _wait_ready(self, running: _Running, what: str, check: Callable[[Endpoint], None]) -> None:
+        deadline = time.monotonic() + self._timeout
+        last = "no attempt yet"
+        while True:
+            try:
+                check(running.endpoint)
+                return
+            except psycopg.Error as exc:
+                last = img.one_line(exc, 160)
+            status, code = self.engine.state(running.container)
+            if status in ("exited", "dead"):
+                reason = f"its container exited with code {code} (last connection error: {last})"
+                raise StartError.with_log(what, reason, self.engine.logs(running.container))
+            if time.monotonic() > deadline:
+                reason = f"no answer within {self._timeout:.0f} s (last error: {last})"
+                raise StartError.with_log(what, reason, self.engine.logs(running.container))
+            time.sleep(0.2)
+
+    def describe(self) -> Iterator[str]:
+        ryuk = "off" if testcontainers_config.ryuk_disabled else "on"
+        where = os.environ.get("DOCKER_HOST") or "the default socket"
+        yield f"containers backend: Docker engine at {where}, Ryuk {ryuk}"
+        for kind, images in (("PostgreSQL", self._pg_images), ("PgBouncer", self._bouncer_images)):
+            for image in images.values():
+                yield f"{kind} {image.version}: {image.origin}"
+
+
+def _version_only(spec: Spec, option: str) -> Version:
+    if spec.version is None:
+        raise UsageError(
+            f"{option}={spec.raw}: the containers backend takes versions (e.g. {option}=16) and images from "
+            f"{option}-image templates; paths to binaries are for --backend=native"
+        )
+    return spec.version

@@ -1,0 +1,211 @@
+"""The containers backend's pure parts: image templates, tarballs, build inputs, PgBouncer's files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from leakcheck.errors import ProvisionError, UsageError
+from leakcheck.ini import PoolMode, PoolSettings
+from leakcheck.provision import containers_images as img
+from leakcheck.versions import Version
+
+V = Version.parse
+
+
+def test_an_image_template_takes_the_version_as_asked() -> None:
+    assert img.image_name("postgres:{version}", V("16"), "--pg-image") == "postgres:16"
+    assert img.image_name("postgres:{version}", V("16.4"), "--pg-image") == "postgres:16.4"
+
+
+def test_an_image_template_may_use_the_major_version() -> None:
+    assert (
+        img.image_name("registry.example/pg{major}:latest", V("17.2"), "--pg-image")
+        == "registry.example/pg17:latest"
+    )
+
+
+def test_an_image_template_without_fields_names_one_image_for_every_version() -> None:
+    assert img.image_name("my/pgbouncer:stable", V("1.24"), "--bouncer-image") == "my/pgbouncer:stable"
+
+
+@pytest.mark.parametrize(
+    "template", ["postgres:{ver}", "postgres:{0}", "postgres:{version", "", "post gres:{version}"]
+)
+def test_a_bad_image_template_is_a_usage_error_naming_the_option(template: str) -> None:
+    with pytest.raises(UsageError, match="--pg-image"):
+        img.check_template(template, "--pg-image")
+
+
+def test_local_tarballs_are_found_in_a_folder_under_upstream_and_debian_names(tmp_path: Path) -> None:
+    (tmp_path / "pgbouncer-1.24.1.tar.gz").write_bytes(b"x")
+    (tmp_path / "pgbouncer_1.23.1.orig.tar.gz").write_bytes(b"x")
+    (tmp_path / "pgbouncer-1.24.1.tar.gz.asc").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("x")
+    found = img.local_tarballs(str(tmp_path))
+    assert found == {
+        V("1.24.1"): tmp_path / "pgbouncer-1.24.1.tar.gz",
+        V("1.23.1"): tmp_path / "pgbouncer_1.23.1.orig.tar.gz",
+    }
+
+
+def test_local_tarballs_may_be_single_files_joined_with_colons(tmp_path: Path) -> None:
+    one = tmp_path / "pgbouncer-1.24.1.tar.gz"
+    two = tmp_path / "pgbouncer-1.25.0.tar.gz"
+    one.write_bytes(b"x")
+    two.write_bytes(b"x")
+    assert set(img.local_tarballs(f"{one}:{two}")) == {V("1.24.1"), V("1.25.0")}
+
+
+def test_no_tarball_setting_means_no_local_tarballs() -> None:
+    assert img.local_tarballs(None) == {}
+    assert img.local_tarballs("") == {}
+
+
+def test_a_missing_or_misnamed_tarball_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="LEAKCHECK_PGBOUNCER_TARBALLS"):
+        img.local_tarballs(str(tmp_path / "absent"))
+    odd = tmp_path / "pgbouncer.tgz"
+    odd.write_bytes(b"x")
+    with pytest.raises(UsageError, match="pgbouncer-X.Y.Z.tar.gz"):
+        img.local_tarballs(str(odd))
+
+
+def test_an_exact_version_is_built_as_asked() -> None:
+    assert img.pick_build_version(V("1.24.1"), []) == V("1.24.1")
+
+
+def test_a_short_version_builds_the_newest_matching_release_available() -> None:
+    available = [V("1.24.0"), V("1.24.1"), V("1.25.1"), V("1.2.4")]
+    assert img.pick_build_version(V("1.24"), available) == V("1.24.1")
+
+
+def test_a_short_version_with_no_matching_release_cannot_be_built() -> None:
+    assert img.pick_build_version(V("1.23"), [V("1.24.1")]) is None
+
+
+def test_versions_are_read_back_from_tags_built_earlier() -> None:
+    tags = ["leakcheck/pgbouncer:1.24.1", "leakcheck/pgbouncer:1.24", "other/pgbouncer:1.25.0", "postgres:16"]
+    assert img.versions_in_tags("leakcheck/pgbouncer:{version}", tags) == [V("1.24.1")]
+    assert img.versions_in_tags("leakcheck/pgbouncer:stable", tags) == []
+
+
+def test_build_args_fill_the_tarball_url_template() -> None:
+    args = img.build_args(V("1.24.1"), "debian:bookworm-slim", img.UPSTREAM_TARBALL_URL)
+    assert args == {
+        "PGBOUNCER_VERSION": "1.24.1",
+        "BASE_IMAGE": "debian:bookworm-slim",
+        "TARBALL_URL": "https://www.pgbouncer.org/downloads/files/1.24.1/pgbouncer-1.24.1.tar.gz",
+    }
+
+
+def test_the_build_context_holds_the_dockerfile_and_the_local_tarball_under_its_upstream_name(
+    tmp_path: Path,
+) -> None:
+    tarball = tmp_path / "pgbouncer_1.24.1.orig.tar.gz"
+    tarball.write_bytes(b"tarball")
+    context = tmp_path / "context"
+    context.mkdir()
+    img.write_build_context(context, V("1.24.1"), tarball)
+    assert "ARG PGBOUNCER_VERSION" in (context / "Dockerfile").read_text()
+    assert (context / "tarballs" / "pgbouncer-1.24.1.tar.gz").read_bytes() == b"tarball"
+
+
+def test_the_build_context_without_a_local_tarball_still_has_a_tarballs_folder(tmp_path: Path) -> None:
+    img.write_build_context(tmp_path, V("1.24.1"), None)
+    assert [p.name for p in (tmp_path / "tarballs").iterdir()] == [".keep"]
+
+
+def test_the_dockerfile_takes_version_base_image_and_tarball_url_and_runs_unprivileged() -> None:
+    text = img.pgbouncer_dockerfile().read_text()
+    for needed in ("ARG BASE_IMAGE", "ARG PGBOUNCER_VERSION", "ARG TARBALL_URL", "USER pgbouncer"):
+        assert needed in text
+
+
+def test_pgbouncer_in_a_container_listens_everywhere_and_reaches_postgres_by_alias() -> None:
+    files = img.bouncer_files(PoolSettings(PoolMode.TRANSACTION, 1))
+    ini = files["/leakcheck/pgbouncer.ini"].decode()
+    assert "leakcheck = host=postgres port=5432 dbname=leakcheck user=leakcheck" in ini
+    assert "listen_addr = 0.0.0.0" in ini
+    assert "listen_port = 6432" in ini
+    assert "logfile = \n" in ini
+    assert "pool_mode = transaction" in ini
+    assert "default_pool_size = 1" in ini
+    assert "auth_file = /leakcheck/userlist.txt" in ini
+    assert files["/leakcheck/userlist.txt"] == b'"leakcheck" ""\n'
+
+
+@pytest.mark.parametrize(
+    ("user", "root"),
+    [("", True), ("root", True), ("0", True), ("0:0", True), ("pgbouncer", False), ("999:999", False)],
+)
+def test_an_image_user_is_root_when_empty_or_zero(user: str, root: bool) -> None:
+    assert img.runs_as_root(user) is root
+
+
+def test_the_published_port_is_read_from_the_loopback_binding() -> None:
+    ports = {"5432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "32768"}]}
+    assert img.host_port(ports, 5432) == 32768
+    assert img.host_port({"5432/tcp": None}, 5432) is None
+    assert img.host_port({}, 6432) is None
+
+
+def test_port_publishing_failures_are_recognised() -> None:
+    assert img.is_port_error(
+        "driver failed programming external connectivity on endpoint x: bind: address already in use"
+    )
+    assert img.is_port_error("Bind for 127.0.0.1:5432 failed: port is already allocated")
+    assert not img.is_port_error("No such image: postgres:16")
+
+
+def test_a_failed_build_step_is_summarised_without_repeating_the_command() -> None:
+    error = "The command '/bin/sh -c set -eux; \\\n  make' returned a non-zero code: 2"
+    assert img.build_error_summary(error) == "a RUN step exited with code 2"
+    assert img.build_error_summary("pull access denied") == "pull access denied"
+
+
+def test_build_logs_lose_colour_codes_and_blank_lines() -> None:
+    text = "\x1b[91m+ make\n\x1b[0m\n\nerror: boom\n"
+    assert img.build_log_lines(text) == ["+ make", "error: boom"]
+
+
+def test_a_long_error_is_squeezed_onto_one_line() -> None:
+    assert img.one_line("a\n  b\tc") == "a b c"
+    assert img.one_line("x" * 300, limit=20) == "x" * 17 + "..."
+
+
+def test_a_missing_dockerfile_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(img, "__file__", str(tmp_path / "a" / "b" / "containers_images.py"))
+    with pytest.raises(ProvisionError, match="--bouncer-image"):
+        img.pgbouncer_dockerfile()
+
+
+def test_only_containers_of_ended_processes_on_this_host_are_stale() -> None:
+    engine = pytest.importorskip("leakcheck.provision.containers_engine")
+    alive = {100}.__contains__
+    assert engine.stale_owner("vm:200", "vm", alive)
+    assert not engine.stale_owner("vm:100", "vm", alive)
+    assert not engine.stale_owner("other:200", "vm", alive)
+    assert not engine.stale_owner("garbage", "vm", alive)
+
+
+def test_an_unreachable_docker_engine_is_a_one_line_provision_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    containers = pytest.importorskip("leakcheck.provision.containers")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with (
+        pytest.raises(
+            ProvisionError, match="Docker is not reachable at unix:///nonexistent/docker.sock"
+        ) as info,
+        containers.ContainersBackend(),
+    ):
+        pass
+    assert "\n" not in str(info.value)
+
+
+def test_a_path_is_refused_with_a_pointer_to_the_native_backend() -> None:
+    containers = pytest.importorskip("leakcheck.provision.containers")
+    from leakcheck.versions import parse_spec
+
+    with pytest.raises(UsageError, match="--backend=native"):
+        containers.ContainersBackend().resolve_pg(parse_spec("/usr/lib/postgresql/16/bin", "--pg"))
