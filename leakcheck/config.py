@@ -25,7 +25,8 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--probes", "leakcheck_probes", "probe ids to run, comma separated (default all)", "all"),
     ("--controls", "leakcheck_controls", "also run every probe on the direct and session-mode controls: "
      "yes or no (default yes)", "yes"),
-    ("--backend", "leakcheck_backend", "where servers come from: native or containers (default native)", "native"),
+    ("--backend", "leakcheck_backend", "where servers come from: native, containers, or auto (containers when "
+     "a Docker engine answers, else native); default native", "native"),
     ("--expect", "leakcheck_expect", "a matrices/*.json of expected verdicts: a probe passes when its "
      "verdict matches, fails when it differs (the pre-upgrade gate)", None),
     ("--record", "leakcheck_record", "write the measured verdicts to this matrices/*.json file", None),
@@ -84,8 +85,8 @@ class Config:
         if controls not in ("yes", "no"):
             raise UsageError.bad_value("--controls", controls, "yes or no")
         backend = get("leakcheck_backend").strip().lower()
-        if backend not in ("native", "containers"):
-            raise UsageError.bad_value("--backend", backend, "native or containers")
+        if backend not in ("native", "containers", "auto"):
+            raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         expect, record = raw.get("leakcheck_expect"), raw.get("leakcheck_record")
         return cls(
             pg=parse_spec_list(raw.get("leakcheck_pg") or DEFAULT_PG, "--pg"),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .config import Config
+from .errors import LeakcheckError
 from .matrices import compare, load
 from .probes import Probe
 from .provision.base import Backend
@@ -15,8 +16,24 @@ from .verdicts import Outcome, Route, Verdict
 from .versions import Version
 
 
+def choose_backend(requested: str) -> tuple[str, str]:
+    """The backend to use and why (`auto`: containers when a Docker engine answers, else native)."""
+    if requested != "auto":
+        return requested, f"--backend={requested}"
+    try:
+        from .provision.containers_engine import connect
+    except ImportError:
+        return "native", "auto: testcontainers is not installed (pip install 'leakcheck[containers]')"
+    try:
+        connect().client.close()
+    except LeakcheckError as exc:
+        return "native", f"auto: {exc}"
+    return "containers", "auto: a Docker engine answered"
+
+
 def make_backend(config: Config, progress: Callable[[str], None]) -> Backend:
-    if config.backend == "containers":
+    """The backend `config.backend` names (`auto` decided by `choose_backend`)."""
+    if choose_backend(config.backend)[0] == "containers":
         from .provision.containers import ContainersBackend
 
         backend: Backend = ContainersBackend(
@@ -36,11 +53,24 @@ class Lab:
     _backend: Backend | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _expected: Mapping[str, Verdict] | None = None
+    _choice: tuple[str, str] | None = None
+
+    @property
+    def choice(self) -> tuple[str, str]:
+        """The backend this run uses and why (decided once)."""
+        if self._choice is None:
+            self._choice = choose_backend(self.config.backend)
+        return self._choice
+
+    @property
+    def why(self) -> str:
+        return f"backend {self.choice[0]} ({self.choice[1]})"
 
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            self._backend = self._stack.enter_context(make_backend(self.config, self.progress))
+            chosen = replace(self.config, backend=self.choice[0])
+            self._backend = self._stack.enter_context(make_backend(chosen, self.progress))
         return self._backend
 
     def close(self) -> None:

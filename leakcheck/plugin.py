@@ -47,6 +47,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: needs real PostgreSQL/PgBouncer processes")
     config.addinivalue_line("markers", "containers: needs a Docker engine")
+    config.addinivalue_line("markers", "leakcheck: a generated leak-matrix test (test_leak / test_control)")
     try:
         settings = Config.from_pytest(config)
     except LeakcheckError as exc:
@@ -65,11 +66,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(restore)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lab = config.stash.get(LAB, None)
+    return [f"leakcheck: {lab.why}"] if lab is not None else []
+
+
 class LeakMatrix(pytest.Collector):
     """The parent node of every generated leak test ('leakcheck::test_leak[...]')."""
 
+    def __init__(self, *, lab: Lab, generated: list[tuple[str, Probe, Target]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lab, self.generated = lab, generated
+
     def collect(self) -> list[pytest.Item | pytest.Collector]:
-        return []
+        items: list[pytest.Item | pytest.Collector] = []
+        for name, probe, target in self.generated:
+            item = LeakItem.from_parent(self, name=name, probe=probe, target=target, lab=self.lab)
+            item.add_marker("leakcheck")
+            items.append(item)
+        return items
 
 
 class LeakItem(pytest.Item):
@@ -105,12 +120,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if lab is None:
         return
     try:
-        generated = list(lab.items())
+        generated = list(lab.items())  # resolves every version: bad input stops the run here
     except LeakcheckError as exc:
         raise pytest.UsageError(str(exc)) from None
-    matrix = LeakMatrix.from_parent(session, name="leakcheck", nodeid="leakcheck")
-    for name, probe, target in generated:
-        items.append(LeakItem.from_parent(matrix, name=name, probe=probe, target=target, lab=lab))
+    # genitems reports the collection like any other, so counts, -k and --collect-only see the tests.
+    matrix = LeakMatrix.from_parent(session, name="leakcheck", nodeid="leakcheck", lab=lab, generated=generated)
+    items.extend(session.genitems(matrix))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

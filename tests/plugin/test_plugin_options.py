@@ -9,7 +9,7 @@ def test_without_pg_or_bouncer_no_leak_tests_are_generated(pytester: pytest.Pyte
     pytester.makepyfile("def test_plain(): pass")
     result = pytester.runpytest_inprocess("-q")
     result.assert_outcomes(passed=1)
-    assert "leakcheck" not in result.stdout.str()
+    assert "test_leak" not in result.stdout.str() and "leakcheck matrix" not in result.stdout.str()
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,9 @@ def test_the_help_lists_the_options_with_their_ini_keys(pytester: pytest.Pyteste
     for flag in ("--pg", "--bouncer", "--drivers", "--probes", "--controls", "--backend", "--expect", "--record"):
         assert flag in text
     assert "leakcheck_pg" in text and "leakcheck_expect" in text
+
+
+def test_auto_says_in_the_header_which_backend_runs_and_why(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--pg=16", "--backend=auto", "--collect-only", "--probes=timezone",
+                                          "--drivers=psycopg", "--controls=no")
+    result.stdout.fnmatch_lines(["leakcheck: backend * (auto: *)", "collected 1 item"])
