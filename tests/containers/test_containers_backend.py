@@ -25,6 +25,7 @@ from leakcheck.errors import ProvisionError, StartError  # noqa: E402
 from leakcheck.ini import PoolMode, PoolSettings  # noqa: E402
 from leakcheck.provision.base import OTHER_ROLE, Endpoint  # noqa: E402
 from leakcheck.provision.containers import ContainersBackend  # noqa: E402
+from leakcheck.provision.containers_engine import connect  # noqa: E402
 from leakcheck.versions import Version, parse_spec  # noqa: E402
 
 pytestmark = pytest.mark.containers
@@ -34,12 +35,11 @@ POOL_OF_ONE = PoolSettings(PoolMode.TRANSACTION, 1)
 
 def _engine_or_skip() -> DockerClient:
     try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:
-        pytest.skip(
-            f"no Docker engine answers ({exc.__class__.__name__}); scripts/ci-docker.sh start runs one"
-        )
+        connect().client.close()  # fails fast, without leaving the SDK's socket open
+    except ProvisionError as exc:
+        pytest.skip(f"{exc}; scripts/ci-docker.sh start runs one")
+    client = docker.from_env()
+    client.ping()
     return client
 
 
