@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,21 @@ class Scenario:
         """Record a pid relation the probe arranged itself (e.g. A moved to another server)."""
         (ca, pa), (cb, pb) = first, second
         self.checks.append(PidCheck(step, (ca.label, pa), (cb.label, pb), pooled))
+
+    @contextlib.asynccontextmanager
+    async def a_on_another_server(self) -> AsyncIterator[None]:
+        """B claims A's server by holding a transaction open, so A's statements inside the block
+        run on another server connection (the probe needs pool_size=2). Records both pid proofs."""
+        a_before = await self.pid(self.a)
+        await self.b.execute("BEGIN")
+        try:
+            b_holding = await self.pid(self.b)
+            self.record("B holds A's server", (self.a, a_before), (self.b, b_holding), Relation.SAME)
+            yield
+            a_after = await self.pid(self.a)
+            self.record("A moved", (self.a, a_before), (self.a, a_after), Relation.DIFFERENT)
+        finally:
+            await self.b.execute("COMMIT")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..clients import Client
 from ..errors import ProbeError
-from ..verdicts import Observation, Relation
+from ..verdicts import Observation
 from .base import Probe, Scenario, attempt, probe
 
 # Names the drivers give their statements (PgBouncer's own are PGBOUNCER_N).
@@ -70,18 +70,9 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
     first = await attempt(_prepare_in_a(s, sql, marker))
     if first.failed:
         return Observation(evidence=f"A's prepared execution failed: {first}", broke=str(first))
-    a_before = await s.pid(s.a)
-    # B: claims A's server connection by holding a transaction open (pool size 2).
-    await s.b.execute("BEGIN")
-    b_holding = await s.pid(s.b)
-    s.record("B holds A's server", (s.a, a_before), (s.b, b_holding), Relation.SAME)
-    try:
-        # A: must now run on the other server connection.
+    # B claims A's server; A must run its statement on the other one.
+    async with s.a_on_another_server():
         again = await attempt(s.a.prepared_fetchval(sql))
-        a_after = await s.pid(s.a)
-        s.record("A moved", (s.a, a_before), (s.a, a_after), Relation.DIFFERENT)
-    finally:
-        await s.b.execute("COMMIT")
     missing = again.failed and again.error is not None and again.error.sqlstate == "26000"
     return Observation(
         evidence=f"A prepared {sql!r} (server names {first.value}); while B held that server, "

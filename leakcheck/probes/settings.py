@@ -138,7 +138,31 @@ async def set_role(s: Scenario) -> Observation:
     )
 
 
+async def _moved(s: Scenario, name: str, value: str) -> Observation:
+    read = f"SELECT current_setting({_lit(name)}, true)"
+    # A: sets the value on the server it has now.
+    await s.a.execute(f"SET {name} = {value}")
+    a_set = await s.a.fetchval(read)
+    # A: reads it back while B holds that server, i.e. from another server connection.
+    async with s.a_on_another_server():
+        a_seen = await s.a.fetchval(read)
+    return Observation(
+        evidence=f"A set {name}={a_set!r}; on another server connection A read {a_seen!r}",
+        lost=a_seen != a_set,
+    )
+
+
+@probe("custom_setting_moved", "a custom setting, client moved to another server", pool_size=2)
+async def custom_setting_moved(s: Scenario) -> Observation:
+    return await _moved(s, "leakcheck.tenant", "'tenant_a'")
+
+
+@probe("timezone_moved", "TimeZone, client moved to another server", pool_size=2)
+async def timezone_moved(s: Scenario) -> Observation:
+    return await _moved(s, "TimeZone", "'Pacific/Chatham'")
+
+
 PROBES: tuple[Probe, ...] = (
     statement_timeout, set_local, search_path, timezone, datestyle, intervalstyle,
-    application_name, application_name_empty, custom_setting, set_role,
+    application_name, application_name_empty, custom_setting, set_role, custom_setting_moved, timezone_moved,
 )

@@ -63,3 +63,14 @@ def test_search_path_leaks_on_postgresql_16_but_not_18_with_pgbouncer_1_26(measu
     # PostgreSQL 18 reports search_path, so PgBouncer can track and re-apply it.
     assert measure("search_path", "16", "1.26", driver).verdict is Verdict.LEAKS
     assert measure("search_path", "18", "1.26", driver).verdict is Verdict.ISOLATED
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+@pytest.mark.parametrize("bouncer", TEST_BOUNCER)
+def test_a_tracked_parameter_follows_the_client_to_another_server_and_a_custom_one_does_not(
+    measure: Measure, bouncer: str, driver: Driver
+) -> None:
+    # PgBouncer re-applies tracked parameters (TimeZone) when it links a client to a server.
+    assert measure("timezone_moved", TEST_PG[0], bouncer, driver).verdict is Verdict.ISOLATED
+    moved = measure("custom_setting_moved", TEST_PG[0], bouncer, driver)
+    assert moved.verdict is Verdict.LOST, moved.evidence
