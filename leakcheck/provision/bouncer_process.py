@@ -18,16 +18,12 @@ from ..errors import StartError
 from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
 from .base import DBNAME, USER, Binary, Endpoint
-from .system import ServerUser, die_with_parent, free_port
+from .system import PortClash, ServerUser, die_with_parent, free_port, start_retrying_port_clash
 
 HOST = "127.0.0.1"
 READY_TIMEOUT = 15.0
 STOP_TIMEOUT = 3.0
 _PORT_ATTEMPTS = 3
-
-
-class _PortClash(StartError):
-    """Another process took the port between free_port() and PgBouncer's bind."""
 
 
 def shutdown_signal(version: Version) -> signal.Signals:
@@ -75,14 +71,7 @@ class BouncerProcess:
         try:
             self.tmpdir = Path(tempfile.mkdtemp(prefix=f"leakcheck-pgbouncer{self.version}-"))
             self.user.chown(self.tmpdir)
-            for attempt in range(1, _PORT_ATTEMPTS + 1):
-                try:
-                    self._start()
-                    break
-                except _PortClash:
-                    self._stop()
-                    if attempt == _PORT_ATTEMPTS:
-                        raise
+            start_retrying_port_clash(self._start, self._stop, _PORT_ATTEMPTS)
         except BaseException:
             self.__exit__()
             raise
@@ -142,7 +131,7 @@ class BouncerProcess:
             code = self._proc.poll()
             if code is not None:
                 log = self.log_text()
-                kind = _PortClash if "Address already in use" in log else StartError
+                kind = PortClash if "Address already in use" in log else StartError
                 raise kind.with_log(what, f"pgbouncer exited with code {code}", log, hint)
             try:
                 with psycopg.connect(

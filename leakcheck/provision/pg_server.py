@@ -20,16 +20,12 @@ from ..errors import StartError
 from ..versions import Version
 from .base import DBNAME, OTHER_ROLE, USER, Endpoint
 from .pg_binaries import PgInstall
-from .system import ServerUser, die_with_parent, file_lock, free_port
+from .system import PortClash, ServerUser, die_with_parent, file_lock, free_port, start_retrying_port_clash
 
 HOST = "127.0.0.1"
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 _SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=100")
-
-
-class _PortClash(StartError):
-    """Another process took the port between free_port() and the server's bind."""
 
 
 def _child_env() -> dict[str, str]:
@@ -91,7 +87,7 @@ class _Postmaster:
             code = self.proc.poll()
             if code is not None:
                 log = self.log_text()
-                kind = _PortClash if "Address already in use" in log[self._log_start :] else StartError
+                kind = PortClash if "Address already in use" in log[self._log_start :] else StartError
                 raise kind.with_log(what, f"postgres exited with code {code}", log)
             try:
                 with psycopg.connect(
@@ -258,20 +254,24 @@ class PgServer:
             shutil.copytree(template, data, symlinks=True)
             self.user.chown_tree(data)
             data.chmod(0o700)
-            for attempt in (1, 2):
-                self._server = _Postmaster(self.install, self.user, data, self.tmpdir, DBNAME, "postgres.log")
-                try:
-                    self._server.start()
-                    break
-                except _PortClash:
+            rundir = self.tmpdir
+
+            def start() -> None:
+                self._server = _Postmaster(self.install, self.user, data, rundir, DBNAME, "postgres.log")
+                self._server.start()
+
+            def stop() -> None:
+                if self._server is not None:
                     self._server.stop()
-                    if attempt == 2:
-                        raise StartError.with_log(
-                            f"PostgreSQL {self.version}",
-                            "another process took its port, twice",
-                            self._server.log_text(),
-                            "Run again.",
-                        ) from None
+
+            try:
+                start_retrying_port_clash(start, stop, attempts=2)
+            except PortClash:
+                assert self._server is not None
+                raise StartError.with_log(
+                    f"PostgreSQL {self.version}", "another process took its port, twice",
+                    self._server.log_text(), "Run again.",
+                ) from None
             assert self._server is not None
             self.port = self._server.port
         except BaseException:

@@ -10,11 +10,11 @@ import pwd
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import StartError, UsageError
 
 
 def cache_root() -> Path:
@@ -65,6 +65,22 @@ def make_world_readable(root: Path) -> None:
             if not path.is_symlink():
                 mode = path.stat().st_mode
                 path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
+
+
+class PortClash(StartError):
+    """Another process took the port between free_port() and the server's bind."""
+
+
+def start_retrying_port_clash(start: Callable[[], None], stop: Callable[[], None], attempts: int) -> None:
+    """Run `start`; when it raises PortClash, `stop` and try again, `attempts` times in all."""
+    for attempt in range(1, attempts + 1):
+        try:
+            start()
+            return
+        except PortClash:
+            stop()
+            if attempt == attempts:
+                raise
 
 
 @dataclass(frozen=True)
