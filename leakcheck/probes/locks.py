@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 
+from ..errors import ProbeError
 from ..verdicts import Observation
 from .base import Probe, Scenario, probe
 
@@ -41,7 +42,10 @@ async def advisory_xact_lock(s: Scenario) -> Observation:
     # A: a lock scoped to one transaction, released at COMMIT.
     await s.a.execute("BEGIN")
     await s.a.execute(f"SELECT pg_advisory_xact_lock({key})")
+    held = await s.a.fetchval(f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {key}")
     await s.a.execute("COMMIT")
+    if int(held) == 0:
+        raise ProbeError(f"A's transaction did not hold advisory lock {key}; nothing was exercised")
     await s.shared("after A's COMMIT")
     # B: nobody should hold the lock any more.
     left = await s.b.fetchval(f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {key}")

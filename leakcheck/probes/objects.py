@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import ProbeError
 from ..verdicts import Observation
 from .base import Probe, Scenario, attempt, probe
 
@@ -28,7 +29,10 @@ async def temp_table_on_commit_drop(s: Scenario) -> Observation:
     # A: a temp table that vanishes at the end of A's transaction.
     await s.a.execute("BEGIN")
     await s.a.execute(f"CREATE TEMP TABLE {table} (v int) ON COMMIT DROP")
+    inside = await s.a.fetchval(f"SELECT to_regclass('pg_temp.{table}')::text")
     await s.a.execute("COMMIT")
+    if inside is None:
+        raise ProbeError(f"A's transaction could not resolve its own {table}; nothing was exercised")
     await s.shared("after A's COMMIT")
     # B: nothing should remain.
     seen = await s.b.fetchval(f"SELECT to_regclass('pg_temp.{table}')::text")
@@ -63,6 +67,8 @@ async def plain_cursor(s: Scenario) -> Observation:
     await s.a.execute(f"DECLARE {cursor} CURSOR FOR SELECT generate_series(1, 3)")
     first = await s.a.fetchval(f"FETCH 1 FROM {cursor}")
     await s.a.execute("COMMIT")
+    if first != 1:
+        raise ProbeError(f"A's FETCH from its own cursor gave {first!r}, not 1; nothing was exercised")
     await s.shared("after A's COMMIT")
     # B: nothing should remain.
     seen = await s.b.fetchval(f"SELECT count(*) FROM pg_cursors WHERE name = '{cursor}'")

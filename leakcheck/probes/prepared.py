@@ -73,10 +73,16 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
     # B claims A's server; A must run its statement on the other one.
     async with s.a_on_another_server():
         again = await attempt(s.a.prepared_fetchval(sql))
+        # "Works" needs proof it ran prepared there too, not as a plain query.
+        there = [] if again.failed else await _prepared_names(s.a, marker)
+    if not again.failed and not there:
+        raise ProbeError("A's statement ran on the other server connection without being prepared there; "
+                         "the move was not exercised")
     missing = again.failed and again.error is not None and again.error.sqlstate == "26000"
     return Observation(
         evidence=f"A prepared {sql!r} (server names {first.value}); while B held that server, "
-        f"A's prepared run on another server gave {again}",
+        f"A's prepared run on another server gave {again}"
+        + (f" (prepared there as {there})" if there else ""),
         lost=missing,
         broke=str(again) if again.failed and not missing else None,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import ProbeError
 from ..verdicts import Observation
 from .base import Probe, Scenario, attempt, probe
 
@@ -54,9 +55,13 @@ async def _parameter(s: Scenario, name: str, a_value: str, b_value: str | None) 
         # B: its own value first, so A's SET has something to overwrite.
         await s.b.execute(f"SET {name} = {b_value}")
         b_set = await s.b.fetchval(read)
+    b_before = b_set if b_set is not None else await s.b.fetchval(read)
     # A: its own value.
     await s.a.execute(f"SET {name} = {a_value}")
     a_set = await s.a.fetchval(read)
+    if a_set == b_before:
+        raise ProbeError(f"A's {name} ({a_set!r}) equals B's own, so a leak could not be told apart; "
+                         "choose a value that differs from the default")
     await s.shared("after the SETs")
     # B: reads the setting; then A reads it again after B used the server.
     b_seen = await s.b.fetchval(read)
