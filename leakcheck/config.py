@@ -44,7 +44,7 @@ def add_options(parser: pytest.Parser) -> None:
         parser.addini(ini, help=help_text, default=None)
 
 
-def _raw(config: pytest.Config, flag: str, ini: str, default: str | None) -> str | None:
+def _raw(config: pytest.Config, ini: str, default: str | None) -> str | None:
     value = config.getoption(ini)
     if value is None:
         value = config.getini(ini) or None
@@ -69,7 +69,7 @@ class Config:
     @classmethod
     def from_pytest(cls, config: pytest.Config) -> Config | None:
         """None when neither --pg nor --bouncer (nor their ini keys) asks for the matrix."""
-        raw = {ini: _raw(config, flag, ini, default) for flag, ini, _, default in OPTIONS}
+        raw = {ini: _raw(config, ini, default) for _, ini, _, default in OPTIONS}
         if raw["leakcheck_pg"] is None and raw["leakcheck_bouncer"] is None:
             return None
         return cls.from_strings(raw)

@@ -13,7 +13,6 @@ from .probes import Probe
 from .provision.base import Backend
 from .runner import Target, run_probe
 from .verdicts import Outcome, Route, Verdict
-from .versions import Version
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
@@ -116,6 +115,3 @@ class Lab:
     def describe(self) -> list[str]:
         return list(self.backend.describe()) if self._backend is not None else []
 
-
-def pg_versions(targets: list[Target]) -> list[Version]:
-    return list(dict.fromkeys(t.pg for t in targets))

@@ -14,7 +14,6 @@ _WORD = {
     Verdict.ERROR: "error",
     Verdict.SKIPPED: "skipped",
 }
-_DRIVER = {"psycopg": "psycopg", "asyncpg": "asyncpg"}
 
 
 def word(verdict: Verdict) -> str:
@@ -37,7 +36,7 @@ def render_matrix(outcomes: Iterable[Outcome]) -> str:
         columns = sorted({(o.bouncer, o.driver) for o in here}, key=lambda c: (_version_key(c[0]), c[1]))
         probes = list(dict.fromkeys(o.probe for o in here))
         cell = {(o.probe, o.bouncer, o.driver): o.verdict for o in here}
-        header = [f"PostgreSQL {pg}", *(f"{b}/{_DRIVER.get(d, d)}" for b, d in columns)]
+        header = [f"PostgreSQL {pg}", *(f"{b}/{d}" for b, d in columns)]
         body = [[p, *(word(cell[(p, b, d)]) if (p, b, d) in cell else "-" for b, d in columns)] for p in probes]
         lines += ["pool_mode=transaction, default_pool_size=1 (PgBouncer version/driver)", *_table([header, *body]), ""]
     controls = [o for o in results if o.route is not Route.TRANSACTION]
