@@ -1,14 +1,20 @@
 """Two real drivers behind one small async interface, so every probe runs on both.
 
-Each client keeps its driver's defaults (psycopg's prepare_threshold, asyncpg's statement
-cache): leakcheck measures what applications get. Harness queries carry a unique comment so
-a driver never auto-prepares them; only `prepared_fetchval` repeats a text on purpose.
+Each client is one application: its driver keeps its defaults (psycopg's prepare_threshold,
+asyncpg's statement cache) and its own driver state, as in a fresh application process. asyncpg
+numbers its statements with a process-wide counter (`__asyncpg_stmt_N__`); two clients in one
+Python process would never collide by name, which two application processes do. So each asyncpg
+client numbers its statements from 1 on its own, exactly as the only connection of a fresh
+process does (tests/integration/test_fresh_process.py checks this against two real processes).
+
+The harness's own statements (`query`, `execute`) add no driver state: psycopg runs them with
+prepare=False, asyncpg with a text longer than its max_cacheable_statement_size, so neither
+prepares a named statement. Only `prepared` takes the driver's prepared path, on purpose.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -17,8 +23,6 @@ import asyncpg
 import psycopg
 
 from .provision.base import Endpoint
-
-_unique = itertools.count(1)
 
 
 class Driver(StrEnum):
@@ -44,24 +48,21 @@ class Notification:
     payload: str
 
 
+Row = tuple[Any, ...]
+
+
 class Client(Protocol):
     """One application connection, as a probe sees it."""
 
     label: str
     notifications: list[Notification]
 
+    async def query(self, sql: str) -> list[Row]: ...
     async def execute(self, sql: str) -> None: ...
-    async def fetchval(self, sql: str) -> Any: ...
-    async def fetchall(self, sql: str) -> list[tuple[Any, ...]]: ...
-    async def prepared_fetchval(self, sql: str) -> Any: ...
+    async def prepared(self, sql: str) -> list[Row]: ...
     def reported(self, name: str) -> str | None: ...
-    async def wait_for_notifications(self, seconds: float) -> list[Notification]: ...
+    def alias(self, label: str) -> Client: ...
     async def close(self) -> None: ...
-
-
-def tag(sql: str) -> str:
-    """The same statement with a unique trailing comment (defeats auto-prepare)."""
-    return f"{sql} /* leakcheck {next(_unique)} */"
 
 
 def _sqlstate(exc: BaseException) -> str:
@@ -81,45 +82,47 @@ class PsycopgClient:
         conn.add_notify_handler(lambda n: client.notifications.append(Notification(n.channel, n.payload)))
         return client
 
-    async def _run(self, sql: str, prepare: bool | None = None) -> list[tuple[Any, ...]]:
+    async def _run(self, sql: str, prepare: bool) -> list[Row]:
         try:
             cur = await self.conn.execute(sql, prepare=prepare)
             return list(await cur.fetchall()) if cur.description else []
         except psycopg.Error as exc:
             raise ServerError(_sqlstate(exc), str(exc).strip()) from exc
 
+    async def query(self, sql: str) -> list[Row]:
+        return await self._run(sql, prepare=False)
+
     async def execute(self, sql: str) -> None:
-        await self._run(tag(sql))
+        await self._run(sql, prepare=False)
 
-    async def fetchval(self, sql: str) -> Any:
-        rows = await self._run(tag(sql))
-        return rows[0][0] if rows else None
-
-    async def fetchall(self, sql: str) -> list[tuple[Any, ...]]:
-        return await self._run(tag(sql))
-
-    async def prepared_fetchval(self, sql: str) -> Any:
+    async def prepared(self, sql: str) -> list[Row]:
         # execute(prepare=True): psycopg prepares a named statement (_pg3_N) at once.
-        rows = await self._run(sql, prepare=True)
-        return rows[0][0] if rows else None
+        return await self._run(sql, prepare=True)
 
     def reported(self, name: str) -> str | None:
         return self.conn.info.parameter_status(name)
 
-    async def wait_for_notifications(self, seconds: float) -> list[Notification]:
-        return await _poll(self, seconds)
+    def alias(self, label: str) -> PsycopgClient:
+        return dataclasses.replace(self, label=label)  # same connection, same notification list
 
     async def close(self) -> None:
         await self.conn.close()
 
 
-class _RecordingConnection(asyncpg.Connection):  # type: ignore[misc]
-    """asyncpg only hands notifications to channels it LISTENed on; record them all."""
+class _AppConnection(asyncpg.Connection):  # type: ignore[misc]
+    """asyncpg as in a fresh application process: statement names counted per connection from 1;
+    every notification recorded (asyncpg only hands out those of channels it LISTENed on itself)."""
+
+    _leakcheck_seen: list[Notification]
+    _leakcheck_uid: int = 0
+
+    def _get_unique_id(self, prefix: str) -> str:
+        # asyncpg's own: a module-global counter, i.e. one per process.
+        self._leakcheck_uid += 1
+        return f"__asyncpg_{prefix}_{self._leakcheck_uid:x}__"
 
     def _process_notification(self, pid: int, channel: str, payload: str) -> None:
         self._leakcheck_seen.append(Notification(channel, payload))
-
-    _leakcheck_seen: list[Notification]
 
 
 @dataclass
@@ -131,12 +134,17 @@ class AsyncpgClient:
     @classmethod
     async def connect(cls, label: str, endpoint: Endpoint) -> AsyncpgClient:
         conn = await asyncpg.connect(
-            host=endpoint.host, port=endpoint.port, user=endpoint.user, database=endpoint.dbname,
-            timeout=10, connection_class=_RecordingConnection,
+            host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
+            database=endpoint.dbname, timeout=10, connection_class=_AppConnection,
         )
         client = cls(label, conn)
         conn._leakcheck_seen = client.notifications
         return client
+
+    def _uncached(self, sql: str) -> str:
+        """The same statement, too long for asyncpg's statement cache: it runs unnamed."""
+        limit = int(getattr(self.conn._config, "max_cacheable_statement_size", 0) or 15 * 1024)
+        return f"{sql} /* leakcheck harness {'.' * (limit + 1 - len(sql))} */" if len(sql) <= limit else sql
 
     async def _call(self, method: str, sql: str) -> Any:
         try:
@@ -144,18 +152,15 @@ class AsyncpgClient:
         except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise ServerError(_sqlstate(exc), str(exc).strip()) from exc
 
+    async def query(self, sql: str) -> list[Row]:
+        return [tuple(r) for r in await self._call("fetch", self._uncached(sql))]
+
     async def execute(self, sql: str) -> None:
-        await self._call("execute", tag(sql))
+        await self._call("execute", sql)  # no arguments: the simple query protocol, nothing prepared
 
-    async def fetchval(self, sql: str) -> Any:
-        return await self._call("fetchval", tag(sql))
-
-    async def fetchall(self, sql: str) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in await self._call("fetch", tag(sql))]
-
-    async def prepared_fetchval(self, sql: str) -> Any:
-        # fetchval goes through asyncpg's statement cache: a named __asyncpg_stmt_N__ reused.
-        return await self._call("fetchval", sql)
+    async def prepared(self, sql: str) -> list[Row]:
+        # fetch goes through asyncpg's statement cache: a named __asyncpg_stmt_N__, reused.
+        return [tuple(r) for r in await self._call("fetch", sql)]
 
     def reported(self, name: str) -> str | None:
         try:
@@ -163,22 +168,12 @@ class AsyncpgClient:
         except AttributeError:
             return None
 
-    async def wait_for_notifications(self, seconds: float) -> list[Notification]:
-        return await _poll(self, seconds)
+    def alias(self, label: str) -> AsyncpgClient:
+        return dataclasses.replace(self, label=label)
 
     async def close(self) -> None:
-        await self.conn.close(timeout=5)
-
-
-async def _poll(client: Client, seconds: float) -> list[Notification]:
-    """Wait up to `seconds`, running a trivial query now and then: the same for both drivers,
-    since through a pooler a client only receives while it is linked to a server."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while True:
-        await client.execute("SELECT 1")
-        if client.notifications or asyncio.get_running_loop().time() >= deadline:
-            return list(client.notifications)
-        await asyncio.sleep(0.05)
+        if not self.conn.is_closed():
+            await self.conn.close(timeout=5)
 
 
 async def connect(driver: Driver, label: str, endpoint: Endpoint) -> Client:

@@ -43,8 +43,8 @@ def render_ini(settings: PoolSettings, layout: BouncerLayout) -> str:
         raise ValueError(f"pool_size must be at least 1, got {settings.pool_size}")
     lines = [
         "[databases]",
-        f"{layout.dbname} = host={layout.server_host} port={layout.server_port} "
-        f"dbname={layout.dbname} user={layout.user}",
+        # No user= here: each client's own role logs in to the server (one pool per role).
+        f"{layout.dbname} = host={layout.server_host} port={layout.server_port} dbname={layout.dbname}",
         "",
         "[pgbouncer]",
         f"listen_addr = {layout.listen_addr}",
@@ -65,7 +65,6 @@ def render_ini(settings: PoolSettings, layout: BouncerLayout) -> str:
     return "\n".join(lines)
 
 
-def render_auth_file(user: str) -> str:
-    """An auth_file line for trust auth (PgBouncer still wants the user listed)."""
-    escaped = user.replace('"', '""')
-    return f'"{escaped}" ""\n'
+def render_auth_file(*users: str) -> str:
+    """auth_file lines for trust auth (PgBouncer still wants each user listed)."""
+    return "".join('"' + user.replace('"', '""') + '" ""\n' for user in users)

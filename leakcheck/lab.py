@@ -11,7 +11,7 @@ from .errors import LeakcheckError
 from .matrices import compare, load
 from .probes import Probe
 from .provision.base import Backend
-from .runner import Target, run_probe
+from .runner import Target, control_expectation, run_probe
 from .verdicts import Outcome, Route, Verdict
 
 
@@ -82,7 +82,7 @@ class Lab:
         drivers = self.config.drivers
         out = [Target(pg, b, Route.TRANSACTION, d) for pg in pgs for b in bouncers for d in drivers]
         if self.config.controls:
-            out += [Target(pg, None, Route.DIRECT, d) for pg in pgs for d in drivers]
+            out += [Target(pg, None, route, d) for route in (Route.DIRECT, Route.SHARED) for pg in pgs for d in drivers]
             out += [Target(pg, b, Route.SESSION, d) for pg in pgs for b in bouncers for d in drivers]
         return out
 
@@ -97,13 +97,14 @@ class Lab:
         self.outcomes.append(outcome)
         return outcome
 
-    def judge(self, outcome: Outcome) -> str | None:
+    def judge(self, probe: Probe, outcome: Outcome) -> str | None:
         """None when the outcome passes; else the failure message."""
         if outcome.route.is_control:
-            if outcome.verdict is Verdict.ISOLATED:
+            want = control_expectation(probe, outcome.route)
+            if outcome.verdict is want:
                 return None
-            return (f"control not isolated ({outcome.route.value}): {outcome.verdict.value}: {outcome.evidence}. "
-                    "A control must come out isolated; this probe cannot be trusted here")
+            return (f"control ({outcome.route.value}) must measure {want.value}, measured {outcome.verdict.value}: "
+                    f"{outcome.evidence}. This probe cannot be trusted here")
         if self.config.expect is not None:
             if self._expected is None:
                 self._expected = load(self.config.expect)

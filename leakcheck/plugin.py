@@ -97,11 +97,12 @@ class LeakItem(pytest.Item):
         self.user_properties.extend([
             ("probe", outcome.probe), ("pg_version", outcome.pg), ("bouncer_version", outcome.bouncer or "-"),
             ("route", outcome.route.value), ("driver", outcome.driver), ("verdict", outcome.verdict.value),
-            ("evidence", outcome.evidence), *outcome.details,
+            ("evidence", outcome.evidence), ("facts", ",".join(outcome.facts) or "-"),
+            ("security", str(outcome.security).lower()), *outcome.details,
         ])
         if self.lab.config.expect is not None and not outcome.route.is_control:
             self.user_properties.append(("matrix_key", matrices.key(outcome)))
-        problem = self.lab.judge(outcome)
+        problem = self.lab.judge(self.probe, outcome)
         if problem is not None:
             raise LeakFound(problem)
 

@@ -20,6 +20,11 @@ def word(verdict: Verdict) -> str:
     return _WORD[verdict]
 
 
+def cell(outcome: Outcome) -> str:
+    """The verdict, then any other fact it saw: `BREAKS+leaked`, `isolated+misreported`."""
+    return "+".join([word(outcome.verdict), *outcome.other_facts])
+
+
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows]
@@ -35,18 +40,27 @@ def render_matrix(outcomes: Iterable[Outcome]) -> str:
         here = [o for o in main if o.pg == pg]
         columns = sorted({(o.bouncer, o.driver) for o in here}, key=lambda c: (_version_key(c[0]), c[1]))
         probes = list(dict.fromkeys(o.probe for o in here))
-        cell = {(o.probe, o.bouncer, o.driver): o.verdict for o in here}
+        cells = {(o.probe, o.bouncer, o.driver): o for o in here}
+        security = {o.probe for o in here if o.security}
         header = [f"PostgreSQL {pg}", *(f"{b}/{d}" for b, d in columns)]
-        body = [[p, *(word(cell[(p, b, d)]) if (p, b, d) in cell else "-" for b, d in columns)] for p in probes]
+        body = [[p + (" [security]" if p in security else ""),
+                 *(cell(cells[(p, b, d)]) if (p, b, d) in cells else "-" for b, d in columns)] for p in probes]
         lines += ["pool_mode=transaction, default_pool_size=1 (PgBouncer version/driver)", *_table([header, *body]), ""]
-    controls = [o for o in results if o.route is not Route.TRANSACTION]
-    if controls:
-        bad = [o for o in controls if o.verdict is not Verdict.ISOLATED]
-        lines.append(
-            f"controls (direct sessions, pool_mode=session): {len(controls) - len(bad)} of {len(controls)} isolated"
-            + ("" if not bad else "; NOT isolated: " + ", ".join(f"{o.column}/{o.probe}" for o in bad))
-        )
+    for route in (Route.DIRECT, Route.SESSION, Route.SHARED):
+        controls = [o for o in results if o.route is route]
+        if controls:
+            counts = render_counts(controls)
+            lines.append(f"{route.value} control ({_CONTROL[route]}): {counts}")
+    if any(o.route is Route.SHARED for o in results):
+        lines.append("(the shared control must measure leaks for session state and isolated for transaction state)")
     return "\n".join(lines).rstrip() + "\n" if lines else ""
+
+
+_CONTROL = {
+    Route.DIRECT: "two direct sessions, must be isolated",
+    Route.SESSION: "pool_mode=session, must be isolated",
+    Route.SHARED: "A and B on one direct session",
+}
 
 
 def render_counts(outcomes: Iterable[Outcome]) -> str:

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from .clients import Client, Driver, connect
 from .ini import PoolMode, PoolSettings
-from .probes.base import Probe, Scenario
-from .provision.base import Backend, Endpoint
-from .verdicts import Observation, Outcome, PidCheck, Route, Verdict, classify
+from .probes.base import Login, Probe, Scenario
+from .provision.base import USER, Backend, Endpoint
+from .provision.fixtures import APP_ROLE
+from .verdicts import Observation, Outcome, Proof, Route, Scope, Verdict, classify
 from .versions import Version
 
 #: Seconds one probe may take, connections included, before it is an error.
@@ -22,7 +23,7 @@ SESSION_POOL = 2
 
 @dataclass(frozen=True)
 class Target:
-    """Where a probe runs: a PostgreSQL, a PgBouncer (none for direct), a route, a driver."""
+    """Where a probe runs: a PostgreSQL, a PgBouncer (none for direct/shared), a route, a driver."""
 
     pg: Version
     bouncer: Version | None
@@ -38,9 +39,17 @@ class Target:
         return "-".join([*parts, self.driver.value, probe_id])
 
 
+def control_expectation(probe: Probe, route: Route) -> Verdict:
+    """What a control route must measure for this probe: the negative controls (direct sessions,
+    session mode) isolated; the positive control (one shared session) leaks for session state."""
+    if route is Route.SHARED and probe.scope is Scope.SESSION:
+        return Verdict.LEAKS
+    return Verdict.ISOLATED
+
+
 @contextlib.contextmanager
 def _endpoint(backend: Backend, probe: Probe, target: Target) -> Iterator[Endpoint]:
-    if target.route is Route.DIRECT:
+    if target.route in (Route.DIRECT, Route.SHARED):
         yield backend.postgres(target.pg)
         return
     assert target.bouncer is not None, "a pooled route needs a PgBouncer version"
@@ -58,36 +67,50 @@ async def _close(*clients: Client) -> None:
             await asyncio.wait_for(client.close(), 5)
 
 
-async def _measure(probe: Probe, target: Target, endpoint: Endpoint) -> tuple[Observation, tuple[PidCheck, ...]]:
-    a = await connect(target.driver, "A", endpoint)
+async def _measure(
+    probe: Probe, target: Target, endpoint: Endpoint, direct: Endpoint
+) -> tuple[Observation, tuple[Proof, ...]]:
+    role = USER if probe.login == Login.SUPERUSER else APP_ROLE
+    where = endpoint.as_user(role, endpoint.password)
+    a = await connect(target.driver, "A", where)
     try:
-        b = await connect(target.driver, "B", endpoint)
+        # The positive control: B drives A's very session. Elsewhere B is its own application.
+        b = a.alias("B") if target.route is Route.SHARED else await connect(target.driver, "B", where)
     except BaseException:
         await _close(a)
         raise
-    scenario = Scenario(a=a, b=b, route=target.route)
+
+    async def third() -> Client:
+        return await connect(target.driver, "C", direct.as_user(APP_ROLE, direct.password))
+
+    scenario = Scenario(a=a, b=b, route=target.route, third=third)
     try:
         observation = await probe.body(scenario)
     finally:
+        await scenario.close()
         await _close(a, b)
-    return observation, tuple(scenario.checks)
+    return observation, tuple(scenario.proofs)
 
 
 def run_probe(backend: Backend, probe: Probe, target: Target) -> Outcome:
     """Measure; any harness failure becomes an ERROR outcome, never a verdict."""
 
-    def outcome(verdict: Verdict, evidence: str, details: tuple[tuple[str, str], ...] = ()) -> Outcome:
+    def outcome(verdict: Verdict, evidence: str, observation: Observation | None = None) -> Outcome:
         return Outcome(
             probe=probe.id, pg=str(target.pg), bouncer=str(target.bouncer or ""), route=target.route,
-            driver=target.driver.value, verdict=verdict, evidence=evidence, details=details,
+            driver=target.driver.value, verdict=verdict, evidence=evidence,
+            details=observation.details if observation else (), facts=observation.facts if observation else (),
+            security=probe.security,
         )
 
     try:
         with _endpoint(backend, probe, target) as endpoint:
-            observation, checks = asyncio.run(asyncio.wait_for(_measure(probe, target, endpoint), PROBE_TIMEOUT))
+            direct = backend.postgres(target.pg)
+            measured = asyncio.run(asyncio.wait_for(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT))
     except TimeoutError:
         return outcome(Verdict.ERROR, f"the probe did not finish within {PROBE_TIMEOUT:.0f} s")
     except Exception as exc:  # noqa: BLE001 - the harness reports any failure as an error outcome
         return outcome(Verdict.ERROR, f"the harness failed: {type(exc).__name__}: {exc}".strip())
-    verdict, evidence = classify(target.route, checks, observation)
-    return outcome(verdict, evidence, observation.details)
+    observation, proofs = measured
+    verdict, evidence = classify(target.route, proofs, observation)
+    return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from . import listen, locks, objects, prepared, settings
+from . import listen, locks, objects, prepared, security, settings
 from .base import Probe, Scenario
 
-PROBES: tuple[Probe, ...] = settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES
+PROBES: tuple[Probe, ...] = (
+    settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + security.PROBES
+)
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]
 

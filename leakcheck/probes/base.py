@@ -1,4 +1,10 @@
-"""What a probe is, and the scenario it runs in (two clients and their pid proofs)."""
+"""What a probe is, and the scenario it runs in: two clients whose every step carries its proof.
+
+A proof is the server connection's identity (pg_backend_pid() and its backend_start), read in
+the same statement as the observation (`observe`, `prepared`), or inside the same transaction
+block as a statement that cannot return it (`run`): no pooler moves a client to another server
+connection in the middle of a transaction block.
+"""
 
 from __future__ import annotations
 
@@ -9,53 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clients import Client, ServerError
-from ..verdicts import Observation, PidCheck, Relation, Route
+from ..errors import ProbeError
+from ..verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 
-PID_SQL = "SELECT pg_backend_pid()"
-
-
-@dataclass
-class Scenario:
-    """Clients A and B on one route, plus the pid proofs taken along the way."""
-
-    a: Client
-    b: Client
-    route: Route
-    checks: list[PidCheck] = field(default_factory=list)
-    token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
-
-    def name(self, stem: str) -> str:
-        """A name unique to this run (for tables, cursors, channels, statements)."""
-        return f"lc_{stem}_{self.token}"
-
-    async def pid(self, client: Client) -> int:
-        return int(await client.fetchval(PID_SQL))
-
-    async def shared(self, step: str) -> int:
-        """Prove A and B are on one server connection now (the usual transaction-mode case)."""
-        pa, pb = await self.pid(self.a), await self.pid(self.b)
-        self.checks.append(PidCheck(step, (self.a.label, pa), (self.b.label, pb), Relation.SAME))
-        return pa
-
-    def record(self, step: str, first: tuple[Client, int], second: tuple[Client, int], pooled: Relation) -> None:
-        """Record a pid relation the probe arranged itself (e.g. A moved to another server)."""
-        (ca, pa), (cb, pb) = first, second
-        self.checks.append(PidCheck(step, (ca.label, pa), (cb.label, pb), pooled))
-
-    @contextlib.asynccontextmanager
-    async def a_on_another_server(self) -> AsyncIterator[None]:
-        """B claims A's server by holding a transaction open, so A's statements inside the block
-        run on another server connection (the probe needs pool_size=2). Records both pid proofs."""
-        a_before = await self.pid(self.a)
-        await self.b.execute("BEGIN")
-        try:
-            b_holding = await self.pid(self.b)
-            self.record("B holds A's server", (self.a, a_before), (self.b, b_holding), Relation.SAME)
-            yield
-            a_after = await self.pid(self.a)
-            self.record("A moved", (self.a, a_before), (self.a, a_after), Relation.DIFFERENT)
-        finally:
-            await self.b.execute("COMMIT")
+#: The identity columns appended to every observation. Epoch seconds: TimeZone/DateStyle-proof.
+IDENTITY = ("pg_backend_pid(), (SELECT extract(epoch FROM backend_start)::text "
+            "FROM pg_stat_activity WHERE pid = pg_backend_pid())")
 
 
 @dataclass(frozen=True)
@@ -69,6 +34,10 @@ class Attempt:
     def failed(self) -> bool:
         return self.error is not None
 
+    def state(self, sqlstate: str) -> bool:
+        """It failed with this SQLSTATE."""
+        return self.error is not None and self.error.sqlstate == sqlstate
+
     def __str__(self) -> str:
         return f"error {self.error}" if self.error else repr(self.value)
 
@@ -80,7 +49,112 @@ async def attempt(call: Awaitable[Any]) -> Attempt:
         return Attempt(error=exc)
 
 
+@dataclass
+class Scenario:
+    """Clients A and B on one route, the proofs their steps carried, and a direct session C on demand."""
+
+    a: Client
+    b: Client
+    route: Route
+    third: Callable[[], Awaitable[Client]] | None = None
+    proofs: list[Proof] = field(default_factory=list)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    _c: Client | None = None
+    _slot: dict[str, Slot] = field(default_factory=dict)
+
+    def name(self, stem: str) -> str:
+        """A name unique to this run (for tables, cursors, channels, statements)."""
+        return f"lc_{stem}_{self.token}"
+
+    def _prove(self, client: Client, step: str, pid: Any, started: Any) -> None:
+        slot = self._slot.get(client.label, Slot.HOME)
+        self.proofs.append(Proof(step, client.label, ServerId(int(pid), str(started)), slot))
+
+    async def observe(self, client: Client, step: str, expr: str) -> Any:
+        """The value of one SQL expression, read in the same statement as the client's server identity."""
+        rows = await client.query(f"SELECT ({expr}), {IDENTITY}")
+        value, pid, started = rows[0]
+        self._prove(client, step, pid, started)
+        return value
+
+    async def run(self, client: Client, step: str, *statements: str) -> Attempt:
+        """Statements in one transaction block that starts with the client's server identity.
+        The value is the first column of the last statement's first row; a failure rolls back."""
+        begun = await attempt(client.execute("BEGIN"))
+        if begun.failed:
+            return begun
+        try:
+            (pid, started), = [r[:2] for r in await client.query(f"SELECT {IDENTITY}")]
+        except ServerError as exc:
+            await attempt(client.execute("ROLLBACK"))
+            return Attempt(error=exc)
+        self._prove(client, step, pid, started)
+        result = Attempt()
+        for sql in statements:
+            result = await attempt(client.query(sql))
+            if result.failed:
+                await attempt(client.execute("ROLLBACK"))
+                return result
+        done = await attempt(client.execute("COMMIT"))
+        if done.failed:
+            return done
+        rows = result.value or []
+        return Attempt(value=rows[0][0] if rows and rows[0] else None)
+
+    async def change(self, client: Client, step: str, *statements: str) -> None:
+        """A state change the probe cannot measure without: a failure is a harness error."""
+        done = await self.run(client, step, *statements)
+        if done.failed:
+            raise ProbeError(f"{client.label} could not {step} ({'; '.join(statements)}): {done}")
+
+    async def prepared(self, client: Client, step: str, select: str) -> Attempt:
+        """The client's driver runs `SELECT <select>` its prepared way; the statement itself carries
+        the proof columns. The value is the first column."""
+        got = await attempt(client.prepared(f"SELECT {select}, {IDENTITY}"))
+        if got.failed:
+            return got
+        value, pid, started = got.value[0]
+        self._prove(client, step, pid, started)
+        return Attempt(value=value)
+
+    async def c(self) -> Client:
+        """C: a direct PostgreSQL session outside the pool (a third application, or an operator)."""
+        if self._c is None:
+            if self.third is None:
+                raise ProbeError("this route offers no direct session for a third client")
+            self._c = await self.third()
+        return self._c
+
+    @contextlib.asynccontextmanager
+    async def a_on_another_server(self) -> AsyncIterator[None]:
+        """B claims A's server by holding a transaction open, so A's steps inside the block run on
+        another server connection (the probe needs pool_size=2). A's proofs inside are AWAY,
+        B's stay HOME; the classifier checks both."""
+        await self.b.execute("BEGIN")
+        try:
+            await self.observe(self.b, "holds A's server", "1")
+            self._slot[self.a.label] = Slot.AWAY
+            try:
+                yield
+            finally:
+                self._slot.pop(self.a.label, None)
+        finally:
+            await attempt(self.b.execute("COMMIT"))
+
+    async def close(self) -> None:
+        if self._c is not None:
+            with contextlib.suppress(Exception):
+                await self._c.close()
+
+
 ProbeBody = Callable[[Scenario], Awaitable[Observation]]
+
+
+class Login:
+    """Which role the probe's clients log in as."""
+
+    APP = "app"  #: the application role: no superuser, no inherited privileges
+    SUPERUSER = "superuser"  #: only for probes that need it (SET SESSION AUTHORIZATION)
 
 
 @dataclass(frozen=True)
@@ -90,11 +164,18 @@ class Probe:
     id: str
     state: str
     body: ProbeBody
+    scope: Scope = Scope.SESSION
     pool_size: int = 1  # transaction-mode default_pool_size this probe needs
+    security: bool = False  # the state guards data or identity: a leak exposes it
+    login: str = Login.APP
 
 
-def probe(id: str, state: str, pool_size: int = 1) -> Callable[[ProbeBody], Probe]:
+def probe(
+    id: str, state: str, *, scope: Scope = Scope.SESSION, pool_size: int = 1, security: bool = False,
+    login: str = Login.APP,
+) -> Callable[[ProbeBody], Probe]:
     def wrap(body: ProbeBody) -> Probe:
-        return Probe(id=id, state=state, body=body, pool_size=pool_size)
+        return Probe(id=id, state=state, body=body, scope=scope, pool_size=pool_size, security=security,
+                     login=login)
 
     return wrap

@@ -1,28 +1,47 @@
-"""LISTEN/NOTIFY: whose notification is it?"""
+"""LISTEN/NOTIFY: whose notification is it?
+
+Absence is proven with sentinels, not waits: notifications reach a session in commit order, so
+once a client has its own later sentinel, an earlier notification it lacks will never come.
+"""
 
 from __future__ import annotations
 
+from ..clients import Client
 from ..verdicts import Observation
 from .base import Probe, Scenario, probe
 
 
-@probe("listen_notify", "LISTEN (is A notified? does B get A's notification?)")
+async def _sentinel(s: Scenario, client: Client, channel: str) -> bool:
+    """The client notifies itself on its own channel; True when that arrived (by its COMMIT's end)."""
+    await s.change(client, "sentinel", f"LISTEN {channel}", f"NOTIFY {channel}, 'sentinel'")
+    return any(n.channel == channel for n in client.notifications)
+
+
+@probe("listen_notify", "LISTEN (is A notified? does B get a notification meant for A?)")
 async def listen_notify(s: Scenario) -> Observation:
-    channel = s.name("chan")
+    channel, a_mark, b_mark = s.name("chan"), s.name("sa"), s.name("sb")
     # A: subscribes; the registration lives on whatever server connection A used.
-    await s.a.execute(f"LISTEN {channel}")
-    await s.shared("after A's LISTEN")
-    # B: sends a notification on A's channel (B never listened).
-    await s.b.execute(f"NOTIFY {channel}, 'from_b'")
-    # A: waits for it; B: anything delivered to it?
-    a_got = [n for n in await s.a.wait_for_notifications(0.5) if n.channel == channel]
-    b_got = [n for n in await s.b.wait_for_notifications(0.05) if n.channel == channel]
-    await s.a.execute(f"UNLISTEN {channel}")
+    await s.change(s.a, "LISTEN", f"LISTEN {channel}")
+    # B: holds the server (a transaction) while C, a session outside the pool, notifies A's channel.
+    await s.b.execute("BEGIN")
+    await s.observe(s.b, "holds the server", "1")
+    c = await s.c()
+    await c.execute(f"NOTIFY {channel}, 'from_c'")
+    await s.b.execute("COMMIT")
+    # B, then A: each takes a sentinel, which arrives after C's notification would have.
+    b_sentinel = await _sentinel(s, s.b, b_mark)
+    a_sentinel = await _sentinel(s, s.a, a_mark)
+    if not (a_sentinel and b_sentinel):
+        return Observation(evidence=f"a sentinel notification did not arrive (A: {a_sentinel}, B: {b_sentinel})",
+                           broke="LISTEN/NOTIFY did not deliver a client's own notification")
+    a_got = sum(n.channel == channel for n in s.a.notifications)
+    b_any = sum(n.channel == channel for n in s.b.notifications)
+    await s.run(s.a, "UNLISTEN", "UNLISTEN *")
     return Observation(
-        evidence=f"A ran LISTEN {channel}; B ran NOTIFY; A received {len(a_got)}, "
-        f"B (which never listened) received {len(b_got)} notification(s)",
-        leaked=bool(b_got),
-        lost=not a_got,
+        evidence=f"A: LISTEN {channel}. C notified it while B held the server. A received {a_got}, "
+        f"B (which never listened) {b_any} notification(s), both proven final by sentinels",
+        leaked=b_any > 0,
+        lost=a_got == 0,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 
 from ..errors import ProbeError
-from ..verdicts import Observation
+from ..verdicts import Observation, Scope
 from .base import Probe, Scenario, probe
 
 
@@ -13,47 +13,51 @@ def _key(s: Scenario) -> int:
     return zlib.crc32(s.token.encode()) & 0x7FFFFFFF
 
 
+def _held(key: int, where: str) -> str:
+    """How many holds of advisory lock `key` there are (`where`: an extra pg_locks condition)."""
+    return (f"(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {key} "
+            f"AND granted AND {where})")
+
+
 @probe("advisory_lock", "session advisory lock (pg_advisory_lock)")
 async def advisory_lock(s: Scenario) -> Observation:
     key = _key(s)
     # A: takes a session-level lock and keeps it.
-    await s.a.execute(f"SELECT pg_advisory_lock({key})")
-    await s.shared("after A's lock")
+    await s.change(s.a, "pg_advisory_lock", f"SELECT pg_advisory_lock({key})")
+    # B: does B's own session hold A's lock? Does any session still hold it?
+    b_holds = await s.observe(s.b, "read pg_locks", _held(key, "pid = pg_backend_pid()"))
+    anyone = await s.observe(s.b, "read pg_locks", _held(key, "true"))
     # B: a separate session cannot take A's lock; a shared one "re-enters" it.
-    got = await s.b.fetchval(f"SELECT pg_try_advisory_lock({key})")
+    got = await s.observe(s.b, "pg_try_advisory_lock", f"pg_try_advisory_lock({key})")
     if got:
-        await s.b.execute(f"SELECT pg_advisory_unlock({key})")
-    # A: does it still hold its lock?
-    held = await s.a.fetchval(
-        f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {key} AND pid = pg_backend_pid()"
-    )
-    await s.a.execute("SELECT pg_advisory_unlock_all()")
+        await s.run(s.b, "unlock", f"SELECT pg_advisory_unlock({key})")
+    # A: does its own session still hold the lock?
+    a_holds = await s.observe(s.a, "read pg_locks", _held(key, "pid = pg_backend_pid()"))
+    await s.run(s.a, "unlock all", "SELECT pg_advisory_unlock_all()")
     return Observation(
-        evidence=f"A took pg_advisory_lock({key}); B's pg_try_advisory_lock gave {got!r}; "
-        f"A's session holds {held} such lock(s)",
-        leaked=bool(got),
-        lost=int(held) == 0,
+        evidence=f"A: pg_advisory_lock({key}). B's session holds it {b_holds} time(s), any session "
+        f"{anyone}; B's pg_try_advisory_lock gave {got!r}. A's session holds it {a_holds} time(s)",
+        leaked=int(b_holds) > 0,
+        lost=int(a_holds) == 0,
     )
 
 
-@probe("advisory_xact_lock", "transaction advisory lock (pg_advisory_xact_lock)")
+@probe("advisory_xact_lock", "transaction advisory lock (pg_advisory_xact_lock)", scope=Scope.TRANSACTION)
 async def advisory_xact_lock(s: Scenario) -> Observation:
     key = _key(s)
     # A: a lock scoped to one transaction, released at COMMIT.
-    await s.a.execute("BEGIN")
-    await s.a.execute(f"SELECT pg_advisory_xact_lock({key})")
-    held = await s.a.fetchval(f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {key}")
-    await s.a.execute("COMMIT")
-    if int(held) == 0:
-        raise ProbeError(f"A's transaction did not hold advisory lock {key}; nothing was exercised")
-    await s.shared("after A's COMMIT")
+    held = await s.run(s.a, "pg_advisory_xact_lock", f"SELECT pg_advisory_xact_lock({key})",
+                       f"SELECT {_held(key, 'true')}")
+    if held.failed or int(held.value) == 0:
+        raise ProbeError(f"A's transaction did not hold advisory lock {key} ({held}); nothing was exercised")
     # B: nobody should hold the lock any more.
-    left = await s.b.fetchval(f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {key}")
-    got = await s.b.fetchval(f"SELECT pg_try_advisory_xact_lock({key})")
+    left = await s.observe(s.b, "read pg_locks", _held(key, "true"))
+    got = await s.run(s.b, "pg_try_advisory_xact_lock", f"SELECT pg_try_advisory_xact_lock({key})")
     return Observation(
-        evidence=f"A took pg_advisory_xact_lock({key}) and committed; B saw {left} lock(s) left "
-        f"and pg_try_advisory_xact_lock gave {got!r}",
-        leaked=int(left) > 0 or not got,
+        evidence=f"A: pg_advisory_xact_lock({key}), COMMIT. B saw {left} hold(s) left "
+        f"and pg_try_advisory_xact_lock gave {got}",
+        leaked=int(left) > 0 or got.value is False,
+        broke=str(got) if got.failed else None,
     )
 
 

@@ -5,87 +5,113 @@ from __future__ import annotations
 from ..clients import Client
 from ..errors import ProbeError
 from ..verdicts import Observation
-from .base import Probe, Scenario, attempt, probe
+from .base import Attempt, Probe, Scenario, probe
 
 # Names the drivers give their statements (PgBouncer's own are PGBOUNCER_N).
 _DRIVER_NAMES = "(name LIKE '\\_pg3\\_%' OR name LIKE '\\_\\_asyncpg\\_%')"
 
 
-def _query(marker: str) -> str:
-    return f"SELECT '{marker}'::text AS marker"
-
-
-async def _prepared_names(client: Client, marker: str, driver_names_only: bool = False) -> list[str]:
+def _names(marker: str, driver_names_only: bool = False) -> str:
+    """An expression: the names of prepared statements whose text holds `marker`."""
     only = f" AND {_DRIVER_NAMES}" if driver_names_only else ""
-    # The marker is split so this query's own text (which asyncpg prepares) never matches.
-    half = len(marker) // 2
+    half = len(marker) // 2  # split, so a statement holding this very text never matches
     pattern = f"'%' || '{marker[:half]}' || '{marker[half:]}' || '%'"
-    rows = await client.fetchall(
-        f"SELECT name FROM pg_prepared_statements WHERE statement LIKE {pattern}{only} ORDER BY name"
-    )
-    return [str(r[0]) for r in rows]
+    return f"ARRAY(SELECT name FROM pg_prepared_statements WHERE statement LIKE {pattern}{only} ORDER BY name)"
 
 
-async def _prepare_in_a(s: Scenario, sql: str, marker: str) -> list[str]:
-    # A: runs the statement twice the prepared way; it must really be prepared on the server.
-    await s.a.prepared_fetchval(sql)
-    await s.a.prepared_fetchval(sql)
-    names = await _prepared_names(s.a, marker)
+async def _prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
+    """A proves its server, then runs `SELECT marker` twice its driver's prepared way. A failure is
+    returned (a break, proven by A's first proof); a run that was not really prepared is an error."""
+    await s.observe(s.a, "connected", "1")
+    for _ in range(2):
+        run = await s.prepared(s.a, "prepared run", f"'{marker}'::text")
+        if run.failed:
+            return run, []
+    names = list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
     if not names:
-        raise ProbeError(
-            f"{s.a.label}'s driver did not prepare {sql!r} on the server (pg_prepared_statements is empty); "
-            "the probe cannot measure protocol prepares with this driver configuration"
-        )
-    return names
+        raise ProbeError(f"{s.a.label}'s driver did not prepare its statement on the server "
+                         "(pg_prepared_statements is empty); the probe cannot measure protocol prepares here")
+    return run, names
+
+
+def _fails(*runs: tuple[str, Attempt]) -> str | None:
+    errors = [f"{who}: {r}" for who, r in runs if r.failed]
+    return "; ".join(errors) if errors else None
 
 
 @probe("protocol_prepare", "protocol-level prepared statement, same server")
 async def protocol_prepare(s: Scenario) -> Observation:
     marker = s.name("prep")
-    sql = _query(marker)
-    first = await attempt(_prepare_in_a(s, sql, marker))
+    first, names = await _prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's prepared execution failed: {first}", broke=str(first))
-    await s.shared("after A prepared")
+        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
     # B: can B's session see A's statement under the name A's driver gave it?
-    visible = await _prepared_names(s.b, marker, driver_names_only=True)
-    # B: prepares the very same query (two app instances running the same code).
-    b_run = await attempt(s.b.prepared_fetchval(sql))
-    b_again = await attempt(s.b.prepared_fetchval(sql))
-    # A: uses its statement again after B did.
-    a_again = await attempt(s.a.prepared_fetchval(sql))
-    errors = [f"{who}: {r}" for who, r in (("B", b_run), ("B again", b_again), ("A again", a_again)) if r.failed]
+    visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names_only=True))
+    # B: prepares the very same query (two app instances running the same code); A runs it again.
+    b_run = await s.prepared(s.b, "prepared run", f"'{marker}'::text")
+    b_again = await s.prepared(s.b, "prepared run again", f"'{marker}'::text")
+    a_again = await s.prepared(s.a, "prepared run again", f"'{marker}'::text")
     return Observation(
-        evidence=f"A prepared {sql!r} (server names {first.value}); B saw driver-named {visible}; "
+        evidence=f"A prepared SELECT '{marker}' (server names {names}). B saw driver-named {list(visible)}; "
         f"B's prepared run gave {b_run}, again {b_again}; A's re-run gave {a_again}",
         leaked=bool(visible),
-        broke="; ".join(errors) if errors else None,
+        broke=_fails(("B", b_run), ("B again", b_again), ("A again", a_again)),
     )
 
 
-@probe("protocol_prepare_moved", "protocol-level prepared statement, client moved to another server", 2)
+@probe("protocol_prepare_moved", "protocol-level prepared statement, client moved to another server",
+       pool_size=2)
 async def protocol_prepare_moved(s: Scenario) -> Observation:
     marker = s.name("prep")
-    sql = _query(marker)
-    first = await attempt(_prepare_in_a(s, sql, marker))
+    first, names = await _prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's prepared execution failed: {first}", broke=str(first))
-    # B claims A's server; A must run its statement on the other one.
+        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+    # B claims A's server; A runs its statement on the other one, and B looks for it on A's old one.
     async with s.a_on_another_server():
-        again = await attempt(s.a.prepared_fetchval(sql))
-        # "Works" needs proof it ran prepared there too, not as a plain query.
-        there = [] if again.failed else await _prepared_names(s.a, marker)
+        again = await s.prepared(s.a, "prepared run elsewhere", f"'{marker}'::text")
+        # "Works" needs proof it ran prepared there too, not as a plain query; a failed run, a proof
+        # that A really was elsewhere.
+        there = list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
+        visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names_only=True))
     if not again.failed and not there:
         raise ProbeError("A's statement ran on the other server connection without being prepared there; "
                          "the move was not exercised")
-    missing = again.failed and again.error is not None and again.error.sqlstate == "26000"
+    missing = again.state("26000")
     return Observation(
-        evidence=f"A prepared {sql!r} (server names {first.value}); while B held that server, "
-        f"A's prepared run on another server gave {again}"
-        + (f" (prepared there as {there})" if there else ""),
+        evidence=f"A prepared SELECT '{marker}' (server names {names}). While B held that server, A's "
+        f"prepared run on another one gave {again}" + (f" (prepared there as {there})" if there else "")
+        + f"; B saw driver-named {list(visible)} on A's old one",
         lost=missing,
+        leaked=bool(visible),
         broke=str(again) if again.failed and not missing else None,
     )
 
 
-PROBES: tuple[Probe, ...] = (protocol_prepare, protocol_prepare_moved)
+async def _execute_by_name(s: Scenario, client: Client, names: list[str]) -> list[str]:
+    """What EXECUTE of each named statement returned to `client` (its first column, or the error)."""
+    out = []
+    for name in names:
+        quoted = '"' + name.replace('"', '""') + '"'
+        got = await s.run(client, f"EXECUTE {name}", f"EXECUTE {quoted}")
+        out.append(f"{name} -> {got}")
+    return out
+
+
+@probe("prepared_disclosure", "another client's prepared SQL text, and running it by name", security=True)
+async def prepared_disclosure(s: Scenario) -> Observation:
+    marker = s.name("secret")
+    first, names = await _prepare_in_a(s, marker)
+    if first.failed:
+        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+    # B: reads A's SQL text from pg_prepared_statements (any name: the driver's or PgBouncer's).
+    visible = list(await s.observe(s.b, "read pg_prepared_statements", _names(marker)))
+    # B: runs each by name with SQL EXECUTE, and gets A's result.
+    ran = await _execute_by_name(s, s.b, visible)
+    return Observation(
+        evidence=f"A prepared SELECT '{marker}' (server names {names}). B read the text of {visible}"
+        + (f" and ran them: {'; '.join(ran)}" if ran else ""),
+        leaked=bool(visible),
+    )
+
+
+PROBES: tuple[Probe, ...] = (protocol_prepare, protocol_prepare_moved, prepared_disclosure)

@@ -3,78 +3,76 @@
 from __future__ import annotations
 
 from ..errors import ProbeError
-from ..verdicts import Observation
-from .base import Probe, Scenario, attempt, probe
+from ..verdicts import Observation, Scope
+from .base import Probe, Scenario, probe
 
 
-def _lit(value: str) -> str:
+def lit(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+def setting(name: str) -> str:
+    return f"current_setting({lit(name)}, true)"
 
 
 @probe("statement_timeout", "SET statement_timeout (does B's query get cancelled?)")
 async def statement_timeout(s: Scenario) -> Observation:
     # A: a short session-level timeout.
-    await s.a.execute("SET statement_timeout = '150ms'")
-    await s.shared("after A's SET")
-    # B: a query that runs longer than A's timeout, with no timeout of its own.
-    slept = await attempt(s.b.fetchval("SELECT pg_sleep(0.6)::text"))
+    await s.change(s.a, "SET statement_timeout", "SET statement_timeout = '100ms'")
+    # B: reads the setting, then runs a query longer than A's timeout, with no timeout of its own.
+    b_seen = await s.observe(s.b, "read statement_timeout", setting("statement_timeout"))
+    slept = await s.run(s.b, "slept", "SELECT pg_sleep(0.25)::text")
     # A: is its own timeout still in force?
-    mine = await s.a.fetchval("SELECT current_setting('statement_timeout')")
-    cancelled = slept.failed and slept.error is not None and slept.error.sqlstate == "57014"
+    mine = await s.observe(s.a, "read statement_timeout", setting("statement_timeout"))
+    cancelled = slept.state("57014")
     return Observation(
-        evidence=f"A ran SET statement_timeout='150ms'; B's pg_sleep(0.6) gave {slept}; "
-        f"A then read statement_timeout={mine!r}",
-        leaked=cancelled,
-        lost=mine != "150ms",
+        evidence=f"A: SET statement_timeout='100ms'. B read {b_seen!r}, and its pg_sleep(0.25) gave {slept}. "
+        f"A read {mine!r}",
+        leaked=cancelled or b_seen == "100ms",
+        lost=mine != "100ms",
         broke=str(slept) if slept.failed and not cancelled else None,
     )
 
 
-@probe("set_local", "SET LOCAL inside a transaction")
+@probe("set_local", "SET LOCAL inside a transaction", scope=Scope.TRANSACTION)
 async def set_local(s: Scenario) -> Observation:
     # A: SET LOCAL lives only until A's COMMIT.
-    await s.a.execute("BEGIN")
-    await s.a.execute("SET LOCAL work_mem = '1234kB'")
-    inside = await s.a.fetchval("SELECT current_setting('work_mem')")
-    await s.a.execute("COMMIT")
-    await s.shared("after A's COMMIT")
+    inside = await s.run(s.a, "SET LOCAL", "SET LOCAL work_mem = '1234kB'", f"SELECT {setting('work_mem')}")
+    if inside.value != "1234kB":
+        raise ProbeError(f"A's SET LOCAL work_mem read back {inside}; nothing was exercised")
     # B: must see the server default, not A's transaction-local value.
-    seen = await s.b.fetchval("SELECT current_setting('work_mem')")
+    seen = await s.observe(s.b, "read work_mem", setting("work_mem"))
     return Observation(
-        evidence=f"A ran SET LOCAL work_mem='1234kB' (read {inside!r} inside) and committed; B read {seen!r}",
+        evidence=f"A: SET LOCAL work_mem='1234kB' (read {inside.value!r} inside), COMMIT. B read {seen!r}",
         leaked=seen == "1234kB",
-        lost=inside != "1234kB",
     )
 
 
 async def _parameter(s: Scenario, name: str, a_value: str, b_value: str | None) -> Observation:
     """Values are SQL as written after `SET name =` (quoted literals, or a search_path list)."""
-    read = f"SELECT current_setting({_lit(name)})"
-    b_set = None
+    b_part = ""
     if b_value is not None:
         # B: its own value first, so A's SET has something to overwrite.
-        await s.b.execute(f"SET {name} = {b_value}")
-        b_set = await s.b.fetchval(read)
-    b_before = b_set if b_set is not None else await s.b.fetchval(read)
+        await s.change(s.b, f"SET {name}", f"SET {name} = {b_value}")
+        b_part = f"B: SET {name}={b_value}. "
+    b_before = await s.observe(s.b, f"read {name}", setting(name))
     # A: its own value.
-    await s.a.execute(f"SET {name} = {a_value}")
-    a_set = await s.a.fetchval(read)
+    await s.change(s.a, f"SET {name}", f"SET {name} = {a_value}")
+    a_set = await s.observe(s.a, f"read {name}", setting(name))
     if a_set == b_before:
         raise ProbeError(f"A's {name} ({a_set!r}) equals B's own, so a leak could not be told apart; "
                          "choose a value that differs from the default")
-    await s.shared("after the SETs")
     # B: reads the setting; then A reads it again after B used the server.
-    b_seen = await s.b.fetchval(read)
+    b_seen = await s.observe(s.b, f"read {name}", setting(name))
     b_told = s.b.reported(name)
-    a_seen = await s.a.fetchval(read)
-    b_part = f"B set {name}={b_set!r}, " if b_value is not None else ""
-    leaked = b_seen == a_set != b_set or (b_set is not None and a_seen == b_set != a_set)
+    a_seen = await s.observe(s.a, f"read {name}", setting(name))
     told = "not reported" if b_told is None else repr(b_told)
     return Observation(
-        evidence=f"{b_part}A set {name}={a_set!r}; B read {b_seen!r} "
-        f"(B's driver was told {told}); A read {a_seen!r} afterwards",
-        leaked=leaked,
+        evidence=f"{b_part}A: SET {name}={a_set!r}. B read {b_seen!r} (its driver was told {told}). "
+        f"A read {a_seen!r}",
+        leaked=b_seen == a_set or (b_value is not None and a_seen == b_before),
         lost=a_seen != a_set,
+        misreported=b_told is not None and b_told != b_seen,
         details=(
             ("b_reported", told),
             ("b_server_value", repr(b_seen)),
@@ -116,44 +114,45 @@ async def application_name_empty(s: Scenario) -> Observation:
 @probe("custom_setting", "a custom setting (SET leakcheck.tenant)")
 async def custom_setting(s: Scenario) -> Observation:
     # A: an application-defined GUC, as multi-tenant apps use for row-level security.
-    await s.a.execute("SET leakcheck.tenant = 'tenant_a'")
-    await s.shared("after A's SET")
+    await s.change(s.a, "SET leakcheck.tenant", "SET leakcheck.tenant = 'tenant_a'")
     # B: never set it; current_setting(..., true) is NULL or '' in a fresh session.
-    seen = await s.b.fetchval("SELECT current_setting('leakcheck.tenant', true)")
-    mine = await s.a.fetchval("SELECT current_setting('leakcheck.tenant', true)")
+    seen = await s.observe(s.b, "read leakcheck.tenant", setting("leakcheck.tenant"))
+    mine = await s.observe(s.a, "read leakcheck.tenant", setting("leakcheck.tenant"))
     return Observation(
-        evidence=f"A ran SET leakcheck.tenant='tenant_a'; B read {seen!r}; A read {mine!r}",
+        evidence=f"A: SET leakcheck.tenant='tenant_a'. B read {seen!r}. A read {mine!r}",
         leaked=seen == "tenant_a",
         lost=mine != "tenant_a",
     )
 
 
-@probe("set_role", "SET ROLE")
+@probe("set_role", "SET ROLE to a less privileged role", security=True)
 async def set_role(s: Scenario) -> Observation:
-    # A: switch to a less privileged role for the rest of its session.
-    await s.a.execute("SET ROLE leakcheck_other")
-    await s.shared("after A's SET ROLE")
+    # A: switch to another role for the rest of its session.
+    await s.change(s.a, "SET ROLE", "SET ROLE leakcheck_other")
     # B: which role does B's query run as?
-    seen = await s.b.fetchval("SELECT current_user")
-    mine = await s.a.fetchval("SELECT current_user")
+    seen = await s.observe(s.b, "read current_user", "current_user")
+    mine = await s.observe(s.a, "read current_user", "current_user")
     return Observation(
-        evidence=f"A ran SET ROLE leakcheck_other; B's current_user is {seen!r}; A's is {mine!r}",
+        evidence=f"A: SET ROLE leakcheck_other. B's current_user is {seen!r}; A's is {mine!r}",
         leaked=seen == "leakcheck_other",
         lost=mine != "leakcheck_other",
     )
 
 
 async def _moved(s: Scenario, name: str, value: str) -> Observation:
-    read = f"SELECT current_setting({_lit(name)}, true)"
     # A: sets the value on the server it has now.
-    await s.a.execute(f"SET {name} = {value}")
-    a_set = await s.a.fetchval(read)
-    # A: reads it back while B holds that server, i.e. from another server connection.
+    await s.change(s.a, f"SET {name}", f"SET {name} = {value}")
+    a_set = await s.observe(s.a, f"read {name}", setting(name))
+    # A: reads it back while B holds that server, i.e. from another server connection;
+    # B, now on A's old server, reads it too (the reverse direction).
     async with s.a_on_another_server():
-        a_seen = await s.a.fetchval(read)
+        a_seen = await s.observe(s.a, f"read {name} elsewhere", setting(name))
+        b_seen = await s.observe(s.b, f"read {name} on A's server", setting(name))
     return Observation(
-        evidence=f"A set {name}={a_set!r}; on another server connection A read {a_seen!r}",
+        evidence=f"A: SET {name}={a_set!r}. On another server connection A read {a_seen!r}; "
+        f"B, on A's old one, read {b_seen!r}",
         lost=a_seen != a_set,
+        leaked=b_seen == a_set,
     )
 
 

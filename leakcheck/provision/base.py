@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Protocol
 
 from ..ini import PoolSettings
 from ..versions import Spec, Version
 
-#: The database, user and second role every backend creates on its PostgreSQL servers.
+#: The database and the superuser every backend creates on its PostgreSQL servers (the other
+#: roles and objects the probes use are in fixtures.py).
 DBNAME = "leakcheck"
 USER = "leakcheck"
 OTHER_ROLE = "leakcheck_other"
@@ -25,9 +26,14 @@ class Endpoint:
     port: int
     user: str = USER
     dbname: str = DBNAME
+    password: str = ""
 
     def conninfo(self) -> str:
-        return f"host={self.host} port={self.port} user={self.user} dbname={self.dbname}"
+        secret = f" password={self.password}" if self.password else ""
+        return f"host={self.host} port={self.port} user={self.user} dbname={self.dbname}{secret}"
+
+    def as_user(self, user: str, password: str = "") -> Endpoint:
+        return replace(self, user=user, password=password)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from ..errors import StartError
 from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
 from .base import DBNAME, USER, Binary, Endpoint
+from .fixtures import APP_ROLE
 from .system import PortClash, ServerUser, die_with_parent, free_port, start_retrying_port_clash
 
 HOST = "127.0.0.1"
@@ -103,7 +104,7 @@ class BouncerProcess:
         for stale in ("pgbouncer.log", "pgbouncer.pid"):
             (tmp / stale).unlink(missing_ok=True)
         (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout))
-        (tmp / "users.txt").write_text(render_auth_file(USER))
+        (tmp / "users.txt").write_text(render_auth_file(USER, APP_ROLE))
         argv = [*self.binary.argv, str(tmp / "pgbouncer.ini")]
         uid, gid, groups = self.user.popen_ids()
         with open(tmp / "pgbouncer.out", "wb") as out:  # stdout+stderr: also what precedes the logfile

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import psycopg
-from psycopg import sql
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
@@ -29,7 +28,8 @@ from ..errors import ProbeError, ProvisionError, StartError, UsageError
 from ..ini import PoolSettings
 from ..versions import Spec, Version, version_in_output
 from . import containers_images as img
-from .base import DBNAME, OTHER_ROLE, USER, Endpoint
+from . import fixtures
+from .base import DBNAME, USER, Endpoint
 from .containers_admin import query_postgres, reset_pool, show_version
 from .containers_engine import RECIPE_LABEL, Engine, sigint_deferred, start_reaper
 from .system import cache_root, file_lock
@@ -214,8 +214,7 @@ class ContainersBackend:
         self._postgres[pg] = running
         self._wait_ready(running, what, query_postgres)
         with psycopg.connect(running.endpoint.conninfo(), autocommit=True, connect_timeout=10) as conn:
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(OTHER_ROLE)))
-            conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(OTHER_ROLE), sql.Identifier(USER)))
+            fixtures.apply(conn)
         return running
 
     @contextlib.contextmanager

@@ -11,6 +11,7 @@ from ..errors import ProvisionError, UsageError
 from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
 from .base import DBNAME, USER
+from .fixtures import APP_ROLE
 
 DEFAULT_PG_IMAGE = "postgres:{version}"
 DEFAULT_BUILD_TAG = "leakcheck/pgbouncer:{version}"
@@ -144,7 +145,7 @@ def bouncer_files(settings: PoolSettings) -> dict[str, bytes]:
     )
     return {
         f"{CONFIG_DIR}/pgbouncer.ini": render_ini(settings, layout).encode(),
-        f"{CONFIG_DIR}/userlist.txt": render_auth_file(USER).encode(),
+        f"{CONFIG_DIR}/userlist.txt": render_auth_file(USER, APP_ROLE).encode(),
     }
 
 

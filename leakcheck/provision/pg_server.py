@@ -18,7 +18,8 @@ from psycopg import sql
 
 from ..errors import StartError
 from ..versions import Version
-from .base import DBNAME, OTHER_ROLE, USER, Endpoint
+from . import fixtures
+from .base import DBNAME, USER, Endpoint
 from .pg_binaries import PgInstall
 from .system import PortClash, ServerUser, die_with_parent, file_lock, free_port, start_retrying_port_clash
 
@@ -173,12 +174,12 @@ def _initdb(install: PgInstall, user: ServerUser, data: Path, rundir: Path) -> N
 
 
 def _create_objects(port: int) -> None:
-    """The database, and a second role that USER may SET ROLE to."""
+    """The database, then the roles and objects the probes use (fixtures.py)."""
     ident = sql.Identifier
     with psycopg.connect(host=HOST, port=port, user=USER, dbname="postgres", autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(ident(DBNAME), ident(USER)))
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident(OTHER_ROLE)))
-        conn.execute(sql.SQL("GRANT {} TO {}").format(ident(OTHER_ROLE), ident(USER)))
+    with psycopg.connect(host=HOST, port=port, user=USER, dbname=DBNAME, autocommit=True) as conn:
+        fixtures.apply(conn)
 
 
 def ensure_template(
@@ -186,7 +187,7 @@ def ensure_template(
 ) -> Path:
     """cache/templates/<version>: an initialised data dir with our database and roles (built once)."""
     root = cache / "templates"
-    target = root / str(install.version)
+    target = root / f"{install.version}-{fixtures.FINGERPRINT}"
     if (target / "PG_VERSION").is_file():  # it appears only by rename, so it is complete
         return target
     root.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leakcheck.clients import Driver
-from leakcheck.verdicts import Verdict
+from leakcheck.verdicts import Fact, Verdict
 
 from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 
@@ -20,6 +20,7 @@ def test_statement_timeout_leaks_in_transaction_mode_with_a_pool_of_one(
     outcome = measure("statement_timeout", TEST_PG[0], bouncer, driver)
     assert outcome.verdict is Verdict.LEAKS, outcome.evidence
     assert "57014" in outcome.evidence  # B's query really was cancelled
+    assert "B read '100ms'" in outcome.evidence  # and B's session has A's setting
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=str)
@@ -42,7 +43,7 @@ def test_a_protocol_prepared_statement_is_lost_on_another_server_with_pgbouncer_
     measure: Measure, driver: Driver
 ) -> None:
     outcome = measure("protocol_prepare_moved", TEST_PG[0], "1.18", driver)
-    assert outcome.verdict is Verdict.LOST, outcome.evidence
+    assert Fact.LOST in outcome.facts, outcome.evidence
     assert "26000" in outcome.evidence
 
 
@@ -73,4 +74,30 @@ def test_a_tracked_parameter_follows_the_client_to_another_server_and_a_custom_o
     # PgBouncer re-applies tracked parameters (TimeZone) when it links a client to a server.
     assert measure("timezone_moved", TEST_PG[0], bouncer, driver).verdict is Verdict.ISOLATED
     moved = measure("custom_setting_moved", TEST_PG[0], bouncer, driver)
-    assert moved.verdict is Verdict.LOST, moved.evidence
+    assert Fact.LOST in moved.facts, moved.evidence
+    assert Fact.LEAKED in moved.facts  # and B, on A's old server, sees A's value
+
+
+@pytest.mark.skipif("1.18" not in TEST_BOUNCER, reason="PgBouncer 1.18 not in LEAKCHECK_TEST_BOUNCER")
+def test_two_asyncpg_applications_collide_on_their_first_statement_name_on_pgbouncer_1_18(measure: Measure) -> None:
+    # Each application numbers its statements from 1; a shared server already has A's __asyncpg_stmt_1__.
+    outcome = measure("protocol_prepare", TEST_PG[0], "1.18", Driver.ASYNCPG)
+    assert outcome.verdict is Verdict.BREAKS, outcome.evidence
+    assert '42P05: prepared statement "__asyncpg_stmt_1__" already exists' in outcome.evidence
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+@pytest.mark.parametrize("bouncer", [b for b in TEST_BOUNCER if b not in ("1.18",)])
+def test_pgbouncer_statements_are_readable_and_runnable_by_another_client_from_1_24(
+    measure: Measure, bouncer: str, driver: Driver
+) -> None:
+    # protocol_prepare is isolated here (no driver-named statement), yet the SQL text is not private.
+    outcome = measure("prepared_disclosure", TEST_PG[0], bouncer, driver)
+    assert outcome.verdict is Verdict.LEAKS, outcome.evidence
+    assert "PGBOUNCER_" in outcome.evidence and "-> 'lc_secret_" in outcome.evidence
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+def test_a_notification_for_a_listener_goes_to_whoever_holds_the_server(measure: Measure, driver: Driver) -> None:
+    outcome = measure("listen_notify", TEST_PG[0], TEST_BOUNCER[-1], driver)
+    assert outcome.verdict is Verdict.LEAKS and Fact.LOST in outcome.facts, outcome.evidence

@@ -13,11 +13,11 @@ from leakcheck.ini import PoolSettings
 from leakcheck.probes import PROBES, Probe
 from leakcheck.provision.base import Backend, Endpoint
 from leakcheck.provision.native import NativeBackend
-from leakcheck.runner import Target, run_probe
-from leakcheck.verdicts import Route, Verdict
+from leakcheck.runner import Target, control_expectation, run_probe
+from leakcheck.verdicts import Route, Scope, Verdict
 from leakcheck.versions import Version
 
-from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
+from .conftest import DRIVERS, TEST_PG, Measure
 
 pytestmark = pytest.mark.integration
 
@@ -48,10 +48,14 @@ def test_without_a_shared_server_a_probe_is_an_error_never_isolated(
     assert "did not share the server" in outcome.evidence
 
 
-@pytest.mark.parametrize("route", [Route.DIRECT, Route.SESSION], ids=str)
 @pytest.mark.parametrize("driver", DRIVERS, ids=str)
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.id)
-def test_every_probe_is_isolated_on_the_controls(measure: Measure, probe: Probe, driver: Driver, route: Route) -> None:
-    bouncer = None if route is Route.DIRECT else TEST_BOUNCER[-1]
-    outcome = measure(probe, TEST_PG[0], bouncer, driver, route)
-    assert outcome.verdict is Verdict.ISOLATED, outcome.evidence
+def test_every_probe_gives_both_answers_isolated_apart_and_leaks_on_one_session(
+    measure: Measure, probe: Probe, driver: Driver
+) -> None:
+    apart = measure(probe, TEST_PG[0], None, driver, Route.DIRECT)
+    assert apart.verdict is Verdict.ISOLATED, apart.evidence
+    together = measure(probe, TEST_PG[0], None, driver, Route.SHARED)
+    assert together.verdict is control_expectation(probe, Route.SHARED), together.evidence
+    if probe.scope is Scope.SESSION:
+        assert together.verdict is Verdict.LEAKS  # the probe can say "leaks" where state is shared

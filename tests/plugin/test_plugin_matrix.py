@@ -23,18 +23,19 @@ def test_a_leak_fails_its_test_and_an_isolated_state_passes(pytester: pytest.Pyt
     result.stdout.fnmatch_lines([
         "*test_leak?pg16.*-pgbouncer1.24.*-psycopg-statement_timeout? FAILED*",
         "*test_leak?pg16.*-pgbouncer1.24.*-psycopg-timezone? PASSED*",
-        "*LEAKS: A ran SET statement_timeout*",  # the evidence is the failure message
+        "*LEAKS: A: SET statement_timeout*",  # the evidence is the failure message
         "*leakcheck matrix*",
         "PostgreSQL 16.*1.24.*/psycopg*",
     ])
 
 
-def test_controls_run_as_their_own_tests(pytester: pytest.Pytester) -> None:
+def test_negative_and_positive_controls_run_as_their_own_tests(pytester: pytest.Pytester) -> None:
     result = run(pytester, "-v", "-k", "control")
-    result.assert_outcomes(passed=4, deselected=2)
+    result.assert_outcomes(passed=6, deselected=2)
     result.stdout.fnmatch_lines_random([
         "*test_control?pg16.*-direct-psycopg-timezone? PASSED*",
         "*test_control?pg16.*-pgbouncer1.24.*-session-psycopg-statement_timeout? PASSED*",
+        "*test_control?pg16.*-shared-psycopg-statement_timeout? PASSED*",  # passes because it leaks
     ])
 
 
@@ -46,7 +47,7 @@ def test_junit_carries_the_verdict_and_evidence_as_properties(pytester: pytest.P
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props["verdict"] == "leaks" and props["probe"] == "statement_timeout" and props["driver"] == "psycopg"
     assert (props["pg_version"] or "").startswith("16.") and (props["bouncer_version"] or "").startswith("1.24.")
-    assert "57014" in (props["evidence"] or "")
+    assert "57014" in (props["evidence"] or "") and props["facts"] == "leaked" and props["security"] == "false"
     assert case.find("failure") is not None
 
 

@@ -24,7 +24,8 @@ def test_it_listens_on_loopback_only_and_points_at_the_server() -> None:
     text = render_ini(PoolSettings(PoolMode.SESSION, 2), LAYOUT)
     ini = settings_of(text)
     assert ini["listen_addr"] == "127.0.0.1" and ini["listen_port"] == "6432"
-    assert ini["leakcheck"] == "host=127.0.0.1 port=5432 dbname=leakcheck user=leakcheck"
+    # No user=: each client's own role logs in to the server, so the app role is no superuser there.
+    assert ini["leakcheck"] == "host=127.0.0.1 port=5432 dbname=leakcheck"
     assert ini["pool_mode"] == "session" and ini["default_pool_size"] == "2"
 
 
@@ -40,5 +41,5 @@ def test_a_pool_of_zero_is_refused() -> None:
         render_ini(PoolSettings(pool_size=0), LAYOUT)
 
 
-def test_the_auth_file_quotes_the_user() -> None:
-    assert render_auth_file('le"ak') == '"le""ak" ""\n'
+def test_the_auth_file_lists_and_quotes_each_user() -> None:
+    assert render_auth_file('le"ak', "app") == '"le""ak" ""\n"app" ""\n'

@@ -8,7 +8,7 @@ import pytest
 from leakcheck import matrices
 from leakcheck.errors import UsageError
 from leakcheck.report import render_counts, render_matrix
-from leakcheck.verdicts import Outcome, Route, Verdict
+from leakcheck.verdicts import Fact, Outcome, Route, Verdict
 
 
 def outcome(probe: str, verdict: Verdict, pg: str = "16.14", bouncer: str = "1.24.1", driver: str = "psycopg",
@@ -29,12 +29,25 @@ def test_the_matrix_has_probes_as_rows_and_bouncer_driver_columns_per_pg() -> No
     assert row.split()[1:] == ["-", "isolated", "LEAKS"]
 
 
-def test_controls_are_summarised_and_named_when_not_isolated() -> None:
+def test_controls_are_counted_per_route() -> None:
     text = render_matrix([
         outcome("timezone", Verdict.ISOLATED, route=Route.DIRECT, bouncer=""),
         outcome("set_role", Verdict.LEAKS, route=Route.SESSION),
+        outcome("set_role", Verdict.LEAKS, route=Route.SHARED, bouncer=""),
     ])
-    assert "1 of 2 isolated" in text and "pg16.14/pgbouncer1.24.1/session/psycopg/set_role" in text
+    assert "direct control (two direct sessions, must be isolated): 1 isolated" in text
+    assert "session control (pool_mode=session, must be isolated): 1 leaks" in text
+    assert "shared control (A and B on one direct session): 1 leaks" in text
+
+
+def test_a_cell_shows_the_facts_besides_its_verdict_and_security_probes_are_marked() -> None:
+    broke = Outcome("protocol_prepare", "16.14", "1.18.0", Route.TRANSACTION, "psycopg", Verdict.BREAKS, "e",
+                    facts=(Fact.BROKE, Fact.LEAKED))
+    secret = Outcome("rls_tenant", "16.14", "1.18.0", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "e",
+                     facts=(Fact.LEAKED,), security=True)
+    lines = render_matrix([broke, secret]).splitlines()
+    assert next(line for line in lines if line.startswith("protocol_prepare")).split()[1] == "BREAKS+leaked"
+    assert any(line.startswith("rls_tenant [security]") for line in lines)
 
 
 def test_counts_name_each_verdict() -> None:
