@@ -10,6 +10,7 @@ import pytest
 from .clients import Driver
 from .errors import UsageError
 from .probes import Probe, select
+from .provision.containers_images import check_template
 from .versions import Spec, parse_spec_list
 
 DEFAULT_PG = "16,17,18"
@@ -44,11 +45,28 @@ def add_options(parser: pytest.Parser) -> None:
         parser.addini(ini, help=help_text, default=None)
 
 
-def _raw(config: pytest.Config, ini: str, default: str | None) -> str | None:
+FLAGS = {ini: flag for flag, ini, _, _ in OPTIONS}
+DEFAULTS = {ini: default for _, ini, _, default in OPTIONS}
+
+
+def _raw(config: pytest.Config, ini: str) -> str | None:
+    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty)."""
     value = config.getoption(ini)
     if value is None:
-        value = config.getini(ini) or None
-    return str(value) if value is not None else default
+        value = config.getini(ini)
+    return None if value is None else str(value)
+
+
+def _given(raw: dict[str, str | None], key: str, expected: str) -> str | None:
+    """The value of `key`; None when not given; a UsageError when given but blank or with a NUL."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not value.strip():
+        raise UsageError.empty(FLAGS[key], expected)
+    if "\x00" in value:
+        raise UsageError.bad_value(FLAGS[key], value, expected)
+    return value
 
 
 @dataclass(frozen=True)
@@ -68,44 +86,77 @@ class Config:
 
     @classmethod
     def from_pytest(cls, config: pytest.Config) -> Config | None:
-        """None when neither --pg nor --bouncer (nor their ini keys) asks for the matrix."""
-        raw = {ini: _raw(config, ini, default) for _, ini, _, default in OPTIONS}
+        """None when neither --pg nor --bouncer (nor their ini keys) asks for the matrix.
+
+        Every value given is validated either way; a leakcheck flag given on the command line
+        without the matrix is an error (it would do nothing, silently).
+        """
+        raw = {ini: _raw(config, ini) for _, ini, _, _ in OPTIONS}
+        settings = cls.from_strings(raw)
         if raw["leakcheck_pg"] is None and raw["leakcheck_bouncer"] is None:
+            idle = [flag for flag, ini, _, _ in OPTIONS if config.getoption(ini) is not None]
+            if idle:
+                raise UsageError(
+                    f"{', '.join(idle)} given, but the leak matrix is off: add --pg (e.g. --pg=16) or --bouncer "
+                    f"to run it, or drop {', '.join(idle)}"
+                )
             return None
-        return cls.from_strings(raw)
+        return settings
 
     @classmethod
     def from_strings(cls, raw: dict[str, str | None]) -> Config:
-        def get(key: str) -> str:
-            value = raw.get(key)
-            assert value is not None, key
-            return value
+        """Validate option values; a key missing or None takes its default, a blank value is an error."""
 
-        controls = get("leakcheck_controls").strip().lower()
+        def get(key: str, expected: str) -> str:
+            value = _given(raw, key, expected)
+            default = DEFAULTS[key]
+            assert value is not None or default is not None, key
+            return value if value is not None else str(default)
+
+        controls = get("leakcheck_controls", "yes or no").strip().lower()
         if controls not in ("yes", "no"):
             raise UsageError.bad_value("--controls", controls, "yes or no")
-        backend = get("leakcheck_backend").strip().lower()
+        backend = get("leakcheck_backend", "native, containers or auto").strip().lower()
         if backend not in ("native", "containers", "auto"):
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
-        expect, record = raw.get("leakcheck_expect"), raw.get("leakcheck_record")
+        pg = _given(raw, "leakcheck_pg", "PostgreSQL versions such as 16,18") or DEFAULT_PG
+        bouncer = _given(raw, "leakcheck_bouncer", "PgBouncer versions such as 1.24,1.26") or DEFAULT_BOUNCER
+        expect = _given(raw, "leakcheck_expect", "the path of a matrices/*.json file")
+        record = _given(raw, "leakcheck_record", "the path of a matrices/*.json file to write")
+        bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
         return cls(
-            pg=parse_spec_list(raw.get("leakcheck_pg") or DEFAULT_PG, "--pg"),
-            bouncer=parse_spec_list(raw.get("leakcheck_bouncer") or DEFAULT_BOUNCER, "--bouncer"),
-            drivers=_drivers(get("leakcheck_drivers")),
-            probes=select(get("leakcheck_probes")),
+            pg=parse_spec_list(pg, "--pg"),
+            bouncer=parse_spec_list(bouncer, "--bouncer"),
+            drivers=_drivers(get("leakcheck_drivers", "psycopg, asyncpg or both")),
+            probes=_probes(get("leakcheck_probes", "probe ids separated by commas, or all")),
             controls=controls == "yes",
             backend=backend,
-            expect=Path(expect) if expect else None,
-            record=Path(record) if record else None,
-            pg_image=get("leakcheck_pg_image"),
-            bouncer_image=raw.get("leakcheck_bouncer_image"),
+            expect=Path(expect) if expect is not None else None,
+            record=Path(record) if record is not None else None,
+            pg_image=check_template(get("leakcheck_pg_image", "an image template such as postgres:{version}"),
+                                    "--pg-image"),
+            bouncer_image=check_template(bouncer_image, "--bouncer-image") if bouncer_image is not None else None,
         )
 
 
+def _items(raw: str, option: str, expected: str) -> list[str]:
+    """The comma separated items of `raw`; an empty item (`a,,b`, `a,`, `,`) is an error."""
+    names = [n.strip() for n in raw.split(",")]
+    if not all(names):
+        raise UsageError.bad_value(option, raw, f"{expected} (no empty items)")
+    return names
+
+
+def _probes(raw: str) -> tuple[Probe, ...]:
+    if raw.strip() == "all":
+        return select(None)
+    return select(",".join(_items(raw, "--probes", "probe ids separated by commas, or all")))
+
+
 def _drivers(raw: str) -> tuple[Driver, ...]:
-    names = [n.strip() for n in raw.split(",") if n.strip()]
     known = [d.value for d in Driver]
+    names = _items(raw, "--drivers", f"a comma separated list of {', '.join(known)}")
     bad = [n for n in names if n not in known]
-    if bad or not names:
+    if bad:
         raise UsageError.bad_value("--drivers", raw, f"a comma separated list of {', '.join(known)}")
     return tuple(Driver(n) for n in dict.fromkeys(names))

@@ -16,6 +16,11 @@ class UsageError(LeakcheckError):
     def bad_value(cls, option: str, value: str, expected: str) -> UsageError:
         return cls(f"{option}={value!r} is not valid: expected {expected}")
 
+    @classmethod
+    def empty(cls, option: str, expected: str) -> UsageError:
+        """An option given with no value (`--pg=`): never silently the default."""
+        return cls(f"{option} is given but empty: give {expected}, or leave {option} out")
+
 
 class ProvisionError(LeakcheckError):
     """A server binary or image could not be found, fetched or built."""

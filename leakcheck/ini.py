@@ -35,10 +35,11 @@ class BouncerLayout:
     pidfile: str
     unix_socket_dir: str = ""
     listen_addr: str = "127.0.0.1"
+    auth_type: str = "scram-sha-256"  #: clients and the admin console need the run's password
 
 
 def render_ini(settings: PoolSettings, layout: BouncerLayout) -> str:
-    """The whole pgbouncer.ini: one database, trust auth, the probe's pool settings."""
+    """The whole pgbouncer.ini: one database, password auth, the probe's pool settings."""
     if settings.pool_size < 1:
         raise ValueError(f"pool_size must be at least 1, got {settings.pool_size}")
     lines = [
@@ -50,7 +51,7 @@ def render_ini(settings: PoolSettings, layout: BouncerLayout) -> str:
         f"listen_addr = {layout.listen_addr}",
         f"listen_port = {layout.listen_port}",
         f"unix_socket_dir = {layout.unix_socket_dir}",
-        "auth_type = trust",
+        f"auth_type = {layout.auth_type}",
         f"auth_file = {layout.auth_file}",
         f"admin_users = {layout.user}",
         f"logfile = {layout.logfile}",
@@ -65,6 +66,11 @@ def render_ini(settings: PoolSettings, layout: BouncerLayout) -> str:
     return "\n".join(lines)
 
 
-def render_auth_file(*users: str) -> str:
-    """auth_file lines for trust auth (PgBouncer still wants each user listed)."""
-    return "".join('"' + user.replace('"', '""') + '" ""\n' for user in users)
+def render_auth_file(credentials: tuple[tuple[str, str], ...]) -> str:
+    """auth_file lines, `"user" "password"`: PgBouncer checks clients with them and logs in to
+    PostgreSQL with them (both SCRAM). Keep the file readable by the server user only."""
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"'
+
+    return "".join(f"{quoted(user)} {quoted(password)}\n" for user, password in credentials)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from .config import Config
 from .errors import LeakcheckError
+from .failfast import FailFast
 from .matrices import compare, load
 from .probes import Probe
 from .provision.base import Backend
@@ -49,9 +50,10 @@ class Lab:
     config: Config
     progress: Callable[[str], None] = print
     outcomes: list[Outcome] = field(default_factory=list)
-    _backend: Backend | None = None
+    #: the --expect verdicts, loaded and checked before the run (preflight); loaded on first use if not
+    expected: Mapping[str, Verdict] | None = None
+    _backend: FailFast | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
-    _expected: Mapping[str, Verdict] | None = None
     _choice: tuple[str, str] | None = None
 
     @property
@@ -67,9 +69,10 @@ class Lab:
 
     @property
     def backend(self) -> Backend:
+        """The run's backend; a server that failed to start is not retried by later tests (FailFast)."""
         if self._backend is None:
             chosen = replace(self.config, backend=self.choice[0])
-            self._backend = self._stack.enter_context(make_backend(chosen, self.progress))
+            self._backend = self._stack.enter_context(FailFast(make_backend(chosen, self.progress)))
         return self._backend
 
     def close(self) -> None:
@@ -89,11 +92,12 @@ class Lab:
     def items(self) -> Iterator[tuple[str, Probe, Target]]:
         for target in self.targets():
             for probe in self.config.probes:
-                kind = "test_leak" if target.route is Route.TRANSACTION else "test_control"
-                yield f"{kind}[{target.test_id(probe.id)}]", probe, target
+                yield _test_name(probe, target), probe, target
 
     def run(self, probe: Probe, target: Target) -> Outcome:
-        outcome = run_probe(self.backend, probe, target)
+        backend = self.backend
+        self._failfast().current = _test_name(probe, target)
+        outcome = run_probe(backend, probe, target)
         self.outcomes.append(outcome)
         return outcome
 
@@ -106,13 +110,21 @@ class Lab:
             return (f"control ({outcome.route.value}) must measure {want.value}, measured {outcome.verdict.value}: "
                     f"{outcome.evidence}. This probe cannot be trusted here")
         if self.config.expect is not None:
-            if self._expected is None:
-                self._expected = load(self.config.expect)
-            return compare(outcome, self._expected)
+            if self.expected is None:
+                self.expected = load(self.config.expect)
+            return compare(outcome, self.expected)
         if outcome.verdict is Verdict.ISOLATED:
             return None
         return f"{outcome.verdict.value.upper()}: {outcome.evidence}"
 
+    def _failfast(self) -> FailFast:
+        assert self._backend is not None
+        return self._backend
+
     def describe(self) -> list[str]:
         return list(self.backend.describe()) if self._backend is not None else []
 
+
+def _test_name(probe: Probe, target: Target) -> str:
+    kind = "test_leak" if target.route is Route.TRANSACTION else "test_control"
+    return f"{kind}[{target.test_id(probe.id)}]"

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from typing import Any
 
 import pytest
 
-from . import matrices
+from . import matrices, preflight, record, signals
 from .config import Config, add_options
 from .errors import LeakcheckError
 from .lab import Lab
 from .probes import Probe
 from .report import render_counts, render_matrix
 from .runner import Target
+from .verdicts import Route
 
 LAB = pytest.StashKey[Lab]()
+#: What --record did (or why it did not), for the terminal summary.
+RECORDED = pytest.StashKey[list[str]]()
 
 
 class LeakFound(Exception):
@@ -40,10 +42,6 @@ def _say(config: pytest.Config, message: str) -> None:
         reporter.write_line(f"leakcheck: {message}")
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: needs real PostgreSQL/PgBouncer processes")
     config.addinivalue_line("markers", "containers: needs a Docker engine")
@@ -55,15 +53,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings is None:
         return
     lab = Lab(settings, progress=lambda m: _say(config, m))
+    try:  # the environment, the server user, TMPDIR, --expect and --record: once, before any server
+        lab.expected = preflight.check(settings, lab.choice[0]).expected
+    except LeakcheckError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    # SIGTERM (CI cancelling a job), SIGHUP (terminal closed) and SIGQUIT clean up like Ctrl-C does;
+    # installed first so the previous handlers come back only after lab.close (cleanups run last-in first).
+    config.add_cleanup(signals.install())
     config.stash[LAB] = lab
     config.add_cleanup(lab.close)
-    # SIGTERM (CI cancelling a job) cleans up like Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, previous)
-
-    config.add_cleanup(restore)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -129,22 +127,38 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items.extend(session.genitems(matrix))
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """--record: write only after a run that ran its tests to the end; a failed write is one line and exit 1."""
     lab = session.config.stash.get(LAB, None)
-    if lab is not None and lab.config.record is not None and lab.outcomes:
-        lab.config.record.parent.mkdir(parents=True, exist_ok=True)
-        lab.config.record.write_text(matrices.dump(lab.outcomes))
+    if lab is None or lab.config.record is None:
+        return
+    path = lab.config.record
+    reason = record.not_written(int(exitstatus), bool(session.shouldstop))
+    if reason is None and not any(o.route is Route.TRANSACTION for o in lab.outcomes):
+        reason = "no leak test ran"
+    if reason is not None:
+        unchanged = " (the file is unchanged)" if path.exists() else ""
+        session.config.stash[RECORDED] = [f"{path} not recorded: {reason}{unchanged}"]
+        return
+    try:
+        session.config.stash[RECORDED] = record.save(path, lab.outcomes)
+    except (LeakcheckError, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        session.config.stash[RECORDED] = [f"{path} not recorded: writing it failed ({why}); the file is unchanged"]
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     lab = config.stash.get(LAB, None)
-    if lab is None or not lab.outcomes:
+    if lab is None:
         return
-    terminalreporter.write_sep("=", "leakcheck matrix")
-    for line in lab.describe():
-        terminalreporter.write_line(line)
-    terminalreporter.write_line("")
-    terminalreporter.write(render_matrix(lab.outcomes))
-    terminalreporter.write_line(f"verdicts: {render_counts(lab.outcomes)}")
-    if lab.config.record is not None:
-        terminalreporter.write_line(f"recorded the verdicts in {lab.config.record}")
+    if lab.outcomes:
+        terminalreporter.write_sep("=", "leakcheck matrix")
+        for line in lab.describe():
+            terminalreporter.write_line(line)
+        terminalreporter.write_line("")
+        terminalreporter.write(render_matrix(lab.outcomes))
+        terminalreporter.write_line(f"verdicts: {render_counts(lab.outcomes)}")
+    for line in config.stash.get(RECORDED, []):
+        terminalreporter.write_line(f"leakcheck: {line}")

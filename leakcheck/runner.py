@@ -71,7 +71,7 @@ async def _measure(
     probe: Probe, target: Target, endpoint: Endpoint, direct: Endpoint
 ) -> tuple[Observation, tuple[Proof, ...]]:
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
-    where = endpoint.as_user(role, endpoint.password)
+    where = endpoint.as_user(role)
     a = await connect(target.driver, "A", where)
     try:
         # The positive control: B drives A's very session. Elsewhere B is its own application.
@@ -81,7 +81,7 @@ async def _measure(
         raise
 
     async def third() -> Client:
-        return await connect(target.driver, "C", direct.as_user(APP_ROLE, direct.password))
+        return await connect(target.driver, "C", direct.as_user(APP_ROLE))
 
     scenario = Scenario(a=a, b=b, route=target.route, third=third)
     try:

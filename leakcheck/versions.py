@@ -8,8 +8,9 @@ from pathlib import Path
 
 from .errors import UsageError
 
-_VERSION = re.compile(r"^\d+(\.\d+){0,3}$")
-_IN_TEXT = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+# ASCII digits only: \d would accept '１６' or '٤' (and int() would read them), and $ a trailing newline.
+_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+){0,3}")
+_IN_TEXT = re.compile(r"([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
 
 @dataclass(frozen=True, order=True)
@@ -21,7 +22,7 @@ class Version:
     @classmethod
     def parse(cls, text: str) -> Version:
         text = text.strip()
-        if not _VERSION.match(text):
+        if not _VERSION.fullmatch(text):
             raise UsageError(f"{text!r} is not a version number (expected digits and dots, e.g. 16 or 1.26.1)")
         return cls(tuple(int(p) for p in text.split(".")))
 
@@ -57,8 +58,10 @@ def parse_spec(raw: str, option: str) -> Spec:
             return Spec(raw=text, path=Path(text).expanduser())
         except RuntimeError:
             raise UsageError.bad_value(option, raw, "a path whose ~user part names a known user") from None
-    if not _VERSION.match(text):
-        raise UsageError.bad_value(option, raw, "a version such as 16, 16.14, 1.26 or 1.26.1, or a path to a binary")
+    if not _VERSION.fullmatch(text):
+        raise UsageError.bad_value(
+            option, raw, "a version such as 16, 16.14, 1.26 or 1.26.1 (ASCII digits and dots), or a path to a binary"
+        )
     return Spec(raw=text, version=Version.parse(text))
 
 

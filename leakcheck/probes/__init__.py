@@ -17,7 +17,9 @@ def select(ids: str | None) -> tuple[Probe, ...]:
     """The probes named in a comma separated list (all when None), in registry order."""
     if ids is None or ids.strip() in ("", "all"):
         return PROBES
-    wanted = [i.strip() for i in ids.split(",") if i.strip()]
+    wanted = [i.strip() for i in ids.split(",")]
+    if not all(wanted):
+        raise UsageError(f"--probes={ids!r} has an empty item; give probe ids separated by commas, or all")
     known = {p.id for p in PROBES}
     unknown = [i for i in wanted if i not in known]
     if unknown:

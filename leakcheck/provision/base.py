@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -26,14 +27,24 @@ class Endpoint:
     port: int
     user: str = USER
     dbname: str = DBNAME
-    password: str = ""
+    #: (role, password) for every role the run created; servers ask for them (SCRAM).
+    credentials: tuple[tuple[str, str], ...] = ()
 
-    def conninfo(self) -> str:
+    @property
+    def password(self) -> str:
+        return dict(self.credentials).get(self.user, "")
+
+    def conninfo(self, dbname: str | None = None) -> str:
         secret = f" password={self.password}" if self.password else ""
-        return f"host={self.host} port={self.port} user={self.user} dbname={self.dbname}{secret}"
+        return f"host={self.host} port={self.port} user={self.user} dbname={dbname or self.dbname}{secret}"
 
-    def as_user(self, user: str, password: str = "") -> Endpoint:
-        return replace(self, user=user, password=password)
+    def as_user(self, user: str) -> Endpoint:
+        return replace(self, user=user)
+
+
+def new_credentials(*roles: str) -> tuple[tuple[str, str], ...]:
+    """A fresh random password per role, made for one run and never stored."""
+    return tuple((role, secrets.token_urlsafe(24)) for role in roles)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ exact version is always the one the binary itself reports.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,10 +18,10 @@ from pathlib import Path
 from ..errors import LeakcheckError, ProvisionError, UsageError
 from ..versions import Spec, Version
 from .base import Binary
-from .bouncer_build import build_tarball, program_version, stored_argv, stored_origin, unpack_debs
+from .bouncer_build import build_tarball, check_program, stored_argv, stored_origin, unpack_debs
 from .containers_images import TARBALLS_ENV, UPSTREAM_TARBALL_URL, local_tarballs
 from .debian import SUITES, Available, DebianArchive, upstream_of
-from .system import file_lock
+from .system import file_lock, share_folder, unwritable
 
 URL_ENV = "LEAKCHECK_PGBOUNCER_URL"
 DOWNLOAD_TIMEOUT = 15.0
@@ -56,25 +57,37 @@ def choose_debian(wanted: Version, available: Iterable[Available]) -> list[Avail
 
 
 def resolve_bouncer(spec: Spec, cache: Path, progress: Progress) -> Binary:
-    """A pgbouncer of the version `spec` asks for (or at its path); ProvisionError listing what was tried."""
+    """A pgbouncer of the version `spec` asks for (or at its path); ProvisionError listing what was tried.
+
+    Every binary is checked by running it (`--version` must print PgBouncer's banner with the
+    right version). A cached one that fails the check is rebuilt, saying so.
+    """
     if spec.path is not None:
-        version = program_version([str(spec.path)])
-        if version is None:
-            raise ProvisionError(f"{spec.path} is not a working pgbouncer: `{spec.path} --version` failed")
-        return Binary(version, (str(spec.path),), f"given path {spec.path}")
+        return given_bouncer(spec.path, spec.raw)
     assert spec.version is not None
     wanted = spec.version
     store = cache / "pgbouncer"
-    store.mkdir(parents=True, exist_ok=True)
-    store.chmod(0o755)
     attempts: list[str] = []
-    found = _in_cache(wanted, store, attempts) or _on_path(wanted, attempts)
+    broken: list[tuple[Path, str]] = []
+    found = _in_cache(wanted, store, attempts, broken) or _on_path(wanted, attempts)
     if found:
         return found
+    problem = unwritable(store)
+    if problem:
+        attempts.append(f"building or fetching into {store} (cannot write there: {problem})")
+        hint = "Set LEAKCHECK_CACHE to a folder this user can write (or have the cache's owner run `leakcheck prepare`)"
+        raise ProvisionError.nothing_worked(f"PgBouncer {spec}", attempts, hint)
+    for folder, why in broken:
+        progress(f"cached PgBouncer {folder.name} in {folder} {why}; rebuilding it")
+    store.mkdir(parents=True, exist_ok=True)
+    share_folder(store)
     with file_lock(store / ".lock"):
         for leftover in store.glob(".*-*"):  # temp folders of a run that died (we hold the lock)
             shutil.rmtree(leftover, ignore_errors=True)
-        found = _in_cache(wanted, store, [])  # another process may have just made it
+        still_broken: list[tuple[Path, str]] = []
+        found = _in_cache(wanted, store, [], still_broken)  # another process may have just made it
+        for folder, _why in still_broken:  # we hold the lock: nobody uses them; a rebuild replaces them
+            shutil.rmtree(folder, ignore_errors=True)
         for source in (_from_tarballs, _from_url, _from_debian):
             found = found or source(wanted, store, attempts, progress)
     if found:
@@ -82,52 +95,80 @@ def resolve_bouncer(spec: Spec, cache: Path, progress: Progress) -> Binary:
     raise ProvisionError.nothing_worked(f"PgBouncer {spec}", attempts, _HINT)
 
 
-def _in_cache(wanted: Version, store: Path, attempts: list[str]) -> Binary | None:
+def given_bouncer(path: Path, raw: str = "") -> Binary:
+    """The pgbouncer at a path the user gave; UsageError (one line) when it is not PgBouncer."""
+    option = f"--bouncer={raw or path}"
+    what = "give the path of a pgbouncer binary (e.g. /usr/sbin/pgbouncer) or a version such as 1.24"
+    program = path.expanduser().absolute()  # never looked up on PATH
+    if not os.path.lexists(program):
+        raise UsageError(f"{option}: there is no file {program}; {what}")
+    if program.is_dir():
+        raise UsageError(f"{option}: {program} is a folder, not a program; {what}")
+    reply = check_program([str(program)])
+    if reply.version is None:
+        raise UsageError(f"{option} is not PgBouncer: {reply} (PgBouncer prints e.g. 'PgBouncer 1.24.1'); {what}")
+    return Binary(reply.version, (str(program),), f"given path {program}")
+
+
+def _in_cache(
+    wanted: Version, store: Path, attempts: list[str], broken: list[tuple[Path, str]]
+) -> Binary | None:
+    """The newest cached pgbouncer matching `wanted` that works; the ones that do not go to `broken`."""
     versions = []
-    for entry in store.iterdir():
-        try:
-            versions.append(Version.parse(entry.name))
-        except UsageError:
-            continue
+    with contextlib.suppress(OSError):
+        for entry in store.iterdir():
+            try:
+                versions.append(Version.parse(entry.name))
+            except UsageError:
+                continue
     for version in sorted((v for v in versions if wanted.matches(v)), reverse=True):
-        binary = _binary_in(store / str(version), wanted)
-        if binary is not None and binary.version == version:
-            return Binary(version, binary.argv, f"cache: {binary.origin}")
-        attempts.append(f"cache {store / str(version)} (does not run; delete it)")
-    attempts.append(f"cache {store} (no {wanted})")
+        folder = store / str(version)
+        binary, why = cached_binary(folder, version)
+        if binary is not None:
+            return binary
+        broken.append((folder, why))
+        attempts.append(f"cached PgBouncer {version} in {folder} ({why})")
+    attempts.append(f"cache {store} (no working {wanted})")
     return None
+
+
+def cached_binary(folder: Path, version: Version) -> tuple[Binary | None, str]:
+    """The pgbouncer in a cache folder if it runs and reports that folder's version, else why not."""
+    try:
+        argv = stored_argv(folder)
+    except LeakcheckError as exc:
+        return None, f"cannot be run: {exc}"
+    if argv is None:
+        return None, "holds no pgbouncer"
+    reply = check_program(argv)
+    if reply.version is None:
+        return None, f"does not run ({reply})"
+    if reply.version != version:
+        return None, f"reports {reply.version}, not {version}"
+    return Binary(version, argv, f"cache: {stored_origin(folder)}"), ""
 
 
 def _on_path(wanted: Version, attempts: list[str]) -> Binary | None:
     places = (shutil.which("pgbouncer"), "/usr/sbin/pgbouncer")  # Debian's, often not on a user's PATH
     candidates = [p for p in places if p and os.access(p, os.X_OK)]
     for path in dict.fromkeys(candidates):
-        version = program_version([path])
-        if version is not None and wanted.matches(version):
-            return Binary(version, (path,), f"installed ({path})")
-        attempts.append(f"{path} (is {version or 'not working'})")
+        reply = check_program([path])
+        if reply.version is not None and wanted.matches(reply.version):
+            return Binary(reply.version, (path,), f"installed ({path})")
+        attempts.append(f"{path} (is {reply})")
     if not candidates:
         attempts.append("PATH (no pgbouncer)")
     return None
 
 
-def _binary_in(folder: Path, wanted: Version) -> Binary | None:
-    """The pgbouncer stored in a cache folder, if it runs and matches `wanted`."""
-    try:
-        argv = stored_argv(folder)
-    except LeakcheckError:
-        return None
-    version = program_version(argv) if argv else None
-    if argv is None or version is None or not wanted.matches(version):
-        return None
-    return Binary(version, argv, stored_origin(folder))
-
-
 def _checked(folder: Path, wanted: Version, what: str) -> Binary:
-    binary = _binary_in(folder, wanted)
+    """The pgbouncer a source just put in the cache, if it works and is the version asked for."""
+    binary, why = cached_binary(folder, Version.parse(folder.name))
     if binary is None:
+        raise ProvisionError(f"{what} gave a pgbouncer that {why}")
+    if not wanted.matches(binary.version):
         raise ProvisionError(f"{what} gave PgBouncer {folder.name}, not {wanted} (kept in the cache)")
-    return binary
+    return Binary(binary.version, binary.argv, stored_origin(folder))
 
 
 def _from_tarballs(wanted: Version, store: Path, attempts: list[str], progress: Progress) -> Binary | None:

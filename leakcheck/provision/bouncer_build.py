@@ -16,8 +16,9 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..errors import ProvisionError, UsageError
-from ..versions import Version, version_in_output
+from ..errors import ProvisionError
+from ..versions import Version
+from . import banners, children, safe_tar
 from .system import make_world_readable
 
 #: Debian packages a source build needs (c-ares is optional: without it PgBouncer uses evdns).
@@ -27,19 +28,13 @@ _INSTALL_HINT = f"install the build dependencies: apt-get install {' '.join(BUIL
 
 
 def program_version(argv: Sequence[str]) -> Version | None:
-    """The version a pgbouncer reports with `--version`, or None if it does not run."""
-    try:
-        done = subprocess.run(
-            [*argv, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-        return version_in_output(done.stdout + done.stderr) if done.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, UsageError):
-        return None
+    """The version in PgBouncer's own `--version` banner, or None if it does not run or is no pgbouncer."""
+    return check_program(argv).version
+
+
+def check_program(argv: Sequence[str]) -> banners.Reply:
+    """What `argv --version` says: PgBouncer's banner and version, or what it did instead (asked once per run)."""
+    return banners.ask(argv, banners.PGBOUNCER)
 
 
 def stored_argv(folder: Path) -> tuple[str, ...] | None:
@@ -68,8 +63,7 @@ def build_tarball(tarball: Path, store: Path, origin: str, progress: Callable[[s
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=store))
     try:
         try:
-            with tarfile.open(tarball) as tar:
-                tar.extractall(work / "src", filter="data")
+            safe_tar.extract(tarball, work / "src")
         except (OSError, tarfile.TarError) as exc:
             raise ProvisionError(f"cannot unpack {tarball.name}: {exc}") from exc
         sources = sorted(p.parent for p in (work / "src").glob("*/configure"))
@@ -90,16 +84,7 @@ def _run_build_step(argv: list[str], cwd: Path, log: Path) -> None:
     env = dict(os.environ, LC_ALL="C")
     with open(log, "w") as handle:
         try:
-            code = subprocess.run(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                timeout=900,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            ).returncode
+            code = children.run(argv, cwd=cwd, env=env, log=handle, timeout=900).returncode
         except (OSError, subprocess.SubprocessError) as exc:
             raise ProvisionError(f"{argv[0]} failed: {exc}") from exc
     if code != 0:
@@ -123,9 +108,10 @@ def unpack_debs(debs: Iterable[Path], store: Path, origin: str) -> Path:
         root = work / "out" / "root"
         root.mkdir(parents=True)
         for deb in debs:
-            done = subprocess.run(
-                ["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True, check=False
-            )
+            try:
+                done = children.run(["dpkg-deb", "-x", str(deb), str(root)], timeout=300)
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise ProvisionError(f"dpkg-deb -x {deb.name} failed: {exc}") from exc
             if done.returncode != 0:
                 raise ProvisionError(f"dpkg-deb -x {deb.name} failed: {' '.join(done.stderr.split())}")
         argv = stored_argv(work / "out")
@@ -156,9 +142,7 @@ def loader_argv(root: Path, program: Path) -> tuple[str, ...]:
 def outside_libraries(argv: Sequence[str], root: Path) -> list[str]:
     """Libraries the extracted program would load from outside `root`, or not find at all."""
     try:
-        done = subprocess.run(
-            [*argv[:-1], "--list", argv[-1]], capture_output=True, text=True, check=False, timeout=30
-        )
+        done = children.run([*argv[:-1], "--list", argv[-1]], timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         return [f"(ld.so --list failed: {exc})"]
     if done.returncode != 0:
@@ -178,9 +162,12 @@ def outside_libraries(argv: Sequence[str], root: Path) -> list[str]:
 def install(folder: Path, store: Path, origin: str) -> Path:
     """Move a finished `folder` to store/<the version its pgbouncer reports>; that cache folder."""
     argv = stored_argv(folder)
-    version = program_version(argv) if argv else None
+    if argv is None:
+        raise ProvisionError(f"no pgbouncer was made in {folder}")
+    reply = check_program(argv)
+    version = reply.version
     if version is None:
-        raise ProvisionError(f"the new pgbouncer does not run: `{' '.join(argv or ['?'])} --version` failed")
+        raise ProvisionError(f"the new pgbouncer does not work: {reply}")
     (folder / ORIGIN_FILE).write_text(origin + "\n")
     make_world_readable(folder)
     target = store / str(version)

@@ -18,7 +18,8 @@ from ..errors import StartError
 from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
 from .base import DBNAME, USER, Binary, Endpoint
-from .fixtures import APP_ROLE
+from .owner import mark
+from .strays import stop_servers_in
 from .system import PortClash, ServerUser, die_with_parent, free_port, start_retrying_port_clash
 
 HOST = "127.0.0.1"
@@ -42,10 +43,10 @@ class BouncerProcess:
     host = HOST
 
     def __init__(
-        self, binary: Binary, settings: PoolSettings, server_host: str, server_port: int, user: ServerUser
+        self, binary: Binary, settings: PoolSettings, server: Endpoint, user: ServerUser
     ) -> None:
         self.binary, self.settings, self.user = binary, settings, user
-        self.server_host, self.server_port = server_host, server_port
+        self.server_host, self.server_port, self.credentials = server.host, server.port, server.credentials
         self.port = 0
         self.tmpdir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -57,7 +58,7 @@ class BouncerProcess:
 
     def endpoint(self) -> Endpoint:
         """Where clients connect: the `leakcheck` database through this PgBouncer."""
-        return Endpoint(HOST, self.port)
+        return Endpoint(HOST, self.port, credentials=self.credentials)
 
     def log_text(self) -> str:
         """Everything PgBouncer logged so far (kept after exit)."""
@@ -71,9 +72,13 @@ class BouncerProcess:
     def __enter__(self) -> Self:
         try:
             self.tmpdir = Path(tempfile.mkdtemp(prefix=f"leakcheck-pgbouncer{self.version}-"))
+            mark(self.tmpdir)  # whose it is: a later run sweeps it if we are killed (sweep.py)
             self.user.chown(self.tmpdir)
             start_retrying_port_clash(self._start, self._stop, _PORT_ATTEMPTS)
         except BaseException:
+            if self.tmpdir is not None:
+                # A signal inside Popen, after the exec: a PgBouncer runs that _stop does not know of.
+                stop_servers_in(self.tmpdir)
             self.__exit__()
             raise
         return self
@@ -104,7 +109,10 @@ class BouncerProcess:
         for stale in ("pgbouncer.log", "pgbouncer.pid"):
             (tmp / stale).unlink(missing_ok=True)
         (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout))
-        (tmp / "users.txt").write_text(render_auth_file(USER, APP_ROLE))
+        users = tmp / "users.txt"
+        users.touch(0o600)
+        users.write_text(render_auth_file(self.credentials))
+        self.user.chown(users)
         argv = [*self.binary.argv, str(tmp / "pgbouncer.ini")]
         uid, gid, groups = self.user.popen_ids()
         with open(tmp / "pgbouncer.out", "wb") as out:  # stdout+stderr: also what precedes the logfile
@@ -135,14 +143,7 @@ class BouncerProcess:
                 kind = PortClash if "Address already in use" in log else StartError
                 raise kind.with_log(what, f"pgbouncer exited with code {code}", log, hint)
             try:
-                with psycopg.connect(
-                    host=HOST,
-                    port=self.port,
-                    user=USER,
-                    dbname="pgbouncer",
-                    autocommit=True,
-                    connect_timeout=2,
-                ) as conn:
+                with psycopg.connect(self.endpoint().conninfo("pgbouncer"), autocommit=True, connect_timeout=2) as conn:
                     result = conn.pgconn.exec_(b"SHOW VERSION")  # the admin console: simple protocol only
                     if result.status == pq.ExecStatus.TUPLES_OK:
                         return

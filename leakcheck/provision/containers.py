@@ -29,7 +29,7 @@ from ..ini import PoolSettings
 from ..versions import Spec, Version, version_in_output
 from . import containers_images as img
 from . import fixtures
-from .base import DBNAME, USER, Endpoint
+from .base import DBNAME, USER, Endpoint, new_credentials
 from .containers_admin import query_postgres, reset_pool, show_version
 from .containers_engine import RECIPE_LABEL, Engine, sigint_deferred, start_reaper
 from .system import cache_root, file_lock
@@ -89,6 +89,7 @@ class ContainersBackend:
         self._bouncer_images: dict[Version, _Image] = {}
         self._postgres: dict[Version, _Running] = {}
         self._bouncers: dict[tuple[Version, Version, PoolSettings], _Running] = {}
+        self._credentials = new_credentials(USER, fixtures.APP_ROLE)  # this run's passwords (SCRAM)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -206,7 +207,7 @@ class ContainersBackend:
             .with_name(f"leakcheck-{self.engine.run_id}-pg{pg}")
             .with_network(network)
             .with_network_aliases(img.PG_ALIAS)
-            .with_envs(POSTGRES_USER=USER, POSTGRES_DB=DBNAME, POSTGRES_HOST_AUTH_METHOD="trust")
+            .with_envs(POSTGRES_USER=USER, POSTGRES_DB=DBNAME, POSTGRES_PASSWORD=dict(self._credentials)[USER])
             .with_command(["postgres", "-c", "fsync=off"])
             .with_kwargs(labels=dict(self.engine.labels))
         )
@@ -215,6 +216,7 @@ class ContainersBackend:
         self._wait_ready(running, what, query_postgres)
         with psycopg.connect(running.endpoint.conninfo(), autocommit=True, connect_timeout=10) as conn:
             fixtures.apply(conn)
+            fixtures.set_passwords(conn, self._credentials)
         return running
 
     @contextlib.contextmanager
@@ -247,7 +249,7 @@ class ContainersBackend:
             .with_command([f"{img.CONFIG_DIR}/pgbouncer.ini"])
             .with_kwargs(**kwargs)
         )
-        for path, data in img.bouncer_files(settings).items():
+        for path, data in img.bouncer_files(settings, self._credentials).items():
             container.with_copy_into_container(data, path, 0o644)
         running = self._start(container, what, img.BOUNCER_PORT, None)
         self._wait_ready(running, what, show_version)
@@ -258,7 +260,7 @@ class ContainersBackend:
         cast(dict[str, Any], container.ports)[f"{port}/tcp"] = (LOOPBACK, None)
         self.engine.start(container, what)
         host_port = self.engine.published_port(container, port, what)
-        return _Running(container, Endpoint(LOOPBACK, host_port), network)
+        return _Running(container, Endpoint(LOOPBACK, host_port, credentials=self._credentials), network)
 
     def _wait_ready(self, running: _Running, what: str, check: Callable[[Endpoint], None]) -> None:
         deadline = time.monotonic() + self._timeout

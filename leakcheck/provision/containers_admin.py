@@ -19,14 +19,7 @@ def query_postgres(endpoint: Endpoint) -> None:
 
 
 def _admin(endpoint: Endpoint) -> psycopg.Connection[Any]:
-    return psycopg.connect(
-        host=endpoint.host,
-        port=endpoint.port,
-        user=endpoint.user,
-        dbname="pgbouncer",
-        autocommit=True,
-        connect_timeout=3,
-    )
+    return psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True, connect_timeout=3)
 
 
 def _admin_exec(conn: psycopg.Connection[Any], command: str) -> list[dict[str, str]]:

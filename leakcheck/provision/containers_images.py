@@ -11,7 +11,6 @@ from ..errors import ProvisionError, UsageError
 from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
 from .base import DBNAME, USER
-from .fixtures import APP_ROLE
 
 DEFAULT_PG_IMAGE = "postgres:{version}"
 DEFAULT_BUILD_TAG = "leakcheck/pgbouncer:{version}"
@@ -129,7 +128,7 @@ def build_args(version: Version, base_image: str, tarball_url: str) -> dict[str,
     }
 
 
-def bouncer_files(settings: PoolSettings) -> dict[str, bytes]:
+def bouncer_files(settings: PoolSettings, credentials: tuple[tuple[str, str], ...]) -> dict[str, bytes]:
     """pgbouncer.ini and its auth file for a container: the same renderer as the native backend."""
     layout = BouncerLayout(
         listen_port=BOUNCER_PORT,
@@ -145,7 +144,7 @@ def bouncer_files(settings: PoolSettings) -> dict[str, bytes]:
     )
     return {
         f"{CONFIG_DIR}/pgbouncer.ini": render_ini(settings, layout).encode(),
-        f"{CONFIG_DIR}/userlist.txt": render_auth_file(USER, APP_ROLE).encode(),
+        f"{CONFIG_DIR}/userlist.txt": render_auth_file(credentials).encode(),
     }
 
 

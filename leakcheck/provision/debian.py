@@ -4,6 +4,12 @@ Everything apt reads or writes lives under one folder of the cache: the sources 
 package lists (refreshed at most once a day and once a run), an empty dpkg status (so what this
 machine has installed never becomes a candidate) and apt's caches. Only the machine's apt.conf.d
 is shared, for proxies; its update hooks are cleared.
+
+apt's own lock is private too: `apt-get update` takes an fcntl lock on lists/lock under that
+folder (never /var/lib/apt or dpkg's), and downloads take none. An fcntl lock dies with its
+process, so a lock file left behind is harmless; what used to block the next run was an apt-get
+that outlived a killed leakcheck and still held the lock. Every apt child now dies with us
+(children.run).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ProvisionError
+from . import children
 from .system import file_lock
 
 SUITES = ("bookworm", "trixie", "sid")
@@ -223,16 +230,7 @@ class DebianArchive:
             argv += ["-o", "APT::Sandbox::User=root"]  # downloads land in our private temp dir
         env = dict(os.environ, LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
         try:
-            done = subprocess.run(
-                [*argv, *args],
-                cwd=cwd,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
+            done = children.run([*argv, *args], cwd=cwd, env=env, timeout=timeout)  # dies with us
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ProvisionError(f"{tool} {args[0]} failed: {exc}") from exc
         errors = [line[3:] for line in done.stderr.splitlines() if line.startswith("E: ")]

@@ -11,6 +11,7 @@ import hashlib
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 #: The application role the probes' clients log in as: no superuser, no inherited table privileges.
 APP_ROLE = "leakcheck_app"
@@ -50,6 +51,12 @@ STATEMENTS: tuple[str, ...] = (
 )
 
 FINGERPRINT = hashlib.sha256("\n".join(STATEMENTS).encode()).hexdigest()[:10]
+
+
+def set_passwords(conn: psycopg.Connection[Any], credentials: tuple[tuple[str, str], ...]) -> None:
+    """This run's passwords (stored as SCRAM secrets); cached templates and images hold none."""
+    for role, password in credentials:
+        conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
 
 
 def apply(conn: psycopg.Connection[Any]) -> None:

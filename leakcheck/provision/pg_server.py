@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -11,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import psycopg
 from psycopg import sql
@@ -19,14 +20,33 @@ from psycopg import sql
 from ..errors import StartError
 from ..versions import Version
 from . import fixtures
-from .base import DBNAME, USER, Endpoint
+from .base import DBNAME, USER, Endpoint, new_credentials
+from .owner import mark
 from .pg_binaries import PgInstall
-from .system import PortClash, ServerUser, die_with_parent, file_lock, free_port, start_retrying_port_clash
+from .strays import stop_servers_in
+from .system import (
+    PortClash,
+    ServerUser,
+    die_with_parent,
+    file_lock,
+    free_port,
+    start_retrying_port_clash,
+    unwritable,
+)
 
 HOST = "127.0.0.1"
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
-_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=100")
+#: TCP needs a password (SCRAM); the Unix socket, in a folder only the server user may enter, trusts.
+_AUTH = ("--auth-local=trust", "--auth-host=scram-sha-256")
+#: A template's name changes when what initdb or fixtures.py put in it changes.
+_TEMPLATE_ID = hashlib.sha256(" ".join((*_AUTH, fixtures.FINGERPRINT)).encode()).hexdigest()[:10]
+#: dynamic_shared_memory_type=mmap: parallel query's shared memory lives in the data dir (pg_dynshmem),
+#: removed with it, instead of /dev/shm/PostgreSQL.* segments a killed server would leave behind.
+_SETTINGS = (
+    "fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=100",
+    "dynamic_shared_memory_type=mmap",
+)
 
 
 def _child_env() -> dict[str, str]:
@@ -91,14 +111,7 @@ class _Postmaster:
                 kind = PortClash if "Address already in use" in log[self._log_start :] else StartError
                 raise kind.with_log(what, f"postgres exited with code {code}", log)
             try:
-                with psycopg.connect(
-                    host=HOST,
-                    port=self.port,
-                    user=USER,
-                    dbname=self.dbname,
-                    connect_timeout=2,
-                    autocommit=True,
-                ) as conn:
+                with self.admin(self.dbname, connect_timeout=2) as conn:
                     conn.execute("SELECT 1")
                 return
             except psycopg.OperationalError as exc:
@@ -111,6 +124,12 @@ class _Postmaster:
                     "Is the machine overloaded?",
                 )
             time.sleep(0.05)
+
+    def admin(self, dbname: str, connect_timeout: int = 10) -> psycopg.Connection[Any]:
+        """The superuser on the server's Unix socket: trust, in a folder only the server user (and
+        root) may enter. Over TCP every role needs its password."""
+        return psycopg.connect(host=str(self.rundir / "sock"), port=self.port, user=USER, dbname=dbname,
+                               connect_timeout=connect_timeout, autocommit=True)
 
     def stop(self) -> None:
         """SIGINT (fast shutdown), up to STOP_TIMEOUT, then SIGKILL to its whole process group."""
@@ -143,7 +162,7 @@ def _initdb(install: PgInstall, user: ServerUser, data: Path, rundir: Path) -> N
         str(data),
         "-U",
         USER,
-        "--auth=trust",
+        *_AUTH,
         "-E",
         "UTF8",
         "--locale=C",
@@ -173,13 +192,47 @@ def _initdb(install: PgInstall, user: ServerUser, data: Path, rundir: Path) -> N
         )
 
 
-def _create_objects(port: int) -> None:
+def _create_objects(server: _Postmaster) -> None:
     """The database, then the roles and objects the probes use (fixtures.py)."""
     ident = sql.Identifier
-    with psycopg.connect(host=HOST, port=port, user=USER, dbname="postgres", autocommit=True) as conn:
+    with server.admin("postgres") as conn:
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(ident(DBNAME), ident(USER)))
-    with psycopg.connect(host=HOST, port=port, user=USER, dbname=DBNAME, autocommit=True) as conn:
+    with server.admin(DBNAME) as conn:
         fixtures.apply(conn)
+
+
+def _build_template(install: PgInstall, user: ServerUser, data: Path, rundir: Path) -> Path:
+    """initdb into `data` (its parent must exist and belong to the server user), then fixtures."""
+    _initdb(install, user, data, rundir)
+    server = _Postmaster(install, user, data, rundir, "postgres", "template.log")
+    try:
+        server.start()
+        _create_objects(server)
+    finally:
+        server.stop()
+    return data
+
+
+def _runs_as(install: PgInstall, user: ServerUser) -> bool:
+    """Whether `postgres --version` runs as the server user (else a start failure is the binary's)."""
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run([str(install.bindir / "postgres"), "--version"], stdin=subprocess.DEVNULL,
+                              capture_output=True, env=_child_env(), user=uid, group=gid, extra_groups=groups,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def discard_template(template: Path) -> None:
+    """Remove a cached template (under its build lock), so the next ensure_template builds it anew."""
+    with file_lock(template.parent / f".{template.name.split('-')[0]}.lock"):
+        if template.exists():
+            doomed = template.with_name(f".build-{template.name}-discarded")
+            shutil.rmtree(doomed, ignore_errors=True)
+            os.rename(template, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
 
 
 def ensure_template(
@@ -187,9 +240,14 @@ def ensure_template(
 ) -> Path:
     """cache/templates/<version>: an initialised data dir with our database and roles (built once)."""
     root = cache / "templates"
-    target = root / f"{install.version}-{fixtures.FINGERPRINT}"
+    target = root / f"{install.version}-{_TEMPLATE_ID}"
     if (target / "PG_VERSION").is_file():  # it appears only by rename, so it is complete
         return target
+    why = unwritable(root)
+    if why is not None:  # a read-only cache: a template for this run only, in the run's own folder
+        progress(f"the cache has no PostgreSQL {install.version} template and cannot take one ({why}); "
+                 "initialising one for this run only ...")
+        return _build_template(install, user, rundir / "template", rundir)
     root.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         root.chmod(0o755)  # the server user builds inside it
@@ -200,14 +258,7 @@ def ensure_template(
         build = Path(tempfile.mkdtemp(prefix=f".build-{install.version}-", dir=root))
         try:
             user.chown(build)
-            data = build / "data"
-            _initdb(install, user, data, rundir)
-            server = _Postmaster(install, user, data, rundir, "postgres", "template.log")
-            try:
-                server.start()
-                _create_objects(server.port)
-            finally:
-                server.stop()
+            data = _build_template(install, user, build / "data", rundir)
             if target.exists():
                 shutil.rmtree(target)
             os.rename(data, target)
@@ -233,13 +284,15 @@ class PgServer:
         self.tmpdir: Path | None = None
         self._server: _Postmaster | None = None
         self._last_log = ""
+        self.credentials = new_credentials(USER, fixtures.APP_ROLE)
 
     @property
     def version(self) -> Version:
         return self.install.version
 
     def endpoint(self) -> Endpoint:
-        return Endpoint(self.host, self.port)
+        """The superuser over TCP, with every role's password for this run."""
+        return Endpoint(self.host, self.port, credentials=self.credentials)
 
     def log_text(self) -> str:
         """The server's log so far (kept after exit)."""
@@ -248,37 +301,60 @@ class PgServer:
     def __enter__(self) -> Self:
         try:
             self.tmpdir = Path(tempfile.mkdtemp(prefix=f"leakcheck-pg{self.version}-"))
+            mark(self.tmpdir)  # whose it is: a later run sweeps it if we are killed (sweep.py)
             (self.tmpdir / "sock").mkdir()
             self.user.chown_tree(self.tmpdir)
             template = ensure_template(self.install, self.cache, self.user, self.tmpdir, self.progress)
-            data = self.tmpdir / "data"
-            shutil.copytree(template, data, symlinks=True)
-            self.user.chown_tree(data)
-            data.chmod(0o700)
-            rundir = self.tmpdir
-
-            def start() -> None:
-                self._server = _Postmaster(self.install, self.user, data, rundir, DBNAME, "postgres.log")
-                self._server.start()
-
-            def stop() -> None:
-                if self._server is not None:
-                    self._server.stop()
-
             try:
-                start_retrying_port_clash(start, stop, attempts=2)
-            except PortClash:
-                assert self._server is not None
-                raise StartError.with_log(
-                    f"PostgreSQL {self.version}", "another process took its port, twice",
-                    self._server.log_text(), "Run again.",
-                ) from None
-            assert self._server is not None
-            self.port = self._server.port
+                self._start_from(template)
+            except StartError as exc:
+                if not template.is_relative_to(self.cache) or not _runs_as(self.install, self.user):
+                    raise  # not the template's fault
+                # A cached template that does not start is damaged: build it again, once.
+                first = (str(exc).splitlines() or ["?"])[0]
+                self.progress(f"the cached PostgreSQL {self.version} template {template} did not start ({first}); "
+                              "rebuilding it")
+                discard_template(template)
+                self._start_from(ensure_template(self.install, self.cache, self.user, self.tmpdir, self.progress))
         except BaseException:
+            if self.tmpdir is not None:
+                stop_servers_in(self.tmpdir)  # one a signal hid from us during Popen
             self.__exit__()
             raise
         return self
+
+    def _start_from(self, template: Path) -> None:
+        assert self.tmpdir is not None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        data = self.tmpdir / "data"
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.copytree(template, data, symlinks=True)
+        self.user.chown_tree(data)
+        data.chmod(0o700)
+        rundir = self.tmpdir
+
+        def start() -> None:
+            self._server = _Postmaster(self.install, self.user, data, rundir, DBNAME, "postgres.log")
+            self._server.start()
+
+        def stop() -> None:
+            if self._server is not None:
+                self._server.stop()
+
+        try:
+            start_retrying_port_clash(start, stop, attempts=2)
+        except PortClash:
+            assert self._server is not None
+            raise StartError.with_log(
+                f"PostgreSQL {self.version}", "another process took its port, twice",
+                self._server.log_text(), "Run again.",
+            ) from None
+        assert self._server is not None
+        self.port = self._server.port
+        with self._server.admin(DBNAME) as conn:
+            fixtures.set_passwords(conn, self.credentials)
 
     def __exit__(self, *exc: object) -> None:
         try:

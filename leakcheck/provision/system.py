@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import StartError, UsageError
+from ..errors import ProvisionError, StartError, UsageError
 
 
 def cache_root() -> Path:
@@ -22,6 +22,8 @@ def cache_root() -> Path:
 
     As root, servers run as another user who cannot enter /root, so the default is
     /var/cache/leakcheck; otherwise $XDG_CACHE_HOME/leakcheck or ~/.cache/leakcheck.
+    A cache that exists but cannot be written is returned as it is (what is in it can be used);
+    one that cannot be created, read or entered is a UsageError naming it.
     """
     explicit = os.environ.get("LEAKCHECK_CACHE")
     if explicit:
@@ -31,17 +33,67 @@ def cache_root() -> Path:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         root = Path(base) / "leakcheck"
-    root.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() == 0:
-        root.chmod(0o755)
+    fix = "or set LEAKCHECK_CACHE to a folder this user can write"
+    if os.path.lexists(root) and not root.is_dir():
+        raise UsageError(f"the leakcheck cache {root} is not a folder: remove that file {fix}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the leakcheck cache {root} ({exc.strerror or exc}): create it {fix}") from None
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise UsageError(f"cannot read the leakcheck cache {root} as {_me()}: give this user access {fix}")
+    share_folder(root)
     return root
+
+
+def _me() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def share_folder(folder: Path) -> None:
+    """As root, make `folder` 0755 (servers run as another user) when it is not yet and can be changed."""
+    if os.geteuid() != 0:
+        return
+    with contextlib.suppress(OSError):  # a read-only cache: what is in it must already be readable
+        if folder.stat().st_mode & 0o7777 != 0o755:
+            folder.chmod(0o755)
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why this user cannot create `folder` or files in it (checked at its nearest existing parent), else None."""
+    probe = folder
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    if os.access(probe, os.W_OK | os.X_OK):
+        return None
+    with contextlib.suppress(OSError):
+        if os.statvfs(probe).f_flag & os.ST_RDONLY:
+            return f"{probe} is on a read-only file system"
+    return f"{probe} is not writable for {_me()}"
 
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock across processes (two runs or xdist workers filling one cache)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
+    """An exclusive lock across processes (two runs or xdist workers filling one cache).
+
+    Only needed to write into the cache; a lock file that cannot be made is a ProvisionError
+    naming it (a cache that is read-only for this user cannot be filled).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 (closed below, after the lock is released)
+    except OSError as exc:
+        why = unwritable(path.parent) or exc.strerror or str(exc)
+        raise ProvisionError(
+            f"cannot create the lock file {path} to write into the cache ({why}): "
+            "make that folder writable for this user or set LEAKCHECK_CACHE to a folder it can write"
+        ) from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -116,23 +168,49 @@ class ServerUser:
 
 
 def server_user() -> ServerUser:
-    """$LEAKCHECK_RUN_AS, else `postgres`, else `nobody` when root; else the current user."""
+    """$LEAKCHECK_RUN_AS, else `postgres`, else `nobody` when root; else the current user.
+
+    $LEAKCHECK_RUN_AS (blank: unset) must name an existing user other than root, whoever runs
+    leakcheck: a typo is a one-line UsageError, never a surprise later.
+    """
+    wanted = os.environ.get("LEAKCHECK_RUN_AS", "").strip()
+    chosen = _run_as(wanted) if wanted else None
     if os.geteuid() != 0:
-        entry = pwd.getpwuid(os.geteuid())
+        try:
+            entry = pwd.getpwuid(os.geteuid())
+        except KeyError:  # an arbitrary uid without a passwd entry (some containers)
+            return ServerUser(str(os.geteuid()), os.geteuid(), os.getegid())
         return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
-    wanted = os.environ.get("LEAKCHECK_RUN_AS")
-    for name in [wanted] if wanted else ["postgres", "nobody"]:
+    if chosen is not None:
+        return chosen
+    for name in ["postgres", "nobody"]:
         try:
             entry = pwd.getpwnam(name)
         except KeyError:
             continue
         if entry.pw_uid != 0:
             return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
-    tried = wanted or "postgres, nobody"
     raise UsageError(
-        f"running as root, leakcheck needs an unprivileged user for postgres/pgbouncer "
-        f"but found none of: {tried}; create one or set LEAKCHECK_RUN_AS=<user>"
+        "running as root, leakcheck needs an unprivileged user for postgres/pgbouncer "
+        "but found none of: postgres, nobody; create one or set LEAKCHECK_RUN_AS=<user>"
     )
+
+
+def _run_as(wanted: str) -> ServerUser:
+    """The user $LEAKCHECK_RUN_AS names (a name or a numeric uid), which must exist and not be root."""
+    try:
+        entry = pwd.getpwuid(int(wanted)) if wanted.isascii() and wanted.isdigit() else pwd.getpwnam(wanted)
+    except (KeyError, ValueError, OverflowError):
+        raise UsageError(
+            f"LEAKCHECK_RUN_AS={wanted!r} is not a user on this machine; create it (useradd --system {wanted}) "
+            "or set LEAKCHECK_RUN_AS to an existing unprivileged user such as postgres or nobody"
+        ) from None
+    if entry.pw_uid == 0:
+        raise UsageError(
+            f"LEAKCHECK_RUN_AS={wanted!r} is root (uid 0), but postgres and pgbouncer refuse to run as root; "
+            "set LEAKCHECK_RUN_AS to an unprivileged user such as postgres or nobody"
+        )
+    return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
 _PR_SET_PDEATHSIG = 1

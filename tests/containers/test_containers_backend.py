@@ -146,9 +146,7 @@ def test_pgbouncer_1_24_answers_show_version_on_its_admin_console(
     backend: ContainersBackend, pg16: Version, bouncer124: Version
 ) -> None:
     with backend.bouncer(pg16, bouncer124, POOL_OF_ONE) as endpoint:
-        admin = psycopg.connect(
-            host=endpoint.host, port=endpoint.port, user=endpoint.user, dbname="pgbouncer", autocommit=True
-        )
+        admin = psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True)
         with admin:
             result = admin.pgconn.exec_(b"SHOW VERSION")
             text = (result.get_value(0, 0) or b"").decode()

@@ -13,10 +13,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leakcheck.errors import LeakcheckError, ProvisionError, StartError
+from leakcheck.errors import LeakcheckError, ProvisionError, StartError, UsageError
 from leakcheck.ini import PoolSettings
 from leakcheck.provision import bouncer_process, system
-from leakcheck.provision.base import Binary
+from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.bouncer_binaries import resolve_bouncer
 from leakcheck.provision.bouncer_build import program_version
 from leakcheck.provision.bouncer_process import BouncerProcess
@@ -75,11 +75,10 @@ def test_a_started_bouncer_answers_show_version_and_passes_select_1_through(
     raw: str, postgres: PgServer, user: ServerUser
 ) -> None:
     binary = _resolve(raw)
-    with BouncerProcess(binary, PoolSettings(), postgres.host, postgres.port, user) as bouncer:
+    with BouncerProcess(binary, PoolSettings(), postgres.endpoint(), user) as bouncer:
         endpoint = bouncer.endpoint()
         assert endpoint.host == "127.0.0.1"
-        with psycopg.connect(host=endpoint.host, port=endpoint.port, user=endpoint.user, dbname="pgbouncer",
-                             autocommit=True) as admin:
+        with psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True) as admin:
             result = admin.pgconn.exec_(b"SHOW VERSION")
             assert str(binary.version) in (result.get_value(0, 0) or b"").decode()
         with psycopg.connect(endpoint.conninfo(), autocommit=True) as conn:
@@ -89,7 +88,7 @@ def test_a_started_bouncer_answers_show_version_and_passes_select_1_through(
 
 
 def test_leaving_stops_pgbouncer_and_removes_its_temp_dir(postgres: PgServer, user: ServerUser) -> None:
-    bouncer = BouncerProcess(_resolve("1.24"), PoolSettings(), postgres.host, postgres.port, user)
+    bouncer = BouncerProcess(_resolve("1.24"), PoolSettings(), postgres.endpoint(), user)
     with bouncer:
         tmpdir, port = bouncer.tmpdir, bouncer.port
         assert tmpdir is not None and tmpdir.is_dir()
@@ -108,7 +107,7 @@ def test_a_port_taken_before_pgbouncer_binds_it_is_retried_on_another(
         ports = iter([busy])
         real_free_port = system.free_port
         monkeypatch.setattr(bouncer_process, "free_port", lambda: next(ports, None) or real_free_port())
-        with BouncerProcess(_resolve("1.26"), PoolSettings(), postgres.host, postgres.port, user) as bouncer:
+        with BouncerProcess(_resolve("1.26"), PoolSettings(), postgres.endpoint(), user) as bouncer:
             assert bouncer.port != busy
             with psycopg.connect(bouncer.endpoint().conninfo(), autocommit=True) as conn:
                 assert conn.execute("SELECT 1").fetchone() == (1,)
@@ -117,7 +116,7 @@ def test_a_port_taken_before_pgbouncer_binds_it_is_retried_on_another(
 def test_a_bouncer_that_exits_at_start_raises_with_its_log_and_leaves_nothing(user: ServerUser) -> None:
     script = "echo 'FATAL cannot load config' >&2; exit 3"
     failing = Binary(Version((1, 24, 1)), ("/bin/sh", "-c", script, "sh"), "a test stand-in")
-    bouncer = BouncerProcess(failing, PoolSettings(), "127.0.0.1", 1, user)
+    bouncer = BouncerProcess(failing, PoolSettings(), Endpoint("127.0.0.1", 1), user)
     with pytest.raises(StartError, match="cannot load config") as raised:
         bouncer.__enter__()
     assert "exited with code 3" in str(raised.value)
@@ -142,7 +141,7 @@ def test_an_explicit_path_is_used_as_given() -> None:
 
 def test_an_explicit_path_that_is_not_pgbouncer_fails_at_once(tmp_path: Path) -> None:
     missing = tmp_path / "pgbouncer"
-    with pytest.raises(ProvisionError, match="not a working pgbouncer"):
+    with pytest.raises(UsageError, match="there is no file"):
         resolve_bouncer(Spec(raw=str(missing), path=missing), cache_root(), _no_progress)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -37,10 +38,11 @@ APP = textwrap.dedent("""
 def test_two_real_asyncpg_processes_collide_as_the_harness_clients_do(measure: Measure) -> None:
     pg, bouncer = measure.pg(TEST_PG[0]), measure.bouncer("1.18")
     with measure.backend.bouncer(pg, bouncer, PoolSettings()) as endpoint:
-        first = _app(endpoint.port, "SELECT 'first app'::text")
+        password = endpoint.as_user(APP_ROLE).password
+        first = _app(endpoint.port, password, "SELECT 'first app'::text")
         try:
             assert first.stdout is not None and first.stdout.readline().startswith("ok first app")
-            second = _app(endpoint.port, "SELECT 'second app'::text")
+            second = _app(endpoint.port, password, "SELECT 'second app'::text")
             out, _ = second.communicate("\n", timeout=30)
         finally:
             first.communicate("\n", timeout=30)
@@ -49,9 +51,9 @@ def test_two_real_asyncpg_processes_collide_as_the_harness_clients_do(measure: M
     assert '"__asyncpg_stmt_1__" already exists' in harness.evidence, harness.evidence
 
 
-def _app(port: int, text: str) -> subprocess.Popen[str]:
+def _app(port: int, password: str, text: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", APP, str(port), text], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PGPASSWORD": password})
 
 
 def test_two_asyncpg_clients_in_one_process_name_their_statements_like_two_fresh_processes(

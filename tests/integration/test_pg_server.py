@@ -135,3 +135,23 @@ def test_two_runs_filling_an_empty_cache_at_once_fetch_and_initialise_only_once(
     assert results == [1, 1]
     assert sum(m.startswith("fetching") for m in messages) <= 1  # none when PostgreSQL 16 is installed
     assert sum(m.startswith("initialising") for m in messages) == 1
+
+
+def test_a_damaged_cached_template_is_rebuilt_once_and_the_server_starts() -> None:
+    install = resolve("16")
+    cache = Path(tempfile.mkdtemp(prefix="leakcheck-test-cache-"))
+    try:
+        cache.chmod(0o755)  # the server user builds templates inside it
+        said: list[str] = []
+        with PgServer(install, cache, server_user(), said.append):
+            pass
+        [template] = [p for p in (cache / "templates").iterdir() if not p.name.startswith(".")]
+        (template / "global" / "pg_control").write_bytes(b"damaged")
+        said.clear()
+        with PgServer(install, cache, server_user(), said.append) as server, \
+                psycopg.connect(server.endpoint().conninfo(), autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert any("did not start" in line and "rebuilding it" in line for line in said), said
+        assert (template / "global" / "pg_control").stat().st_size > len(b"damaged")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)

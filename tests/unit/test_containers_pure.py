@@ -124,7 +124,7 @@ def test_the_dockerfile_takes_version_base_image_and_tarball_url_and_runs_unpriv
 
 
 def test_pgbouncer_in_a_container_listens_everywhere_and_reaches_postgres_by_alias() -> None:
-    files = img.bouncer_files(PoolSettings(PoolMode.TRANSACTION, 1))
+    files = img.bouncer_files(PoolSettings(PoolMode.TRANSACTION, 1), (("leakcheck", "s3cret"), ("leakcheck_app", "x")))
     ini = files["/leakcheck/pgbouncer.ini"].decode()
     assert "leakcheck = host=postgres port=5432 dbname=leakcheck\n" in ini
     assert "listen_addr = 0.0.0.0" in ini
@@ -133,7 +133,7 @@ def test_pgbouncer_in_a_container_listens_everywhere_and_reaches_postgres_by_ali
     assert "pool_mode = transaction" in ini
     assert "default_pool_size = 1" in ini
     assert "auth_file = /leakcheck/userlist.txt" in ini
-    assert files["/leakcheck/userlist.txt"] == b'"leakcheck" ""\n"leakcheck_app" ""\n'
+    assert files["/leakcheck/userlist.txt"] == b'"leakcheck" "s3cret"\n"leakcheck_app" "x"\n'
 
 
 @pytest.mark.parametrize(

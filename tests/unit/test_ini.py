@@ -41,5 +41,9 @@ def test_a_pool_of_zero_is_refused() -> None:
         render_ini(PoolSettings(pool_size=0), LAYOUT)
 
 
-def test_the_auth_file_lists_and_quotes_each_user() -> None:
-    assert render_auth_file('le"ak', "app") == '"le""ak" ""\n"app" ""\n'
+def test_the_auth_file_lists_and_quotes_each_user_and_password() -> None:
+    assert render_auth_file((('le"ak', 'p"w'), ("app", "x"))) == '"le""ak" "p""w"\n"app" "x"\n'
+
+
+def test_clients_and_the_admin_console_need_a_password() -> None:
+    assert settings_of(render_ini(PoolSettings(), LAYOUT))["auth_type"] == "scram-sha-256"

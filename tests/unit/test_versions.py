@@ -65,3 +65,16 @@ def test_bad_values_name_the_option_and_the_expected_form(bad: str) -> None:
 )
 def test_the_version_is_read_from_version_output(output: str, expected: str) -> None:
     assert str(version_in_output(output)) == expected
+
+
+
+@pytest.mark.parametrize("bad", ["１６", "16.a", "1.2٤", "१६", "16.14.1.2.3", "16 .14", "16,1.2٤"])
+def test_a_version_is_ascii_digits_and_dots_only(bad: str) -> None:
+    with pytest.raises(UsageError, match="--pg"):
+        parse_spec_list(bad, "--pg")
+
+
+def test_a_version_in_text_is_read_from_ascii_digits_only() -> None:
+    assert version_in_output("PgBouncer ١.٢٤") is None
+    with pytest.raises(UsageError):
+        Version.parse("１.２")

@@ -1,0 +1,69 @@
+"""Which leakcheck process a temp dir belongs to: a marker file, and whether that process still runs.
+
+A pid alone proves nothing once the process is gone (pids are reused), so the marker also holds the
+process's start time (field 22 of /proc/<pid>/stat, in clock ticks since boot) and the hostname
+(a /tmp shared between machines or containers holds dirs whose processes we cannot see).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER = "leakcheck-owner.json"
+
+
+@dataclass(frozen=True)
+class Owner:
+    pid: int
+    start: int
+    host: str
+
+    @classmethod
+    def me(cls) -> Owner:
+        pid = os.getpid()
+        start = start_time(pid)
+        assert start is not None  # we are running
+        return cls(pid, start, socket.gethostname())
+
+    def is_here(self) -> bool:
+        """Whether this is a process of this machine, so `is_running` can tell."""
+        return self.host == socket.gethostname()
+
+    def is_running(self) -> bool:
+        """Whether the very process that wrote the marker still runs (a reused pid has another start)."""
+        return start_time(self.pid) == self.start
+
+
+def start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot), or None when no such process runs (zombies count as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ..." where comm may hold spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    state, start = fields[0], fields[19]
+    return None if state in ("Z", "X") else int(start)
+
+
+def mark(directory: Path) -> None:
+    """Record this process as the owner of `directory` (written whole: a marker is complete or absent)."""
+    me = Owner.me()
+    text = json.dumps({"pid": me.pid, "start": me.start, "host": me.host})
+    partial = directory / f".{MARKER}.tmp"
+    partial.write_text(text)
+    partial.chmod(0o644)
+    os.replace(partial, directory / MARKER)
+
+
+def owner_of(directory: Path) -> Owner | None:
+    """The owner recorded in `directory`, or None (no marker, or one we cannot read)."""
+    try:
+        data = json.loads((directory / MARKER).read_text())
+        return Owner(int(data["pid"]), int(data["start"]), str(data["host"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

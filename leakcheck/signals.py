@@ -1,0 +1,78 @@
+"""Every way a run is asked to stop ends like Ctrl-C: a KeyboardInterrupt, so the servers are cleaned up.
+
+SIGINT (Ctrl-C), SIGTERM (CI cancelling a job), SIGHUP (terminal closed, SSH dropped) and SIGQUIT
+(Ctrl-\\) would otherwise end the process on the spot, leaving data folders and shared memory behind.
+SIGKILL cannot be caught: what it leaves, the next run sweeps (provision/sweep.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import termios
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import NoReturn
+
+CLEANUP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+
+
+def raise_interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+    """A signal handler: stop the way Ctrl-C does."""
+    if signum == signal.SIGHUP:
+        _detach_from_hung_up_terminal()
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _detach_from_hung_up_terminal() -> None:
+    """After a hang-up, writing to the terminal fails (EIO) and would abort the cleanup half-way.
+
+    Every descriptor of a terminal that is gone (also the copies pytest's capture keeps to restore
+    later) is pointed at /dev/null; a terminal that still answers is left alone (`kill -HUP`).
+    """
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in _open_fds():
+            if fd != devnull and _hung_up(fd):
+                os.dup2(devnull, fd, inheritable=os.get_inheritable(fd))
+    finally:
+        os.close(devnull)
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return [0, 1, 2]
+
+
+def _hung_up(fd: int) -> bool:
+    try:
+        termios.tcgetattr(fd)
+    except termios.error as exc:
+        return bool(exc.args and exc.args[0] == errno.EIO)
+    return False
+
+
+def install() -> Callable[[], None]:
+    """Make every cleanup signal raise KeyboardInterrupt; returns what restores the previous handlers.
+
+    Only the main thread may set handlers; elsewhere this changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous: dict[signal.Signals, _Handler] = {}
+    for signum in CLEANUP_SIGNALS:
+        if signal.getsignal(signum) == signal.SIG_IGN and signum == signal.SIGHUP:
+            continue  # started with nohup: a hang-up is meant not to stop the run
+        previous[signum] = signal.signal(signum, raise_interrupt)
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore
