@@ -42,8 +42,26 @@ def cache_root() -> Path:
         raise UsageError(f"cannot create the leakcheck cache {root} ({exc.strerror or exc}): create it {fix}") from None
     if not os.access(root, os.R_OK | os.X_OK):
         raise UsageError(f"cannot read the leakcheck cache {root} as {_me()}: give this user access {fix}")
-    share_folder(root)
+    keep_private(root)
     return root
+
+
+def keep_private(root: Path) -> None:
+    """Other local users may not enter the cache: 0700 when our servers run as ourselves; as root,
+    0750 with the server user's group (it reads the binaries). Left alone when not ours to change."""
+    with contextlib.suppress(OSError, UsageError):
+        st = root.stat()
+        if st.st_uid != os.geteuid():
+            return
+        if os.geteuid() != 0:
+            if st.st_mode & 0o777 != 0o700:
+                root.chmod(0o700)
+            return
+        gid = server_user().gid
+        if st.st_gid != gid:
+            os.chown(root, 0, gid)
+        if st.st_mode & 0o777 != 0o750:
+            root.chmod(0o750)
 
 
 def _me() -> str:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -15,6 +18,7 @@ from leakcheck.provision.base import Endpoint
 from leakcheck.provision.bouncer_process import BouncerProcess
 from leakcheck.provision.fixtures import APP_ROLE
 from leakcheck.provision.native import NativeBackend
+from leakcheck.provision.system import cache_root
 
 from .conftest import TEST_BOUNCER, TEST_PG, Measure
 
@@ -79,3 +83,23 @@ def test_another_local_user_cannot_reach_the_trusted_unix_socket(native: NativeB
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "PermissionError" in done.stderr, done.stdout + done.stderr
     assert oct(server.tmpdir.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as other local users")
+def test_the_cache_is_open_to_the_server_user_and_closed_to_everyone_else(
+    monkeypatch: pytest.MonkeyPatch, native: NativeBackend
+) -> None:
+    cache = Path(tempfile.mkdtemp(prefix="leakcheck-test-cache-"))
+    try:
+        monkeypatch.setenv("LEAKCHECK_CACHE", str(cache))
+        assert cache_root() == cache
+        assert oct(cache.stat().st_mode & 0o777) == "0o750" and cache.stat().st_gid == native.user.gid
+
+        def lists(user: str) -> bool:
+            return subprocess.run(["runuser", "-u", user, "--", "ls", str(cache)], capture_output=True,
+                                  timeout=30, check=False).returncode == 0
+
+        assert lists(native.user.name)
+        assert native.user.name == STRANGER or not lists(STRANGER)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
