@@ -1,4 +1,6 @@
 """`leakcheck prepare`: resolve, fetch and build the servers a matrix needs, ahead of time.
+`leakcheck merge`: several runs' --results files as one report and one gate decision.
+`leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
 
 The matrix itself runs under pytest (`pytest --pg=16,18 --bouncer=1.24,1.26`).
 """
@@ -8,14 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
-from . import preflight, signals
+from . import cli_images, merge, preflight
 from .config import DEFAULT_BOUNCER, DEFAULT_PG, Config
-from .errors import LeakcheckError
+from .exits import EXIT_USAGE, guarded
 from .lab import make_backend
-
-EXIT_USAGE = 4  # as pytest's (and the plugin's): a value that cannot be understood or obtained
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,32 +33,44 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument("--pg", default=DEFAULT_PG, help=f"PostgreSQL versions (default {DEFAULT_PG})")
     prepare.add_argument("--bouncer", default=DEFAULT_BOUNCER, help=f"PgBouncer versions (default {DEFAULT_BOUNCER})")
     prepare.add_argument("--backend", default="native", help="native or containers (default native)")
+    merging = sub.add_parser("merge", help="merge --results files of several runs into one report and one gate "
+                             "decision (exit 0: all passed, 1: some failed, 4: bad input)")
+    merging.add_argument("results", nargs="+", type=Path, metavar="RESULTS.json",
+                         help="files written by pytest --results (e.g. one per CI job)")
+    merging.add_argument("--expect", type=Path, help="a matrices/*.json of expected verdicts, as pytest --expect")
+    merging.add_argument("--record", type=Path, help="merge the measured verdicts into this matrices/*.json file, "
+                         "as pytest --record")
+    merging.add_argument("--junitxml", type=Path, help="write a JUnit XML report (one test case per outcome)")
+    cli_images.add_parsers(sub)
     args = parser.parse_args(argv)
-    restore = signals.install()  # SIGTERM, SIGHUP and SIGQUIT clean up like Ctrl-C
-    try:
-        config = Config.from_strings({
-            "leakcheck_pg": args.pg, "leakcheck_bouncer": args.bouncer, "leakcheck_backend": args.backend,
-            "leakcheck_drivers": "psycopg,asyncpg", "leakcheck_probes": "all", "leakcheck_controls": "no",
-            "leakcheck_pg_image": "postgres:{version}",
-        })
-        preflight.check_environment(os.environ)  # LEAKCHECK_* variables, before anything is fetched
-        preflight.check_temp_folder(os.environ, 0)
-        with make_backend(config, progress=lambda m: print(f"leakcheck: {m}", file=sys.stderr)) as backend:
-            for spec in config.pg:
-                print(f"--pg {spec} -> PostgreSQL {backend.resolve_pg(spec)}")
-            for spec in config.bouncer:
-                print(f"--bouncer {spec} -> PgBouncer {backend.resolve_bouncer(spec)}")
-            for line in backend.describe():
-                print(f"  {line}")
-    except LeakcheckError as exc:
-        print(f"leakcheck: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("leakcheck: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        restore()
+    if args.command == "merge":
+        return _merge(args)
+    if args.command in cli_images.COMMANDS:
+        return cli_images.run(args)
+    return guarded(lambda: _prepare(args))
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    config = Config.from_strings({
+        "leakcheck_pg": args.pg, "leakcheck_bouncer": args.bouncer, "leakcheck_backend": args.backend,
+        "leakcheck_drivers": "psycopg,asyncpg", "leakcheck_probes": "all", "leakcheck_controls": "no",
+        "leakcheck_pg_image": "postgres:{version}",
+    })
+    preflight.check_environment(os.environ)  # LEAKCHECK_* variables, before anything is fetched
+    preflight.check_paths(config)
+    preflight.check_temp_folder(os.environ, 0)
+    with make_backend(config, progress=lambda m: print(f"leakcheck: {m}", file=sys.stderr)) as backend:
+        for spec in config.pg:
+            print(f"--pg {spec} -> PostgreSQL {backend.resolve_pg(spec)}")
+        for spec in config.bouncer:
+            print(f"--bouncer {spec} -> PgBouncer {backend.resolve_bouncer(spec)}")
+        for line in backend.describe():
+            print(f"  {line}")
     return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    return guarded(lambda: merge.run(args.results, args.expect, args.record, args.junitxml))
 
 
 if __name__ == "__main__":

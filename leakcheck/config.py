@@ -31,6 +31,10 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--expect", "leakcheck_expect", "a matrices/*.json of expected verdicts: a probe passes when its "
      "verdict matches, fails when it differs (the pre-upgrade gate)", None),
     ("--record", "leakcheck_record", "write the measured verdicts to this matrices/*.json file", None),
+    ("--results", "leakcheck_results", "write every outcome of the run (leak tests and controls, with their "
+     "evidence) to this JSON file, for `leakcheck merge` (schema leakcheck-results, version 1)", None),
+    ("--jobs", "leakcheck_jobs", "how many independent cells (lanes) run at the same time: a number from 1 "
+     "to 64, or auto (two per core, at most 8); default auto", "auto"),
     ("--pg-image", "leakcheck_pg_image", "containers backend: PostgreSQL image template "
      "(default postgres:{version})", "postgres:{version}"),
     ("--bouncer-image", "leakcheck_bouncer_image", "containers backend: a PgBouncer image template to use "
@@ -83,6 +87,8 @@ class Config:
     record: Path | None
     pg_image: str
     bouncer_image: str | None
+    results: Path | None = None  #: --results: every outcome as JSON (results.py)
+    jobs: int = 0  #: --jobs: lanes at a time (0: auto, lanes.default_jobs)
 
     @classmethod
     def from_pytest(cls, config: pytest.Config) -> Config | None:
@@ -123,6 +129,7 @@ class Config:
         bouncer = _given(raw, "leakcheck_bouncer", "PgBouncer versions such as 1.24,1.26") or DEFAULT_BOUNCER
         expect = _given(raw, "leakcheck_expect", "the path of a matrices/*.json file")
         record = _given(raw, "leakcheck_record", "the path of a matrices/*.json file to write")
+        results = _given(raw, "leakcheck_results", "the path of a JSON file to write, such as results.json")
         bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
         return cls(
             pg=parse_spec_list(pg, "--pg"),
@@ -136,7 +143,18 @@ class Config:
             pg_image=check_template(get("leakcheck_pg_image", "an image template such as postgres:{version}"),
                                     "--pg-image"),
             bouncer_image=check_template(bouncer_image, "--bouncer-image") if bouncer_image is not None else None,
+            results=Path(results) if results is not None else None,
+            jobs=_jobs(get("leakcheck_jobs", "a number of lanes such as 4, or auto")),
         )
+
+
+def _jobs(raw: str) -> int:
+    text = raw.strip().lower()
+    if text == "auto":
+        return 0
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 64:
+        raise UsageError.bad_value("--jobs", raw, "a number from 1 to 64, or auto")
+    return int(text)
 
 
 def _items(raw: str, option: str, expected: str) -> list[str]:

@@ -43,3 +43,9 @@ class StartError(LeakcheckError):
 
 class ProbeError(LeakcheckError):
     """The harness could not run a probe as designed (not a verdict about the pooler)."""
+
+
+def one_line(text: object, limit: int = 240) -> str:
+    """An exception's text squeezed onto one line for an error message."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -9,6 +9,7 @@ that failed) is cut so it cannot fill the report.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from types import TracebackType
 from typing import NoReturn
@@ -40,8 +41,7 @@ class FailFast:
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
         self.name = backend.name
-        #: the test running now (named in the short message of later failures)
-        self.current = "an earlier test"
+        self._local = threading.local()  # lanes run in threads: each knows its own current test
         self._failed: dict[tuple[str, ...], str] = {}
 
     def __enter__(self) -> FailFast:
@@ -59,6 +59,15 @@ class FailFast:
     def resolve_bouncer(self, spec: Spec) -> Version:
         return self._backend.resolve_bouncer(spec)
 
+    @property
+    def current(self) -> str:
+        """The test running now in this thread (named in the short message of later failures)."""
+        return str(getattr(self._local, "current", "an earlier test"))
+
+    @current.setter
+    def current(self, name: str) -> None:
+        self._local.current = name
+
     def describe(self) -> Iterator[str]:
         return self._backend.describe()
 
@@ -71,14 +80,14 @@ class FailFast:
             self._raise_remembered((what,), exc)
 
     @contextlib.contextmanager
-    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings) -> Iterator[Endpoint]:
+    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
         self.postgres(pg)  # a PostgreSQL failure is remembered as one, not as a PgBouncer failure
         cell = (f"PostgreSQL {pg}", f"PgBouncer {bouncer}")
         what = f"PgBouncer {bouncer} (in front of PostgreSQL {pg})"
         self._check(cell, what)
         with contextlib.ExitStack() as stack:
             try:
-                endpoint = stack.enter_context(self._backend.bouncer(pg, bouncer, settings))
+                endpoint = stack.enter_context(self._backend.bouncer(pg, bouncer, settings, lane))
             except Exception as exc:
                 self._raise_remembered(cell, exc)
             yield endpoint

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .config import Config
 from .errors import LeakcheckError
 from .failfast import FailFast
-from .matrices import compare, load
+from .judge import problem
+from .lanes import Lanes, default_jobs
+from .matrices import load
 from .probes import Probe
 from .provision.base import Backend
-from .runner import Target, control_expectation, run_probe
+from .runner import Target, run_probe
 from .verdicts import Outcome, Route, Verdict
 
 
@@ -55,6 +57,7 @@ class Lab:
     _backend: FailFast | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _choice: tuple[str, str] | None = None
+    _lanes: Lanes | None = None
 
     @property
     def choice(self) -> tuple[str, str]:
@@ -76,7 +79,23 @@ class Lab:
         return self._backend
 
     def close(self) -> None:
-        self._stack.close()
+        try:
+            if self._lanes is not None:
+                self._lanes.close()
+        finally:
+            self._stack.close()
+
+    def start(self, work: Sequence[tuple[Probe, Target]]) -> None:
+        """Run `work` (the selected tests, in pytest's order) in concurrent lanes from now on."""
+        if self._lanes is None and work:
+            failfast = self._failfast() if self._backend is not None else None
+
+            def on_test(name: str) -> None:
+                if failfast is not None:
+                    failfast.current = name
+
+            self._lanes = Lanes(self.backend, self.config.jobs or default_jobs(), _test_name, on_test)
+            self._lanes.start(work)
 
     def targets(self) -> list[Target]:
         """Resolve every --pg and --bouncer value (fetching or building as needed)."""
@@ -95,27 +114,21 @@ class Lab:
                 yield _test_name(probe, target), probe, target
 
     def run(self, probe: Probe, target: Target) -> Outcome:
-        backend = self.backend
-        self._failfast().current = _test_name(probe, target)
-        outcome = run_probe(backend, probe, target)
+        """The outcome of one test: from its lane when started, else measured here and now."""
+        if self._lanes is not None:
+            outcome = self._lanes.result(probe, target)
+        else:
+            backend = self.backend
+            self._failfast().current = _test_name(probe, target)
+            outcome = run_probe(backend, probe, target)
         self.outcomes.append(outcome)
         return outcome
 
     def judge(self, probe: Probe, outcome: Outcome) -> str | None:
-        """None when the outcome passes; else the failure message."""
-        if outcome.route.is_control:
-            want = control_expectation(probe, outcome.route)
-            if outcome.verdict is want:
-                return None
-            return (f"control ({outcome.route.value}) must measure {want.value}, measured {outcome.verdict.value}: "
-                    f"{outcome.evidence}. This probe cannot be trusted here")
-        if self.config.expect is not None:
-            if self.expected is None:
-                self.expected = load(self.config.expect)
-            return compare(outcome, self.expected)
-        if outcome.verdict is Verdict.ISOLATED:
-            return None
-        return f"{outcome.verdict.value.upper()}: {outcome.evidence}"
+        """None when the outcome passes; else the failure message (judge.problem, shared with leakcheck merge)."""
+        if self.config.expect is not None and self.expected is None:
+            self.expected = load(self.config.expect)
+        return problem(probe, outcome, self.expected)
 
     def _failfast(self) -> FailFast:
         assert self._backend is not None

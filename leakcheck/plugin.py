@@ -7,18 +7,19 @@ from typing import Any
 
 import pytest
 
-from . import matrices, preflight, record, signals
+from . import gather, matrices, preflight, record, results, signals
 from .config import Config, add_options
 from .errors import LeakcheckError
 from .lab import Lab
 from .probes import Probe
 from .report import render_counts, render_matrix
 from .runner import Target
-from .verdicts import Route
 
 LAB = pytest.StashKey[Lab]()
-#: What --record did (or why it did not), for the terminal summary.
+#: What --record and --results did (or why they did not), for the terminal summary.
 RECORDED = pytest.StashKey[list[str]]()
+#: Every outcome, from the test reports (a serial run's own, or under pytest-xdist every worker's).
+GATHERED = pytest.StashKey[gather.Gathered]()
 
 
 class LeakFound(Exception):
@@ -91,13 +92,11 @@ class LeakItem(pytest.Item):
         self.probe, self.target, self.lab = probe, target, lab
 
     def runtest(self) -> None:
+        if not hasattr(self.config, "workerinput"):  # under pytest-xdist each worker runs its share serially
+            # The first test starts every selected one in concurrent lanes; each takes its own outcome.
+            self.lab.start([(i.probe, i.target) for i in self.session.items if isinstance(i, LeakItem)])
         outcome = self.lab.run(self.probe, self.target)
-        self.user_properties.extend([
-            ("probe", outcome.probe), ("pg_version", outcome.pg), ("bouncer_version", outcome.bouncer or "-"),
-            ("route", outcome.route.value), ("driver", outcome.driver), ("verdict", outcome.verdict.value),
-            ("evidence", outcome.evidence), ("facts", ",".join(outcome.facts) or "-"),
-            ("security", str(outcome.security).lower()), *outcome.details,
-        ])
+        self.user_properties.extend(results.properties(outcome))
         if self.lab.config.expect is not None and not outcome.route.is_control:
             self.user_properties.append(("matrix_key", matrices.key(outcome)))
         problem = self.lab.judge(self.probe, outcome)
@@ -127,38 +126,67 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items.extend(session.genitems(matrix))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Check the --results path before anything starts; gather outcomes from the test reports.
+
+    Under pytest-xdist only the controller does either: it gets every worker's reports and writes.
+    """
+    config = session.config
+    lab = config.stash.get(LAB, None)
+    if lab is None or gather.is_worker(config):
+        return
+    if lab.config.results is not None:
+        try:
+            results.check_target(lab.config.results)
+        except LeakcheckError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.stash[GATHERED] = gather.Gathered()
+    config.pluginmanager.register(config.stash[GATHERED], gather.NAME)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """--record: write only after a run that ran its tests to the end; a failed write is one line and exit 1."""
-    lab = session.config.stash.get(LAB, None)
-    if lab is None or lab.config.record is None:
+    """--record and --results, from every test report: written only after a run that ran its tests to
+    the end, by the controller (or the serial process), never by an xdist worker; a failed write is
+    one line and exit 1."""
+    config = session.config
+    lab = config.stash.get(LAB, None)
+    if lab is None:
         return
-    path = lab.config.record
+    if gather.is_worker(config):  # the controller writes; it gets this worker's outcomes in its reports
+        config.workeroutput[gather.WORKER_OUTPUT_KEY] = lab.describe()  # type: ignore[attr-defined]
+        return
+    gathered = config.stash.get(GATHERED, gather.Gathered())
     reason = record.not_written(int(exitstatus), bool(session.shouldstop))
-    if reason is None and not any(o.route is Route.TRANSACTION for o in lab.outcomes):
-        reason = "no leak test ran"
-    if reason is not None:
-        unchanged = " (the file is unchanged)" if path.exists() else ""
-        session.config.stash[RECORDED] = [f"{path} not recorded: {reason}{unchanged}"]
-        return
-    try:
-        session.config.stash[RECORDED] = record.save(path, lab.outcomes)
-    except (LeakcheckError, OSError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        session.config.stash[RECORDED] = [f"{path} not recorded: writing it failed ({why}); the file is unchanged"]
-        if session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    lines: list[str] = []
+    written = True
+    if lab.config.record is not None:
+        said, ok = record.finish(lab.config.record, gathered.outcomes, reason)
+        lines, written = lines + said, written and ok
+    if lab.config.results is not None:
+        said, ok = results.finish(lab.config.results, gathered.results(), reason)
+        lines, written = lines + said, written and ok
+    config.stash[RECORDED] = lines
+    if not written and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     lab = config.stash.get(LAB, None)
-    if lab is None:
+    gathered = config.stash.get(GATHERED, None)
+    if lab is None or gathered is None:
         return
-    if lab.outcomes:
+    outcomes = gathered.outcomes
+    if outcomes:
         terminalreporter.write_sep("=", "leakcheck matrix")
-        for line in lab.describe():
+        for line in lab.describe() or gathered.descriptions:  # a controller starts no server: its workers'
             terminalreporter.write_line(line)
         terminalreporter.write_line("")
-        terminalreporter.write(render_matrix(lab.outcomes))
-        terminalreporter.write_line(f"verdicts: {render_counts(lab.outcomes)}")
+        terminalreporter.write(render_matrix(outcomes))
+        terminalreporter.write_line(f"verdicts: {render_counts(outcomes)}")
+    unmeasured = gathered.unmeasured
+    if unmeasured:
+        terminalreporter.write_line(f"leakcheck: {len(unmeasured)} leak tests failed before measuring anything, "
+                                    f"e.g. {unmeasured[0].test}: {unmeasured[0].why}")
     for line in config.stash.get(RECORDED, []):
         terminalreporter.write_line(f"leakcheck: {line}")

@@ -20,8 +20,9 @@ from pathlib import Path
 from . import matrices, record
 from .config import Config
 from .errors import UsageError
-from .provision.bouncer_binaries import URL_ENV
+from .provision.bouncer_binaries import URL_ENV, given_bouncer
 from .provision.containers_images import BASE_IMAGE_ENV, TARBALLS_ENV, local_tarballs
+from .provision.pg_binaries import resolve_pg
 from .provision.system import ServerUser, cache_root, server_user
 from .verdicts import Verdict
 
@@ -43,10 +44,7 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
     """Every check, in the order a user would fix them; the first problem raises a UsageError."""
     env = os.environ if environ is None else environ
     check_environment(env)
-    for spec in (*config.pg, *config.bouncer):
-        if spec.path is not None and not os.path.exists(spec.path):
-            option = "--pg" if spec in config.pg else "--bouncer"
-            raise UsageError(f"{option}={spec.raw}: {spec.path} does not exist; give an existing path or a version")
+    check_paths(config)
     expected = matrices.load(config.expect) if config.expect is not None else None
     if config.record is not None:
         record.check_target(config.record)
@@ -62,6 +60,20 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
 
 #: The environment variables leakcheck reads (tests' LEAKCHECK_TEST_* etc. are not leakcheck's).
 ENVIRONMENT = ("LEAKCHECK_CACHE", "LEAKCHECK_RUN_AS", TARBALLS_ENV, URL_ENV, BASE_IMAGE_ENV)
+
+
+def check_paths(config: Config) -> None:
+    """A path given to --pg or --bouncer exists and is that program (its own --version banner)."""
+    for spec in (*config.pg, *config.bouncer):
+        if spec.path is not None and not os.path.exists(spec.path):
+            option = "--pg" if spec in config.pg else "--bouncer"
+            raise UsageError(f"{option}={spec.raw}: {spec.path} does not exist; give an existing path or a version")
+    for spec in config.pg:
+        if spec.path is not None:
+            resolve_pg(spec, Path("/nonexistent"), lambda _: None)  # a path is checked, never cached
+    for spec in config.bouncer:
+        if spec.path is not None:
+            given_bouncer(spec.path, spec.raw)
 
 
 def _blank_is_unset(env: Mapping[str, str], name: str) -> str | None:

@@ -7,21 +7,26 @@ Everything that writes a matrix file is here, so it can be made safe for paralle
   error or a skip, the file keeps its previous value, or has no entry;
 - entries this run did not measure are kept, so a partial run updates only what it measured;
 - an interrupted run, or one that did not get to run its tests, writes nothing;
-- the new file replaces the old one in one step (temp file in the same folder, fsync, rename).
+- the new file replaces the old one in one step (temp file in the same folder, fsync, rename);
+- the read-merge-write holds an exclusive lock (`locked`), so concurrent writers of one file
+  (two runs, or a run and `leakcheck merge`) cannot lose each other's entries. Under pytest-xdist
+  only the controller writes: it gets every worker's outcomes from the test reports.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import matrices
-from .errors import UsageError
+from .errors import LeakcheckError, UsageError
 from .verdicts import Outcome, Route, Verdict
 
 OPTION = "--record"
@@ -105,13 +110,22 @@ def check_target(path: Path) -> dict[str, Verdict]:
 
     Returns its verdicts (empty when there is no file yet). Creates nothing.
     """
+    exists = check_writable(path, OPTION, "matrices/prod.json")
+    return matrices.read(path, OPTION, _HINT) if exists else {}
+
+
+def check_writable(path: Path, option: str, example: str) -> bool:
+    """Before the run: a file can be written at `path` (its folders created); whether one is there now.
+
+    A folder, anything but a regular file, or a folder that cannot be created or written in is a
+    one-line UsageError naming `option`. Creates nothing.
+    """
     if path.is_dir():
-        raise UsageError(f"{OPTION}: {path} is a folder; give a file path such as matrices/prod.json")
-    previous: dict[str, Verdict] = {}
-    if path.exists() or path.is_symlink():
+        raise UsageError(f"{option}: {path} is a folder; give a file path such as {example}")
+    exists = path.exists() or path.is_symlink()
+    if exists:
         if not path.resolve().is_file():
-            raise UsageError(f"{OPTION}: {path} is not a regular file; {_HINT}")
-        previous = matrices.read(path, OPTION, _HINT)
+            raise UsageError(f"{option}: {path} is not a regular file; move it away, or give {option} another path")
         folder = path.resolve().parent
     else:
         folder = path.absolute().parent
@@ -119,12 +133,12 @@ def check_target(path: Path) -> dict[str, Verdict]:
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"{OPTION}: cannot create {folder}: {existing} is a file; give --record another path")
+        raise UsageError(f"{option}: cannot create {folder}: {existing} is a file; give {option} another path")
     problem = _cannot_write(existing, create_folder=existing != folder)
     if problem is not None:
         where = f"create {folder}" if existing != folder else f"write in {folder}"
-        raise UsageError(f"{OPTION}: cannot {where} ({problem}); give --record a path in a writable folder")
-    return previous
+        raise UsageError(f"{option}: cannot {where} ({problem}); give {option} a path in a writable folder")
+    return exists
 
 
 def _cannot_write(folder: Path, create_folder: bool) -> str | None:
@@ -184,8 +198,45 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock, across processes, while the file at `path` is read, merged and replaced.
+
+    Two processes writing one file (two runs, a run and `leakcheck merge`) take turns, so neither
+    loses the other's entries. The lock is taken on the file's folder itself (flock): no lock file
+    is left beside a committed matrix, and the kernel releases it however the process ends.
+    """
+    folder = Path(os.path.realpath(path)).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def save(path: Path, outcomes: Iterable[Outcome]) -> list[str]:
-    """Merge and write; the summary lines. Raises UsageError (unreadable file) or OSError (write)."""
-    result = plan(previous_verdicts(path), outcomes)
-    write_atomic(path, matrices.render(result.verdicts))
+    """Merge into the file as it is now and write, under `locked`; the summary lines.
+
+    Raises UsageError (unreadable file) or OSError (write).
+    """
+    with locked(path):
+        result = plan(previous_verdicts(path), outcomes)
+        write_atomic(path, matrices.render(result.verdicts))
     return summary(path, result)
+
+
+def finish(path: Path, outcomes: Sequence[Outcome], reason: str | None) -> tuple[list[str], bool]:
+    """--record at the end of a run (or of `leakcheck merge`): the summary lines, and False when
+    writing failed (the caller fails the run). `reason` (from `not_written`) means: write nothing."""
+    if reason is None and not any(o.route is Route.TRANSACTION for o in outcomes):
+        reason = "no leak test ran"
+    if reason is not None:
+        unchanged = " (the file is unchanged)" if path.exists() else ""
+        return [f"{path} not recorded: {reason}{unchanged}"], True
+    try:
+        return save(path, outcomes), True
+    except (LeakcheckError, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return [f"{path} not recorded: writing it failed ({why}); the file is unchanged"], False

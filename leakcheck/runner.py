@@ -12,7 +12,7 @@ from .ini import PoolMode, PoolSettings
 from .probes.base import Login, Probe, Scenario
 from .provision.base import USER, Backend, Endpoint
 from .provision.fixtures import APP_ROLE
-from .verdicts import Observation, Outcome, Proof, Route, Scope, Verdict, classify
+from .verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Verdict, classify
 from .versions import Version
 
 #: Seconds one probe may take, connections included, before it is an error.
@@ -47,17 +47,23 @@ def control_expectation(probe: Probe, route: Route) -> Verdict:
     return Verdict.ISOLATED
 
 
+def pool_settings(probe: Probe, route: Route) -> PoolSettings | None:
+    """What the pooler runs with for this probe on this route (None: no pooler)."""
+    if route is Route.TRANSACTION:
+        return PoolSettings(PoolMode.TRANSACTION, probe.pool_size)
+    if route is Route.SESSION:
+        return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size))
+    return None
+
+
 @contextlib.contextmanager
 def _endpoint(backend: Backend, probe: Probe, target: Target) -> Iterator[Endpoint]:
-    if target.route in (Route.DIRECT, Route.SHARED):
+    settings = pool_settings(probe, target.route)
+    if settings is None:
         yield backend.postgres(target.pg)
         return
     assert target.bouncer is not None, "a pooled route needs a PgBouncer version"
-    if target.route is Route.TRANSACTION:
-        settings = PoolSettings(PoolMode.TRANSACTION, probe.pool_size)
-    else:
-        settings = PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size))
-    with backend.bouncer(target.pg, target.bouncer, settings) as endpoint:
+    with backend.bouncer(target.pg, target.bouncer, settings, target.driver.value) as endpoint:
         yield endpoint
 
 
@@ -92,8 +98,12 @@ async def _measure(
     return observation, tuple(scenario.proofs)
 
 
-def run_probe(backend: Backend, probe: Probe, target: Target) -> Outcome:
-    """Measure; any harness failure becomes an ERROR outcome, never a verdict."""
+def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[ServerId] | None = None) -> Outcome:
+    """Measure; any harness failure becomes an ERROR outcome, never a verdict.
+
+    `earlier`: the server identities earlier probes on the same pooler saw (updated here). A probe
+    whose proofs name one of them did not start from fresh server connections: an error.
+    """
 
     def outcome(verdict: Verdict, evidence: str, observation: Observation | None = None) -> Outcome:
         return Outcome(
@@ -112,5 +122,11 @@ def run_probe(backend: Backend, probe: Probe, target: Target) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - the harness reports any failure as an error outcome
         return outcome(Verdict.ERROR, f"the harness failed: {type(exc).__name__}: {exc}".strip())
     observation, proofs = measured
+    if earlier is not None:
+        reused = sorted({str(p.server) for p in proofs if p.server in earlier})
+        earlier.update(p.server for p in proofs)
+        if reused:
+            return outcome(Verdict.ERROR, f"server connection(s) {', '.join(reused)} already served an earlier "
+                           "probe on this pooler: the reset did not give fresh server connections")
     verdict, evidence = classify(target.route, proofs, observation)
     return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)

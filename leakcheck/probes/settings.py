@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import ProbeError
 from ..verdicts import Observation, Scope
-from .base import Probe, Scenario, probe
+from .base import Attempt, Probe, Scenario, probe
 
 
 def lit(value: str) -> str:
@@ -19,9 +19,10 @@ def setting(name: str) -> str:
 async def statement_timeout(s: Scenario) -> Observation:
     # A: a short session-level timeout.
     await s.change(s.a, "SET statement_timeout", "SET statement_timeout = '100ms'")
-    # B: reads the setting, then runs a query longer than A's timeout, with no timeout of its own.
+    # B: reads the setting; when it is A's, B runs a query longer than it: is B cancelled?
+    # (B's own setting is the answer; the sleep only shows the effect, so it runs only then.)
     b_seen = await s.observe(s.b, "read statement_timeout", setting("statement_timeout"))
-    slept = await s.run(s.b, "slept", "SELECT pg_sleep(0.25)::text")
+    slept = await s.run(s.b, "slept", "SELECT pg_sleep(0.25)::text") if b_seen == "100ms" else Attempt("not run")
     # A: is its own timeout still in force?
     mine = await s.observe(s.a, "read statement_timeout", setting("statement_timeout"))
     cancelled = slept.state("57014")

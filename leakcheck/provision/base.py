@@ -84,11 +84,13 @@ class Backend(Protocol):
         ...
 
     def bouncer(
-        self, pg: Version, bouncer: Version, settings: PoolSettings
+        self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = ""
     ) -> AbstractContextManager[Endpoint]:
         """A PgBouncer in front of `postgres(pg)` whose pool holds no server connection yet.
 
         Each use starts from fresh server connections, so no state carries over between probes.
+        One PgBouncer serves each (pg, bouncer, settings, lane) for the run: uses of one lane never
+        overlap, different lanes may run at the same time.
         """
         ...
 

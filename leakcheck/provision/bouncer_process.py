@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import signal
-import subprocess
 import tempfile
-import time
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import psycopg
-from psycopg import pq
 
-from ..errors import StartError
 from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
+from . import admin
 from .base import DBNAME, USER, Binary, Endpoint
 from .owner import mark
+from .process import ServerProcess
 from .strays import stop_servers_in
-from .system import PortClash, ServerUser, die_with_parent, free_port, start_retrying_port_clash
+from .system import ServerUser, free_port, start_retrying_port_clash
 
 HOST = "127.0.0.1"
 READY_TIMEOUT = 15.0
@@ -34,7 +31,8 @@ def shutdown_signal(version: Version) -> signal.Signals:
 
 
 class BouncerProcess:
-    """A fresh PgBouncer (own temp dir, ini, port, no server connections yet) for as long as the `with` lasts.
+    """A PgBouncer (own temp dir, ini, port) for as long as the `with` lasts; `reset()` closes every
+    server connection so the next user starts from fresh ones.
 
     It runs as `user` (never as root); entering waits until its admin console answers SHOW VERSION,
     leaving stops it (immediate shutdown, then SIGKILL) and removes its temp dir, whatever happened.
@@ -49,7 +47,8 @@ class BouncerProcess:
         self.server_host, self.server_port, self.credentials = server.host, server.port, server.credentials
         self.port = 0
         self.tmpdir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process: ServerProcess | None = None
+        self._console: psycopg.Connection[Any] | None = None
         self._last_log = ""
 
     @property
@@ -59,6 +58,21 @@ class BouncerProcess:
     def endpoint(self) -> Endpoint:
         """Where clients connect: the `leakcheck` database through this PgBouncer."""
         return Endpoint(HOST, self.port, credentials=self.credentials)
+
+    def reset(self) -> None:
+        """KILL/RESUME on the admin console: no server connection survives to the next probe.
+        The console connection is kept for the next reset (one user at a time: a lane)."""
+        if self._console is None or self._console.closed:
+            self._console = admin.connect(self.endpoint())
+        try:
+            admin.reset_pool(self.endpoint(), self._console)
+        except Exception:
+            self._console.close()
+            self._console = None
+            raise
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.running()
 
     def log_text(self) -> str:
         """Everything PgBouncer logged so far (kept after exit)."""
@@ -97,13 +111,8 @@ class BouncerProcess:
         tmp = self.tmpdir
         self.port = free_port()
         layout = BouncerLayout(
-            listen_port=self.port,
-            server_host=self.server_host,
-            server_port=self.server_port,
-            dbname=DBNAME,
-            user=USER,
-            auth_file=str(tmp / "users.txt"),
-            logfile=str(tmp / "pgbouncer.log"),
+            listen_port=self.port, server_host=self.server_host, server_port=self.server_port, dbname=DBNAME,
+            user=USER, auth_file=str(tmp / "users.txt"), logfile=str(tmp / "pgbouncer.log"),
             pidfile=str(tmp / "pgbouncer.pid"),
         )
         for stale in ("pgbouncer.log", "pgbouncer.pid"):
@@ -113,61 +122,19 @@ class BouncerProcess:
         users.touch(0o600)
         users.write_text(render_auth_file(self.credentials))
         self.user.chown(users)
-        argv = [*self.binary.argv, str(tmp / "pgbouncer.ini")]
-        uid, gid, groups = self.user.popen_ids()
-        with open(tmp / "pgbouncer.out", "wb") as out:  # stdout+stderr: also what precedes the logfile
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=tmp,
-                user=uid,
-                group=gid,
-                extra_groups=groups,
-                preexec_fn=die_with_parent,  # noqa: PLW1509
-                start_new_session=True,  # Ctrl-C in a terminal must not reach it (SIGINT = safe shutdown)
-            )
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        assert self._proc is not None
         what = f"PgBouncer {self.version} ({' '.join(self.binary.argv)})"
-        hint = f"It ran as user {self.user.name} with {self.tmpdir}/pgbouncer.ini."
-        deadline = time.monotonic() + READY_TIMEOUT
-        last = "no answer yet"
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                log = self.log_text()
-                kind = PortClash if "Address already in use" in log else StartError
-                raise kind.with_log(what, f"pgbouncer exited with code {code}", log, hint)
-            try:
-                with psycopg.connect(self.endpoint().conninfo("pgbouncer"), autocommit=True, connect_timeout=2) as conn:
-                    result = conn.pgconn.exec_(b"SHOW VERSION")  # the admin console: simple protocol only
-                    if result.status == pq.ExecStatus.TUPLES_OK:
-                        return
-                    last = (result.error_message or b"").decode(errors="replace").strip()
-            except psycopg.OperationalError as exc:
-                last = (str(exc).strip().splitlines() or ["?"])[0]
-            if time.monotonic() > deadline:
-                reason = f"its admin console on port {self.port} did not answer SHOW VERSION ({last})"
-                raise StartError.with_log(what, reason, self.log_text(), hint)
-            time.sleep(0.02)
+        # stdout+stderr go to pgbouncer.out: also what precedes the logfile.
+        self._process = ServerProcess(what, [*self.binary.argv, str(tmp / "pgbouncer.ini")], self.user, tmp,
+                                      tmp / "pgbouncer.out", stop_signal=shutdown_signal(self.version),
+                                      stop_timeout=STOP_TIMEOUT)
+        hint = f"It ran as user {self.user.name} with {tmp}/pgbouncer.ini."
+        self._process.start(lambda: admin.answers(self.endpoint()), READY_TIMEOUT, hint)
 
     def _stop(self) -> None:
         """Immediate shutdown; SIGKILL after STOP_TIMEOUT. Safe to call at any point, more than once."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            if proc.poll() is None:
-                proc.send_signal(shutdown_signal(self.version))
-                proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait()
+        console, self._console = self._console, None
+        if console is not None:
+            console.close()
+        process, self._process = self._process, None
+        if process is not None:
+            process.stop()

@@ -1,4 +1,4 @@
-"""Set-up children (apt-get, npm, configure, make, dpkg-deb, `--version` checks) that die with us.
+"""Set-up children (apt-get, configure, make, dpkg-deb, `--version` checks) that die with us.
 
 Every one runs with no stdin, a timeout and in its own process group:
 

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
-import time
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +24,15 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
-from ..errors import ProbeError, ProvisionError, StartError, UsageError
+from ..errors import ProvisionError, StartError, UsageError, one_line
 from ..ini import PoolSettings
 from ..versions import Spec, Version, version_in_output
 from . import containers_images as img
 from . import fixtures
+from .admin import query_postgres, reset_pool, show_version
 from .base import DBNAME, USER, Endpoint, new_credentials
-from .containers_admin import query_postgres, reset_pool, show_version
 from .containers_engine import RECIPE_LABEL, Engine, sigint_deferred, start_reaper
+from .process import wait_until
 from .system import cache_root, file_lock
 
 LOOPBACK = "127.0.0.1"
@@ -88,7 +89,8 @@ class ContainersBackend:
         self._pg_images: dict[Version, _Image] = {}
         self._bouncer_images: dict[Version, _Image] = {}
         self._postgres: dict[Version, _Running] = {}
-        self._bouncers: dict[tuple[Version, Version, PoolSettings], _Running] = {}
+        self._bouncers: dict[tuple[Version, Version, PoolSettings, str], _Running] = {}
+        self._lock = threading.RLock()  # lanes run in threads
         self._credentials = new_credentials(USER, fixtures.APP_ROLE)  # this run's passwords (SCRAM)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -118,7 +120,7 @@ class ContainersBackend:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            raise ProbeError("the containers backend is used outside its `with` block")
+            raise StartError("the containers backend is used outside its `with` block")
         return self._engine
 
     # --- resolving ------------------------------------------------------------------------
@@ -187,7 +189,7 @@ class ContainersBackend:
         output = self.engine.run_once(image, argv, user)
         exact = version_in_output(output)
         if exact is None or not wanted.matches(exact):
-            found = f"{what} {exact}" if exact else f"no version in {img.one_line(output, 80)!r}"
+            found = f"{what} {exact}" if exact else f"no version in {one_line(output, 80)!r}"
             raise ProvisionError(f"image {image} holds {found}, not {what} {wanted}: fix {option}")
         return exact
 
@@ -220,16 +222,18 @@ class ContainersBackend:
         return running
 
     @contextlib.contextmanager
-    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings) -> Iterator[Endpoint]:
-        key = (pg, bouncer, settings)
-        running = self._bouncers.get(key)
+    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
+        key = (pg, bouncer, settings, lane)
+        with self._lock:
+            running = self._bouncers.get(key)
         if running is not None and self.engine.state(running.container)[0] != "running":
             self._progress(f"PgBouncer {bouncer} in front of PostgreSQL {pg} had exited; starting a new one")
             self.engine.remove(running.container)
             running = None
         if running is None:
-            running = self._start_bouncer(pg, bouncer, settings, len(self._bouncers))
-            self._bouncers[key] = running
+            with self._lock:
+                running = self._start_bouncer(pg, bouncer, settings, len(self._bouncers))
+                self._bouncers[key] = running
         reset_pool(running.endpoint)
         yield running.endpoint
 
@@ -262,23 +266,19 @@ class ContainersBackend:
         host_port = self.engine.published_port(container, port, what)
         return _Running(container, Endpoint(LOOPBACK, host_port, credentials=self._credentials), network)
 
-    def _wait_ready(self, running: _Running, what: str, check: Callable[[Endpoint], None]) -> None:
-        deadline = time.monotonic() + self._timeout
-        last = "no attempt yet"
-        while True:
+    def _wait_ready(self, running: _Running, what: str, check: Callable[[Endpoint], object]) -> None:
+        def ready() -> str | None:
             try:
                 check(running.endpoint)
-                return
-            except psycopg.Error as exc:
-                last = img.one_line(exc, 160)
+                return None
+            except (psycopg.Error, StartError) as exc:
+                return one_line(exc, 160)
+
+        def gone() -> str | None:
             status, code = self.engine.state(running.container)
-            if status in ("exited", "dead"):
-                reason = f"its container exited with code {code} (last connection error: {last})"
-                raise StartError.with_log(what, reason, self.engine.logs(running.container))
-            if time.monotonic() > deadline:
-                reason = f"no answer within {self._timeout:.0f} s (last error: {last})"
-                raise StartError.with_log(what, reason, self.engine.logs(running.container))
-            time.sleep(0.2)
+            return f"its container exited with code {code}" if status in ("exited", "dead") else None
+
+        wait_until(what, ready, gone, self._timeout, lambda: self.engine.logs(running.container), poll=0.2)
 
     def describe(self) -> Iterator[str]:
         ryuk = "off" if testcontainers_config.ryuk_disabled else "on"

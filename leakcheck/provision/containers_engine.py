@@ -26,8 +26,8 @@ from testcontainers.core.docker_client import DockerClient, get_docker_host
 from testcontainers.core.labels import create_labels
 from testcontainers.core.network import Network
 
-from ..errors import ProvisionError, StartError
-from .containers_images import build_error_summary, build_log_lines, host_port, is_port_error, one_line
+from ..errors import ProvisionError, StartError, one_line
+from .containers_images import build_error_summary, build_log_lines, host_port, is_port_error
 
 RUN_LABEL = "org.leakcheck.run"
 OWNER_LABEL = "org.leakcheck.owner"

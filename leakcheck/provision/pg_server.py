@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
@@ -23,6 +21,7 @@ from . import fixtures
 from .base import DBNAME, USER, Endpoint, new_credentials
 from .owner import mark
 from .pg_binaries import PgInstall
+from .process import ServerProcess
 from .strays import stop_servers_in
 from .system import (
     PortClash,
@@ -55,75 +54,36 @@ def _child_env() -> dict[str, str]:
 
 
 class _Postmaster:
-    """A `postgres` child process on a data directory; `stop()` is safe at any point."""
+    """A `postgres` on a data directory, on a free port; `stop()` is safe at any point."""
 
     def __init__(
         self, install: PgInstall, user: ServerUser, data: Path, rundir: Path, dbname: str, log: str
     ) -> None:
         self.install, self.user, self.data, self.rundir, self.dbname = install, user, data, rundir, dbname
         self.log = rundir / log
-        self._log_start = 0
         self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
+        self._process: ServerProcess | None = None
 
     def start(self) -> None:
-        """Start on a free port and wait until a client can run `SELECT 1`."""
+        """Start on a free port and wait until the superuser can run `SELECT 1` on its socket."""
         self.port = free_port()
-        argv = [
-            str(self.install.bindir / "postgres"),
-            "-D",
-            str(self.data),
-            "-p",
-            str(self.port),
-            "-c",
-            f"listen_addresses={HOST}",
-            "-k",
-            str(self.rundir / "sock"),
-        ]
+        argv = [str(self.install.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port),
+                "-c", f"listen_addresses={HOST}", "-k", str(self.rundir / "sock")]
         for setting in _SETTINGS:
             argv += ["-c", setting]
-        uid, gid, groups = self.user.popen_ids()
-        with open(self.log, "ab") as out:
-            self._log_start = out.tell()
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.rundir,
-                env=_child_env(),
-                user=uid,
-                group=gid,
-                extra_groups=groups,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 (PDEATHSIG needs it; no threads fork here)
-                start_new_session=True,  # Ctrl-C reaches us, not postgres: __exit__ stops it
-            )
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
         what = f"PostgreSQL {self.install.version} ({self.install.bindir / 'postgres'})"
-        deadline = time.monotonic() + READY_TIMEOUT
-        while True:
-            code = self.proc.poll()
-            if code is not None:
-                log = self.log_text()
-                kind = PortClash if "Address already in use" in log[self._log_start :] else StartError
-                raise kind.with_log(what, f"postgres exited with code {code}", log)
-            try:
-                with self.admin(self.dbname, connect_timeout=2) as conn:
-                    conn.execute("SELECT 1")
-                return
-            except psycopg.OperationalError as exc:
-                last = (str(exc).strip().splitlines() or ["?"])[0]
-            if time.monotonic() > deadline:
-                raise StartError.with_log(
-                    what,
-                    f"no connection to port {self.port} within {READY_TIMEOUT:.0f} s ({last})",
-                    self.log_text(),
-                    "Is the machine overloaded?",
-                )
-            time.sleep(0.05)
+        # SIGINT: PostgreSQL's fast shutdown.
+        self._process = ServerProcess(what, argv, self.user, self.rundir, self.log, env=_child_env(),
+                                      stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT)
+        self._process.start(self._answers, READY_TIMEOUT, "Is the machine overloaded?")
+
+    def _answers(self) -> str | None:
+        try:
+            with self.admin(self.dbname, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return None
+        except psycopg.OperationalError as exc:
+            return (str(exc).strip().splitlines() or ["?"])[0]
 
     def admin(self, dbname: str, connect_timeout: int = 10) -> psycopg.Connection[Any]:
         """The superuser on the server's Unix socket: trust, in a folder only the server user (and
@@ -132,21 +92,8 @@ class _Postmaster:
                                connect_timeout=connect_timeout, autocommit=True)
 
     def stop(self) -> None:
-        """SIGINT (fast shutdown), up to STOP_TIMEOUT, then SIGKILL to its whole process group."""
-        proc = self.proc
-        if proc is None:
-            return
-        try:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        if self._process is not None:
+            self._process.stop()
 
     def log_text(self) -> str:
         try:

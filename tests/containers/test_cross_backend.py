@@ -14,7 +14,7 @@ from leakcheck.provision.base import Backend
 from leakcheck.provision.containers import ContainersBackend
 from leakcheck.provision.native import NativeBackend
 from leakcheck.runner import Target, run_probe
-from leakcheck.verdicts import Route
+from leakcheck.verdicts import Route, Verdict
 from leakcheck.versions import parse_spec
 
 from .test_containers_backend import _engine_or_skip, _template
@@ -54,4 +54,7 @@ def test_the_containers_backend_gives_the_native_verdict(
     assert (native_target.pg, native_target.bouncer) == (container_target.pg, container_target.bouncer)
     native = run_probe(backends["native"], probe, native_target)
     contained = run_probe(backends["containers"], probe, container_target)
+    # Two errors are equal verdicts but no comparison: neither backend measured anything.
+    assert native.verdict is not Verdict.ERROR, f"native could not measure: {native.evidence}"
+    assert contained.verdict is not Verdict.ERROR, f"containers could not measure: {contained.evidence}"
     assert contained.verdict is native.verdict, f"native: {native.evidence}\ncontainers: {contained.evidence}"

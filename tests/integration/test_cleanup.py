@@ -35,6 +35,9 @@ pytestmark = pytest.mark.integration
 
 TINY_RUN = ("--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--controls=no", "-q", "-p", "no:cacheprovider")
 TIMEOUT = 60.0
+#: The matrix runs its probes in concurrent lanes and ends within a second or two: each leak test
+#: lingers a little so the run is still going when a test signals it.
+LINGER = "import time\n\n\ndef pytest_runtest_teardown(item):\n    time.sleep(0.5)\n"
 
 
 @dataclass
@@ -65,6 +68,7 @@ class TinyRun:
 
     def start(self, terminal: bool = False) -> TinyRun:
         argv = [sys.executable, "-m", "pytest", *TINY_RUN]
+        (self.workdir / "conftest.py").write_text(LINGER)
         if not terminal:
             with open(self.workdir / "out.txt", "wb") as out:
                 self.proc = subprocess.Popen(argv, cwd=self.workdir, env=self.env, stdin=subprocess.DEVNULL,

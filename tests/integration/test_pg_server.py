@@ -41,10 +41,21 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture
 def no_leftovers() -> Iterator[None]:
-    """Fails the test when it leaves a server temp dir behind."""
-    before = set(Path("/tmp").glob("leakcheck-pg*"))
+    """Fails the test when it leaves one of its PostgreSQL temp dirs behind.
+
+    Only this process's folders count: leakcheck-pg<version>-* in the temp folder (not
+    leakcheck-pgbouncer*), whose owner marker names this very process; another run's never do.
+    """
+    from leakcheck.provision.owner import Owner, owner_of
+
+    me = Owner.me()
+
+    def mine() -> set[Path]:
+        return {d for d in Path(tempfile.gettempdir()).glob("leakcheck-pg[0-9]*") if owner_of(d) == me}
+
+    before = mine()
     yield
-    assert set(Path("/tmp").glob("leakcheck-pg*")) - before == set()
+    assert mine() - before == set()
 
 
 @pytest.mark.parametrize("major", [16, 18])

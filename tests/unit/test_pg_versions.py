@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leakcheck.errors import UsageError
-from leakcheck.provision.pg_binaries import npm_failure
 from leakcheck.provision.pg_native import choose_npm_release, pg_version_of_npm, resolve_pg
 from leakcheck.versions import Version, parse_spec
 
@@ -105,22 +103,6 @@ def test_the_chosen_release_matches_the_major_and_nothing_matching_is_newer(
     assert release in matching
     assert version.parts[0] == major
     assert all((pg_version_of_npm(r) or v("0")) <= version for r in matching)
-
-
-def test_an_npm_json_error_is_summarised_in_one_line() -> None:
-    stdout = json.dumps(
-        {"error": {"code": "ECONNREFUSED", "summary": "FetchError: connect ECONNREFUSED\nmore"}}
-    )
-    assert npm_failure(stdout, "") == "FetchError: connect ECONNREFUSED"
-
-
-def test_an_npm_text_error_gives_its_code_and_first_message() -> None:
-    stderr = (
-        "npm error code ETARGET\n"
-        "npm error notarget No matching version found for x@99.\n"
-        "npm error A complete log of this run can be found in: /root/.npm/_logs/x.log\n"
-    )
-    assert npm_failure("", stderr) == "ETARGET: notarget No matching version found for x@99."
 
 
 def test_a_path_that_does_not_exist_is_a_usage_error_naming_it() -> None:

@@ -1,0 +1,102 @@
+"""Independent cells at the same time, each probe still on fresh server connections.
+
+A lane is everything that shares one pooler process (or, for the direct and shared routes, one
+PostgreSQL and driver): its probes run one after another, in the order pytest will report them;
+lanes run side by side in threads, as many as `jobs`. Servers and poolers are started up front,
+from the main thread (a fork from a thread is not safe with PDEATHSIG's preexec hook), and
+pytest's items then take their outcomes in pytest's own order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from .probes import Probe
+from .provision.base import Backend
+from .runner import Target, pool_settings, run_probe
+from .verdicts import Outcome, ServerId, Verdict
+
+LaneKey = tuple[object, ...]
+Work = tuple[Probe, Target]
+
+
+def default_jobs() -> int:
+    """Two lanes per core: a lane spends much of its time waiting for its servers."""
+    return max(1, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def lane_of(probe: Probe, target: Target) -> LaneKey:
+    return (target.pg, target.bouncer, target.route, target.driver, pool_settings(probe, target.route))
+
+
+class Lanes:
+    """Runs `work` in lanes; `result()` waits for one outcome."""
+
+    def __init__(self, backend: Backend, jobs: int, name: Callable[[Probe, Target], str],
+                 on_test: Callable[[str], None] = lambda _: None) -> None:
+        self.backend, self.jobs, self.name, self.on_test = backend, jobs, name, on_test
+        self._futures: dict[tuple[str, str], Future[Outcome]] = {}
+        self._stop = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self, work: Sequence[Work]) -> None:
+        lanes: dict[LaneKey, list[Work]] = {}
+        for probe, target in work:
+            lanes.setdefault(lane_of(probe, target), []).append((probe, target))
+            self._futures[self._key(probe, target)] = Future()
+        warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
+        self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="leakcheck-lane")
+        for key, items in lanes.items():
+            self._pool.submit(self._run_lane, items, warm[key])
+
+    def result(self, probe: Probe, target: Target) -> Outcome:
+        return self._futures[self._key(probe, target)].result()
+
+    def close(self) -> None:
+        """Let no lane start another probe; wait for the running ones (each bounded by its timeout)."""
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _key(self, probe: Probe, target: Target) -> tuple[str, str]:
+        return probe.id, target.test_id(probe.id)
+
+    def _warm_up(self, first: Work) -> BaseException | None:
+        """Start the lane's servers now, from the main thread; a failure goes to its first test."""
+        probe, target = first
+        self.on_test(self.name(probe, target))
+        settings = pool_settings(probe, target.route)
+        try:
+            self.backend.postgres(target.pg)
+            if settings is not None:
+                assert target.bouncer is not None
+                with self.backend.bouncer(target.pg, target.bouncer, settings, target.driver.value):
+                    pass
+        except Exception as exc:  # noqa: BLE001 - reported as the first test's error outcome
+            return exc
+        return None
+
+    def _run_lane(self, items: Sequence[Work], failed: BaseException | None) -> None:
+        earlier: set[ServerId] = set()
+        for index, (probe, target) in enumerate(items):
+            future = self._futures[self._key(probe, target)]
+            if self._stop.is_set():
+                future.cancel()
+                continue
+            try:
+                if failed is not None and index == 0:
+                    outcome = _error(probe, target, f"the harness failed: {type(failed).__name__}: {failed}")
+                else:
+                    self.on_test(self.name(probe, target))
+                    outcome = run_probe(self.backend, probe, target, earlier)
+                future.set_result(outcome)
+            except BaseException as exc:  # noqa: BLE001 - never leave pytest waiting
+                future.set_exception(exc)
+
+
+def _error(probe: Probe, target: Target, evidence: str) -> Outcome:
+    return Outcome(probe=probe.id, pg=str(target.pg), bouncer=str(target.bouncer or ""), route=target.route,
+                   driver=target.driver.value, verdict=Verdict.ERROR, evidence=evidence, security=probe.security)

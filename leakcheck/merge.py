@@ -1,0 +1,125 @@
+"""`leakcheck merge`: several runs' --results files as one report and one gate decision.
+
+CI runs one job per (PostgreSQL, PgBouncer) cell through its own matrix, each with
+`pytest ... --results=results-<cell>.json`; a last job merges them. The report is the plugin's
+terminal matrix, the gate the plugin's rule (`judge.problem`), --record the plugin's write
+(`record.finish`): a merged run and a single run over the whole matrix say the same.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import matrices, record
+from .errors import UsageError
+from .judge import problem
+from .probes import PROBES, Probe
+from .report import render_counts, render_matrix
+from .results import Results, combine, load, name_of, properties
+from .verdicts import Outcome, Verdict
+
+EXIT_PASSED, EXIT_FAILED = 0, 1
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Each outcome with its failure message (None: passed), and the tests that measured nothing."""
+
+    results: Results
+    failures: dict[Outcome, str]
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures) + len(self.results.unmeasured)
+
+    @property
+    def passed(self) -> int:
+        return len(self.results.outcomes) - len(self.failures)
+
+
+def probe_of(outcome: Outcome, known: Mapping[str, Probe]) -> Probe:
+    probe = known.get(outcome.probe)
+    if probe is None:
+        raise UsageError(f"{name_of(outcome)}: unknown probe {outcome.probe!r}; merge results written by "
+                         "this leakcheck version")
+    return probe
+
+
+def judge_all(results: Results, expected: Mapping[str, Verdict] | None) -> Judged:
+    """Every outcome judged by the plugin's rule (pure); an unknown probe id is a UsageError."""
+    known = {p.id: p for p in PROBES}
+    failures: dict[Outcome, str] = {}
+    for outcome in results.outcomes:
+        message = problem(probe_of(outcome, known), outcome, expected)
+        if message is not None:
+            failures[outcome] = message
+    return Judged(results, failures)
+
+
+def report(judged: Judged, sources: int) -> list[str]:
+    """The terminal report: the plugin's matrix and counts, each failure, then one line on the gate."""
+    outcomes = judged.results.outcomes
+    lines = [f"leakcheck matrix (merged from {sources} results file{'s' if sources != 1 else ''})", ""]
+    if outcomes:
+        lines += [*render_matrix(outcomes).splitlines(), f"verdicts: {render_counts(outcomes)}"]
+    lines += [f"FAILED {name_of(o)}: {why}" for o, why in judged.failures.items()]
+    lines += [f"FAILED {u.test}: measured nothing ({u.why})" for u in judged.results.unmeasured]
+    return lines
+
+
+def junit(judged: Judged, expected: Mapping[str, Verdict] | None) -> str:
+    """A JUnit XML report with one test case per outcome, named and with properties as the plugin's."""
+    suite = ET.Element("testsuite", name="leakcheck", tests=str(len(judged.results.outcomes)
+                                                               + len(judged.results.unmeasured)),
+                       failures=str(judged.failed), errors="0", skipped="0")
+    for outcome in judged.results.outcomes:
+        case = ET.SubElement(suite, "testcase", classname="leakcheck", name=name_of(outcome))
+        props = ET.SubElement(case, "properties")
+        extra = [("matrix_key", matrices.key(outcome))] if expected is not None and not outcome.route.is_control else []
+        for name, value in [*properties(outcome), *extra]:
+            ET.SubElement(props, "property", name=name, value=value)
+        if outcome in judged.failures:
+            ET.SubElement(case, "failure", message=judged.failures[outcome]).text = judged.failures[outcome]
+    for item in judged.results.unmeasured:
+        case = ET.SubElement(suite, "testcase", classname="leakcheck", name=item.test.split("::", 1)[-1])
+        ET.SubElement(case, "failure", message=f"measured nothing: {item.why}").text = item.why
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, junit_to: Path | None,
+        say: Callable[[str], None] = print) -> int:
+    """Load, check, judge, report and write; 0 when everything passed, 1 when anything failed.
+
+    Every input (each results file, --expect, the --record and --junitxml targets) is checked
+    before anything is printed or written: a problem is a UsageError (exit 4 in the CLI).
+    """
+    merged = combine([(str(p), load(p)) for p in paths])
+    expected = matrices.load(expect) if expect is not None else None
+    if record_to is not None:
+        record.check_target(record_to)
+    if junit_to is not None:
+        record.check_writable(junit_to, "--junitxml", "leakcheck.xml")
+    judged = judge_all(merged, expected)
+    for line in report(judged, len(paths)):
+        say(line)
+    written = True
+    if record_to is not None:
+        lines, written = record.finish(record_to, merged.outcomes, None)
+        for line in lines:
+            say(f"leakcheck: {line}")
+    if junit_to is not None:
+        try:
+            record.write_atomic(junit_to, junit(judged, expected))
+        except OSError as exc:
+            say(f"leakcheck: {junit_to} not written: writing it failed ({exc.strerror or exc})")
+            written = False
+    if not merged.outcomes:
+        say("leakcheck: the results hold no outcome: a gate that measured nothing fails")
+    say(f"leakcheck: {judged.passed} passed, {judged.failed} failed")
+    return EXIT_FAILED if judged.failed or not merged.outcomes or not written else EXIT_PASSED

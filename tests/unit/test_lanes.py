@@ -1,0 +1,33 @@
+"""Lanes: which probe runs share a pooler (one after another) and which may run side by side."""
+
+from leakcheck.clients import Driver
+from leakcheck.lanes import default_jobs, lane_of
+from leakcheck.probes import PROBES
+from leakcheck.runner import Target
+from leakcheck.verdicts import Route
+from leakcheck.versions import Version
+
+PG, B = Version((16, 14)), Version((1, 24, 1))
+ONE = next(p for p in PROBES if p.id == "timezone")
+TWO = next(p for p in PROBES if p.pool_size == 2)
+
+
+def test_probes_of_one_cell_driver_and_pool_share_a_lane_and_so_run_one_after_another() -> None:
+    target = Target(PG, B, Route.TRANSACTION, Driver.PSYCOPG)
+    assert lane_of(ONE, target) == lane_of(next(p for p in PROBES if p.id == "search_path"), target)
+
+
+def test_drivers_routes_and_pool_sizes_get_lanes_of_their_own() -> None:
+    base = Target(PG, B, Route.TRANSACTION, Driver.PSYCOPG)
+    lanes = {
+        lane_of(ONE, base),
+        lane_of(ONE, Target(PG, B, Route.TRANSACTION, Driver.ASYNCPG)),
+        lane_of(ONE, Target(PG, B, Route.SESSION, Driver.PSYCOPG)),
+        lane_of(ONE, Target(PG, None, Route.DIRECT, Driver.PSYCOPG)),
+        lane_of(TWO, base),
+    }
+    assert len(lanes) == 5
+
+
+def test_the_default_is_two_lanes_per_core_and_never_more_than_eight() -> None:
+    assert 1 <= default_jobs() <= 8

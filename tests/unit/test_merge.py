@@ -1,0 +1,175 @@
+"""`leakcheck merge` and the one judging rule it shares with the plugin (pure, tmp_path)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from leakcheck import cli, matrices, results
+from leakcheck.judge import problem
+from leakcheck.probes import PROBES
+from leakcheck.report import render_counts, render_matrix
+from leakcheck.results import Results
+from leakcheck.verdicts import Outcome, Route, Verdict
+
+PROBE = {p.id: p for p in PROBES}
+KEY_TZ = "pg16/pgbouncer1.24/psycopg/timezone"
+KEY_ST = "pg16/pgbouncer1.24/psycopg/statement_timeout"
+
+
+def outcome(probe: str, verdict: Verdict, bouncer: str = "1.24.1", route: Route = Route.TRANSACTION) -> Outcome:
+    return Outcome(probe, "16.14", bouncer, route, "psycopg", verdict, f"{probe} evidence")
+
+
+def job(tmp_path: Path, name: str, *outcomes: Outcome) -> Path:
+    path = tmp_path / name
+    results.save(path, Results(outcomes))
+    return path
+
+
+def gate(tmp_path: Path, verdicts: dict[str, str]) -> Path:
+    path = tmp_path / "prod.json"
+    path.write_text(json.dumps({"format": 1, "verdicts": verdicts}))
+    return path
+
+
+# --- the rule ----------------------------------------------------------------------------------
+
+
+def test_a_leak_test_passes_without_expectations_only_when_isolated() -> None:
+    assert problem(PROBE["timezone"], outcome("timezone", Verdict.ISOLATED), None) is None
+    assert problem(PROBE["timezone"], outcome("timezone", Verdict.LEAKS), None) == "LEAKS: timezone evidence"
+
+
+def test_a_leak_test_passes_with_expectations_when_it_measured_the_expected_verdict() -> None:
+    expected = {KEY_ST: Verdict.LEAKS}
+    assert problem(PROBE["statement_timeout"], outcome("statement_timeout", Verdict.LEAKS), expected) is None
+    assert problem(PROBE["statement_timeout"], outcome("statement_timeout", Verdict.ISOLATED),
+                   expected) == "expected leaks, measured isolated: statement_timeout evidence"
+
+
+def test_a_control_must_measure_what_its_route_requires() -> None:
+    shared = outcome("statement_timeout", Verdict.LEAKS, bouncer="", route=Route.SHARED)
+    assert problem(PROBE["statement_timeout"], shared, None) is None  # session state leaks on one session
+    direct = outcome("statement_timeout", Verdict.LEAKS, bouncer="", route=Route.DIRECT)
+    message = problem(PROBE["statement_timeout"], direct, None)
+    assert message is not None and message.startswith("control (direct) must measure isolated, measured leaks")
+    xact = outcome("set_local", Verdict.LEAKS, bouncer="", route=Route.SHARED)
+    assert problem(PROBE["set_local"], xact, None) is not None  # transaction state never leaks
+
+
+@pytest.mark.parametrize("route", list(Route))
+def test_an_error_never_passes(route: Route) -> None:
+    error = outcome("timezone", Verdict.ERROR, route=route)
+    for expected in (None, {KEY_TZ: Verdict.ERROR}, {KEY_TZ: Verdict.ISOLATED}):
+        assert problem(PROBE["timezone"], error, expected) is not None
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def test_merging_prints_the_plugins_matrix_and_passes_when_everything_matches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED), outcome("statement_timeout", Verdict.LEAKS))
+    b = job(tmp_path, "b.json", outcome("timezone", Verdict.ISOLATED, bouncer="1.26.1"))
+    expect = gate(tmp_path, {KEY_TZ: "isolated", KEY_ST: "leaks", "pg16/pgbouncer1.26/psycopg/timezone": "isolated"})
+    assert cli.main(["merge", str(a), str(b), f"--expect={expect}"]) == 0
+    out = capsys.readouterr().out
+    merged = results.combine([("a", results.load(a)), ("b", results.load(b))]).outcomes
+    assert render_matrix(merged) in out and f"verdicts: {render_counts(merged)}" in out
+    assert out.splitlines()[-1] == "leakcheck: 3 passed, 0 failed"
+
+
+def test_merging_fails_on_a_difference_and_names_the_test(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = job(tmp_path, "a.json", outcome("timezone", Verdict.LEAKS))
+    assert cli.main(["merge", str(a), f"--expect={gate(tmp_path, {KEY_TZ: 'isolated'})}"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]: expected isolated, measured leaks" in out
+    assert out.splitlines()[-1] == "leakcheck: 0 passed, 1 failed"
+
+
+def test_merging_without_expectations_passes_only_isolated_leak_tests(tmp_path: Path) -> None:
+    assert cli.main(["merge", str(job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED)))]) == 0
+    assert cli.main(["merge", str(job(tmp_path, "b.json", outcome("timezone", Verdict.LOST)))]) == 1
+
+
+def test_a_test_that_measured_nothing_fails_the_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "a.json"
+    results.save(path, Results((outcome("timezone", Verdict.ISOLATED),),
+                               (results.Unmeasured("leakcheck::test_leak[x]", "worker 'gw0' crashed"),)))
+    assert cli.main(["merge", str(path)]) == 1
+    assert "FAILED leakcheck::test_leak[x]: measured nothing (worker 'gw0' crashed)" in capsys.readouterr().out
+
+
+def test_results_with_no_outcome_fail_the_merge(tmp_path: Path) -> None:
+    assert cli.main(["merge", str(job(tmp_path, "a.json"))]) == 1
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: None, "does not exist"),
+        (lambda p: p.write_text("{"), "is not JSON"),
+        (lambda p: p.write_text('{"schema": "leakcheck-results", "version": 9, "outcomes": []}'), "is version 9"),
+    ],
+)
+def test_a_missing_or_corrupt_results_file_is_one_line_and_exit_code_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: object, message: str
+) -> None:
+    path = tmp_path / "r.json"
+    assert callable(make)
+    make(path)
+    good = job(tmp_path, "good.json", outcome("timezone", Verdict.ISOLATED))
+    assert cli.main(["merge", str(good), str(path)]) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1 and message in captured.err
+
+
+def test_conflicting_files_and_a_bad_gate_file_are_usage_errors(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    a = job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED))
+    b = job(tmp_path, "b.json", outcome("timezone", Verdict.LEAKS))
+    assert cli.main(["merge", str(a), str(b)]) == cli.EXIT_USAGE
+    assert "disagree on" in capsys.readouterr().err
+    assert cli.main(["merge", str(a), f"--expect={gate(tmp_path, {})}"]) == cli.EXIT_USAGE
+    assert "holds no verdicts" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:  # argparse: at least one file
+        cli.main(["merge"])
+    assert caught.value.code == cli.EXIT_USAGE
+
+
+def test_merging_records_as_the_plugin_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED), outcome("statement_timeout", Verdict.ERROR),
+            outcome("timezone", Verdict.LEAKS, bouncer="", route=Route.SHARED))
+    target = gate(tmp_path, {"pg15/pgbouncer1.18/psycopg/timezone": "lost", KEY_ST: "leaks"})
+    cli.main(["merge", str(a), f"--record={target}"])
+    assert matrices.load(target) == {"pg15/pgbouncer1.18/psycopg/timezone": Verdict.LOST, KEY_ST: Verdict.LEAKS,
+                                     KEY_TZ: Verdict.ISOLATED}  # the error kept the old value; controls not written
+    assert f"leakcheck: recorded 1 verdicts in {target} (1 kept from the previous file)" in capsys.readouterr().out
+
+
+def test_a_record_target_that_is_not_a_matrix_stops_the_merge_before_any_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "m.json").write_text("not json")
+    a = job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED))
+    assert cli.main(["merge", str(a), f"--record={tmp_path / 'm.json'}"]) == cli.EXIT_USAGE
+    assert capsys.readouterr().out == "" and (tmp_path / "m.json").read_text() == "not json"
+
+
+def test_merging_writes_junit_with_the_plugins_names_and_properties(tmp_path: Path) -> None:
+    a = job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED), outcome("statement_timeout", Verdict.LEAKS))
+    assert cli.main(["merge", str(a), f"--junitxml={tmp_path / 'out' / 'j.xml'}"]) == 1
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "out" / "j.xml").iter("testcase")}
+    leak = cases["test_leak[pg16.14-pgbouncer1.24.1-psycopg-statement_timeout]"]
+    props = {p.get("name"): p.get("value") for p in leak.iter("property")}
+    assert props["verdict"] == "leaks" and props["bouncer_version"] == "1.24.1" and props["facts"] == "-"
+    failure = leak.find("failure")
+    assert failure is not None and failure.get("message") == "LEAKS: statement_timeout evidence"
+    assert cases["test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]"].find("failure") is None
+    suite = next(ET.parse(tmp_path / "out" / "j.xml").iter("testsuite"))
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
