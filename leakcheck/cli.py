@@ -16,7 +16,7 @@ from typing import NoReturn
 from . import cli_images, merge, preflight
 from .config import DEFAULT_BOUNCER, DEFAULT_PG, Config
 from .exits import EXIT_USAGE, guarded
-from .lab import make_backend
+from .matrix_run import make_backend
 
 
 class _Parser(argparse.ArgumentParser):

@@ -15,8 +15,8 @@ from types import TracebackType
 from typing import NoReturn
 
 from .errors import LeakcheckError, StartError
-from .ini import PoolSettings
 from .provision.base import Backend, Endpoint
+from .provision.bouncer_ini import PoolSettings
 from .versions import Spec, Version
 
 #: Characters of a failure's message kept (LeakcheckErrors are already short: 25 log lines at most).

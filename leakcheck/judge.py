@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .matrices import compare
+from .expectations import compare
 from .probes import Probe
 from .runner import control_expectation
 from .verdicts import Outcome, Verdict
@@ -15,7 +15,7 @@ def problem(probe: Probe, outcome: Outcome, expected: Mapping[str, Verdict] | No
 
     - a control passes when it measured what its route requires (`control_expectation`);
     - a leak test passes, with `expected` (the --expect verdicts), when it measured the expected
-      verdict (`matrices.compare`), and without, only when it measured isolated.
+      verdict (`expectations.compare`), and without, only when it measured isolated.
 
     An error (or a skip) never passes: no rule expects one.
     """

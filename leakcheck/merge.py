@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import matrices, record
+from . import expectations, record
 from .errors import UsageError
 from .judge import problem
 from .probes import PROBES, Probe
@@ -78,7 +78,8 @@ def junit(judged: Judged, expected: Mapping[str, Verdict] | None) -> str:
     for outcome in judged.results.outcomes:
         case = ET.SubElement(suite, "testcase", classname="leakcheck", name=name_of(outcome))
         props = ET.SubElement(case, "properties")
-        extra = [("matrix_key", matrices.key(outcome))] if expected is not None and not outcome.route.is_control else []
+        keyed = expected is not None and not outcome.route.is_control
+        extra = [("matrix_key", expectations.key(outcome))] if keyed else []
         for name, value in [*properties(outcome), *extra]:
             ET.SubElement(props, "property", name=name, value=value)
         if outcome in judged.failures:
@@ -100,7 +101,7 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
     before anything is printed or written: a problem is a UsageError (exit 4 in the CLI).
     """
     merged = combine([(str(p), load(p)) for p in paths])
-    expected = matrices.load(expect) if expect is not None else None
+    expected = expectations.load(expect) if expect is not None else None
     if record_to is not None:
         record.check_target(record_to)
     if junit_to is not None:

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from . import gather, matrices, preflight, record, results, signals
+from . import expectations, gather, preflight, record, results, signals
 from .config import Config, add_options
 from .errors import LeakcheckError
-from .lab import Lab
+from .matrix_run import MatrixRun
 from .probes import Probe
 from .report import render_counts, render_matrix
 from .runner import Target
 
-LAB = pytest.StashKey[Lab]()
+RUN = pytest.StashKey[MatrixRun]()
 #: What --record and --results did (or why they did not), for the terminal summary.
 RECORDED = pytest.StashKey[list[str]]()
 #: Every outcome, from the test reports (a serial run's own, or under pytest-xdist every worker's).
@@ -53,53 +53,53 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     if settings is None:
         return
-    lab = Lab(settings, progress=lambda m: _say(config, m))
+    run = MatrixRun(settings, progress=lambda m: _say(config, m))
     try:  # the environment, the server user, TMPDIR, --expect and --record: once, before any server
-        lab.expected = preflight.check(settings, lab.choice[0]).expected
+        run.expected = preflight.check(settings, run.choice[0]).expected
     except LeakcheckError as exc:
         raise pytest.UsageError(str(exc)) from None
     # SIGTERM (CI cancelling a job), SIGHUP (terminal closed) and SIGQUIT clean up like Ctrl-C does;
-    # installed first so the previous handlers come back only after lab.close (cleanups run last-in first).
+    # installed first so the previous handlers come back only after run.close (cleanups go last-in first).
     config.add_cleanup(signals.install())
-    config.stash[LAB] = lab
-    config.add_cleanup(lab.close)
+    config.stash[RUN] = run
+    config.add_cleanup(run.close)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    lab = config.stash.get(LAB, None)
-    return [f"leakcheck: {lab.why}"] if lab is not None else []
+    run = config.stash.get(RUN, None)
+    return [f"leakcheck: {run.why}"] if run is not None else []
 
 
 class LeakMatrix(pytest.Collector):
     """The parent node of every generated leak test ('leakcheck::test_leak[...]')."""
 
-    def __init__(self, *, lab: Lab, generated: list[tuple[str, Probe, Target]], **kwargs: Any) -> None:
+    def __init__(self, *, matrix: MatrixRun, generated: list[tuple[str, Probe, Target]], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.lab, self.generated = lab, generated
+        self.matrix, self.generated = matrix, generated
 
     def collect(self) -> list[pytest.Item | pytest.Collector]:
         items: list[pytest.Item | pytest.Collector] = []
         for name, probe, target in self.generated:
-            item = LeakItem.from_parent(self, name=name, probe=probe, target=target, lab=self.lab)
+            item = LeakItem.from_parent(self, name=name, probe=probe, target=target, matrix=self.matrix)
             item.add_marker("leakcheck")
             items.append(item)
         return items
 
 
 class LeakItem(pytest.Item):
-    def __init__(self, *, probe: Probe, target: Target, lab: Lab, **kwargs: Any) -> None:
+    def __init__(self, *, probe: Probe, target: Target, matrix: MatrixRun, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.probe, self.target, self.lab = probe, target, lab
+        self.probe, self.target, self.matrix = probe, target, matrix
 
     def runtest(self) -> None:
         if not hasattr(self.config, "workerinput"):  # under pytest-xdist each worker runs its share serially
             # The first test starts every selected one in concurrent lanes; each takes its own outcome.
-            self.lab.start([(i.probe, i.target) for i in self.session.items if isinstance(i, LeakItem)])
-        outcome = self.lab.run(self.probe, self.target)
+            self.matrix.start([(i.probe, i.target) for i in self.session.items if isinstance(i, LeakItem)])
+        outcome = self.matrix.run(self.probe, self.target)
         self.user_properties.extend(results.properties(outcome))
-        if self.lab.config.expect is not None and not outcome.route.is_control:
-            self.user_properties.append(("matrix_key", matrices.key(outcome)))
-        problem = self.lab.judge(self.probe, outcome)
+        if self.matrix.config.expect is not None and not outcome.route.is_control:
+            self.user_properties.append(("matrix_key", expectations.key(outcome)))
+        problem = self.matrix.judge(self.probe, outcome)
         if problem is not None:
             raise LeakFound(problem)
 
@@ -114,15 +114,15 @@ class LeakItem(pytest.Item):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    lab = config.stash.get(LAB, None)
-    if lab is None:
+    run = config.stash.get(RUN, None)
+    if run is None:
         return
     try:
-        generated = list(lab.items())  # resolves every version: bad input stops the run here
+        generated = list(run.items())  # resolves every version: bad input stops the run here
     except LeakcheckError as exc:
         raise pytest.UsageError(str(exc)) from None
     # genitems reports the collection like any other, so counts, -k and --collect-only see the tests.
-    matrix = LeakMatrix.from_parent(session, name="leakcheck", nodeid="leakcheck", lab=lab, generated=generated)
+    matrix = LeakMatrix.from_parent(session, name="leakcheck", nodeid="leakcheck", matrix=run, generated=generated)
     items.extend(session.genitems(matrix))
 
 
@@ -133,12 +133,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     Under pytest-xdist only the controller does either: it gets every worker's reports and writes.
     """
     config = session.config
-    lab = config.stash.get(LAB, None)
-    if lab is None or gather.is_worker(config):
+    run = config.stash.get(RUN, None)
+    if run is None or gather.is_worker(config):
         return
-    if lab.config.results is not None:
+    if run.config.results is not None:
         try:
-            results.check_target(lab.config.results)
+            results.check_target(run.config.results)
         except LeakcheckError as exc:
             raise pytest.UsageError(str(exc)) from None
     config.stash[GATHERED] = gather.Gathered()
@@ -150,21 +150,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     the end, by the controller (or the serial process), never by an xdist worker; a failed write is
     one line and exit 1."""
     config = session.config
-    lab = config.stash.get(LAB, None)
-    if lab is None:
+    run = config.stash.get(RUN, None)
+    if run is None:
         return
     if gather.is_worker(config):  # the controller writes; it gets this worker's outcomes in its reports
-        config.workeroutput[gather.WORKER_OUTPUT_KEY] = lab.describe()  # type: ignore[attr-defined]
+        config.workeroutput[gather.WORKER_OUTPUT_KEY] = run.describe()  # type: ignore[attr-defined]
         return
     gathered = config.stash.get(GATHERED, gather.Gathered())
     reason = record.not_written(int(exitstatus), bool(session.shouldstop))
     lines: list[str] = []
     written = True
-    if lab.config.record is not None:
-        said, ok = record.finish(lab.config.record, gathered.outcomes, reason)
+    if run.config.record is not None:
+        said, ok = record.finish(run.config.record, gathered.outcomes, reason)
         lines, written = lines + said, written and ok
-    if lab.config.results is not None:
-        said, ok = results.finish(lab.config.results, gathered.results(), reason)
+    if run.config.results is not None:
+        said, ok = results.finish(run.config.results, gathered.results(), reason)
         lines, written = lines + said, written and ok
     config.stash[RECORDED] = lines
     if not written and session.exitstatus == pytest.ExitCode.OK:
@@ -172,14 +172,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    lab = config.stash.get(LAB, None)
+    run = config.stash.get(RUN, None)
     gathered = config.stash.get(GATHERED, None)
-    if lab is None or gathered is None:
+    if run is None or gathered is None:
         return
     outcomes = gathered.outcomes
     if outcomes:
         terminalreporter.write_sep("=", "leakcheck matrix")
-        for line in lab.describe() or gathered.descriptions:  # a controller starts no server: its workers'
+        for line in run.describe() or gathered.descriptions:  # a controller starts no server: its workers'
             terminalreporter.write_line(line)
         terminalreporter.write_line("")
         terminalreporter.write(render_matrix(outcomes))

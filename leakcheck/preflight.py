@@ -17,13 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import matrices, record
+from . import expectations, record
 from .config import Config
 from .errors import UsageError
 from .provision.bouncer_binaries import URL_ENV, given_bouncer
-from .provision.containers_images import BASE_IMAGE_ENV, TARBALLS_ENV, local_tarballs
+from .provision.containers_images import BASE_IMAGE_ENV
 from .provision.pg_binaries import resolve_pg
 from .provision.system import ServerUser, cache_root, server_user
+from .provision.tarballs import TARBALLS_ENV, local_tarballs
 from .verdicts import Verdict
 
 MB = 1024 * 1024
@@ -45,7 +46,7 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
     env = os.environ if environ is None else environ
     check_environment(env)
     check_paths(config)
-    expected = matrices.load(config.expect) if config.expect is not None else None
+    expected = expectations.load(config.expect) if config.expect is not None else None
     if config.record is not None:
         record.check_target(config.record)
     user = None

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import matrices
+from . import expectations
 from .errors import LeakcheckError, UsageError
 from .verdicts import Outcome, Route, Verdict
 
@@ -51,11 +51,11 @@ def plan(previous: Mapping[str, Verdict], outcomes: Iterable[Outcome]) -> Plan:
     by_key: dict[str, list[Verdict]] = {}
     for outcome in outcomes:
         if outcome.route is Route.TRANSACTION:
-            by_key.setdefault(matrices.key(outcome), []).append(outcome.verdict)
+            by_key.setdefault(expectations.key(outcome), []).append(outcome.verdict)
     measured: dict[str, Verdict] = {}
     unrecorded: dict[str, str] = {}
     for k, verdicts in by_key.items():
-        failed = [v for v in verdicts if not matrices.gate_value(v)]
+        failed = [v for v in verdicts if not expectations.gate_value(v)]
         distinct = list(dict.fromkeys(verdicts))
         if failed:
             unrecorded[k] = failed[0].value
@@ -63,14 +63,14 @@ def plan(previous: Mapping[str, Verdict], outcomes: Iterable[Outcome]) -> Plan:
             unrecorded[k] = "measured differently: " + "/".join(v.value for v in distinct)
         else:
             measured[k] = distinct[0]
-    merged = {k: v for k, v in previous.items() if matrices.gate_value(v)}
+    merged = {k: v for k, v in previous.items() if expectations.gate_value(v)}
     kept = sum(1 for k in merged if k not in by_key)
     unrecorded_kept = sum(1 for k in unrecorded if k in merged)
     merged.update(measured)
     return Plan(
         verdicts=merged, measured=len(measured), kept=kept, unrecorded=unrecorded,
         unrecorded_kept=unrecorded_kept, dropped=len(previous) - sum(1 for v in previous.values()
-                                                                      if matrices.gate_value(v)),
+                                                                      if expectations.gate_value(v)),
     )
 
 
@@ -111,7 +111,7 @@ def check_target(path: Path) -> dict[str, Verdict]:
     Returns its verdicts (empty when there is no file yet). Creates nothing.
     """
     exists = check_writable(path, OPTION, "matrices/prod.json")
-    return matrices.read(path, OPTION, _HINT) if exists else {}
+    return expectations.read(path, OPTION, _HINT) if exists else {}
 
 
 def check_writable(path: Path, option: str, example: str) -> bool:
@@ -157,7 +157,7 @@ def _cannot_write(folder: Path, create_folder: bool) -> str | None:
 
 def previous_verdicts(path: Path) -> dict[str, Verdict]:
     """The verdicts the file holds right now (empty when there is none): merged into, never lost."""
-    return matrices.read(path, OPTION, _HINT) if path.exists() else {}
+    return expectations.read(path, OPTION, _HINT) if path.exists() else {}
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -223,7 +223,7 @@ def save(path: Path, outcomes: Iterable[Outcome]) -> list[str]:
     """
     with locked(path):
         result = plan(previous_verdicts(path), outcomes)
-        write_atomic(path, matrices.render(result.verdicts))
+        write_atomic(path, expectations.render(result.verdicts))
     return summary(path, result)
 
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .clients import Client, Driver, connect
-from .ini import PoolMode, PoolSettings
 from .probes.base import Login, Probe, Scenario
 from .provision.base import USER, Backend, Endpoint
+from .provision.bouncer_ini import PoolMode, PoolSettings
 from .provision.fixtures import APP_ROLE
 from .verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Verdict, classify
 from .versions import Version

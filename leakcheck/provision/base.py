@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Protocol
 
-from ..ini import PoolSettings
 from ..versions import Spec, Version
+from .bouncer_ini import PoolSettings
 
 #: The database and the superuser every backend creates on its PostgreSQL servers (the other
 #: roles and objects the probes use are in fixtures.py).

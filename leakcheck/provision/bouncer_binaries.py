@@ -19,9 +19,9 @@ from ..errors import LeakcheckError, ProvisionError, UsageError
 from ..versions import Spec, Version
 from .base import Binary
 from .bouncer_build import build_tarball, check_program, stored_argv, stored_origin, unpack_debs
-from .containers_images import TARBALLS_ENV, UPSTREAM_TARBALL_URL, local_tarballs
 from .debian import SUITES, Available, DebianArchive, upstream_of
 from .system import file_lock, share_folder, unwritable
+from .tarballs import TARBALLS_ENV, UPSTREAM_TARBALL_URL, local_tarballs
 
 URL_ENV = "LEAKCHECK_PGBOUNCER_URL"
 DOWNLOAD_TIMEOUT = 15.0

@@ -10,10 +10,10 @@ from typing import Any, Self
 
 import psycopg
 
-from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
 from . import admin
 from .base import DBNAME, USER, Binary, Endpoint
+from .bouncer_ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from .owner import mark
 from .process import ServerProcess
 from .strays import stop_servers_in

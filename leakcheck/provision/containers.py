@@ -25,12 +25,12 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
 from ..errors import ProvisionError, StartError, UsageError, one_line
-from ..ini import PoolSettings
 from ..versions import Spec, Version, version_in_output
 from . import containers_images as img
-from . import fixtures
+from . import fixtures, tarballs
 from .admin import query_postgres, reset_pool, show_version
 from .base import DBNAME, USER, Endpoint, new_credentials
+from .bouncer_ini import PoolSettings
 from .containers_engine import RECIPE_LABEL, Engine, sigint_deferred, start_reaper
 from .process import wait_until
 from .system import cache_root, file_lock
@@ -66,7 +66,7 @@ class ContainersBackend:
         self,
         pg_image: str = img.DEFAULT_PG_IMAGE,
         bouncer_image: str | None = None,
-        bouncer_tarball_url: str = img.UPSTREAM_TARBALL_URL,
+        bouncer_tarball_url: str = tarballs.UPSTREAM_TARBALL_URL,
         progress: Callable[[str], None] = print,
         *,
         bouncer_base_image: str | None = None,
@@ -157,14 +157,14 @@ class ContainersBackend:
         return _Image(name, exact, f"image {name}", user)
 
     def _built_bouncer(self, wanted: Version) -> _Image:
-        tarballs = img.local_tarballs(os.environ.get(img.TARBALLS_ENV))
+        local = tarballs.local_tarballs(os.environ.get(tarballs.TARBALLS_ENV))
         exact = img.pick_build_version(
-            wanted, [*tarballs, *img.versions_in_tags(self._build_tag, self.engine.tags())]
+            wanted, [*local, *img.versions_in_tags(self._build_tag, self.engine.tags())]
         )
         if exact is None:
             raise UsageError(
                 f"--bouncer={wanted}: building PgBouncer needs an exact release such as {wanted}.0; "
-                f"or put pgbouncer-X.Y.Z.tar.gz in ${img.TARBALLS_ENV}, or name an image with --bouncer-image"
+                f"or put pgbouncer-X.Y.Z.tar.gz in ${tarballs.TARBALLS_ENV}, or name an image with --bouncer-image"
             )
         tag = img.image_name(self._build_tag, exact, "bouncer_build_tag")
         recipe = hashlib.sha256(img.pgbouncer_dockerfile().read_bytes()).hexdigest()[:16]
@@ -173,7 +173,7 @@ class ContainersBackend:
             labels = (attrs or {}).get("Config", {}).get("Labels") or {}
             if attrs is not None and labels.get(RECIPE_LABEL) in (None, recipe):
                 return _Image(tag, exact, f"image {tag} (built earlier)")
-            tarball = tarballs.get(exact)
+            tarball = local.get(exact)
             source = tarball.name if tarball else self._tarball_url.format(version=str(exact))
             self.engine.ensure_image(self._base_image, f"${img.BASE_IMAGE_ENV}")
             self._progress(f"building {tag} from {source} on {self._base_image} (about a minute)")

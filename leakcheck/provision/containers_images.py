@@ -8,16 +8,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..errors import ProvisionError, UsageError, one_line
-from ..ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 from ..versions import Version
 from .base import DBNAME, USER
+from .bouncer_ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
 
 DEFAULT_PG_IMAGE = "postgres:{version}"
 DEFAULT_BUILD_TAG = "leakcheck/pgbouncer:{version}"
 DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
-UPSTREAM_TARBALL_URL = "https://www.pgbouncer.org/downloads/files/{version}/pgbouncer-{version}.tar.gz"
-#: A tarball file, or a folder of pgbouncer-X.Y.Z.tar.gz; several joined with ":".
-TARBALLS_ENV = "LEAKCHECK_PGBOUNCER_TARBALLS"
 #: The image the PgBouncer Dockerfile builds FROM, when the backend is not given one.
 BASE_IMAGE_ENV = "LEAKCHECK_PGBOUNCER_BASE_IMAGE"
 
@@ -27,7 +24,6 @@ PG_ALIAS = "postgres"
 CONFIG_DIR = "/leakcheck"
 UNPRIVILEGED_USER = "65534:65534"  # nobody:nogroup, for images whose default user is root
 
-_TARBALL = re.compile(r"^pgbouncer[-_](\d+\.\d+\.\d+)(?:\.orig)?\.tar\.gz$")
 _TEMPLATE_HELP = "an image name where {version} and {major} are the only fields, e.g. postgres:{version}"
 
 
@@ -46,34 +42,6 @@ def check_template(template: str, option: str) -> str:
     """Fail at construction, not mid-run, when a template cannot be filled."""
     image_name(template, Version((0, 0, 0)), option)
     return template
-
-
-def local_tarballs(setting: str | None) -> dict[Version, Path]:
-    """The PgBouncer release tarballs named by $LEAKCHECK_PGBOUNCER_TARBALLS, by version.
-
-    Each ':'-separated item is a file or a folder; names are pgbouncer-X.Y.Z.tar.gz or Debian's
-    pgbouncer_X.Y.Z.orig.tar.gz (the same upstream tarball).
-    """
-    found: dict[Version, Path] = {}
-    for item in (setting or "").split(":"):
-        if not item.strip():
-            continue
-        path = Path(item.strip()).expanduser()
-        if path.is_dir():
-            files = sorted(path.iterdir())
-        elif path.is_file():
-            if not _TARBALL.match(path.name):
-                raise UsageError.bad_value(
-                    TARBALLS_ENV, item, "files named pgbouncer-X.Y.Z.tar.gz, or folders of them"
-                )
-            files = [path]
-        else:
-            raise UsageError.bad_value(TARBALLS_ENV, item, "an existing file or folder")
-        for file in files:
-            match = _TARBALL.match(file.name)
-            if match and file.is_file():
-                found.setdefault(Version.parse(match.group(1)), file)
-    return found
 
 
 def pick_build_version(wanted: Version, available: Iterable[Version]) -> Version | None:

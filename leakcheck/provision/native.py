@@ -9,12 +9,13 @@ from pathlib import Path
 from types import TracebackType
 
 from ..errors import StartError
-from ..ini import PoolSettings
 from ..versions import Spec, Version
 from .base import Binary, Endpoint
 from .bouncer_binaries import resolve_bouncer
+from .bouncer_ini import PoolSettings
 from .bouncer_process import BouncerProcess
-from .pg_native import PgInstall, PgServer, resolve_pg
+from .pg_binaries import PgInstall, resolve_pg
+from .pg_server import PgServer
 from .sweep import sweep
 from .system import ServerUser, cache_root, server_user
 

@@ -14,13 +14,14 @@ import psycopg
 import pytest
 
 from leakcheck.errors import LeakcheckError, ProvisionError, StartError, UsageError
-from leakcheck.ini import PoolSettings
 from leakcheck.provision import bouncer_process, system
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.bouncer_binaries import resolve_bouncer
 from leakcheck.provision.bouncer_build import program_version
+from leakcheck.provision.bouncer_ini import PoolSettings
 from leakcheck.provision.bouncer_process import BouncerProcess
-from leakcheck.provision.pg_native import PgServer, resolve_pg
+from leakcheck.provision.pg_binaries import resolve_pg
+from leakcheck.provision.pg_server import PgServer
 from leakcheck.provision.system import ServerUser, cache_root, server_user
 from leakcheck.versions import Spec, Version, parse_spec
 

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from leakcheck.clients import AsyncpgClient, Driver, PsycopgClient, connect
-from leakcheck.ini import PoolSettings
+from leakcheck.provision.bouncer_ini import PoolSettings
 from leakcheck.provision.fixtures import APP_ROLE
 
 from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure

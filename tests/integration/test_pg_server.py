@@ -16,7 +16,8 @@ import pytest
 from leakcheck.errors import StartError
 from leakcheck.provision import pg_server
 from leakcheck.provision.base import DBNAME, OTHER_ROLE, USER
-from leakcheck.provision.pg_native import PgInstall, PgServer, resolve_pg
+from leakcheck.provision.pg_binaries import PgInstall, resolve_pg
+from leakcheck.provision.pg_server import PgServer
 from leakcheck.provision.system import cache_root, server_user
 from leakcheck.versions import parse_spec, version_in_output
 

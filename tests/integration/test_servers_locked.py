@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leakcheck.ini import PoolSettings
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.bouncer_ini import PoolSettings
 from leakcheck.provision.bouncer_process import BouncerProcess
 from leakcheck.provision.fixtures import APP_ROLE
 from leakcheck.provision.native import NativeBackend

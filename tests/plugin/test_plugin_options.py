@@ -2,7 +2,7 @@
 
 import pytest
 
-from leakcheck.lab import Lab
+from leakcheck.matrix_run import MatrixRun
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -56,7 +56,7 @@ def test_auto_says_in_the_header_which_backend_runs_and_why(pytester: pytest.Pyt
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Only the header is under test: collection resolves no version (that would fetch PostgreSQL
     # and PgBouncer into an empty cache; tests/plugin/test_plugin_matrix.py resolves for real).
-    monkeypatch.setattr(Lab, "targets", lambda self: [])
+    monkeypatch.setattr(MatrixRun, "targets", lambda self: [])
     result = pytester.runpytest_inprocess("--pg=16", "--backend=auto", "--collect-only", "--probes=timezone",
                                           "--drivers=psycopg", "--controls=no")
     result.stdout.fnmatch_lines(["leakcheck: backend * (auto: *)"])

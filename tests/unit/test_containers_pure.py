@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from leakcheck.errors import ProvisionError, UsageError
-from leakcheck.ini import PoolMode, PoolSettings
 from leakcheck.provision import containers_images as img
+from leakcheck.provision import tarballs
+from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
 from leakcheck.versions import Version
 
 V = Version.parse
@@ -43,7 +44,7 @@ def test_local_tarballs_are_found_in_a_folder_under_upstream_and_debian_names(tm
     (tmp_path / "pgbouncer_1.23.1.orig.tar.gz").write_bytes(b"x")
     (tmp_path / "pgbouncer-1.24.1.tar.gz.asc").write_bytes(b"x")
     (tmp_path / "notes.txt").write_text("x")
-    found = img.local_tarballs(str(tmp_path))
+    found = tarballs.local_tarballs(str(tmp_path))
     assert found == {
         V("1.24.1"): tmp_path / "pgbouncer-1.24.1.tar.gz",
         V("1.23.1"): tmp_path / "pgbouncer_1.23.1.orig.tar.gz",
@@ -55,21 +56,21 @@ def test_local_tarballs_may_be_single_files_joined_with_colons(tmp_path: Path) -
     two = tmp_path / "pgbouncer-1.25.0.tar.gz"
     one.write_bytes(b"x")
     two.write_bytes(b"x")
-    assert set(img.local_tarballs(f"{one}:{two}")) == {V("1.24.1"), V("1.25.0")}
+    assert set(tarballs.local_tarballs(f"{one}:{two}")) == {V("1.24.1"), V("1.25.0")}
 
 
 def test_no_tarball_setting_means_no_local_tarballs() -> None:
-    assert img.local_tarballs(None) == {}
-    assert img.local_tarballs("") == {}
+    assert tarballs.local_tarballs(None) == {}
+    assert tarballs.local_tarballs("") == {}
 
 
 def test_a_missing_or_misnamed_tarball_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="LEAKCHECK_PGBOUNCER_TARBALLS"):
-        img.local_tarballs(str(tmp_path / "absent"))
+        tarballs.local_tarballs(str(tmp_path / "absent"))
     odd = tmp_path / "pgbouncer.tgz"
     odd.write_bytes(b"x")
     with pytest.raises(UsageError, match="pgbouncer-X.Y.Z.tar.gz"):
-        img.local_tarballs(str(odd))
+        tarballs.local_tarballs(str(odd))
 
 
 def test_an_exact_version_is_built_as_asked() -> None:
@@ -92,7 +93,7 @@ def test_versions_are_read_back_from_tags_built_earlier() -> None:
 
 
 def test_build_args_fill_the_tarball_url_template() -> None:
-    args = img.build_args(V("1.24.1"), "debian:bookworm-slim", img.UPSTREAM_TARBALL_URL)
+    args = img.build_args(V("1.24.1"), "debian:bookworm-slim", tarballs.UPSTREAM_TARBALL_URL)
     assert args == {
         "PGBOUNCER_VERSION": "1.24.1",
         "BASE_IMAGE": "debian:bookworm-slim",

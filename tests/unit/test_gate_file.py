@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import matrices, record
+from leakcheck import expectations, record
 from leakcheck.errors import UsageError
 from leakcheck.verdicts import Outcome, Route, Verdict
 
@@ -48,7 +48,7 @@ def test_a_file_that_is_not_a_matrix_is_one_line_naming_what_is_wrong(
     path = tmp_path / "m.json"
     path.write_text(content)
     with pytest.raises(UsageError, match="m.json") as caught:
-        matrices.load(path)
+        expectations.load(path)
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -56,29 +56,29 @@ def test_a_non_utf8_file_is_not_a_matrix(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
     path.write_bytes(b"\xff\xfe{}")
     with pytest.raises(UsageError, match="not UTF-8"):
-        matrices.load(path)
+        expectations.load(path)
 
 
 def test_a_folder_is_not_a_matrix_file(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="is a folder"):
-        matrices.load(tmp_path)
+        expectations.load(tmp_path)
 
 
 @pytest.mark.parametrize("refused", ["error", "skipped"])
 def test_an_error_or_skipped_expectation_is_refused(tmp_path: Path, refused: str) -> None:
     path = write(tmp_path / "m.json", {KEY_TZ: "isolated", KEY_ST: refused})
     with pytest.raises(UsageError, match="an error never passes a gate; re-record"):
-        matrices.load(path)
+        expectations.load(path)
 
 
 def test_a_matrix_with_no_verdicts_cannot_be_a_gate(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="holds no verdicts"):
-        matrices.load(write(tmp_path / "m.json", {}))
+        expectations.load(write(tmp_path / "m.json", {}))
 
 
 def test_a_measured_error_never_passes_whatever_the_expectations_say() -> None:
     for expected in ({KEY_TZ: Verdict.ERROR}, {KEY_TZ: Verdict.ISOLATED}, {}):
-        message = matrices.compare(outcome("timezone", Verdict.ERROR), expected)
+        message = expectations.compare(outcome("timezone", Verdict.ERROR), expected)
         assert message is not None and message.startswith("measured error")
 
 
@@ -133,7 +133,7 @@ def test_saving_merges_into_the_file_and_writes_only_measurements(tmp_path: Path
     record.save(path, [outcome("timezone", Verdict.ERROR), outcome("statement_timeout", Verdict.LEAKS)])
     assert json.loads(path.read_text()) == {"format": 1, "verdicts": {KEY_OLD: "lost", KEY_ST: "leaks",
                                                                       KEY_TZ: "leaks"}}
-    assert matrices.load(path)  # what --record writes, --expect accepts
+    assert expectations.load(path)  # what --record writes, --expect accepts
 
 
 # --- when --record writes -----------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import cli, matrices, results
+from leakcheck import cli, expectations, results
 from leakcheck.judge import problem
 from leakcheck.probes import PROBES
 from leakcheck.report import render_counts, render_matrix
@@ -147,7 +147,7 @@ def test_merging_records_as_the_plugin_does(tmp_path: Path, capsys: pytest.Captu
             outcome("timezone", Verdict.LEAKS, bouncer="", route=Route.SHARED))
     target = gate(tmp_path, {"pg15/pgbouncer1.18/psycopg/timezone": "lost", KEY_ST: "leaks"})
     cli.main(["merge", str(a), f"--record={target}"])
-    assert matrices.load(target) == {"pg15/pgbouncer1.18/psycopg/timezone": Verdict.LOST, KEY_ST: Verdict.LEAKS,
+    assert expectations.load(target) == {"pg15/pgbouncer1.18/psycopg/timezone": Verdict.LOST, KEY_ST: Verdict.LEAKS,
                                      KEY_TZ: Verdict.ISOLATED}  # the error kept the old value; controls not written
     assert f"leakcheck: recorded 1 verdicts in {target} (1 kept from the previous file)" in capsys.readouterr().out
 

@@ -14,8 +14,7 @@ import pytest
 from leakcheck.errors import ProvisionError
 from leakcheck.provision import npm_registry
 from leakcheck.provision.npm_registry import Registry, Tarball, check_integrity, configured, tarball_of
-from leakcheck.provision.pg_binaries import NPM_PACKAGE, fetch_pg
-from leakcheck.provision.pg_native import choose_npm_release
+from leakcheck.provision.pg_binaries import NPM_PACKAGE, choose_npm_release, fetch_pg
 from leakcheck.versions import Version
 
 from .fake_npm import document, fake_package, serve, sri

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leakcheck.errors import UsageError
-from leakcheck.provision.pg_native import choose_npm_release, pg_version_of_npm, resolve_pg
+from leakcheck.provision.pg_binaries import choose_npm_release, pg_version_of_npm, resolve_pg
 from leakcheck.versions import Version, parse_spec
 
 RELEASES = [

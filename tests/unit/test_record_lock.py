@@ -6,7 +6,7 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
-from leakcheck import matrices, record
+from leakcheck import expectations, record
 from leakcheck.verdicts import Outcome, Route, Verdict
 
 WRITERS, SAVES = 5, 5
@@ -34,7 +34,7 @@ def test_concurrent_writers_of_one_file_lose_no_entry(tmp_path: Path) -> None:
     for p in writers:
         p.join(60)
     assert [p.exitcode for p in writers] == [0] * WRITERS
-    assert len(matrices.load(path)) == WRITERS * SAVES
+    assert len(expectations.load(path)) == WRITERS * SAVES
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # no lock or temp file left
 
 
@@ -47,4 +47,4 @@ def test_a_writer_waits_while_another_holds_the_lock(tmp_path: Path) -> None:
         waiting.join(1.0)
         assert waiting.is_alive() and not path.exists()
     waiting.join(60)
-    assert waiting.exitcode == 0 and len(matrices.load(path)) == SAVES
+    assert waiting.exitcode == 0 and len(expectations.load(path)) == SAVES

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import matrices
+from leakcheck import expectations
 from leakcheck.errors import UsageError
 from leakcheck.report import render_counts, render_matrix
 from leakcheck.verdicts import Fact, Outcome, Route, Verdict
@@ -56,22 +56,22 @@ def test_counts_name_each_verdict() -> None:
 
 
 def test_matrix_keys_use_the_pg_major_and_the_bouncer_minor() -> None:
-    assert matrices.key(outcome("search_path", Verdict.LEAKS)) == "pg16/pgbouncer1.24/psycopg/search_path"
+    assert expectations.key(outcome("search_path", Verdict.LEAKS)) == "pg16/pgbouncer1.24/psycopg/search_path"
 
 
 def test_a_recorded_matrix_loads_back_and_controls_are_not_recorded(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
-    path.write_text(matrices.dump([outcome("search_path", Verdict.LEAKS),
+    path.write_text(expectations.dump([outcome("search_path", Verdict.LEAKS),
                                    outcome("timezone", Verdict.ISOLATED, route=Route.DIRECT)]))
-    assert matrices.load(path) == {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
+    assert expectations.load(path) == {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
 
 
 def test_the_gate_passes_on_the_expected_verdict_and_explains_a_difference() -> None:
     expected = {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
-    assert matrices.compare(outcome("search_path", Verdict.LEAKS), expected) is None
-    diff = matrices.compare(outcome("search_path", Verdict.ISOLATED), expected)
+    assert expectations.compare(outcome("search_path", Verdict.LEAKS), expected) is None
+    diff = expectations.compare(outcome("search_path", Verdict.ISOLATED), expected)
     assert diff is not None and diff.startswith("expected leaks, measured isolated")
-    missing = matrices.compare(outcome("timezone", Verdict.ISOLATED), expected)
+    missing = expectations.compare(outcome("timezone", Verdict.ISOLATED), expected)
     assert missing is not None and "no expected verdict" in missing
 
 
@@ -80,9 +80,9 @@ def test_a_broken_matrix_file_is_a_usage_error_naming_it(tmp_path: Path, content
     path = tmp_path / "bad.json"
     path.write_text(content)
     with pytest.raises(UsageError, match="bad.json"):
-        matrices.load(path)
+        expectations.load(path)
 
 
 def test_a_missing_matrix_file_says_how_to_record_one(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--record="):
-        matrices.load(tmp_path / "none.json")
+        expectations.load(tmp_path / "none.json")

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 
 from .config import Config
 from .errors import LeakcheckError
+from .expectations import load
 from .failfast import FailFast
 from .judge import problem
 from .lanes import Lanes, default_jobs
-from .matrices import load
 from .probes import Probe
 from .provision.base import Backend
 from .runner import Target, run_probe
@@ -48,7 +48,7 @@ def make_backend(config: Config, progress: Callable[[str], None]) -> Backend:
 
 
 @dataclass
-class Lab:
+class MatrixRun:
     config: Config
     progress: Callable[[str], None] = print
     outcomes: list[Outcome] = field(default_factory=list)
