@@ -1,11 +1,10 @@
 """leakcheck: measure which PostgreSQL session state leaks between clients through PgBouncer."""
 
-from .clients import Driver
 from .config import Config
 from .errors import LeakcheckError, ProvisionError, StartError, UsageError
 from .probes import PROBES, Probe
-from .runner import Target, run_probe
-from .verdicts import Observation, Outcome, Route, Verdict, classify
+from .runner import run_probe
+from .verdicts import Driver, Observation, Outcome, Route, Target, Verdict, classify
 from .versions import Spec, Version
 
 __all__ = [

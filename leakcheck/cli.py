@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from . import cli_images, merge, preflight
+from . import cli_images, merge, preflight, progress
 from .config import DEFAULT_BOUNCER, DEFAULT_PG, Config
 from .exits import EXIT_USAGE, guarded
 from .matrix_run import make_backend
@@ -43,11 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     merging.add_argument("--junitxml", type=Path, help="write a JUnit XML report (one test case per outcome)")
     cli_images.add_parsers(sub)
     args = parser.parse_args(argv)
-    if args.command == "merge":
-        return _merge(args)
-    if args.command in cli_images.COMMANDS:
-        return cli_images.run(args)
-    return guarded(lambda: _prepare(args))
+    with progress.on_stderr():  # "leakcheck: fetching ..." lines; results go to stdout
+        if args.command == "merge":
+            return _merge(args)
+        if args.command in cli_images.COMMANDS:
+            return cli_images.run(args)
+        return guarded(lambda: _prepare(args))
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -59,7 +60,7 @@ def _prepare(args: argparse.Namespace) -> int:
     preflight.check_environment(os.environ)  # LEAKCHECK_* variables, before anything is fetched
     preflight.check_paths(config)
     preflight.check_temp_folder(os.environ, 0)
-    with make_backend(config, progress=lambda m: print(f"leakcheck: {m}", file=sys.stderr)) as backend:
+    with make_backend(config) as backend:
         for spec in config.pg:
             print(f"--pg {spec} -> PostgreSQL {backend.resolve_pg(spec)}")
         for spec in config.bouncer:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """One of COMMANDS; progress goes to stderr, results to stdout."""
+    """One of COMMANDS; progress goes to stderr (`leakcheck.progress`, shown by `cli.main`), results to stdout."""
     return guarded(lambda: _run(args))
 
 
@@ -53,11 +52,11 @@ def _run(args: argparse.Namespace) -> int:
         print(cache)
     elif args.command == "fetch-pg":
         for version in _versions(args.pg, "--pg"):
-            install = fetch_pg(version, cache, _progress)
+            install = fetch_pg(version, cache)
             print(f"{install.version} {install.bindir.parent}")
     else:
         [version] = _versions(args.bouncer, "--bouncer", many=False)
-        print(debian_tarball(version, cache, args.into.absolute(), _progress))
+        print(debian_tarball(version, cache, args.into.absolute()))
     return 0
 
 
@@ -69,7 +68,3 @@ def _versions(raw: str, option: str, many: bool = True) -> list[Version]:
         if spec.version is None:
             raise UsageError.bad_value(option, raw, "versions such as 16 or 1.24.1 (these commands fetch; no paths)")
     return [spec.version for spec in specs if spec.version is not None]
-
-
-def _progress(message: str) -> None:
-    print(f"leakcheck: {message}", file=sys.stderr)

@@ -16,20 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol
 
 import asyncpg
 import psycopg
 
 from .provision.base import Endpoint
-
-
-class Driver(StrEnum):
-    """The client libraries leakcheck drives."""
-
-    PSYCOPG = "psycopg"  #: psycopg 3, AsyncConnection, autocommit
-    ASYNCPG = "asyncpg"  #: asyncpg, autocommit outside explicit transactions
+from .verdicts import Driver
 
 
 class ServerError(Exception):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from .clients import Driver
 from .errors import UsageError
 from .probes import Probe, select
 from .provision.containers_images import check_template
+from .verdicts import Driver
 from .versions import Spec, parse_spec_list
 
 DEFAULT_PG = "16,17,18"

@@ -22,9 +22,8 @@ _LAYOUT = '{"format": 1, "verdicts": {"pg16/pgbouncer1.24/psycopg/timezone": "is
 
 def key(outcome: Outcome) -> str:
     """PostgreSQL major and PgBouncer major.minor, so patch releases share expectations."""
-    pg = outcome.pg.split(".")[0]
-    bouncer = ".".join(outcome.bouncer.split(".")[:2])
-    return f"pg{pg}/pgbouncer{bouncer}/{outcome.driver}/{outcome.probe}"
+    bouncer = outcome.bouncer.prefix(2) if outcome.bouncer is not None else "-"
+    return f"pg{outcome.pg.prefix(1)}/pgbouncer{bouncer}/{outcome.driver.value}/{outcome.probe}"
 
 
 def gate_value(verdict: Verdict) -> bool:

@@ -16,8 +16,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from .probes import Probe
 from .provision.base import Backend
-from .runner import Target, pool_settings, run_probe
-from .verdicts import Outcome, ServerId, Verdict
+from .runner import pool_settings, run_probe
+from .verdicts import Outcome, ServerId, Target, Verdict
 
 LaneKey = tuple[object, ...]
 Work = tuple[Probe, Target]
@@ -98,5 +98,4 @@ class Lanes:
 
 
 def _error(probe: Probe, target: Target, evidence: str) -> Outcome:
-    return Outcome(probe=probe.id, pg=str(target.pg), bouncer=str(target.bouncer or ""), route=target.route,
-                   driver=target.driver.value, verdict=Verdict.ERROR, evidence=evidence, security=probe.security)
+    return Outcome(probe=probe.id, target=target, verdict=Verdict.ERROR, evidence=evidence, security=probe.security)

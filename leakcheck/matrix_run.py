@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .config import Config
@@ -14,8 +14,8 @@ from .judge import problem
 from .lanes import Lanes, default_jobs
 from .probes import Probe
 from .provision.base import Backend
-from .runner import Target, run_probe
-from .verdicts import Outcome, Route, Verdict
+from .runner import run_probe
+from .verdicts import Outcome, Route, Target, Verdict
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
@@ -33,24 +33,21 @@ def choose_backend(requested: str) -> tuple[str, str]:
     return "containers", "auto: a Docker engine answered"
 
 
-def make_backend(config: Config, progress: Callable[[str], None]) -> Backend:
+def make_backend(config: Config) -> Backend:
     """The backend `config.backend` names (`auto` decided by `choose_backend`)."""
     if choose_backend(config.backend)[0] == "containers":
         from .provision.containers import ContainersBackend
 
-        backend: Backend = ContainersBackend(
-            pg_image=config.pg_image, bouncer_image=config.bouncer_image, progress=progress
-        )
+        backend: Backend = ContainersBackend(pg_image=config.pg_image, bouncer_image=config.bouncer_image)
         return backend
     from .provision.native import NativeBackend
 
-    return NativeBackend(progress=progress)
+    return NativeBackend()
 
 
 @dataclass
 class MatrixRun:
     config: Config
-    progress: Callable[[str], None] = print
     outcomes: list[Outcome] = field(default_factory=list)
     #: the --expect verdicts, loaded and checked before the run (preflight); loaded on first use if not
     expected: Mapping[str, Verdict] | None = None
@@ -75,7 +72,7 @@ class MatrixRun:
         """The run's backend; a server that failed to start is not retried by later tests (FailFast)."""
         if self._backend is None:
             chosen = replace(self.config, backend=self.choice[0])
-            self._backend = self._stack.enter_context(FailFast(make_backend(chosen, self.progress)))
+            self._backend = self._stack.enter_context(FailFast(make_backend(chosen)))
         return self._backend
 
     def close(self) -> None:

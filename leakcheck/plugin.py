@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import collections
+import logging
 import sys
+import threading
 from typing import Any
 
 import pytest
 
-from . import expectations, gather, preflight, record, results, signals
+from . import expectations, gather, preflight, progress, record, results, signals
 from .config import Config, add_options
 from .errors import LeakcheckError
 from .matrix_run import MatrixRun
 from .probes import Probe
 from .report import render_counts, render_matrix
-from .runner import Target
+from .verdicts import Target
 
 RUN = pytest.StashKey[MatrixRun]()
 #: What --record and --results did (or why they did not), for the terminal summary.
@@ -30,17 +33,51 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-def _say(config: pytest.Config, message: str) -> None:
+def _say(config: pytest.Config, line: str) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capman = config.pluginmanager.get_plugin("capturemanager")
     if reporter is None:
-        print(f"leakcheck: {message}", file=sys.stderr)
+        print(line, file=sys.stderr)
         return
     if capman is not None:
         with capman.global_and_fixture_disabled():
-            reporter.write_line(f"leakcheck: {message}")
+            reporter.write_line(line)
     else:
-        reporter.write_line(f"leakcheck: {message}")
+        reporter.write_line(line)
+
+
+class _ProgressLines(logging.Handler):
+    """leakcheck's progress (the `leakcheck` logger) as `leakcheck: <message>` lines on the terminal.
+
+    Only the main thread suspends pytest's capture to write (capture is not thread-safe): a line
+    logged by a lane's thread waits for the main thread's next line, or the end of the current test.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        super().__init__(logging.INFO)
+        self.config = config
+        self.waiting: collections.deque[str] = collections.deque()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.waiting.append(self.format(record))  # a deque: safe from any thread
+            if threading.current_thread() is threading.main_thread():
+                self.show_waiting()
+        except Exception:  # logging's own way: reported on stderr, never raised into the code that logged
+            self.handleError(record)
+
+    def show_waiting(self) -> None:
+        """Write the lines logged so far; from the main thread only."""
+        while self.waiting:
+            _say(self.config, self.waiting.popleft())
+
+    def close(self) -> None:
+        self.show_waiting()
+        super().close()
+
+
+#: The handler that shows leakcheck's progress while a matrix run is configured.
+SHOWN = pytest.StashKey[_ProgressLines]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -53,7 +90,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     if settings is None:
         return
-    run = MatrixRun(settings, progress=lambda m: _say(config, m))
+    shown = config.stash[SHOWN] = _ProgressLines(config)
+    config.add_cleanup(shown.close)  # last (cleanups run last-in first): shows what is still waiting
+    config.add_cleanup(progress.show(shown))  # hidden after run.close, whose lines it shows
+    run = MatrixRun(settings)
     try:  # the environment, the server user, TMPDIR, --expect and --record: once, before any server
         run.expected = preflight.check(settings, run.choice[0]).expected
     except LeakcheckError as exc:
@@ -63,6 +103,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(signals.install())
     config.stash[RUN] = run
     config.add_cleanup(run.close)
+
+
+@pytest.hookimpl(tryfirst=True)  # a firstresult hook: before the one that returns the report
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """Show the progress lines that lanes' threads logged during this test phase (from the main thread)."""
+    shown = item.config.stash.get(SHOWN, None)
+    if shown is not None:
+        shown.show_waiting()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

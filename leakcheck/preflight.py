@@ -71,7 +71,7 @@ def check_paths(config: Config) -> None:
             raise UsageError(f"{option}={spec.raw}: {spec.path} does not exist; give an existing path or a version")
     for spec in config.pg:
         if spec.path is not None:
-            resolve_pg(spec, Path("/nonexistent"), lambda _: None)  # a path is checked, never cached
+            resolve_pg(spec, Path("/nonexistent"))  # a path is checked, never cached
     for spec in config.bouncer:
         if spec.path is not None:
             given_bouncer(spec.path, spec.raw)

@@ -36,13 +36,13 @@ def render_matrix(outcomes: Iterable[Outcome]) -> str:
     results = list(outcomes)
     main = [o for o in results if o.route is Route.TRANSACTION]
     lines: list[str] = []
-    for pg in sorted({o.pg for o in main}, key=_version_key):
+    for pg in sorted({o.pg for o in main}, key=lambda v: v.parts):
         here = [o for o in main if o.pg == pg]
-        columns = sorted({(o.bouncer, o.driver) for o in here}, key=lambda c: (_version_key(c[0]), c[1]))
+        columns = sorted({(o.bouncer, o.driver) for o in here}, key=lambda c: (c[0].parts if c[0] else (), c[1].value))
         probes = list(dict.fromkeys(o.probe for o in here))
         cells = {(o.probe, o.bouncer, o.driver): o for o in here}
         security = {o.probe for o in here if o.security}
-        header = [f"PostgreSQL {pg}", *(f"{b}/{d}" for b, d in columns)]
+        header = [f"PostgreSQL {pg}", *(f"{b}/{d.value}" for b, d in columns)]
         body = [[p + (" [security]" if p in security else ""),
                  *(cell(cells[(p, b, d)]) if (p, b, d) in cells else "-" for b, d in columns)] for p in probes]
         lines += ["pool_mode=transaction, default_pool_size=1 (PgBouncer version/driver)", *_table([header, *body]), ""]
@@ -68,7 +68,3 @@ def render_counts(outcomes: Iterable[Outcome]) -> str:
     for o in outcomes:
         counts[o.verdict] = counts.get(o.verdict, 0) + 1
     return ", ".join(f"{n} {v.value}" for v, n in sorted(counts.items(), key=lambda kv: kv[0].value))
-
-
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit()) if text else ()

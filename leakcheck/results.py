@@ -34,7 +34,8 @@ from typing import Any
 from .errors import UsageError
 from .probes import PROBES
 from .record import check_writable, write_atomic
-from .verdicts import Fact, Outcome, Route, Verdict
+from .verdicts import Driver, Fact, Outcome, Route, Target, Verdict
+from .versions import Version
 
 SCHEMA = "leakcheck-results"
 VERSION = 1
@@ -71,8 +72,9 @@ class Results:
 def properties(outcome: Outcome) -> list[tuple[str, str]]:
     """The properties a leak test's report carries for its outcome (JUnit shows them; `from_properties` reads them)."""
     return [
-        ("probe", outcome.probe), ("pg_version", outcome.pg), ("bouncer_version", outcome.bouncer or _NONE),
-        ("route", outcome.route.value), ("driver", outcome.driver), ("verdict", outcome.verdict.value),
+        ("probe", outcome.probe), ("pg_version", str(outcome.pg)),
+        ("bouncer_version", str(outcome.bouncer) if outcome.bouncer else _NONE),
+        ("route", outcome.route.value), ("driver", outcome.driver.value), ("verdict", outcome.verdict.value),
         ("evidence", outcome.evidence), ("facts", ",".join(outcome.facts) or _NONE),
         ("security", str(outcome.security).lower()), *outcome.details,
     ]
@@ -90,10 +92,10 @@ def from_properties(props: Iterable[Sequence[object]]) -> Outcome | None:
             details.append((str(name), str(value)))
     if not set(FIELDS) <= named.keys():
         return None
+    bouncer = None if named["bouncer_version"] == _NONE else Version.parse(named["bouncer_version"])
+    target = Target(Version.parse(named["pg_version"]), bouncer, Route(named["route"]), Driver(named["driver"]))
     return Outcome(
-        probe=named["probe"], pg=named["pg_version"],
-        bouncer="" if named["bouncer_version"] == _NONE else named["bouncer_version"],
-        route=Route(named["route"]), driver=named["driver"], verdict=Verdict(named["verdict"]),
+        probe=named["probe"], target=target, verdict=Verdict(named["verdict"]),
         evidence=named["evidence"], details=tuple(details),
         facts=() if named["facts"] == _NONE else tuple(Fact(f) for f in named["facts"].split(",")),
         security=named["security"] == "true",
@@ -103,13 +105,9 @@ def from_properties(props: Iterable[Sequence[object]]) -> Outcome | None:
 # --- order and identity --------------------------------------------------------------------------
 
 
-def _version(text: str) -> tuple[tuple[int, ...], str]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit()), text
-
-
-def identity(outcome: Outcome) -> tuple[str, str, str, str, str]:
-    """What an outcome is of: (route, pg, bouncer, driver, probe). One run measures each once."""
-    return outcome.route.value, outcome.pg, outcome.bouncer, outcome.driver, outcome.probe
+def identity(outcome: Outcome) -> tuple[Target, str]:
+    """What an outcome is of: its target and probe. One run measures each once."""
+    return outcome.target, outcome.probe
 
 
 def canonical(outcomes: Iterable[Outcome]) -> list[Outcome]:
@@ -118,7 +116,7 @@ def canonical(outcomes: Iterable[Outcome]) -> list[Outcome]:
     registry order (the matrix's rows)."""
 
     def key(o: Outcome) -> tuple[Any, ...]:
-        return (_ROUTE_ORDER.index(o.route), _version(o.pg), _version(o.bouncer), o.driver,
+        return (_ROUTE_ORDER.index(o.route), o.pg.parts, o.bouncer.parts if o.bouncer else (), o.driver.value,
                 _PROBE_ORDER.get(o.probe, len(_PROBE_ORDER)), o.probe)
 
     return sorted(outcomes, key=key)
@@ -126,10 +124,7 @@ def canonical(outcomes: Iterable[Outcome]) -> list[Outcome]:
 
 def name_of(outcome: Outcome) -> str:
     """The test's name, as the plugin generates it: `test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]`."""
-    kind = "test_leak" if outcome.route is Route.TRANSACTION else "test_control"
-    parts = [f"pg{outcome.pg}", *([f"pgbouncer{outcome.bouncer}"] if outcome.bouncer else []),
-             *([outcome.route.value] if outcome.route.is_control else []), outcome.driver, outcome.probe]
-    return f"{kind}[{'-'.join(parts)}]"
+    return outcome.target.test_name(outcome.probe)
 
 
 def combine(named: Sequence[tuple[str, Results]]) -> Results:
@@ -139,7 +134,7 @@ def combine(named: Sequence[tuple[str, Results]]) -> Results:
     every job of that version) is kept once when both measured the same verdict and facts; when
     they differ the results cannot be one report: a UsageError naming both.
     """
-    seen: dict[tuple[str, ...], tuple[str, Outcome]] = {}
+    seen: dict[tuple[Target, str], tuple[str, Outcome]] = {}
     unmeasured: dict[str, Unmeasured] = {}
     for where, results in named:
         for outcome in results.outcomes:
@@ -175,7 +170,8 @@ def dumps(results: Results) -> str:
 
 def _outcome_json(o: Outcome) -> dict[str, Any]:
     return {
-        "probe": o.probe, "pg": o.pg, "bouncer": o.bouncer, "route": o.route.value, "driver": o.driver,
+        "probe": o.probe, "pg": str(o.pg), "bouncer": str(o.bouncer) if o.bouncer else "", "route": o.route.value,
+        "driver": o.driver.value,
         "verdict": o.verdict.value, "facts": [f.value for f in o.facts], "security": o.security,
         "evidence": o.evidence, "details": dict(o.details),
     }
@@ -270,9 +266,11 @@ def _outcome(data: Any) -> Outcome:
     facts, details, security = data["facts"], data.get("details", {}), data["security"]
     if not isinstance(facts, list) or not isinstance(details, dict) or not isinstance(security, bool):
         raise TypeError(f"facts must be a list, details an object, security true or false in {data!r}")
+    bouncer = _text(data, "bouncer")
+    target = Target(Version.parse(_text(data, "pg")), Version.parse(bouncer) if bouncer else None,
+                    Route(_text(data, "route")), Driver(_text(data, "driver")))
     return Outcome(
-        probe=_text(data, "probe"), pg=_text(data, "pg"), bouncer=_text(data, "bouncer"),
-        route=Route(_text(data, "route")), driver=_text(data, "driver"), verdict=Verdict(_text(data, "verdict")),
+        probe=_text(data, "probe"), target=target, verdict=Verdict(_text(data, "verdict")),
         evidence=_text(data, "evidence"), details=tuple((str(k), _text(details, k)) for k in details),
         facts=tuple(Fact(f) for f in facts), security=security,
     )

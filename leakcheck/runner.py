@@ -5,38 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-from .clients import Client, Driver, connect
+from .clients import Client, connect
 from .probes.base import Login, Probe, Scenario
 from .provision.base import USER, Backend, Endpoint
 from .provision.bouncer_ini import PoolMode, PoolSettings
 from .provision.fixtures import APP_ROLE
-from .verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Verdict, classify
-from .versions import Version
+from .verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
 
 #: Seconds one probe may take, connections included, before it is an error.
 PROBE_TIMEOUT = 30.0
 #: Pool size for the session-mode control (two clients each keep a server).
 SESSION_POOL = 2
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a probe runs: a PostgreSQL, a PgBouncer (none for direct/shared), a route, a driver."""
-
-    pg: Version
-    bouncer: Version | None
-    route: Route
-    driver: Driver
-
-    def test_id(self, probe_id: str) -> str:
-        parts = [f"pg{self.pg}"]
-        if self.bouncer is not None:
-            parts.append(f"pgbouncer{self.bouncer}")
-        if self.route is not Route.TRANSACTION:
-            parts.append(self.route.value)
-        return "-".join([*parts, self.driver.value, probe_id])
 
 
 def control_expectation(probe: Probe, route: Route) -> Verdict:
@@ -107,8 +87,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
 
     def outcome(verdict: Verdict, evidence: str, observation: Observation | None = None) -> Outcome:
         return Outcome(
-            probe=probe.id, pg=str(target.pg), bouncer=str(target.bouncer or ""), route=target.route,
-            driver=target.driver.value, verdict=verdict, evidence=evidence,
+            probe=probe.id, target=target, verdict=verdict, evidence=evidence,
             details=observation.details if observation else (), facts=observation.facts if observation else (),
             security=probe.security,
         )

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .versions import Version
+
 
 class Verdict(StrEnum):
     """What a probe measured for one (cell, driver). The headline of an outcome's facts."""
@@ -50,6 +52,37 @@ class Route(StrEnum):
     @property
     def is_control(self) -> bool:
         return self is not Route.TRANSACTION
+
+
+class Driver(StrEnum):
+    """The client libraries leakcheck drives."""
+
+    PSYCOPG = "psycopg"  #: psycopg 3, AsyncConnection, autocommit
+    ASYNCPG = "asyncpg"  #: asyncpg, autocommit outside explicit transactions
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a probe runs: a PostgreSQL, a PgBouncer (none on the direct and shared routes), a route,
+    a driver. Typed from end to end: reports and keys read these fields, never parse strings."""
+
+    pg: Version
+    bouncer: Version | None
+    route: Route
+    driver: Driver
+
+    def test_id(self, probe_id: str) -> str:
+        parts = [f"pg{self.pg}"]
+        if self.bouncer is not None:
+            parts.append(f"pgbouncer{self.bouncer}")
+        if self.route is not Route.TRANSACTION:
+            parts.append(self.route.value)
+        return "-".join([*parts, self.driver.value, probe_id])
+
+    def test_name(self, probe_id: str) -> str:
+        """The generated test's name: `test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]`."""
+        kind = "test_leak" if self.route is Route.TRANSACTION else "test_control"
+        return f"{kind}[{self.test_id(probe_id)}]"
 
 
 class Scope(StrEnum):
@@ -132,13 +165,10 @@ class Observation:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One measured result: the report key, the verdict, every fact seen, and the evidence."""
+    """One measured result: the probe and its typed target, the verdict, every fact seen, the evidence."""
 
     probe: str
-    pg: str
-    bouncer: str  # "" for the direct and shared routes
-    route: Route
-    driver: str
+    target: Target
     verdict: Verdict
     evidence: str
     details: tuple[tuple[str, str], ...] = field(default=())
@@ -146,11 +176,27 @@ class Outcome:
     security: bool = False
 
     @property
+    def pg(self) -> Version:
+        return self.target.pg
+
+    @property
+    def bouncer(self) -> Version | None:
+        return self.target.bouncer
+
+    @property
+    def route(self) -> Route:
+        return self.target.route
+
+    @property
+    def driver(self) -> Driver:
+        return self.target.driver
+
+    @property
     def column(self) -> str:
         where = f"pg{self.pg}" + (f"/pgbouncer{self.bouncer}" if self.bouncer else "")
         if self.route is not Route.TRANSACTION:
             where += f"/{self.route.value}"
-        return f"{where}/{self.driver}"
+        return f"{where}/{self.driver.value}"
 
     @property
     def other_facts(self) -> tuple[Fact, ...]:

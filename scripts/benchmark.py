@@ -51,7 +51,7 @@ def matrix(pg: str, bouncer: str, cache: str | None) -> tuple[int, float]:
 
 def floor(pg_spec: str, runs: int) -> float:
     """Runs a second of the same work with no harness: two direct connections, the statements, close."""
-    with NativeBackend(progress=lambda m: None) as backend:
+    with NativeBackend() as backend:
         pg = backend.resolve_pg(parse_spec(pg_spec, "--pg"))
         conninfo = backend.postgres(pg).as_user(APP_ROLE).conninfo()
 

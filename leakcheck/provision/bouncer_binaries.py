@@ -7,12 +7,13 @@ exact version is always the one the binary itself reports.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
 import tempfile
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import LeakcheckError, ProvisionError, UsageError
@@ -23,6 +24,8 @@ from .debian import SUITES, Available, DebianArchive, upstream_of
 from .system import file_lock, share_folder, unwritable
 from .tarballs import TARBALLS_ENV, UPSTREAM_TARBALL_URL, local_tarballs
 
+log = logging.getLogger(__name__)
+
 URL_ENV = "LEAKCHECK_PGBOUNCER_URL"
 DOWNLOAD_TIMEOUT = 15.0
 
@@ -31,8 +34,6 @@ _HINT = (
     f"or a folder of them (several joined with ':'), or {URL_ENV} to a URL template with {{version}} "
     "(needs internet); or give a path to a pgbouncer binary"
 )
-
-Progress = Callable[[str], None]
 
 
 def debian_upstream(debian_version: str) -> Version | None:
@@ -56,7 +57,7 @@ def choose_debian(wanted: Version, available: Iterable[Available]) -> list[Avail
     return sorted(entries, key=lambda a: (not a.source, rank.get(a.suite, len(rank)), a.version))
 
 
-def resolve_bouncer(spec: Spec, cache: Path, progress: Progress) -> Binary:
+def resolve_bouncer(spec: Spec, cache: Path) -> Binary:
     """A pgbouncer of the version `spec` asks for (or at its path); ProvisionError listing what was tried.
 
     Every binary is checked by running it (`--version` must print PgBouncer's banner with the
@@ -78,7 +79,7 @@ def resolve_bouncer(spec: Spec, cache: Path, progress: Progress) -> Binary:
         hint = "Set LEAKCHECK_CACHE to a folder this user can write (or have the cache's owner run `leakcheck prepare`)"
         raise ProvisionError.nothing_worked(f"PgBouncer {spec}", attempts, hint)
     for folder, why in broken:
-        progress(f"cached PgBouncer {folder.name} in {folder} {why}; rebuilding it")
+        log.info(f"cached PgBouncer {folder.name} in {folder} {why}; rebuilding it")
     store.mkdir(parents=True, exist_ok=True)
     share_folder(store)
     with file_lock(store / ".lock"):
@@ -89,7 +90,7 @@ def resolve_bouncer(spec: Spec, cache: Path, progress: Progress) -> Binary:
         for folder, _why in still_broken:  # we hold the lock: nobody uses them; a rebuild replaces them
             shutil.rmtree(folder, ignore_errors=True)
         for source in (_from_tarballs, _from_url, _from_debian):
-            found = found or source(wanted, store, attempts, progress)
+            found = found or source(wanted, store, attempts)
     if found:
         return found
     raise ProvisionError.nothing_worked(f"PgBouncer {spec}", attempts, _HINT)
@@ -171,7 +172,7 @@ def _checked(folder: Path, wanted: Version, what: str) -> Binary:
     return Binary(binary.version, binary.argv, stored_origin(folder))
 
 
-def _from_tarballs(wanted: Version, store: Path, attempts: list[str], progress: Progress) -> Binary | None:
+def _from_tarballs(wanted: Version, store: Path, attempts: list[str]) -> Binary | None:
     setting = os.environ.get(TARBALLS_ENV, "").strip()
     if not setting:
         attempts.append(f"{TARBALLS_ENV} (not set)")
@@ -188,15 +189,15 @@ def _from_tarballs(wanted: Version, store: Path, attempts: list[str], progress: 
         return None
     tarball = tarballs[max(matching)]
     try:
-        folder = build_tarball(tarball, store, f"built from {tarball}", progress)
+        folder = build_tarball(tarball, store, f"built from {tarball}")
         return _checked(folder, wanted, tarball.name)
     except LeakcheckError as exc:
         attempts.append(f"{tarball} ({exc})")
-        progress(f"{tarball.name} did not give a pgbouncer: {exc}")
+        log.info(f"{tarball.name} did not give a pgbouncer: {exc}")
         return None
 
 
-def _from_url(wanted: Version, store: Path, attempts: list[str], progress: Progress) -> Binary | None:
+def _from_url(wanted: Version, store: Path, attempts: list[str]) -> Binary | None:
     template = os.environ.get(URL_ENV, "").strip() or UPSTREAM_TARBALL_URL
     if len(wanted.parts) != 3:
         attempts.append(f"download (only for an exact version such as {wanted}.0)")
@@ -205,10 +206,10 @@ def _from_url(wanted: Version, store: Path, attempts: list[str], progress: Progr
     work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=store))
     try:
         tarball = work / f"pgbouncer-{wanted}.tar.gz"
-        progress(f"downloading {url} ...")
+        log.info(f"downloading {url} ...")
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response, open(tarball, "wb") as out:
             shutil.copyfileobj(response, out)
-        folder = build_tarball(tarball, store, f"built from {url}", progress)
+        folder = build_tarball(tarball, store, f"built from {url}")
         return _checked(folder, wanted, url)
     except (OSError, ValueError) as exc:  # URLError is an OSError; ValueError: a malformed URL
         attempts.append(f"download {url} ({getattr(exc, 'reason', None) or exc})")
@@ -219,10 +220,10 @@ def _from_url(wanted: Version, store: Path, attempts: list[str], progress: Progr
     return None
 
 
-def _from_debian(wanted: Version, store: Path, attempts: list[str], progress: Progress) -> Binary | None:
+def _from_debian(wanted: Version, store: Path, attempts: list[str]) -> Binary | None:
     suites = ", ".join(SUITES)
     try:
-        archive = DebianArchive(store.parent / "apt", progress)
+        archive = DebianArchive(store.parent / "apt")
         available = archive.available("pgbouncer")
     except LeakcheckError as exc:
         attempts.append(f"Debian {suites} ({exc})")
@@ -237,16 +238,16 @@ def _from_debian(wanted: Version, store: Path, attempts: list[str], progress: Pr
         work = Path(tempfile.mkdtemp(prefix=".debian-", dir=store))
         try:
             if entry.source:
-                progress(f"downloading the {what} ...")
+                log.info(f"downloading the {what} ...")
                 tarball = archive.download_source("pgbouncer", entry.version, work)
-                folder = build_tarball(tarball, store, f"built from {tarball.name} ({what})", progress)
+                folder = build_tarball(tarball, store, f"built from {tarball.name} ({what})")
             else:
                 debs = archive.download_with_libraries("pgbouncer", entry.version, entry.suite, work)
                 folder = unpack_debs(debs, store, f"{what} with its libraries, run by its own ld.so")
             return _checked(folder, wanted, what)
         except LeakcheckError as exc:
             attempts.append(f"{what} ({exc})")
-            progress(f"the {what} did not give a pgbouncer: {exc}")
+            log.info(f"the {what} did not give a pgbouncer: {exc}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return None

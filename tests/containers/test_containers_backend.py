@@ -75,7 +75,7 @@ def make_backend(
     engine: DockerClient, pg_image: str, bouncer_image: str | None
 ) -> Callable[..., ContainersBackend]:
     def make(**kwargs: Any) -> ContainersBackend:
-        options: dict[str, Any] = {"pg_image": pg_image, "bouncer_image": bouncer_image, "progress": print}
+        options: dict[str, Any] = {"pg_image": pg_image, "bouncer_image": bouncer_image}
         return ContainersBackend(**{**options, **kwargs})
 
     return make

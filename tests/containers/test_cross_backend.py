@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 
-from leakcheck.clients import Driver
 from leakcheck.probes import PROBES, Probe
 from leakcheck.provision.base import Backend
 from leakcheck.provision.containers import ContainersBackend
 from leakcheck.provision.native import NativeBackend
-from leakcheck.runner import Target, run_probe
-from leakcheck.verdicts import Route, Verdict
+from leakcheck.runner import run_probe
+from leakcheck.verdicts import Driver, Route, Target, Verdict
 from leakcheck.versions import parse_spec
 
 from .test_containers_backend import _engine_or_skip, _template
@@ -30,9 +29,7 @@ def backends(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     _engine_or_skip()
     pg_image = _template(request.config, "leakcheck_pg_image", "LEAKCHECK_PG_IMAGE") or "postgres:{version}"
     bouncer_image = _template(request.config, "leakcheck_bouncer_image", "LEAKCHECK_BOUNCER_IMAGE")
-    with NativeBackend(progress=print) as native, ContainersBackend(
-        pg_image=pg_image, bouncer_image=bouncer_image, progress=print
-    ) as containers:
+    with NativeBackend() as native, ContainersBackend(pg_image=pg_image, bouncer_image=bouncer_image) as containers:
         yield {"native": native, "containers": containers}
 
 

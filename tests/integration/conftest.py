@@ -7,11 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from leakcheck.clients import Driver
 from leakcheck.probes import PROBES, Probe
 from leakcheck.provision.native import NativeBackend
-from leakcheck.runner import Target, run_probe
-from leakcheck.verdicts import Outcome, Route
+from leakcheck.runner import run_probe
+from leakcheck.verdicts import Driver, Outcome, Route, Target
 from leakcheck.versions import Version, parse_spec
 
 #: Versions the facts are checked on; override with LEAKCHECK_TEST_PG / LEAKCHECK_TEST_BOUNCER.
@@ -22,7 +21,7 @@ DRIVERS = list(Driver)
 
 @pytest.fixture(scope="session")
 def native() -> Iterator[NativeBackend]:
-    with NativeBackend(progress=lambda m: print(f"leakcheck: {m}")) as backend:
+    with NativeBackend() as backend:
         yield backend
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import shutil
 import stat
@@ -30,16 +31,12 @@ from leakcheck.versions import Version, parse_spec
 pytestmark = pytest.mark.integration
 
 
-def quiet(message: str) -> None:
-    """A progress callback that prints nothing."""
-
-
 def _bouncer(raw: str) -> tuple[str, ...]:
-    return resolve_bouncer(parse_spec(raw, "--bouncer"), cache_root(), quiet).argv
+    return resolve_bouncer(parse_spec(raw, "--bouncer"), cache_root()).argv
 
 
 def _pg(raw: str) -> PgInstall:
-    return resolve_pg(parse_spec(raw, "--pg"), cache_root(), quiet)
+    return resolve_pg(parse_spec(raw, "--pg"), cache_root())
 
 
 @pytest.fixture
@@ -92,7 +89,7 @@ def test_the_real_pgbouncers_print_pgbouncer_s_own_banner(raw: str) -> None:
 @pytest.mark.parametrize("wrong", ["/bin/true", "/bin/bash"])
 def test_a_path_that_is_not_pgbouncer_is_refused_in_one_line(wrong: str) -> None:
     with pytest.raises(UsageError) as raised:
-        resolve_bouncer(parse_spec(wrong, "--bouncer"), cache_root(), quiet)
+        resolve_bouncer(parse_spec(wrong, "--bouncer"), cache_root())
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"--bouncer={wrong} is not PgBouncer: `{wrong} --version` printed '")
@@ -102,12 +99,12 @@ def test_a_path_that_is_not_pgbouncer_is_refused_in_one_line(wrong: str) -> None
 def test_a_pgbouncer_path_that_does_not_exist_is_refused_in_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "pgbouncer"
     with pytest.raises(UsageError, match=f"there is no file {missing}; give the path of a pgbouncer binary"):
-        resolve_bouncer(parse_spec(str(missing), "--bouncer"), cache_root(), quiet)
+        resolve_bouncer(parse_spec(str(missing), "--bouncer"), cache_root())
 
 
 def test_a_path_that_is_not_postgres_is_refused_in_one_line() -> None:
     with pytest.raises(UsageError) as raised:
-        resolve_pg(parse_spec("/bin/true", "--pg"), cache_root(), quiet)
+        resolve_pg(parse_spec("/bin/true", "--pg"), cache_root())
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith("--pg=/bin/true is not PostgreSQL: `/bin/true --version` printed 'true (GNU coreutils)")
@@ -171,7 +168,9 @@ def _release_like_tarball(folder: Path, version: str) -> Path:
     return tarball
 
 
-def test_a_damaged_cached_pgbouncer_is_rebuilt_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_damaged_cached_pgbouncer_is_rebuilt_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     if shutil.which("cc") is None or shutil.which("make") is None:
         pytest.skip("building needs cc and make (scripts/bootstrap installs them)")
     store = tmp_path / "cache" / "pgbouncer"
@@ -181,17 +180,19 @@ def test_a_damaged_cached_pgbouncer_is_rebuilt_saying_so(tmp_path: Path, monkeyp
         pytest.skip(f"an installed pgbouncer {folder.name} would be used instead of a rebuild")
     _damage(folder / "bin" / "pgbouncer", "header")
     monkeypatch.setenv("LEAKCHECK_PGBOUNCER_TARBALLS", str(_release_like_tarball(tmp_path, folder.name)))
-    said: list[str] = []
-    binary = resolve_bouncer(parse_spec("1.24", "--bouncer"), store.parent, said.append)
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    caplog.clear()
+    binary = resolve_bouncer(parse_spec("1.24", "--bouncer"), store.parent)
+    said = caplog.messages
     assert said[0].startswith(f"cached PgBouncer {folder.name} in {folder} does not run (`")
     assert said[0].endswith("; rebuilding it")
     assert any(line.startswith(f"building PgBouncer from pgbouncer-{folder.name}.tar.gz") for line in said)
     assert binary.argv == (str(folder / "bin" / "pgbouncer"),) and str(binary.version) == folder.name
     assert binary.origin.startswith("built from ")
-    again: list[str] = []
-    reused = resolve_bouncer(parse_spec("1.24", "--bouncer"), store.parent, again.append)
+    caplog.clear()
+    reused = resolve_bouncer(parse_spec("1.24", "--bouncer"), store.parent)
     assert (reused.version, reused.argv) == (binary.version, binary.argv)
-    assert again == []  # it works now: used as it is, nothing rebuilt
+    assert caplog.messages == []  # it works now: used as it is, nothing rebuilt
 
 
 def _as_server_user(action: Callable[[], str]) -> str:
@@ -240,8 +241,8 @@ def test_a_read_only_cache_serves_what_it_holds_and_refuses_to_fill_in_one_line(
         def action() -> str:
             root = cache_root()
             try:
-                pg_version = resolve_pg(parse_spec(pg, "--pg"), root, quiet).version
-                return f"{pg_version} {resolve_bouncer(parse_spec(bouncer, '--bouncer'), root, quiet).version}"
+                pg_version = resolve_pg(parse_spec(pg, "--pg"), root).version
+                return f"{pg_version} {resolve_bouncer(parse_spec(bouncer, '--bouncer'), root).version}"
             except LeakcheckError as exc:
                 return f"error: {exc}"
 

@@ -31,12 +31,8 @@ pytestmark = pytest.mark.integration
 PG_CANDIDATES = ("16", "15", "17", "18")
 
 
-def _no_progress(message: str) -> None:
-    pass
-
-
 def _resolve(raw: str) -> Binary:
-    return resolve_bouncer(parse_spec(raw, "--bouncer"), cache_root(), _no_progress)
+    return resolve_bouncer(parse_spec(raw, "--bouncer"), cache_root())
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +45,13 @@ def postgres(user: ServerUser) -> Iterator[PgServer]:
     errors = []
     for raw in PG_CANDIDATES:
         try:
-            install = resolve_pg(parse_spec(raw, "--pg"), cache_root(), _no_progress)
+            install = resolve_pg(parse_spec(raw, "--pg"), cache_root())
             break
         except LeakcheckError as exc:
             errors.append(str(exc))
     else:
         pytest.fail("no PostgreSQL to test against: " + " | ".join(errors))
-    with PgServer(install, cache_root(), user, _no_progress) as server:
+    with PgServer(install, cache_root(), user) as server:
         yield server
 
 
@@ -136,14 +132,14 @@ def test_a_version_nobody_offers_fails_naming_every_attempt() -> None:
 
 def test_an_explicit_path_is_used_as_given() -> None:
     path = _resolve("1.24.1").argv[0]
-    binary = resolve_bouncer(Spec(raw=path, path=Path(path)), cache_root(), _no_progress)
+    binary = resolve_bouncer(Spec(raw=path, path=Path(path)), cache_root())
     assert binary.version == Version((1, 24, 1)) and binary.argv == (path,)
 
 
 def test_an_explicit_path_that_is_not_pgbouncer_fails_at_once(tmp_path: Path) -> None:
     missing = tmp_path / "pgbouncer"
     with pytest.raises(UsageError, match="there is no file"):
-        resolve_bouncer(Spec(raw=str(missing), path=missing), cache_root(), _no_progress)
+        resolve_bouncer(Spec(raw=str(missing), path=missing), cache_root())
 
 
 def test_the_cache_is_readable_by_the_user_servers_run_as(user: ServerUser) -> None:

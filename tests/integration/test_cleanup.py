@@ -8,6 +8,7 @@ only when its marker names the run's pid.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import shutil
@@ -277,7 +278,8 @@ def test_dynamic_shared_memory_lives_in_the_data_folder_not_in_dev_shm(runs: Cal
 
 
 def test_the_next_run_removes_what_a_killed_run_left_but_never_a_live_runs_or_an_unmarked_folder(
-    runs: Callable[..., TinyRun], tmp_path: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+    runs: Callable[..., TinyRun], tmp_path: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     run = runs()
     seen = run.wait_until_up()
@@ -296,9 +298,10 @@ def test_the_next_run_removes_what_a_killed_run_left_but_never_a_live_runs_or_an
     _wait_for(lambda: attached(seen.segment) == 0, "the segment is still attached")
 
     monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
-    messages: list[str] = []
-    with NativeBackend(progress=messages.append, cache=tmp_path):
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    with NativeBackend(cache=tmp_path):
         pass
+    messages = caplog.messages
 
     assert run.folders() == []
     assert attached(seen.segment) is None
@@ -311,8 +314,9 @@ def test_the_next_run_removes_what_a_killed_run_left_but_never_a_live_runs_or_an
 
 
 def test_a_template_build_killed_half_way_is_swept_once_no_build_holds_its_lock(
-    runs: Callable[..., TinyRun], private_tmp: Path
+    runs: Callable[..., TinyRun], private_tmp: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="leakcheck")
     cache = _private_dir("leakcheck-test-cache-")
     segments: list[Segment] = []
     try:
@@ -336,16 +340,15 @@ def test_a_template_build_killed_half_way_is_swept_once_no_build_holds_its_lock(
         _wait_for(lambda: attached(segment) == 0, "the build's server did not die with the run")
         version = build.name.split("-")[1]
 
-        messages: list[str] = []
         with file_lock(cache / "templates" / f".{version}.lock"):  # as while another run builds it
-            sweep(messages.append, cache, private_tmp)
+            sweep(cache, private_tmp)
         assert build.exists()
-        assert not [m for m in messages if str(build) in m]
+        assert not [m for m in caplog.messages if str(build) in m]
 
-        sweep(messages.append, cache, private_tmp)
+        sweep(cache, private_tmp)
         assert not build.exists()
         assert attached(segment) is None
-        assert [m for m in messages if str(build) in m]
+        assert [m for m in caplog.messages if str(build) in m]
     finally:
         for leftover in cache.glob("templates/.build-*"):
             stop_servers_in(leftover)
@@ -390,7 +393,7 @@ def test_the_cli_stops_like_on_ctrl_c_when_hung_up_or_quit(signum: int, private_
 
 def _stray_pgbouncer(folder: Path, version: str) -> subprocess.Popen[bytes]:
     """A PgBouncer running from `folder` that no leakcheck started (so nothing stops it when we die)."""
-    binary = resolve_bouncer(parse_spec(version, "--bouncer"), cache_root(), lambda _: None)
+    binary = resolve_bouncer(parse_spec(version, "--bouncer"), cache_root())
     user = server_user()
     (folder / "pgbouncer.ini").write_text(
         f"[databases]\nleakcheck = host=127.0.0.1 port=1\n[pgbouncer]\nlisten_addr = 127.0.0.1\n"
@@ -411,8 +414,9 @@ def _stray_pgbouncer(folder: Path, version: str) -> subprocess.Popen[bytes]:
 # Both forms a cached PgBouncer takes: a built binary, or (1.26 on Debian bookworm) one run by its own ld.so.
 @pytest.mark.parametrize("version", ["1.24", "1.26"])
 def test_the_sweep_stops_the_servers_still_running_from_a_dead_runs_folder_and_nothing_else(
-    version: str, private_tmp: Path
+    version: str, private_tmp: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="leakcheck")
     dead = Path(tempfile.mkdtemp(prefix="leakcheck-pgbouncer1.24.1-", dir=private_tmp))
     live = Path(tempfile.mkdtemp(prefix="leakcheck-pgbouncer1.24.1-", dir=private_tmp))
     _mark_as_dead_run(dead)
@@ -422,9 +426,9 @@ def test_the_sweep_stops_the_servers_still_running_from_a_dead_runs_folder_and_n
     # Not a server, although it runs in the dead run's folder: never signalled.
     procs.append(subprocess.Popen(["sleep", "60"], cwd=dead, user=uid, group=gid, extra_groups=groups))
     try:
-        messages: list[str] = []
-        sweep(messages.append, None, private_tmp)
-        assert messages == [f"removed what a killed run (pid {os.getpid()}) left: {dead} (stopped 1 server process)"]
+        sweep(None, private_tmp)
+        said = f"removed what a killed run (pid {os.getpid()}) left: {dead} (stopped 1 server process)"
+        assert caplog.messages == [said]
         assert not dead.exists() and live.exists()
         assert procs[0].wait(5) == -signal.SIGKILL  # (its threads may still be exiting)
         assert [p.poll() for p in procs[1:]] == [None, None]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck.clients import Driver
-from leakcheck.verdicts import Fact, Verdict
+from leakcheck.verdicts import Driver, Fact, Verdict
 
 from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 

@@ -8,13 +8,12 @@ from typing import cast
 
 import pytest
 
-from leakcheck.clients import Driver
 from leakcheck.probes import PROBES, Probe
 from leakcheck.provision.base import Backend, Endpoint
 from leakcheck.provision.bouncer_ini import PoolSettings
 from leakcheck.provision.native import NativeBackend
-from leakcheck.runner import Target, control_expectation, run_probe
-from leakcheck.verdicts import Route, Scope, Verdict
+from leakcheck.runner import control_expectation, run_probe
+from leakcheck.verdicts import Driver, Route, Scope, Target, Verdict
 from leakcheck.versions import Version
 
 from .conftest import DRIVERS, TEST_PG, Measure

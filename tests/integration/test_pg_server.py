@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -24,12 +25,8 @@ from leakcheck.versions import parse_spec, version_in_output
 pytestmark = pytest.mark.integration
 
 
-def quiet(message: str) -> None:
-    """A progress callback that prints nothing."""
-
-
 def resolve(raw: str) -> PgInstall:
-    return resolve_pg(parse_spec(raw, "--pg"), cache_root(), quiet)
+    return resolve_pg(parse_spec(raw, "--pg"), cache_root())
 
 
 def alive(pid: int) -> bool:
@@ -65,7 +62,7 @@ def test_a_resolved_postgres_runs_with_our_roles_and_leaves_nothing_after_exit(
 ) -> None:
     install = resolve(str(major))
     assert install.version.parts[0] == major
-    with PgServer(install, cache_root(), server_user(), quiet) as server:
+    with PgServer(install, cache_root(), server_user()) as server:
         assert server.host == "127.0.0.1"
         assert server.version == install.version
         tmpdir = server.tmpdir
@@ -92,7 +89,7 @@ def test_the_path_postgres_is_used_for_its_own_major_only() -> None:
     exe = shutil.which("postgres")
     if exe is None:
         pytest.skip("no postgres on PATH")
-    on_path = resolve_pg(parse_spec(exe, "--pg"), cache_root(), quiet)
+    on_path = resolve_pg(parse_spec(exe, "--pg"), cache_root())
     same = resolve(str(on_path.version.parts[0]))
     assert same.bindir == on_path.bindir and same.origin.startswith("PATH")
     other = 16 if on_path.version.parts[0] != 16 else 18
@@ -110,7 +107,7 @@ def test_a_server_that_cannot_start_reports_its_log_and_leaves_nothing(
     monkeypatch: pytest.MonkeyPatch, no_leftovers: None
 ) -> None:
     monkeypatch.setattr(pg_server, "_SETTINGS", (*pg_server._SETTINGS, "no_such_setting=1"))
-    server = PgServer(resolve("16"), cache_root(), server_user(), quiet)
+    server = PgServer(resolve("16"), cache_root(), server_user())
     with pytest.raises(StartError, match='(?s)did not start.*unrecognized .* "no_such_setting"'):
         server.__enter__()
     assert server.tmpdir is None
@@ -118,21 +115,23 @@ def test_a_server_that_cannot_start_reports_its_log_and_leaves_nothing(
 
 
 def test_the_server_accepts_our_user_on_the_endpoint_it_reports(no_leftovers: None) -> None:
-    with PgServer(resolve("16"), cache_root(), server_user(), quiet) as server:
+    with PgServer(resolve("16"), cache_root(), server_user()) as server:
         endpoint = server.endpoint()
         assert (endpoint.host, endpoint.port) == ("127.0.0.1", server.port)
         with psycopg.connect(endpoint.conninfo()) as conn:
             assert conn.execute("SELECT current_user, current_database()").fetchone() == (USER, DBNAME)
 
 
-def test_two_runs_filling_an_empty_cache_at_once_fetch_and_initialise_only_once(no_leftovers: None) -> None:
+def test_two_runs_filling_an_empty_cache_at_once_fetch_and_initialise_only_once(
+    no_leftovers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="leakcheck")
     cache = Path(tempfile.mkdtemp(prefix="leakcheck-pgcache-"))
     cache.chmod(0o755)  # the server user must reach the template inside
-    messages: list[str] = []
 
     def run() -> int:
-        install = resolve_pg(parse_spec("16", "--pg"), cache, messages.append)
-        with PgServer(install, cache, server_user(), messages.append) as server:
+        install = resolve_pg(parse_spec("16", "--pg"), cache)
+        with PgServer(install, cache, server_user()) as server:
             with psycopg.connect(server.endpoint().conninfo()) as conn:
                 row = conn.execute(
                     "SELECT count(*) FROM pg_roles WHERE rolname = %s", [OTHER_ROLE]
@@ -145,25 +144,25 @@ def test_two_runs_filling_an_empty_cache_at_once_fetch_and_initialise_only_once(
     finally:
         shutil.rmtree(cache)
     assert results == [1, 1]
-    assert sum(m.startswith("fetching") for m in messages) <= 1  # none when PostgreSQL 16 is installed
-    assert sum(m.startswith("initialising") for m in messages) == 1
+    assert sum(m.startswith("fetching") for m in caplog.messages) <= 1  # none when PostgreSQL 16 is installed
+    assert sum(m.startswith("initialising") for m in caplog.messages) == 1
 
 
-def test_a_damaged_cached_template_is_rebuilt_once_and_the_server_starts() -> None:
+def test_a_damaged_cached_template_is_rebuilt_once_and_the_server_starts(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="leakcheck")
     install = resolve("16")
     cache = Path(tempfile.mkdtemp(prefix="leakcheck-test-cache-"))
     try:
         cache.chmod(0o755)  # the server user builds templates inside it
-        said: list[str] = []
-        with PgServer(install, cache, server_user(), said.append):
+        with PgServer(install, cache, server_user()):
             pass
         [template] = [p for p in (cache / "templates").iterdir() if not p.name.startswith(".")]
         (template / "global" / "pg_control").write_bytes(b"damaged")
-        said.clear()
-        with PgServer(install, cache, server_user(), said.append) as server, \
+        caplog.clear()
+        with PgServer(install, cache, server_user()) as server, \
                 psycopg.connect(server.endpoint().conninfo(), autocommit=True) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
-        assert any("did not start" in line and "rebuilding it" in line for line in said), said
+        assert any("did not start" in line and "rebuilding it" in line for line in caplog.messages), caplog.messages
         assert (template / "global" / "pg_control").stat().st_size > len(b"damaged")
     finally:
         shutil.rmtree(cache, ignore_errors=True)

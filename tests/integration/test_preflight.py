@@ -116,7 +116,7 @@ def unstartable_pg(shared_folder: Path) -> str:
     but postgres, run as the server user, cannot load them and exits at once (code 127)."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the server user must differ from the user that reads the version")
-    source = resolve_pg(parse_spec("16", "--pg"), cache_root(), lambda m: None).bindir.parent
+    source = resolve_pg(parse_spec("16", "--pg"), cache_root()).bindir.parent
     copy = shared_folder / "pg16"
     if subprocess.run(["cp", "-al", str(source), str(copy)], capture_output=True, check=False).returncode != 0:
         subprocess.run(["cp", "-a", str(source), str(copy)], check=True)  # another file system: copy

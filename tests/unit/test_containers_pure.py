@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.errors import ProvisionError, UsageError
+from leakcheck.errors import ProvisionError, UsageError, one_line
 from leakcheck.provision import containers_images as img
 from leakcheck.provision import tarballs
 from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
@@ -172,8 +172,8 @@ def test_build_logs_lose_colour_codes_and_blank_lines() -> None:
 
 
 def test_a_long_error_is_squeezed_onto_one_line() -> None:
-    assert img.one_line("a\n  b\tc") == "a b c"
-    assert img.one_line("x" * 300, limit=20) == "x" * 17 + "..."
+    assert one_line("a\n  b\tc") == "a b c"
+    assert one_line("x" * 300, limit=20) == "x" * 17 + "..."
 
 
 def test_a_missing_dockerfile_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

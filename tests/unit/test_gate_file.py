@@ -12,13 +12,15 @@ from leakcheck import expectations, record
 from leakcheck.errors import UsageError
 from leakcheck.verdicts import Outcome, Route, Verdict
 
+from .outcomes import make
+
 KEY_TZ = "pg16/pgbouncer1.24/psycopg/timezone"
 KEY_ST = "pg16/pgbouncer1.24/psycopg/statement_timeout"
 KEY_OLD = "pg15/pgbouncer1.18/asyncpg/timezone"
 
 
 def outcome(probe: str, verdict: Verdict, bouncer: str = "1.24.1", route: Route = Route.TRANSACTION) -> Outcome:
-    return Outcome(probe, "16.14", bouncer, route, "psycopg", verdict, f"{probe} evidence")
+    return make(probe, "16.14", bouncer, route, "psycopg", verdict, f"{probe} evidence")
 
 
 def write(path: Path, verdicts: dict[str, str]) -> Path:

@@ -1,10 +1,8 @@
 """Lanes: which probe runs share a pooler (one after another) and which may run side by side."""
 
-from leakcheck.clients import Driver
 from leakcheck.lanes import default_jobs, lane_of
 from leakcheck.probes import PROBES
-from leakcheck.runner import Target
-from leakcheck.verdicts import Route
+from leakcheck.verdicts import Driver, Route, Target
 from leakcheck.versions import Version
 
 PG, B = Version((16, 14)), Version((1, 24, 1))

