@@ -52,11 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    config = Config.from_strings({
-        "leakcheck_pg": args.pg, "leakcheck_bouncer": args.bouncer, "leakcheck_backend": args.backend,
-        "leakcheck_drivers": "psycopg,asyncpg", "leakcheck_probes": "all", "leakcheck_controls": "no",
-        "leakcheck_pg_image": "postgres:{version}",
-    })
+    config = Config.for_prepare(args.pg, args.bouncer, args.backend)
     preflight.check_environment(os.environ)  # LEAKCHECK_* variables, before anything is fetched
     preflight.check_paths(config)
     preflight.check_temp_folder(os.environ, 0)

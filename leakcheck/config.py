@@ -91,6 +91,15 @@ class Config:
     jobs: int = 0  #: --jobs: lanes at a time (0: auto, lanes.default_jobs)
 
     @classmethod
+    def for_prepare(cls, pg: str, bouncer: str, backend: str) -> Config:
+        """What `leakcheck prepare` needs: the versions and the backend, validated like the options."""
+        if backend.strip().lower() not in ("native", "containers", "auto"):
+            raise UsageError.bad_value("--backend", backend, "native, containers or auto")
+        return cls(pg=parse_spec_list(pg, "--pg"), bouncer=parse_spec_list(bouncer, "--bouncer"),
+                   drivers=tuple(Driver), probes=select(None), controls=False, backend=backend.strip().lower(),
+                   expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
+
+    @classmethod
     def from_pytest(cls, config: pytest.Config) -> Config | None:
         """None when neither --pg nor --bouncer (nor their ini keys) asks for the matrix.
 
