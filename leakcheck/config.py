@@ -34,7 +34,7 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--results", "leakcheck_results", "write every outcome of the run (leak tests and controls, with their "
      "evidence) to this JSON file, for `leakcheck merge` (schema leakcheck-results, version 1)", None),
     ("--jobs", "leakcheck_jobs", "how many independent cells (lanes) run at the same time: a number from 1 "
-     "to 64, or auto (two per core, at most 8); default auto", "auto"),
+     "to 64, or auto (four per core, at most 8); default auto", "auto"),
     ("--pg-image", "leakcheck_pg_image", "containers backend: PostgreSQL image template "
      "(default postgres:{version})", "postgres:{version}"),
     ("--bouncer-image", "leakcheck_bouncer_image", "containers backend: a PgBouncer image template to use "
@@ -93,6 +93,10 @@ class Config:
     @classmethod
     def for_prepare(cls, pg: str, bouncer: str, backend: str) -> Config:
         """What `leakcheck prepare` needs: the versions and the backend, validated like the options."""
+        raw: dict[str, str | None] = {"leakcheck_pg": pg, "leakcheck_bouncer": bouncer, "leakcheck_backend": backend}
+        pg = _given(raw, "leakcheck_pg", "PostgreSQL versions such as 16,18") or DEFAULT_PG
+        bouncer = _given(raw, "leakcheck_bouncer", "PgBouncer versions such as 1.24,1.26") or DEFAULT_BOUNCER
+        backend = _given(raw, "leakcheck_backend", "native, containers or auto") or "native"
         if backend.strip().lower() not in ("native", "containers", "auto"):
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         return cls(pg=parse_spec_list(pg, "--pg"), bouncer=parse_spec_list(bouncer, "--bouncer"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import NoReturn
 
@@ -78,6 +78,12 @@ class FailFast:
             return self._backend.postgres(pg)
         except Exception as exc:
             self._raise_remembered((what,), exc)
+
+    def warm(self, pgs: Sequence[Version], poolers: Sequence[tuple[Version, Version, PoolSettings, str]]) -> None:
+        """Start these servers together when the backend can (it only saves time; failures show later)."""
+        warm = getattr(self._backend, "warm", None)
+        if warm is not None:
+            warm(pgs, poolers)
 
     @contextlib.contextmanager
     def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:

@@ -20,7 +20,7 @@ from ..verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 
 #: The identity columns appended to every observation. Epoch seconds: TimeZone/DateStyle-proof.
 IDENTITY = ("pg_backend_pid(), (SELECT extract(epoch FROM backend_start)::text "
-            "FROM pg_stat_activity WHERE pid = pg_backend_pid())")
+            "FROM pg_stat_get_activity(pg_backend_pid()))")
 
 
 @dataclass(frozen=True)

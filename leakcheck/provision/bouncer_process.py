@@ -17,7 +17,7 @@ from .bouncer_ini import BouncerLayout, PoolSettings, render_auth_file, render_i
 from .owner import mark
 from .process import ServerProcess
 from .strays import stop_servers_in
-from .system import ServerUser, free_port, start_retrying_port_clash
+from .system import PortClash, ServerUser, free_port, start_retrying_port_clash
 
 HOST = "127.0.0.1"
 READY_TIMEOUT = 15.0
@@ -85,17 +85,35 @@ class BouncerProcess:
 
     def __enter__(self) -> Self:
         try:
-            self.tmpdir = Path(tempfile.mkdtemp(prefix=f"leakcheck-pgbouncer{self.version}-"))
-            mark(self.tmpdir)  # whose it is: a later run sweeps it if we are killed (sweep.py)
-            self.user.chown(self.tmpdir)
-            start_retrying_port_clash(self._start, self._stop, _PORT_ATTEMPTS)
+            self.spawn()
+            self.finish()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def spawn(self) -> None:
+        """Its temp dir (marked: a later run sweeps it if we are killed) and the process, not yet
+        waited for: several PgBouncers can then get ready at once. From the main thread."""
+        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"leakcheck-pgbouncer{self.version}-"))
+        mark(self.tmpdir)
+        self.user.chown(self.tmpdir)
+        self._spawn()
+
+    def finish(self) -> None:
+        """Wait until the spawned PgBouncer answers; a lost port is retried on another."""
+        assert self._process is not None
+        try:
+            try:
+                self._process.wait(lambda: admin.answers(self.endpoint()), READY_TIMEOUT, self._hint())
+            except PortClash:
+                self._stop()
+                start_retrying_port_clash(self._start, self._stop, _PORT_ATTEMPTS - 1)
         except BaseException:
             if self.tmpdir is not None:
                 # A signal inside Popen, after the exec: a PgBouncer runs that _stop does not know of.
                 stop_servers_in(self.tmpdir)
-            self.__exit__()
             raise
-        return self
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -106,7 +124,15 @@ class BouncerProcess:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
                 self.tmpdir = None
 
+    def _hint(self) -> str:
+        return f"It ran as user {self.user.name} with {self.tmpdir}/pgbouncer.ini."
+
     def _start(self) -> None:
+        self._spawn()
+        assert self._process is not None
+        self._process.wait(lambda: admin.answers(self.endpoint()), READY_TIMEOUT, self._hint())
+
+    def _spawn(self) -> None:
         assert self.tmpdir is not None
         tmp = self.tmpdir
         self.port = free_port()
@@ -127,8 +153,7 @@ class BouncerProcess:
         self._process = ServerProcess(what, [*self.binary.argv, str(tmp / "pgbouncer.ini")], self.user, tmp,
                                       tmp / "pgbouncer.out", stop_signal=shutdown_signal(self.version),
                                       stop_timeout=STOP_TIMEOUT)
-        hint = f"It ran as user {self.user.name} with {tmp}/pgbouncer.ini."
-        self._process.start(lambda: admin.answers(self.endpoint()), READY_TIMEOUT, hint)
+        self._process.spawn()
 
     def _stop(self) -> None:
         """Immediate shutdown; SIGKILL after STOP_TIMEOUT. Safe to call at any point, more than once."""

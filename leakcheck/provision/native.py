@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
@@ -18,6 +19,20 @@ from .pg_binaries import PgInstall, resolve_pg
 from .pg_server import PgServer
 from .sweep import sweep
 from .system import ServerUser, cache_root, server_user
+
+#: One PgBouncer process serves each (PostgreSQL, PgBouncer, pool settings, lane).
+PoolerKey = tuple[Version, Version, PoolSettings, str]
+
+
+def _tried(step: Callable[[PgServer], None]) -> Callable[[PgServer], bool]:
+    def run(server: PgServer) -> bool:
+        try:
+            step(server)
+            return True
+        except Exception:  # noqa: BLE001 - warm() only saves time; postgres() reports the failure
+            return False
+
+    return run
 
 
 class NativeBackend:
@@ -36,7 +51,7 @@ class NativeBackend:
         self._pgs: dict[Version, PgInstall] = {}
         self._bouncers: dict[Version, Binary] = {}
         self._servers: dict[Version, PgServer] = {}
-        self._poolers: dict[tuple[Version, Version, PoolSettings, str], BouncerProcess] = {}
+        self._poolers: dict[PoolerKey, BouncerProcess] = {}
         self._lock = threading.RLock()  # lanes run in threads; servers start from the main thread
         self._stack = contextlib.ExitStack()
         self._user: ServerUser | None = None
@@ -86,6 +101,40 @@ class NativeBackend:
 
     def postgres(self, pg: Version) -> Endpoint:
         return self._server(pg).endpoint()
+
+    def warm(self, pgs: Sequence[Version], poolers: Sequence[PoolerKey]) -> None:
+        """Start these servers together, from the main thread: the PostgreSQL data copies in threads,
+        then every PgBouncer spawned before any is waited for. Anything that fails here is left for
+        `postgres()`/`bouncer()` to start again and report, so this only saves time."""
+        with self._lock:
+            staged: list[PgServer] = []
+            for pg in dict.fromkeys(pgs):
+                if pg not in self._servers and pg in self._pgs:
+                    server = PgServer(self._pgs[pg], self.cache, self.user)
+                    self._stack.push(server.__exit__)
+                    with contextlib.suppress(Exception):
+                        server.stage()
+                        staged.append(server)
+            with ThreadPoolExecutor(max_workers=max(1, len(staged))) as copying:
+                copied = [s for s, ok in zip(staged, copying.map(_tried(PgServer.copy), staged), strict=True) if ok]
+            for server in copied:
+                with contextlib.suppress(Exception):
+                    server.launch()
+                    self._servers[server.version] = server
+            spawned: list[tuple[PoolerKey, BouncerProcess]] = []
+            for key in dict.fromkeys(poolers):
+                pg, bouncer, settings, _ = key
+                if key in self._poolers or pg not in self._servers or bouncer not in self._bouncers:
+                    continue
+                process = BouncerProcess(self._bouncers[bouncer], settings, self._servers[pg].endpoint(), self.user)
+                self._stack.push(process.__exit__)
+                with contextlib.suppress(Exception):
+                    process.spawn()
+                    spawned.append((key, process))
+            for key, process in spawned:
+                with contextlib.suppress(Exception):
+                    process.finish()
+                    self._poolers[key] = process
 
     @contextlib.contextmanager
     def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:

@@ -64,6 +64,11 @@ class ServerProcess:
 
     def start(self, ready: Callable[[], str | None], timeout: float, hint: str = "") -> None:
         """Start it and wait until `ready()` says so (see wait_until)."""
+        self.spawn()
+        self.wait(ready, timeout, hint)
+
+    def spawn(self) -> None:
+        """Start it, without waiting (several can then get ready at once). From the main thread."""
         uid, gid, groups = self.user.popen_ids()
         with open(self.log, "ab") as out:
             self._log_start = out.tell()
@@ -73,6 +78,9 @@ class ServerProcess:
                 preexec_fn=die_with_parent,  # noqa: PLW1509 (servers start from the main thread only)
                 start_new_session=True,
             )
+
+    def wait(self, ready: Callable[[], str | None], timeout: float, hint: str = "") -> None:
+        """Until `ready()` says so; StartError (PortClash for a lost port) when it exits or times out."""
         wait_until(self.what, ready, self._exited, timeout, self.recent_log, hint)
 
     def _exited(self) -> str | None:

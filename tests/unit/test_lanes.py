@@ -27,5 +27,5 @@ def test_drivers_routes_and_pool_sizes_get_lanes_of_their_own() -> None:
     assert len(lanes) == 5
 
 
-def test_the_default_is_two_lanes_per_core_and_never_more_than_eight() -> None:
+def test_the_default_is_four_lanes_per_core_and_never_more_than_eight() -> None:
     assert 1 <= default_jobs() <= 8
