@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from . import signals
 from .probes import Probe
 from .provision.base import Backend
 from .runner import pool_settings, run_probe
@@ -49,8 +50,9 @@ class Lanes:
         for probe, target in work:
             lanes.setdefault(lane_of(probe, target), []).append((probe, target))
             self._futures[self._key(probe, target)] = Future()
-        self._start_together([items[0] for items in lanes.values()])
-        warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
+        with signals.deferred():  # servers start whole, or not at all; a stop signal acts right after
+            self._start_together([items[0] for items in lanes.values()])
+            warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
         self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="leakcheck-lane")
         for key, items in lanes.items():
             self._pool.submit(self._run_lane, items, warm[key])

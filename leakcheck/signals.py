@@ -7,12 +7,13 @@ SIGKILL cannot be caught: what it leaves, the next run sweeps (provision/sweep.p
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import termios
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import NoReturn
 
@@ -76,3 +77,29 @@ def install() -> Callable[[], None]:
             signal.signal(signum, handler)
 
     return restore
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold back the stop signals while servers start together (a signal inside a fork or a half-made
+    start would leave a process or folder nobody knows of); stop the way Ctrl-C does right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[signal.Signals] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append(signal.Signals(signum))
+
+    previous = {s: signal.signal(s, hold) for s in CLEANUP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if held:
+            handler = previous[held[0]]
+            if callable(handler):
+                handler(held[0], None)
+            else:
+                raise_interrupt(held[0], None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import tempfile
 from pathlib import Path
 from typing import Any, Self
 
@@ -14,7 +13,7 @@ from ..versions import Version
 from . import admin
 from .base import DBNAME, USER, Binary, Endpoint
 from .bouncer_ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
-from .owner import mark
+from .owner import create, fresh_name
 from .process import ServerProcess
 from .strays import stop_servers_in
 from .system import PortClash, ServerUser, free_port, start_retrying_port_clash
@@ -95,8 +94,8 @@ class BouncerProcess:
     def spawn(self) -> None:
         """Its temp dir (marked: a later run sweeps it if we are killed) and the process, not yet
         waited for: several PgBouncers can then get ready at once. From the main thread."""
-        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"leakcheck-pgbouncer{self.version}-"))
-        mark(self.tmpdir)
+        self.tmpdir = fresh_name(f"leakcheck-pgbouncer{self.version}-")
+        create(self.tmpdir)
         self.user.chown(self.tmpdir)
         self._spawn()
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,3 +69,15 @@ def owner_of(directory: Path) -> Owner | None:
         return Owner(int(data["pid"]), int(data["start"]), str(data["host"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def fresh_name(prefix: str) -> Path:
+    """A new temp dir's path, not created yet. Hold it first, then `create` it: a signal between the
+    two can then never leave a folder its owner does not know of (mkdtemp returns only after)."""
+    return Path(tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(6)}"
+
+
+def create(directory: Path) -> None:
+    """Make `directory` (private to us) and mark it as ours."""
+    directory.mkdir(mode=0o700)
+    mark(directory)

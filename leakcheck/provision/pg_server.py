@@ -19,10 +19,10 @@ from ..errors import StartError
 from ..versions import Version
 from . import fixtures
 from .base import DBNAME, USER, Endpoint, new_credentials
-from .owner import mark
+from .owner import create, fresh_name
 from .pg_binaries import PgInstall
 from .process import ServerProcess
-from .strays import stop_servers_in
+from .strays import remove_folder, stop_servers_in
 from .system import (
     PortClash,
     ServerUser,
@@ -257,8 +257,8 @@ class PgServer:
 
     def stage(self) -> None:
         """Its temp dir (marked: a later run sweeps it if we are killed), and its template."""
-        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"leakcheck-pg{self.version}-"))
-        mark(self.tmpdir)
+        self.tmpdir = fresh_name(f"leakcheck-pg{self.version}-")
+        create(self.tmpdir)
         (self.tmpdir / "sock").mkdir()
         self.user.chown_tree(self.tmpdir)
         self._template = ensure_template(self.install, self.cache, self.user, self.tmpdir)
@@ -331,5 +331,5 @@ class PgServer:
             if self._server is not None and self.tmpdir is not None:
                 self._last_log = self._server.log_text()
             if self.tmpdir is not None:
-                shutil.rmtree(self.tmpdir, ignore_errors=True)
+                remove_folder(self.tmpdir)
                 self.tmpdir = None

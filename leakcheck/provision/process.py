@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import StartError
+from .strays import stop_servers_in
 from .system import PortClash, ServerUser, die_with_parent
 
 #: How a server that lost a race for its port says so; such a start is retried on another port.
@@ -56,6 +57,7 @@ class ServerProcess:
         self.env = dict(env) if env is not None else None
         self.stop_signal, self.stop_timeout = stop_signal, stop_timeout
         self._proc: subprocess.Popen[bytes] | None = None
+        self._spawning = False  # a signal inside Popen can leave a server we have no handle on
         self._log_start = 0
 
     @property
@@ -70,6 +72,7 @@ class ServerProcess:
     def spawn(self) -> None:
         """Start it, without waiting (several can then get ready at once). From the main thread."""
         uid, gid, groups = self.user.popen_ids()
+        self._spawning = True
         with open(self.log, "ab") as out:
             self._log_start = out.tell()
             self._proc = subprocess.Popen(
@@ -78,6 +81,7 @@ class ServerProcess:
                 preexec_fn=die_with_parent,  # noqa: PLW1509 (servers start from the main thread only)
                 start_new_session=True,
             )
+        self._spawning = False
 
     def wait(self, ready: Callable[[], str | None], timeout: float, hint: str = "") -> None:
         """Until `ready()` says so; StartError (PortClash for a lost port) when it exits or times out."""
@@ -94,6 +98,9 @@ class ServerProcess:
         """Its shutdown signal, up to stop_timeout, then SIGKILL to its process group."""
         proc, self._proc = self._proc, None
         if proc is None:
+            if self._spawning:  # Popen was interrupted after the exec: find it by its folder
+                self._spawning = False
+                stop_servers_in(self.cwd)
             return
         try:
             if proc.poll() is None:

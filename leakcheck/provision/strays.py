@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -69,3 +70,14 @@ def stop_servers_in(folder: Path) -> int:
     while any(start_time(pid) is not None for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     return len(pids)
+
+
+def remove_folder(folder: Path) -> None:
+    """Remove a run's folder whole: a server process still in it is stopped first, and a removal that
+    raced with a last write is tried again (a leftover would wait for the next run's sweep)."""
+    stop_servers_in(folder)
+    for _ in range(3):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.lexists(folder):
+            return
+        time.sleep(0.05)
