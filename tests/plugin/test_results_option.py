@@ -6,18 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from .test_bad_input import SMALL, one_usage_error
+
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone", "--controls=no"]
-
-
-def one_usage_error(result: pytest.RunResult) -> str:
-    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stderr.str()
-    lines = [line for line in result.stderr.lines if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("ERROR: "), lines
-    assert "test_leak" not in result.stdout.str()  # nothing was collected, so nothing started
-    return lines[0]
-
 
 @pytest.mark.parametrize(
     ("arg", "message"),
