@@ -59,8 +59,8 @@ def _prepare(args: argparse.Namespace) -> int:
     with make_backend(config) as backend:
         for spec in config.pg:
             print(f"--pg {spec} -> PostgreSQL {backend.resolve_pg(spec)}")
-        for spec in config.bouncer:
-            print(f"--bouncer {spec} -> PgBouncer {backend.resolve_bouncer(spec)}")
+        for kind, spec in config.poolers:
+            print(f"--pooler {kind.value}:{spec} -> {kind.product} {backend.resolve_pooler(kind, spec)}")
         for line in backend.describe():
             print(f"  {line}")
     return 0

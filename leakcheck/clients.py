@@ -15,6 +15,8 @@ prepares a named statement. Only `prepared` takes the driver's prepared path, on
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +25,7 @@ import psycopg
 
 from .provision.base import Endpoint
 from .verdicts import Driver
+from .versions import Version, version_in_output
 
 
 class ServerError(Exception):
@@ -126,10 +129,13 @@ class AsyncpgClient:
 
     @classmethod
     async def connect(cls, label: str, endpoint: Endpoint) -> AsyncpgClient:
-        conn = await asyncpg.connect(
-            host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
-            database=endpoint.dbname, timeout=10, connection_class=_AppConnection,
-        )
+        if endpoint.dsn:
+            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection)
+        else:
+            conn = await asyncpg.connect(
+                host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
+                database=endpoint.dbname, timeout=10, connection_class=_AppConnection,
+            )
         client = cls(label, conn)
         conn._leakcheck_seen = client.notifications
         return client
@@ -167,6 +173,15 @@ class AsyncpgClient:
     async def close(self) -> None:
         if not self.conn.is_closed():
             await self.conn.close(timeout=5)
+
+
+@functools.cache
+def driver_version(driver: Driver) -> Version | None:
+    """The installed release of the driver (part of every cell: ids, keys, reports)."""
+    try:
+        return version_in_output(importlib.metadata.version(driver.value))
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 async def connect(driver: Driver, label: str, endpoint: Endpoint) -> Client:

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from .axes import Axis, check_distinct, parse_axis, parse_poolers
 from .errors import UsageError
 from .probes import Probe, select
+from .provision.bouncer_ini import RESERVED, PoolMode
 from .provision.containers_images import check_template
+from .target import PoolerKind
 from .verdicts import Driver
 from .versions import Spec, parse_spec_list
 
@@ -22,6 +25,11 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "when --bouncer is given); giving --pg or --bouncer turns the leak matrix on", None),
     ("--bouncer", "leakcheck_bouncer", f"PgBouncer versions or binaries, comma separated (default "
      f"{DEFAULT_BOUNCER} when --pg is given)", None),
+    ("--pooler", "leakcheck_pooler", "poolers as KIND:VERSION, comma separated: pgbouncer, odyssey or pgpool, e.g. "
+     "odyssey:1.5,pgbouncer:1.26 (--bouncer=V is pgbouncer:V); a version or a path to the binary", None),
+    ("--bouncer-ini", "leakcheck_bouncer_ini", "your own pgbouncer.ini: every setting kept except what leakcheck must "
+     "control (listen address and port, the database entry, pool size, auth, log/pid/socket paths; listed in the "
+     "run header)", None),
     ("--drivers", "leakcheck_drivers", "drivers to run: psycopg,asyncpg (default both)", "psycopg,asyncpg"),
     ("--probes", "leakcheck_probes", "probe ids to run, comma separated (default all)", "all"),
     ("--controls", "leakcheck_controls", "also run every probe on the direct and session-mode controls: "
@@ -42,22 +50,39 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
 )
 
 
+#: Options given any number of times (each a matrix axis); ini keys take one per line. (flag, ini key, help)
+LIST_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("--bouncer-set", "leakcheck_bouncer_set", "a PgBouncer setting as a matrix axis, NAME=V1,V2 (repeatable; "
+     "values are crossed; quote a value holding a comma), e.g. max_prepared_statements=0,200"),
+    ("--pooler-set", "leakcheck_pooler_set", "a setting of any pooler as a matrix axis, KIND:NAME=V1,V2 "
+     "(repeatable), e.g. odyssey:pool_reserve_prepared_statement=yes,no"),
+)
+
+
 def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("leakcheck", "leakcheck: session state leaks through PgBouncer")
+    group = parser.getgroup("leakcheck", "leakcheck: session state leaks through connection poolers")
     for flag, ini, help_text, _ in OPTIONS:
         group.addoption(flag, dest=ini, default=None, help=help_text)
         parser.addini(ini, help=help_text, default=None)
+    for flag, ini, help_text in LIST_OPTIONS:
+        group.addoption(flag, dest=ini, default=None, action="append", help=help_text)
+        parser.addini(ini, help=help_text, type="linelist", default=None)
 
 
-FLAGS = {ini: flag for flag, ini, _, _ in OPTIONS}
+FLAGS = {ini: flag for flag, ini, _, _ in OPTIONS} | {ini: flag for flag, ini, _ in LIST_OPTIONS}
 DEFAULTS = {ini: default for _, ini, _, default in OPTIONS}
+#: The options that turn the leak matrix on.
+MATRIX_SWITCHES = ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler")
 
 
 def _raw(config: pytest.Config, ini: str) -> str | None:
-    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty)."""
+    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty).
+    A repeatable option's values are joined by newlines (no value holds one)."""
     value = config.getoption(ini)
     if value is None:
         value = config.getini(ini)
+    if isinstance(value, list):
+        return "\n".join(str(v) for v in value) if value else None
     return None if value is None else str(value)
 
 
@@ -78,7 +103,8 @@ class Config:
     """The whole run's settings, validated."""
 
     pg: tuple[Spec, ...]
-    bouncer: tuple[Spec, ...]
+    #: every pooler asked for, --bouncer's as PgBouncer, in the order given
+    poolers: tuple[tuple[PoolerKind, Spec], ...]
     drivers: tuple[Driver, ...]
     probes: tuple[Probe, ...]
     controls: bool
@@ -89,6 +115,13 @@ class Config:
     bouncer_image: str | None
     results: Path | None = None  #: --results: every outcome as JSON (results.py)
     jobs: int = 0  #: --jobs: lanes at a time (0: auto, lanes.default_jobs)
+    axes: tuple[Axis, ...] = ()  #: --bouncer-set / --pooler-set: settings crossed into the matrix
+    bouncer_ini: str | None = None  #: --bouncer-ini: the team's pgbouncer.ini, as given
+
+    @property
+    def bouncer(self) -> tuple[Spec, ...]:
+        """The PgBouncer versions (or paths) asked for."""
+        return tuple(spec for kind, spec in self.poolers if kind is PoolerKind.PGBOUNCER)
 
     @classmethod
     def for_prepare(cls, pg: str, bouncer: str, backend: str) -> Config:
@@ -99,7 +132,8 @@ class Config:
         backend = _given(raw, "leakcheck_backend", "native, containers or auto") or "native"
         if backend.strip().lower() not in ("native", "containers", "auto"):
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
-        return cls(pg=parse_spec_list(pg, "--pg"), bouncer=parse_spec_list(bouncer, "--bouncer"),
+        poolers = tuple((PoolerKind.PGBOUNCER, spec) for spec in parse_spec_list(bouncer, "--bouncer"))
+        return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
                    drivers=tuple(Driver), probes=select(None), controls=False, backend=backend.strip().lower(),
                    expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
 
@@ -110,14 +144,14 @@ class Config:
         Every value given is validated either way; a leakcheck flag given on the command line
         without the matrix is an error (it would do nothing, silently).
         """
-        raw = {ini: _raw(config, ini) for _, ini, _, _ in OPTIONS}
+        raw = {ini: _raw(config, ini) for ini in FLAGS}
         settings = cls.from_strings(raw)
-        if raw["leakcheck_pg"] is None and raw["leakcheck_bouncer"] is None:
-            idle = [flag for flag, ini, _, _ in OPTIONS if config.getoption(ini) is not None]
+        if all(raw[key] is None for key in MATRIX_SWITCHES):
+            idle = [flag for ini, flag in FLAGS.items() if config.getoption(ini) is not None]
             if idle:
                 raise UsageError(
-                    f"{', '.join(idle)} given, but the leak matrix is off: add --pg (e.g. --pg=16) or --bouncer "
-                    f"to run it, or drop {', '.join(idle)}"
+                    f"{', '.join(idle)} given, but the leak matrix is off: add --pg (e.g. --pg=16), --bouncer or "
+                    f"--pooler to run it, or drop {', '.join(idle)}"
                 )
             return None
         return settings
@@ -139,14 +173,18 @@ class Config:
         if backend not in ("native", "containers", "auto"):
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         pg = _given(raw, "leakcheck_pg", "PostgreSQL versions such as 16,18") or DEFAULT_PG
-        bouncer = _given(raw, "leakcheck_bouncer", "PgBouncer versions such as 1.24,1.26") or DEFAULT_BOUNCER
         expect = _given(raw, "leakcheck_expect", "the path of a matrices/*.json file")
         record = _given(raw, "leakcheck_record", "the path of a matrices/*.json file to write")
         results = _given(raw, "leakcheck_results", "the path of a JSON file to write, such as results.json")
         bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
+        bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
+        poolers = _poolers(raw)
+        if bouncer_ini is not None and not any(kind is PoolerKind.PGBOUNCER for kind, _ in poolers):
+            raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
+                             "(e.g. --bouncer=1.24)")
         return cls(
             pg=parse_spec_list(pg, "--pg"),
-            bouncer=parse_spec_list(bouncer, "--bouncer"),
+            poolers=poolers,
             drivers=_drivers(get("leakcheck_drivers", "psycopg, asyncpg or both")),
             probes=_probes(get("leakcheck_probes", "probe ids separated by commas, or all")),
             controls=controls == "yes",
@@ -158,7 +196,44 @@ class Config:
             bouncer_image=check_template(bouncer_image, "--bouncer-image") if bouncer_image is not None else None,
             results=Path(results) if results is not None else None,
             jobs=_jobs(get("leakcheck_jobs", "a number of lanes such as 4, or auto")),
+            axes=_axes(raw, poolers),
+            bouncer_ini=bouncer_ini,
         )
+
+
+def _poolers(raw: dict[str, str | None]) -> tuple[tuple[PoolerKind, Spec], ...]:
+    """--bouncer's versions as PgBouncer, then --pooler's; PgBouncer DEFAULT_BOUNCER when neither is given."""
+    bouncer = _given(raw, "leakcheck_bouncer", "PgBouncer versions such as 1.24,1.26")
+    pooler = _given(raw, "leakcheck_pooler", "poolers such as odyssey:1.5,pgbouncer:1.26")
+    if bouncer is None and pooler is None:
+        bouncer = DEFAULT_BOUNCER
+    found = [(PoolerKind.PGBOUNCER, spec) for spec in (parse_spec_list(bouncer, "--bouncer") if bouncer else ())]
+    found += [pair for pair in (parse_poolers(pooler) if pooler else ()) if pair not in found]
+    return tuple(found)
+
+
+def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ...]) -> tuple[Axis, ...]:
+    """--bouncer-set and --pooler-set, each checked; an axis of a pooler the matrix does not run is an error."""
+    axes: list[Axis] = []
+    for key, kind in (("leakcheck_bouncer_set", PoolerKind.PGBOUNCER), ("leakcheck_pooler_set", None)):
+        given = raw.get(key)
+        for line in given.split("\n") if given is not None else ():
+            if not line.strip():
+                raise UsageError.empty(FLAGS[key], "a setting and its values, e.g. max_prepared_statements=0,200")
+            axis = parse_axis(line, FLAGS[key], kind, RESERVED if kind is PoolerKind.PGBOUNCER else ())
+            if axis.kind is PoolerKind.PGBOUNCER and axis.name in RESERVED:
+                raise UsageError(f"{FLAGS[key]}={line!r}: leakcheck sets {axis.name} itself; leave it out")
+            axes.append(axis)
+    check_distinct(axes)
+    modes = {m.value for m in PoolMode}
+    for axis in axes:
+        if axis.kind not in {kind for kind, _ in poolers}:
+            raise UsageError(f"a {axis.kind.value} setting ({axis.name}) is an axis, but no {axis.kind.value} is in "
+                             f"the matrix: add it with --pooler={axis.kind.value}:VERSION")
+        if axis.kind is PoolerKind.PGBOUNCER and axis.name == "pool_mode" and not set(axis.values) <= modes:
+            raise UsageError(f"--bouncer-set pool_mode={','.join(axis.values)}: pool_mode is one of "
+                             f"{', '.join(sorted(modes))}")
+    return tuple(axes)
 
 
 def _jobs(raw: str) -> int:

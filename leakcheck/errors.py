@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -36,13 +37,52 @@ class StartError(LeakcheckError):
 
     @classmethod
     def with_log(cls, what: str, reason: str, log: str, hint: str = "") -> StartError:
+        """The first line says what failed and the server's own first error (e.g. PgBouncer's
+        `unknown parameter: pgbouncer/foo`); then the log's last lines."""
         tail = "\n".join(log.strip().splitlines()[-25:])
-        extra = f" {hint}" if hint else ""
+        said = first_error(log)
+        extra = (f" It said: {said}." if said else "") + (f" {hint}" if hint else "")
         return cls(f"{what} did not start: {reason}.{extra}\n--- last lines of its log ---\n{tail}")
 
 
 class ProbeError(LeakcheckError):
     """The harness could not run a probe as designed (not a verdict about the pooler)."""
+
+
+#: What poolers say when they refuse something a probe needs (measured: the pooler's own words).
+REFUSALS = (
+    "transaction blocks not allowed in statement pooling mode",  # PgBouncer, pool_mode=statement
+)
+
+
+class NotApplicable(ProbeError):
+    """The pooler refused what the probe needs (e.g. a transaction block in statement mode): a
+    measured, documented outcome, not a harness failure."""
+
+    @classmethod
+    def refused(cls, exc: BaseException) -> str | None:
+        """The evidence when `exc` (or what caused it) is a pooler's refusal, else None."""
+        seen: BaseException | None = exc
+        while seen is not None:
+            text = str(seen)
+            for refusal in REFUSALS:
+                if refusal in text:
+                    return (f"the pooler refused a step this probe needs: {one_line(text, 200)} "
+                            "(the probe needs a transaction block, for its proof or its steps)")
+            seen = seen.__cause__ or seen.__context__
+        return None
+
+
+_SEVERITY = re.compile(r"\b(?:ERROR|FATAL|error|fatal)\b:?\s+(.+)$")
+
+
+def first_error(log: str) -> str | None:
+    """The first ERROR/FATAL message a server logged (timestamp and pid cut), or None."""
+    for line in log.splitlines():
+        found = _SEVERITY.search(line)
+        if found:
+            return one_line(found.group(1), 200)
+    return None
 
 
 def one_line(text: object, limit: int = 240) -> str:

@@ -11,19 +11,36 @@ from typing import Any
 from .errors import UsageError
 from .verdicts import Outcome, Route, Verdict
 
-#: JSON layout: {"format": 1, "verdicts": {"pg16/pgbouncer1.24/psycopg/search_path": "leaks", ...}}
+#: JSON layout: {"format": 1, "verdicts": {"pg16/pgbouncer1.24/psycopg3.3/search_path": "leaks", ...}}
 FORMAT = 1
 #: The verdicts a matrix may hold: measurements. An error or a skip measured nothing.
-GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS)
+GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE)
 
-_KEY = re.compile(r"pg[0-9]+/pgbouncer[0-9]+\.[0-9]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
-_LAYOUT = '{"format": 1, "verdicts": {"pg16/pgbouncer1.24/psycopg/timezone": "isolated", ...}}'
+#: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]/<probe>
+_KEY = re.compile(r"pg[0-9]+/(?:[a-z]+[0-9]+\.[0-9]+(?:\[[^\]]*\])?|dsn-[^/]+)"
+                  r"/[a-z]+(?:[0-9]+\.[0-9]+)?/[A-Za-z0-9_.-]+")
+_LAYOUT = '{"format": 1, "verdicts": {"pg16/pgbouncer1.24/psycopg3.3/timezone": "isolated", ...}}'
 
 
 def key(outcome: Outcome) -> str:
-    """PostgreSQL major and PgBouncer major.minor, so patch releases share expectations."""
-    bouncer = outcome.bouncer.prefix(2) if outcome.bouncer is not None else "-"
-    return f"pg{outcome.pg.prefix(1)}/pgbouncer{bouncer}/{outcome.driver.value}/{outcome.probe}"
+    """The cell's gate key: the PostgreSQL major, the pooler's major.minor and its settings axes,
+    the driver's major.minor, the probe. Patch releases share expectations."""
+    pooler = outcome.pooler.label(2) if outcome.pooler is not None else "-"
+    version = outcome.target.driver_version
+    driver = f"{outcome.driver.value}{version.prefix(2) if version is not None else ''}"
+    return f"pg{outcome.pg.prefix(1)}/{pooler}/{driver}/{outcome.probe}"
+
+
+def any_driver_version(k: str) -> str:
+    """The key for every release of the key's driver: `.../psycopg3.3/probe` -> `.../psycopg/probe`."""
+    head, driver, probe = k.rsplit("/", 2)
+    return f"{head}/{driver.rstrip('0123456789.')}/{probe}"
+
+
+def lookup(outcome: Outcome, expected: Mapping[str, Verdict]) -> Verdict | None:
+    """The expected verdict: the entry for this driver release, else the one for any release."""
+    k = key(outcome)
+    return expected.get(k, expected.get(any_driver_version(k)))
 
 
 def gate_value(verdict: Verdict) -> bool:
@@ -88,7 +105,8 @@ def parse(data: Any, where: str, hint: str) -> dict[str, Verdict]:
     known = ", ".join(v.value for v in GATE_VERDICTS)
     for k, v in verdicts.items():
         if not _KEY.fullmatch(k):
-            raise wrong(f"the key {k!r} is not pg<major>/pgbouncer<major.minor>/<driver>/<probe>")
+            raise wrong(f"the key {k!r} is not pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]"
+                        "/<probe>")
         if not isinstance(v, str) or v not in {x.value for x in Verdict}:
             raise wrong(f"{k} has the verdict {v!r}, not one of {known}")
         out[k] = Verdict(v)
@@ -112,7 +130,7 @@ def compare(outcome: Outcome, expected: Mapping[str, Verdict]) -> str | None:
 
     A measured error (or skip) never passes, whatever `expected` says.
     """
-    want = expected.get(key(outcome))
+    want = lookup(outcome, expected)
     if not gate_value(outcome.verdict):
         return f"measured {outcome.verdict.value}, which never passes a gate: {outcome.evidence}"
     if want is None:

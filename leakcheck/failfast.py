@@ -17,6 +17,7 @@ from typing import NoReturn
 from .errors import LeakcheckError, StartError
 from .provision.base import Backend, Endpoint
 from .provision.bouncer_ini import PoolSettings
+from .target import Pooler, PoolerKind
 from .versions import Spec, Version
 
 #: Characters of a failure's message kept (LeakcheckErrors are already short: 25 log lines at most).
@@ -56,8 +57,8 @@ class FailFast:
     def resolve_pg(self, spec: Spec) -> Version:
         return self._backend.resolve_pg(spec)
 
-    def resolve_bouncer(self, spec: Spec) -> Version:
-        return self._backend.resolve_bouncer(spec)
+    def resolve_pooler(self, kind: PoolerKind, spec: Spec) -> Version:
+        return self._backend.resolve_pooler(kind, spec)
 
     @property
     def current(self) -> str:
@@ -79,21 +80,21 @@ class FailFast:
         except Exception as exc:
             self._raise_remembered((what,), exc)
 
-    def warm(self, pgs: Sequence[Version], poolers: Sequence[tuple[Version, Version, PoolSettings, str]]) -> None:
+    def warm(self, pgs: Sequence[Version], poolers: Sequence[tuple[Version, Pooler, PoolSettings, str]]) -> None:
         """Start these servers together when the backend can (it only saves time; failures show later)."""
         warm = getattr(self._backend, "warm", None)
         if warm is not None:
             warm(pgs, poolers)
 
     @contextlib.contextmanager
-    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
-        self.postgres(pg)  # a PostgreSQL failure is remembered as one, not as a PgBouncer failure
-        cell = (f"PostgreSQL {pg}", f"PgBouncer {bouncer}")
-        what = f"PgBouncer {bouncer} (in front of PostgreSQL {pg})"
+    def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
+        self.postgres(pg)  # a PostgreSQL failure is remembered as one, not as a pooler failure
+        cell = (f"PostgreSQL {pg}", pooler.label())
+        what = f"{pooler.label()} (in front of PostgreSQL {pg})"
         self._check(cell, what)
         with contextlib.ExitStack() as stack:
             try:
-                endpoint = stack.enter_context(self._backend.bouncer(pg, bouncer, settings, lane))
+                endpoint = stack.enter_context(self._backend.pooler(pg, pooler, settings, lane))
             except Exception as exc:
                 self._raise_remembered(cell, exc)
             yield endpoint

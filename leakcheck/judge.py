@@ -15,7 +15,8 @@ def problem(probe: Probe, outcome: Outcome, expected: Mapping[str, Verdict] | No
 
     - a control passes when it measured what its route requires (`control_expectation`);
     - a leak test passes, with `expected` (the --expect verdicts), when it measured the expected
-      verdict (`expectations.compare`), and without, only when it measured isolated.
+      verdict (`expectations.compare`), and without, only when it measured isolated (or not
+      applicable: the pooler refused what the probe needs; the plugin shows it as a skip).
 
     An error (or a skip) never passes: no rule expects one.
     """
@@ -27,6 +28,6 @@ def problem(probe: Probe, outcome: Outcome, expected: Mapping[str, Verdict] | No
                 f"{outcome.evidence}. This probe cannot be trusted here")
     if expected is not None:
         return compare(outcome, expected)
-    if outcome.verdict is Verdict.ISOLATED:
+    if outcome.verdict in (Verdict.ISOLATED, Verdict.NOT_APPLICABLE):  # not applicable: shown as a skip
         return None
     return f"{outcome.verdict.value.upper()}: {outcome.evidence}"

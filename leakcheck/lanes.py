@@ -32,7 +32,7 @@ def default_jobs() -> int:
 
 
 def lane_of(probe: Probe, target: Target) -> LaneKey:
-    return (target.pg, target.bouncer, target.route, target.driver, pool_settings(probe, target.route))
+    return (target.pg, target.pooler, target.route, target.driver, pool_settings(probe, target))
 
 
 class Lanes:
@@ -77,9 +77,9 @@ class Lanes:
         pgs = [target.pg for _, target in firsts]
         poolers = []
         for probe, target in firsts:
-            settings = pool_settings(probe, target.route)
-            if settings is not None and target.bouncer is not None:
-                poolers.append((target.pg, target.bouncer, settings, target.driver.value))
+            settings = pool_settings(probe, target)
+            if settings is not None and target.pooler is not None:
+                poolers.append((target.pg, target.pooler, settings, target.driver.value))
         with contextlib.suppress(Exception):  # only a head start: each lane's warm-up reports failures
             warm(pgs, poolers)
 
@@ -87,12 +87,12 @@ class Lanes:
         """Start the lane's servers now, from the main thread; a failure goes to its first test."""
         probe, target = first
         self.on_test(self.name(probe, target))
-        settings = pool_settings(probe, target.route)
+        settings = pool_settings(probe, target)
         try:
             self.backend.postgres(target.pg)
             if settings is not None:
-                assert target.bouncer is not None
-                with self.backend.bouncer(target.pg, target.bouncer, settings, target.driver.value):
+                assert target.pooler is not None
+                with self.backend.pooler(target.pg, target.pooler, settings, target.driver.value):
                     pass
         except Exception as exc:  # noqa: BLE001 - reported as the first test's error outcome
             return exc

@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from .axes import combinations
+from .clients import driver_version
 from .config import Config
 from .errors import LeakcheckError
 from .expectations import load
@@ -13,8 +15,11 @@ from .failfast import FailFast
 from .judge import problem
 from .lanes import Lanes, default_jobs
 from .probes import Probe
+from .provision import team_ini
 from .provision.base import Backend
+from .provision.bouncer_ini import DROPPED_KEYS, HARNESS_KEYS
 from .runner import run_probe
+from .target import Pooler, PoolerKind
 from .verdicts import Outcome, Route, Target, Verdict
 
 
@@ -94,15 +99,28 @@ class MatrixRun:
             self._lanes = Lanes(self.backend, self.config.jobs or default_jobs(), _test_name, on_test)
             self._lanes.start(work)
 
+    def poolers(self) -> list[Pooler]:
+        """Every pooler cell: each --pooler/--bouncer version crossed with its kind's settings axes."""
+        out: list[Pooler] = []
+        for kind, spec in self.config.poolers:
+            version = self.backend.resolve_pooler(kind, spec)
+            ini = self.config.bouncer_ini if kind is PoolerKind.PGBOUNCER and self.config.bouncer_ini else ""
+            out += [Pooler(kind, version, combo, ini) for combo in combinations(self.config.axes, kind)]
+        return list(dict.fromkeys(out))
+
     def targets(self) -> list[Target]:
-        """Resolve every --pg and --bouncer value (fetching or building as needed)."""
+        """Resolve every --pg and pooler value (fetching or building as needed)."""
         pgs = list(dict.fromkeys(self.backend.resolve_pg(s) for s in self.config.pg))
-        bouncers = list(dict.fromkeys(self.backend.resolve_bouncer(s) for s in self.config.bouncer))
-        drivers = self.config.drivers
-        out = [Target(pg, b, Route.TRANSACTION, d) for pg in pgs for b in bouncers for d in drivers]
+        poolers = self.poolers()
+        drivers = [(d, driver_version(d)) for d in self.config.drivers]
+        out = [Target(pg, p, Route.TRANSACTION, d, v) for pg in pgs for p in poolers for d, v in drivers]
         if self.config.controls:
-            out += [Target(pg, None, route, d) for route in (Route.DIRECT, Route.SHARED) for pg in pgs for d in drivers]
-            out += [Target(pg, b, Route.SESSION, d) for pg in pgs for b in bouncers for d in drivers]
+            out += [Target(pg, None, route, d, v) for route in (Route.DIRECT, Route.SHARED)
+                    for pg in pgs for d, v in drivers]
+            # The session control runs each pooler cell in session mode: a pool_mode axis makes no other one.
+            session = list(dict.fromkeys(
+                replace(p, settings=tuple(kv for kv in p.settings if kv[0] != "pool_mode")) for p in poolers))
+            out += [Target(pg, p, Route.SESSION, d, v) for pg in pgs for p in session for d, v in drivers]
         return out
 
     def items(self) -> Iterator[tuple[str, Probe, Target]]:
@@ -132,7 +150,16 @@ class MatrixRun:
         return self._backend
 
     def describe(self) -> list[str]:
-        return list(self.backend.describe()) if self._backend is not None else []
+        """The run header's lines on servers (once started) and on the team's ini (what leakcheck overrode)."""
+        lines = list(self.backend.describe()) if self._backend is not None else []
+        return lines + self.config_lines()
+
+    def config_lines(self) -> list[str]:
+        if self.config.bouncer_ini is None:
+            return []
+        team = team_ini.load(self.config.bouncer_ini)
+        said = team_ini.overrides(team, HARNESS_KEYS, DROPPED_KEYS)
+        return [f"--bouncer-ini {self.config.bouncer_ini}: kept as written except:", *(f"  {line}" for line in said)]
 
 
 def _test_name(probe: Probe, target: Target) -> str:

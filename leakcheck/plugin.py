@@ -16,7 +16,7 @@ from .errors import LeakcheckError
 from .matrix_run import MatrixRun
 from .probes import Probe
 from .report import render_counts, render_matrix
-from .verdicts import Target
+from .verdicts import Target, Verdict
 
 RUN = pytest.StashKey[MatrixRun]()
 #: What --record and --results did (or why they did not), for the terminal summary.
@@ -150,6 +150,8 @@ class LeakItem(pytest.Item):
         problem = self.matrix.judge(self.probe, outcome)
         if problem is not None:
             raise LeakFound(problem)
+        if outcome.verdict is Verdict.NOT_APPLICABLE:
+            pytest.skip(f"not applicable: {outcome.evidence}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, LeakFound):

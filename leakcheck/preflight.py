@@ -20,6 +20,7 @@ from pathlib import Path
 from . import expectations, record
 from .config import Config
 from .errors import UsageError
+from .provision import team_ini
 from .provision.bouncer_binaries import URL_ENV, given_bouncer
 from .provision.containers_images import BASE_IMAGE_ENV
 from .provision.pg_binaries import resolve_pg
@@ -46,6 +47,8 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
     env = os.environ if environ is None else environ
     check_environment(env)
     check_paths(config)
+    if config.bouncer_ini is not None:
+        team_ini.load(config.bouncer_ini)  # readable, includes found (PgBouncer judges the settings)
     expected = expectations.load(config.expect) if config.expect is not None else None
     if config.record is not None:
         record.check_target(config.record)

@@ -51,7 +51,7 @@ def plan(previous: Mapping[str, Verdict], outcomes: Iterable[Outcome]) -> Plan:
     by_key: dict[str, list[Verdict]] = {}
     for outcome in outcomes:
         if outcome.route is Route.TRANSACTION:
-            by_key.setdefault(expectations.key(outcome), []).append(outcome.verdict)
+            by_key.setdefault(_written_key(expectations.key(outcome), previous), []).append(outcome.verdict)
     measured: dict[str, Verdict] = {}
     unrecorded: dict[str, str] = {}
     for k, verdicts in by_key.items():
@@ -72,6 +72,13 @@ def plan(previous: Mapping[str, Verdict], outcomes: Iterable[Outcome]) -> Plan:
         unrecorded_kept=unrecorded_kept, dropped=len(previous) - sum(1 for v in previous.values()
                                                                       if expectations.gate_value(v)),
     )
+
+
+def _written_key(k: str, previous: Mapping[str, Verdict]) -> str:
+    """A file that holds this cell for every release of its driver keeps it that way; otherwise the
+    measured driver release is part of the key."""
+    anyone = expectations.any_driver_version(k)
+    return anyone if anyone in previous and k not in previous else k
 
 
 def summary(path: Path, result: Plan) -> list[str]:

@@ -11,6 +11,7 @@ _WORD = {
     Verdict.LEAKS: "LEAKS",
     Verdict.LOST: "LOST",
     Verdict.BREAKS: "BREAKS",
+    Verdict.NOT_APPLICABLE: "n/a",
     Verdict.ERROR: "error",
     Verdict.SKIPPED: "skipped",
 }
@@ -31,21 +32,26 @@ def _table(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def render_matrix(outcomes: Iterable[Outcome]) -> str:
-    """Transaction-mode verdicts: one table per PostgreSQL version, probes as rows,
-    PgBouncer version x driver as columns; then one line on the controls."""
+    """Pooled-route verdicts: one table per PostgreSQL version, probes as rows, pooler (with its
+    settings) x driver as columns; then one line on the controls."""
     results = list(outcomes)
     main = [o for o in results if o.route is Route.TRANSACTION]
     lines: list[str] = []
     for pg in sorted({o.pg for o in main}, key=lambda v: v.parts):
         here = [o for o in main if o.pg == pg]
-        columns = sorted({(o.bouncer, o.driver) for o in here}, key=lambda c: (c[0].parts if c[0] else (), c[1].value))
+        columns = list(dict.fromkeys(_column(o) for o in canonical_order(here)))
         probes = list(dict.fromkeys(o.probe for o in here))
-        cells = {(o.probe, o.bouncer, o.driver): o for o in here}
+        cells = {(o.probe, _column(o)): o for o in here}
         security = {o.probe for o in here if o.security}
-        header = [f"PostgreSQL {pg}", *(f"{b}/{d.value}" for b, d in columns)]
+        # Long column names (settings axes) become numbers, named under the table.
+        legend = any(len(c) > LONG_COLUMN for c in columns)
+        names = [f"({i})" for i in range(1, len(columns) + 1)] if legend else columns
+        header = [f"PostgreSQL {pg}", *names]
         body = [[p + (" [security]" if p in security else ""),
-                 *(cell(cells[(p, b, d)]) if (p, b, d) in cells else "-" for b, d in columns)] for p in probes]
-        lines += ["pool_mode=transaction, default_pool_size=1 (PgBouncer version/driver)", *_table([header, *body]), ""]
+                 *(cell(cells[(p, c)]) if (p, c) in cells else "-" for c in columns)] for p in probes]
+        lines += ["pooled route, pool of one (pooler[settings]/driver)", *_table([header, *body])]
+        lines += [f"  {n} {c}" for n, c in zip(names, columns, strict=True)] if legend else []
+        lines.append("")
     for route in (Route.DIRECT, Route.SESSION, Route.SHARED):
         controls = [o for o in results if o.route is route]
         if controls:
@@ -56,9 +62,26 @@ def render_matrix(outcomes: Iterable[Outcome]) -> str:
     return "\n".join(lines).rstrip() + "\n" if lines else ""
 
 
+#: Column names longer than this are numbered, with a legend under the table.
+LONG_COLUMN = 40
+
+
+def _column(o: Outcome) -> str:
+    return f"{o.pooler.label() if o.pooler else '-'}/{o.target.client}"
+
+
+def canonical_order(outcomes: Iterable[Outcome]) -> list[Outcome]:
+    """By pooler kind, version, settings, then driver (the columns' order)."""
+    def key(o: Outcome) -> tuple[object, ...]:
+        p = o.pooler
+        return ((p.kind.value, p.version.parts if p.version else (), p.settings, p.config) if p else (),
+                o.driver.value)
+    return sorted(outcomes, key=key)
+
+
 _CONTROL = {
     Route.DIRECT: "two direct sessions, must be isolated",
-    Route.SESSION: "pool_mode=session, must be isolated",
+    Route.SESSION: "the pooler in session mode, must be isolated",
     Route.SHARED: "A and B on one direct session",
 }
 

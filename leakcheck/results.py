@@ -3,24 +3,32 @@
 A test report carries its outcome as JUnit-style properties (`LeakItem.runtest` fills them), so the
 process that gets the reports (a serial run, or pytest-xdist's controller, which runs no test)
 knows every outcome. `--results=PATH.json` writes them for `leakcheck merge`; the layout,
-version 1:
+version 2:
 
-    {"schema": "leakcheck-results", "version": 1,
-     "outcomes": [{"probe": "statement_timeout", "pg": "16.14", "bouncer": "1.24.1",
-                   "route": "transaction", "driver": "psycopg", "verdict": "leaks",
-                   "facts": ["leaked"], "security": false, "evidence": "A: SET ...",
+    {"schema": "leakcheck-results", "version": 2,
+     "outcomes": [{"probe": "statement_timeout", "pg": "16.14",
+                   "pooler": {"kind": "pgbouncer", "version": "1.24.1",
+                              "settings": [["max_prepared_statements", "0"]], "config": "",
+                              "label": "pgbouncer1.24.1[max_prepared_statements=0]"},
+                   "route": "transaction", "driver": "psycopg", "driver_version": "3.3.9",
+                   "verdict": "leaks", "facts": ["leaked"], "security": false, "evidence": "A: SET ...",
                    "details": {"b_reported": "..."}}, ...],
      "unmeasured": [{"test": "leakcheck::test_leak[...]", "why": "worker 'gw1' crashed ..."}]}
 
-- `outcomes`: every leak test's and every control's outcome, in `canonical` order. `bouncer` is
-  "" on the direct and shared routes; `route` is transaction, session, direct or shared; `verdict`
-  isolated, leaks, lost, breaks, error or skipped; `facts` any of broke, leaked, lost, misreported;
-  `details` the parameter probes' extra properties (names to strings).
+- `outcomes`: every leak test's and every control's outcome, in `canonical` order. `pooler` is
+  null on the direct and shared routes; its `kind` is pgbouncer, odyssey, pgpool or dsn,
+  `version` null only for a running pooler (dsn), `settings` the cell's settings axes in the
+  order given, `config` the team's --bouncer-ini as given ("" if none; a dsn pooler's name),
+  `label` what test ids show. `route` is transaction, session, direct or shared; `driver_version`
+  the installed release (null when unknown); `verdict` isolated, leaks, lost, breaks,
+  not_applicable, error or skipped; `facts` any of broke, leaked, lost, misreported; `details` the
+  parameter probes' extra properties (names to strings).
 - `unmeasured`: leak tests that failed without an outcome (a crashed xdist worker, a failed
   setup); they never pass a gate.
 
-A reader refuses any other schema or version (a one-line UsageError): a new field that changes
-what an outcome means gets a new version.
+Version 1 (PgBouncer only: `"bouncer": "1.24.1"` instead of `pooler`, no driver_version) is still
+read. A reader refuses any other schema or version (a one-line UsageError): a new field that
+changes what an outcome means gets a new version.
 """
 
 from __future__ import annotations
@@ -34,16 +42,20 @@ from typing import Any
 from .errors import UsageError
 from .probes import PROBES
 from .record import check_writable, write_atomic
+from .target import Pooler, PoolerKind, Setting
 from .verdicts import Driver, Fact, Outcome, Route, Target, Verdict
 from .versions import Version
 
 SCHEMA = "leakcheck-results"
-VERSION = 1
+VERSION = 2
+#: Versions this leakcheck reads (1: PgBouncer only, no settings, no driver versions).
+READS = (1, 2)
 OPTION = "--results"
 
-#: The properties that make an outcome; any other property of a leak test is a detail (matrix_key is not).
-FIELDS = ("probe", "pg_version", "bouncer_version", "route", "driver", "verdict", "evidence", "facts", "security")
-_NOT_DETAILS = frozenset({*FIELDS, "matrix_key"})
+#: The properties that make an outcome; any other property of a leak test is a detail (these are not).
+FIELDS = ("probe", "pg_version", "pooler_kind", "pooler_version", "pooler_settings", "pooler_config", "route",
+          "driver", "driver_version", "verdict", "evidence", "facts", "security")
+_NOT_DETAILS = frozenset({*FIELDS, "matrix_key", "pooler", "bouncer_version"})
 _NONE = "-"  #: how a property says "empty" (no PgBouncer on a direct route, no facts)
 
 _ROUTE_ORDER = (Route.TRANSACTION, Route.DIRECT, Route.SHARED, Route.SESSION)
@@ -71,13 +83,32 @@ class Results:
 
 def properties(outcome: Outcome) -> list[tuple[str, str]]:
     """The properties a leak test's report carries for its outcome (JUnit shows them; `from_properties` reads them)."""
+    pooler = outcome.pooler
+    bouncer = pooler.version if pooler is not None and pooler.kind is PoolerKind.PGBOUNCER else None
+    version = outcome.target.driver_version
     return [
         ("probe", outcome.probe), ("pg_version", str(outcome.pg)),
-        ("bouncer_version", str(outcome.bouncer) if outcome.bouncer else _NONE),
-        ("route", outcome.route.value), ("driver", outcome.driver.value), ("verdict", outcome.verdict.value),
+        ("pooler", pooler.label() if pooler else _NONE),
+        ("pooler_kind", pooler.kind.value if pooler else _NONE),
+        ("pooler_version", str(pooler.version) if pooler and pooler.version else _NONE),
+        ("pooler_settings", json.dumps([list(kv) for kv in pooler.settings]) if pooler and pooler.settings else _NONE),
+        ("pooler_config", pooler.config if pooler and pooler.config else _NONE),
+        ("bouncer_version", str(bouncer) if bouncer else _NONE),
+        ("route", outcome.route.value), ("driver", outcome.driver.value),
+        ("driver_version", str(version) if version else _NONE), ("verdict", outcome.verdict.value),
         ("evidence", outcome.evidence), ("facts", ",".join(outcome.facts) or _NONE),
         ("security", str(outcome.security).lower()), *outcome.details,
     ]
+
+
+def _version_or_none(text: str) -> Version | None:
+    return None if text in (_NONE, "") else Version.parse(text)
+
+
+def _settings(value: Any) -> tuple[Setting, ...]:
+    if not isinstance(value, list) or not all(isinstance(kv, list) and len(kv) == 2 for kv in value):
+        raise TypeError(f"pooler settings must be a list of [name, value] pairs, not {value!r}")
+    return tuple((str(k), str(v)) for k, v in value)
 
 
 def from_properties(props: Iterable[Sequence[object]]) -> Outcome | None:
@@ -92,8 +123,13 @@ def from_properties(props: Iterable[Sequence[object]]) -> Outcome | None:
             details.append((str(name), str(value)))
     if not set(FIELDS) <= named.keys():
         return None
-    bouncer = None if named["bouncer_version"] == _NONE else Version.parse(named["bouncer_version"])
-    target = Target(Version.parse(named["pg_version"]), bouncer, Route(named["route"]), Driver(named["driver"]))
+    pooler = None
+    if named["pooler_kind"] != _NONE:
+        settings = () if named["pooler_settings"] == _NONE else _settings(json.loads(named["pooler_settings"]))
+        config = "" if named["pooler_config"] == _NONE else named["pooler_config"]
+        pooler = Pooler(PoolerKind(named["pooler_kind"]), _version_or_none(named["pooler_version"]), settings, config)
+    target = Target(Version.parse(named["pg_version"]), pooler, Route(named["route"]), Driver(named["driver"]),
+                    _version_or_none(named["driver_version"]))
     return Outcome(
         probe=named["probe"], target=target, verdict=Verdict(named["verdict"]),
         evidence=named["evidence"], details=tuple(details),
@@ -116,7 +152,10 @@ def canonical(outcomes: Iterable[Outcome]) -> list[Outcome]:
     registry order (the matrix's rows)."""
 
     def key(o: Outcome) -> tuple[Any, ...]:
-        return (_ROUTE_ORDER.index(o.route), o.pg.parts, o.bouncer.parts if o.bouncer else (), o.driver.value,
+        p = o.pooler
+        pooler = (p.kind.value, p.version.parts if p.version else (), p.settings, p.config) if p else ()
+        return (_ROUTE_ORDER.index(o.route), o.pg.parts, pooler, o.driver.value,
+                o.target.driver_version.parts if o.target.driver_version else (),
                 _PROBE_ORDER.get(o.probe, len(_PROBE_ORDER)), o.probe)
 
     return sorted(outcomes, key=key)
@@ -168,10 +207,18 @@ def dumps(results: Results) -> str:
     return json.dumps(body, indent=2) + "\n"
 
 
+def pooler_json(pooler: Pooler | None) -> dict[str, Any] | None:
+    if pooler is None:
+        return None
+    return {"kind": pooler.kind.value, "version": str(pooler.version) if pooler.version else None,
+            "settings": [list(kv) for kv in pooler.settings], "config": pooler.config, "label": pooler.label()}
+
+
 def _outcome_json(o: Outcome) -> dict[str, Any]:
+    version = o.target.driver_version
     return {
-        "probe": o.probe, "pg": str(o.pg), "bouncer": str(o.bouncer) if o.bouncer else "", "route": o.route.value,
-        "driver": o.driver.value,
+        "probe": o.probe, "pg": str(o.pg), "pooler": pooler_json(o.pooler), "route": o.route.value,
+        "driver": o.driver.value, "driver_version": str(version) if version else None,
         "verdict": o.verdict.value, "facts": [f.value for f in o.facts], "security": o.security,
         "evidence": o.evidence, "details": dict(o.details),
     }
@@ -239,10 +286,10 @@ def parse(data: Any, where: str) -> Results:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise wrong(f"schema is {got!r}, not {SCHEMA!r}")
-    if data.get("version") != VERSION:
+    if data.get("version") not in READS:
         raise UsageError(
-            f"{where} is version {data.get('version')!r} of {SCHEMA}, this leakcheck reads version {VERSION}: "
-            "merge files written by the same leakcheck version"
+            f"{where} is version {data.get('version')!r} of {SCHEMA}, this leakcheck reads versions "
+            f"{', '.join(map(str, READS))}: merge files written by a leakcheck version that writes one of them"
         )
     outcomes, unmeasured = data.get("outcomes"), data.get("unmeasured", [])
     if not isinstance(outcomes, list) or not isinstance(unmeasured, list):
@@ -266,14 +313,39 @@ def _outcome(data: Any) -> Outcome:
     facts, details, security = data["facts"], data.get("details", {}), data["security"]
     if not isinstance(facts, list) or not isinstance(details, dict) or not isinstance(security, bool):
         raise TypeError(f"facts must be a list, details an object, security true or false in {data!r}")
-    bouncer = _text(data, "bouncer")
-    target = Target(Version.parse(_text(data, "pg")), Version.parse(bouncer) if bouncer else None,
-                    Route(_text(data, "route")), Driver(_text(data, "driver")))
+    if "pooler" in data:  # version 2
+        target = Target(Version.parse(_text(data, "pg")), _pooler(data["pooler"]), Route(_text(data, "route")),
+                        Driver(_text(data, "driver")), _optional_version(data.get("driver_version")))
+    else:  # version 1: PgBouncer only
+        bouncer = _text(data, "bouncer")
+        pooler = Pooler(PoolerKind.PGBOUNCER, Version.parse(bouncer)) if bouncer else None
+        target = Target(Version.parse(_text(data, "pg")), pooler, Route(_text(data, "route")),
+                        Driver(_text(data, "driver")))
     return Outcome(
         probe=_text(data, "probe"), target=target, verdict=Verdict(_text(data, "verdict")),
         evidence=_text(data, "evidence"), details=tuple((str(k), _text(details, k)) for k in details),
         facts=tuple(Fact(f) for f in facts), security=security,
     )
+
+
+def _optional_version(value: Any) -> Version | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"a version is {value!r}, not a string")
+    return Version.parse(value)
+
+
+def _pooler(data: Any) -> Pooler | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise TypeError(f"a pooler is {type(data).__name__}, not an object")
+    config = data.get("config", "")
+    if not isinstance(config, str):
+        raise TypeError(f"a pooler's config is {config!r}, not a string")
+    return Pooler(PoolerKind(_text(data, "kind")), _optional_version(data.get("version")),
+                  _settings(data.get("settings", [])), config)
 
 
 def _unmeasured(data: Any) -> Unmeasured:

@@ -7,10 +7,13 @@ import contextlib
 from collections.abc import Iterator
 
 from .clients import Client, connect
+from .errors import NotApplicable
 from .probes.base import Login, Probe, Scenario
+from .provision import team_ini
 from .provision.base import USER, Backend, Endpoint
 from .provision.bouncer_ini import PoolMode, PoolSettings
 from .provision.fixtures import APP_ROLE
+from .target import Pooler
 from .verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
 
 #: Seconds one probe may take, connections included, before it is an error.
@@ -27,23 +30,34 @@ def control_expectation(probe: Probe, route: Route) -> Verdict:
     return Verdict.ISOLATED
 
 
-def pool_settings(probe: Probe, route: Route) -> PoolSettings | None:
-    """What the pooler runs with for this probe on this route (None: no pooler)."""
-    if route is Route.TRANSACTION:
-        return PoolSettings(PoolMode.TRANSACTION, probe.pool_size)
-    if route is Route.SESSION:
+def subject_mode(pooler: Pooler | None) -> PoolMode:
+    """The pool mode probes run in: the cell's pool_mode axis, else the team's ini, else transaction."""
+    if pooler is None:
+        return PoolMode.TRANSACTION
+    given = pooler.setting("pool_mode") or (team_ini.load(pooler.config).value("pool_mode") if pooler.config else None)
+    try:
+        return PoolMode((given or "transaction").strip().lower())
+    except ValueError:
+        return PoolMode.TRANSACTION  # the pooler itself refuses the value when it starts
+
+
+def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
+    """What the pooler runs with for this probe on this target's route (None: no pooler)."""
+    if target.route is Route.TRANSACTION:
+        return PoolSettings(subject_mode(target.pooler), probe.pool_size)
+    if target.route is Route.SESSION:
         return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size))
     return None
 
 
 @contextlib.contextmanager
 def _endpoint(backend: Backend, probe: Probe, target: Target) -> Iterator[Endpoint]:
-    settings = pool_settings(probe, target.route)
+    settings = pool_settings(probe, target)
     if settings is None:
         yield backend.postgres(target.pg)
         return
-    assert target.bouncer is not None, "a pooled route needs a PgBouncer version"
-    with backend.bouncer(target.pg, target.bouncer, settings, target.driver.value) as endpoint:
+    assert target.pooler is not None, "a pooled route needs a pooler"
+    with backend.pooler(target.pg, target.pooler, settings, target.driver.value) as endpoint:
         yield endpoint
 
 
@@ -98,7 +112,12 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             measured = asyncio.run(asyncio.wait_for(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT))
     except TimeoutError:
         return outcome(Verdict.ERROR, f"the probe did not finish within {PROBE_TIMEOUT:.0f} s")
+    except NotApplicable as exc:
+        return outcome(Verdict.NOT_APPLICABLE, str(exc))
     except Exception as exc:  # noqa: BLE001 - the harness reports any failure as an error outcome
+        refused = NotApplicable.refused(exc)
+        if refused is not None and target.route is Route.TRANSACTION:
+            return outcome(Verdict.NOT_APPLICABLE, refused)
         return outcome(Verdict.ERROR, f"the harness failed: {type(exc).__name__}: {exc}".strip())
     observation, proofs = measured
     if earlier is not None:

@@ -6,7 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .target import Driver, Pooler, PoolerKind, Route, Target
 from .versions import Version
+
+__all__ = ["Driver", "Pooler", "PoolerKind", "Route", "Target"]  # re-exported: verdicts carry targets
 
 
 class Verdict(StrEnum):
@@ -17,7 +20,8 @@ class Verdict(StrEnum):
     LOST = "lost"  #: the client's own state was gone when it ran again
     BREAKS = "breaks"  #: using the feature raised errors
     ERROR = "error"  #: the harness could not measure (e.g. no proof of a shared server)
-    SKIPPED = "skipped"  #: not run (deselected, or not applicable)
+    NOT_APPLICABLE = "not_applicable"  #: measured: the pooler refused what the probe needs (e.g. a transaction block)
+    SKIPPED = "skipped"  #: not run
 
     @property
     def is_problem(self) -> bool:
@@ -39,50 +43,6 @@ HEADLINE: tuple[tuple[Fact, Verdict], ...] = (
     (Fact.LEAKED, Verdict.LEAKS),
     (Fact.LOST, Verdict.LOST),
 )
-
-
-class Route(StrEnum):
-    """How the two clients reach PostgreSQL."""
-
-    TRANSACTION = "transaction"  #: through PgBouncer, pool_mode=transaction: the subject
-    SESSION = "session"  #: negative control: through PgBouncer, pool_mode=session
-    DIRECT = "direct"  #: negative control: two direct PostgreSQL sessions
-    SHARED = "shared"  #: positive control: A and B drive one direct session
-
-    @property
-    def is_control(self) -> bool:
-        return self is not Route.TRANSACTION
-
-
-class Driver(StrEnum):
-    """The client libraries leakcheck drives."""
-
-    PSYCOPG = "psycopg"  #: psycopg 3, AsyncConnection, autocommit
-    ASYNCPG = "asyncpg"  #: asyncpg, autocommit outside explicit transactions
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a probe runs: a PostgreSQL, a PgBouncer (none on the direct and shared routes), a route,
-    a driver. Typed from end to end: reports and keys read these fields, never parse strings."""
-
-    pg: Version
-    bouncer: Version | None
-    route: Route
-    driver: Driver
-
-    def test_id(self, probe_id: str) -> str:
-        parts = [f"pg{self.pg}"]
-        if self.bouncer is not None:
-            parts.append(f"pgbouncer{self.bouncer}")
-        if self.route is not Route.TRANSACTION:
-            parts.append(self.route.value)
-        return "-".join([*parts, self.driver.value, probe_id])
-
-    def test_name(self, probe_id: str) -> str:
-        """The generated test's name: `test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]`."""
-        kind = "test_leak" if self.route is Route.TRANSACTION else "test_control"
-        return f"{kind}[{self.test_id(probe_id)}]"
 
 
 class Scope(StrEnum):
@@ -180,8 +140,8 @@ class Outcome:
         return self.target.pg
 
     @property
-    def bouncer(self) -> Version | None:
-        return self.target.bouncer
+    def pooler(self) -> Pooler | None:
+        return self.target.pooler
 
     @property
     def route(self) -> Route:
@@ -193,10 +153,7 @@ class Outcome:
 
     @property
     def column(self) -> str:
-        where = f"pg{self.pg}" + (f"/pgbouncer{self.bouncer}" if self.bouncer else "")
-        if self.route is not Route.TRANSACTION:
-            where += f"/{self.route.value}"
-        return f"{where}/{self.driver.value}"
+        return self.target.column
 
     @property
     def other_facts(self) -> tuple[Fact, ...]:

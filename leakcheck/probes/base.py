@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clients import Client, ServerError
-from ..errors import ProbeError
+from ..errors import NotApplicable, ProbeError
 from ..verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 
 #: The identity columns appended to every observation. Epoch seconds: TimeZone/DateStyle-proof.
@@ -43,9 +43,14 @@ class Attempt:
 
 
 async def attempt(call: Awaitable[Any]) -> Attempt:
+    """The call's value, or the ServerError it raised. A pooler's refusal of what the probe needs
+    (a transaction block in statement mode) is no result of the feature: NotApplicable is raised."""
     try:
         return Attempt(value=await call)
     except ServerError as exc:
+        refused = NotApplicable.refused(exc)
+        if refused is not None:
+            raise NotApplicable(refused) from exc
         return Attempt(error=exc)
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Protocol
 
+from ..target import Pooler, PoolerKind
 from ..versions import Spec, Version
 from .bouncer_ini import PoolSettings
 
@@ -29,17 +30,22 @@ class Endpoint:
     dbname: str = DBNAME
     #: (role, password) for every role the run created; servers ask for them (SCRAM).
     credentials: tuple[tuple[str, str], ...] = ()
+    #: a URI the user gave (--pooled-dsn, --direct-dsn): used as it is, for every role
+    dsn: str = ""
 
     @property
     def password(self) -> str:
         return dict(self.credentials).get(self.user, "")
 
     def conninfo(self, dbname: str | None = None) -> str:
+        if self.dsn:
+            return self.dsn
         secret = f" password={self.password}" if self.password else ""
         return f"host={self.host} port={self.port} user={self.user} dbname={dbname or self.dbname}{secret}"
 
     def as_user(self, user: str) -> Endpoint:
-        return replace(self, user=user)
+        """The same server for another of the run's roles (a DSN's own user serves every role)."""
+        return self if self.dsn else replace(self, user=user)
 
 
 def new_credentials(*roles: str) -> tuple[tuple[str, str], ...]:
@@ -75,22 +81,24 @@ class Backend(Protocol):
         """The exact PostgreSQL version `spec` resolves to (fetching it if needed)."""
         ...
 
-    def resolve_bouncer(self, spec: Spec) -> Version:
-        """The exact PgBouncer version `spec` resolves to (fetching or building it if needed)."""
+    def resolve_pooler(self, kind: PoolerKind, spec: Spec) -> Version:
+        """The exact version of that pooler `spec` resolves to (fetching or building it if needed)."""
         ...
 
     def postgres(self, pg: Version) -> Endpoint:
         """A running PostgreSQL of that version (started on first use, kept for the run)."""
         ...
 
-    def bouncer(
-        self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = ""
+    def pooler(
+        self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = ""
     ) -> AbstractContextManager[Endpoint]:
-        """A PgBouncer in front of `postgres(pg)` whose pool holds no server connection yet.
+        """That pooler (its version, its settings axes, the team's config) in front of `postgres(pg)`,
+        run with the pool mode and size `settings` ask for, whose pool holds no server connection yet.
 
-        Each use starts from fresh server connections, so no state carries over between probes.
-        One PgBouncer serves each (pg, bouncer, settings, lane) for the run: uses of one lane never
-        overlap, different lanes may run at the same time.
+        Each use starts from fresh server connections, so no state carries over between probes
+        (a running pooler reached by DSN cannot promise that: see provision/external.py).
+        One pooler process serves each (pg, pooler, settings, lane) for the run: uses of one lane
+        never overlap, different lanes may run at the same time.
         """
         ...
 

@@ -9,6 +9,7 @@ from typing import Any, Self
 
 import psycopg
 
+from ..target import Setting
 from ..versions import Version
 from . import admin
 from .base import DBNAME, USER, Binary, Endpoint
@@ -17,6 +18,7 @@ from .owner import create, fresh_name
 from .process import ServerProcess
 from .strays import stop_servers_in
 from .system import PortClash, ServerUser, free_port, start_retrying_port_clash
+from .team_ini import TeamIni
 
 HOST = "127.0.0.1"
 READY_TIMEOUT = 15.0
@@ -40,9 +42,11 @@ class BouncerProcess:
     host = HOST
 
     def __init__(
-        self, binary: Binary, settings: PoolSettings, server: Endpoint, user: ServerUser
+        self, binary: Binary, settings: PoolSettings, server: Endpoint, user: ServerUser,
+        extra: tuple[Setting, ...] = (), team: TeamIni | None = None,
     ) -> None:
         self.binary, self.settings, self.user = binary, settings, user
+        self.extra, self.team = extra, team
         self.server_host, self.server_port, self.credentials = server.host, server.port, server.credentials
         self.port = 0
         self.tmpdir: Path | None = None
@@ -142,7 +146,7 @@ class BouncerProcess:
         )
         for stale in ("pgbouncer.log", "pgbouncer.pid"):
             (tmp / stale).unlink(missing_ok=True)
-        (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout))
+        (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout, self.extra, self.team))
         users = tmp / "users.txt"
         users.touch(0o600)
         users.write_text(render_auth_file(self.credentials))

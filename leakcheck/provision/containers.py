@@ -26,9 +26,10 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
 from ..errors import ProvisionError, StartError, UsageError, one_line
+from ..target import Pooler, PoolerKind
 from ..versions import Spec, Version, version_in_output
 from . import containers_images as img
-from . import fixtures, tarballs
+from . import fixtures, tarballs, team_ini
 from .admin import query_postgres, reset_pool, show_version
 from .base import DBNAME, USER, Endpoint, new_credentials
 from .bouncer_ini import PoolSettings
@@ -90,7 +91,7 @@ class ContainersBackend:
         self._pg_images: dict[Version, _Image] = {}
         self._bouncer_images: dict[Version, _Image] = {}
         self._postgres: dict[Version, _Running] = {}
-        self._bouncers: dict[tuple[Version, Version, PoolSettings, str], _Running] = {}
+        self._bouncers: dict[tuple[Version, Pooler, PoolSettings, str], _Running] = {}
         self._lock = threading.RLock()  # lanes run in threads
         self._credentials = new_credentials(USER, fixtures.APP_ROLE)  # this run's passwords (SCRAM)
 
@@ -138,6 +139,11 @@ class ContainersBackend:
             self._pg_images.setdefault(exact, _Image(name, exact, f"image {name}"))
             self._specs[key] = exact
         return self._specs[key]
+
+    def resolve_pooler(self, kind: PoolerKind, spec: Spec) -> Version:
+        if kind is not PoolerKind.PGBOUNCER:
+            raise UsageError(f"the containers backend cannot start {kind.product} yet")
+        return self.resolve_bouncer(spec)
 
     def resolve_bouncer(self, spec: Spec) -> Version:
         wanted = _version_only(spec, "--bouncer")
@@ -223,23 +229,25 @@ class ContainersBackend:
         return running
 
     @contextlib.contextmanager
-    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
-        key = (pg, bouncer, settings, lane)
+    def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
+        key = (pg, pooler, settings, lane)
         with self._lock:
             running = self._bouncers.get(key)
         if running is not None and self.engine.state(running.container)[0] != "running":
-            log.info(f"PgBouncer {bouncer} in front of PostgreSQL {pg} had exited; starting a new one")
+            log.info(f"{pooler.label()} in front of PostgreSQL {pg} had exited; starting a new one")
             self.engine.remove(running.container)
             running = None
         if running is None:
             with self._lock:
-                running = self._start_bouncer(pg, bouncer, settings, len(self._bouncers))
+                running = self._start_bouncer(pg, pooler, settings, len(self._bouncers))
                 self._bouncers[key] = running
         reset_pool(running.endpoint)
         yield running.endpoint
 
-    def _start_bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, n: int) -> _Running:
+    def _start_bouncer(self, pg: Version, pooler: Pooler, settings: PoolSettings, n: int) -> _Running:
         server = self._running_pg(pg)
+        assert pooler.version is not None
+        bouncer = pooler.version
         if bouncer not in self._bouncer_images:
             self.resolve_bouncer(Spec(str(bouncer), version=bouncer))
         image = self._bouncer_images[bouncer]
@@ -254,7 +262,8 @@ class ContainersBackend:
             .with_command([f"{img.CONFIG_DIR}/pgbouncer.ini"])
             .with_kwargs(**kwargs)
         )
-        for path, data in img.bouncer_files(settings, self._credentials).items():
+        team = team_ini.load(pooler.config) if pooler.config else None
+        for path, data in img.bouncer_files(settings, self._credentials, pooler.settings, team).items():
             container.with_copy_into_container(data, path, 0o644)
         running = self._start(container, what, img.BOUNCER_PORT, None)
         self._wait_ready(running, what, show_version)

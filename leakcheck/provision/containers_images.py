@@ -8,9 +8,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..errors import ProvisionError, UsageError, one_line
+from ..target import Setting
 from ..versions import Version
 from .base import DBNAME, USER
 from .bouncer_ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
+from .team_ini import TeamIni
 
 DEFAULT_PG_IMAGE = "postgres:{version}"
 DEFAULT_BUILD_TAG = "leakcheck/pgbouncer:{version}"
@@ -96,7 +98,10 @@ def build_args(version: Version, base_image: str, tarball_url: str) -> dict[str,
     }
 
 
-def bouncer_files(settings: PoolSettings, credentials: tuple[tuple[str, str], ...]) -> dict[str, bytes]:
+def bouncer_files(
+    settings: PoolSettings, credentials: tuple[tuple[str, str], ...], extra: tuple[Setting, ...] = (),
+    team: TeamIni | None = None,
+) -> dict[str, bytes]:
     """pgbouncer.ini and its auth file for a container: the same renderer as the native backend."""
     layout = BouncerLayout(
         listen_port=BOUNCER_PORT,
@@ -111,7 +116,7 @@ def bouncer_files(settings: PoolSettings, credentials: tuple[tuple[str, str], ..
         listen_addr="0.0.0.0",
     )
     return {
-        f"{CONFIG_DIR}/pgbouncer.ini": render_ini(settings, layout).encode(),
+        f"{CONFIG_DIR}/pgbouncer.ini": render_ini(settings, layout, extra, team).encode(),
         f"{CONFIG_DIR}/userlist.txt": render_auth_file(credentials).encode(),
     }
 

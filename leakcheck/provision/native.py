@@ -9,8 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import StartError
+from ..errors import StartError, UsageError
+from ..target import Pooler, PoolerKind
 from ..versions import Spec, Version
+from . import team_ini
 from .base import Binary, Endpoint
 from .bouncer_binaries import resolve_bouncer
 from .bouncer_ini import PoolSettings
@@ -20,8 +22,8 @@ from .pg_server import PgServer
 from .sweep import sweep
 from .system import ServerUser, cache_root, server_user
 
-#: One PgBouncer process serves each (PostgreSQL, PgBouncer, pool settings, lane).
-PoolerKey = tuple[Version, Version, PoolSettings, str]
+#: One pooler process serves each (PostgreSQL, pooler, pool settings, lane).
+PoolerKey = tuple[Version, Pooler, PoolSettings, str]
 
 
 def _tried(step: Callable[[PgServer], None]) -> Callable[[PgServer], bool]:
@@ -49,7 +51,7 @@ class NativeBackend:
     def __init__(self, cache: Path | None = None) -> None:
         self._cache = cache
         self._pgs: dict[Version, PgInstall] = {}
-        self._bouncers: dict[Version, Binary] = {}
+        self._binaries: dict[tuple[PoolerKind, Version], Binary] = {}
         self._servers: dict[Version, PgServer] = {}
         self._poolers: dict[PoolerKey, BouncerProcess] = {}
         self._lock = threading.RLock()  # lanes run in threads; servers start from the main thread
@@ -84,10 +86,18 @@ class NativeBackend:
         self._pgs.setdefault(install.version, install)
         return install.version
 
-    def resolve_bouncer(self, spec: Spec) -> Version:
+    def resolve_pooler(self, kind: PoolerKind, spec: Spec) -> Version:
+        if kind is not PoolerKind.PGBOUNCER:
+            raise UsageError(f"the native backend cannot start {kind.product} yet")
         binary = resolve_bouncer(spec, self.cache)
-        self._bouncers.setdefault(binary.version, binary)
+        self._binaries.setdefault((kind, binary.version), binary)
         return binary.version
+
+    def _process(self, pooler: Pooler, settings: PoolSettings, server: Endpoint) -> BouncerProcess:
+        assert pooler.version is not None
+        binary = self._binaries[(pooler.kind, pooler.version)]
+        team = team_ini.load(pooler.config) if pooler.config else None
+        return BouncerProcess(binary, settings, server, self.user, pooler.settings, team)
 
     def _server(self, pg: Version) -> PgServer:
         with self._lock:
@@ -123,10 +133,11 @@ class NativeBackend:
                     self._servers[server.version] = server
             spawned: list[tuple[PoolerKey, BouncerProcess]] = []
             for key in dict.fromkeys(poolers):
-                pg, bouncer, settings, _ = key
-                if key in self._poolers or pg not in self._servers or bouncer not in self._bouncers:
+                pg, pooler, settings, _ = key
+                known = pooler.version is not None and (pooler.kind, pooler.version) in self._binaries
+                if key in self._poolers or pg not in self._servers or not known:
                     continue
-                process = BouncerProcess(self._bouncers[bouncer], settings, self._servers[pg].endpoint(), self.user)
+                process = self._process(pooler, settings, self._servers[pg].endpoint())
                 self._stack.push(process.__exit__)
                 with contextlib.suppress(Exception):
                     process.spawn()
@@ -137,23 +148,23 @@ class NativeBackend:
                     self._poolers[key] = process
 
     @contextlib.contextmanager
-    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
-        key = (pg, bouncer, settings, lane)
+    def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
+        key = (pg, pooler, settings, lane)
         with self._lock:
             process = self._poolers.get(key)
             if process is None:
                 server = self._server(pg)
-                process = BouncerProcess(self._bouncers[bouncer], settings, server.endpoint(), self.user)
+                process = self._process(pooler, settings, server.endpoint())
                 self._poolers[key] = self._stack.enter_context(process)
         if not process.running():
             tail = "\n".join(process.log_text().strip().splitlines()[-10:])
-            raise StartError(f"PgBouncer {bouncer} ({settings.mode.value} pool of {settings.pool_size}) exited "
-                             f"during the run; its log ends:\n{tail}")
+            raise StartError(f"{pooler.kind.product} {pooler.label()} ({settings.mode.value} pool of "
+                             f"{settings.pool_size}) exited during the run; its log ends:\n{tail}")
         process.reset()  # KILL/RESUME: this use starts from fresh server connections
         yield process.endpoint()
 
     def describe(self) -> Iterator[str]:
         for version, install in sorted(self._pgs.items()):
             yield f"PostgreSQL {version}: {install.bindir} (from {install.origin.split(' (')[0]})"
-        for version, binary in sorted(self._bouncers.items()):
-            yield f"PgBouncer {version}: {binary.argv[-1]} (from {binary.origin})"
+        for (kind, version), binary in sorted(self._binaries.items()):
+            yield f"{kind.product} {version}: {binary.argv[-1]} (from {binary.origin})"

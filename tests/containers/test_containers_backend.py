@@ -26,6 +26,7 @@ from leakcheck.provision.base import OTHER_ROLE, Endpoint  # noqa: E402
 from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings  # noqa: E402
 from leakcheck.provision.containers import ContainersBackend  # noqa: E402
 from leakcheck.provision.containers_engine import connect  # noqa: E402
+from leakcheck.target import Pooler, PoolerKind  # noqa: E402
 from leakcheck.versions import Version, parse_spec  # noqa: E402
 
 pytestmark = pytest.mark.containers
@@ -93,8 +94,9 @@ def pg16(backend: ContainersBackend) -> Version:
 
 
 @pytest.fixture(scope="module")
-def bouncer124(backend: ContainersBackend, bouncer_spec: str) -> Version:
-    return backend.resolve_bouncer(parse_spec(bouncer_spec, "--bouncer"))
+def bouncer124(backend: ContainersBackend, bouncer_spec: str) -> Pooler:
+    version = backend.resolve_pooler(PoolerKind.PGBOUNCER, parse_spec(bouncer_spec, "--bouncer"))
+    return Pooler(PoolerKind.PGBOUNCER, version)
 
 
 def _pid(endpoint: Endpoint) -> int:
@@ -111,9 +113,10 @@ def _leftovers(engine: DockerClient, run_id: str) -> list[str]:
     return containers + networks
 
 
-def test_versions_resolve_to_exact_releases(pg16: Version, bouncer124: Version) -> None:
+def test_versions_resolve_to_exact_releases(pg16: Version, bouncer124: Pooler) -> None:
     assert pg16.parts[0] == 16 and len(pg16.parts) >= 2
-    assert bouncer124.parts[:2] == (1, 24) and len(bouncer124.parts) == 3
+    assert bouncer124.version is not None
+    assert bouncer124.version.parts[:2] == (1, 24) and len(bouncer124.version.parts) == 3
 
 
 def test_postgres_16_answers_through_a_port_published_on_127_0_0_1(
@@ -143,21 +146,21 @@ def test_postgres_is_started_once_per_run(backend: ContainersBackend, pg16: Vers
 
 
 def test_pgbouncer_1_24_answers_show_version_on_its_admin_console(
-    backend: ContainersBackend, pg16: Version, bouncer124: Version
+    backend: ContainersBackend, pg16: Version, bouncer124: Pooler
 ) -> None:
-    with backend.bouncer(pg16, bouncer124, POOL_OF_ONE) as endpoint:
+    with backend.pooler(pg16, bouncer124, POOL_OF_ONE) as endpoint:
         admin = psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True)
         with admin:
             result = admin.pgconn.exec_(b"SHOW VERSION")
             text = (result.get_value(0, 0) or b"").decode()
-    assert text.startswith(f"PgBouncer {bouncer124}")
+    assert text.startswith(f"PgBouncer {bouncer124.version}")
 
 
 def test_two_clients_of_a_transaction_pool_of_one_share_one_server_backend(
-    backend: ContainersBackend, pg16: Version, bouncer124: Version
+    backend: ContainersBackend, pg16: Version, bouncer124: Pooler
 ) -> None:
     with (
-        backend.bouncer(pg16, bouncer124, POOL_OF_ONE) as endpoint,
+        backend.pooler(pg16, bouncer124, POOL_OF_ONE) as endpoint,
         psycopg.connect(endpoint.conninfo(), autocommit=True) as a,
         psycopg.connect(endpoint.conninfo(), autocommit=True) as b,
     ):
@@ -168,31 +171,31 @@ def test_two_clients_of_a_transaction_pool_of_one_share_one_server_backend(
 
 
 def test_each_use_of_a_bouncer_starts_with_fresh_server_connections(
-    backend: ContainersBackend, pg16: Version, bouncer124: Version
+    backend: ContainersBackend, pg16: Version, bouncer124: Pooler
 ) -> None:
     pids = []
     for _ in range(2):
-        with backend.bouncer(pg16, bouncer124, POOL_OF_ONE) as endpoint:
+        with backend.pooler(pg16, bouncer124, POOL_OF_ONE) as endpoint:
             pids.append(_pid(endpoint))
     assert pids[0] != pids[1]
 
 
 def test_other_pool_settings_get_their_own_pgbouncer(
-    backend: ContainersBackend, pg16: Version, bouncer124: Version
+    backend: ContainersBackend, pg16: Version, bouncer124: Pooler
 ) -> None:
-    with backend.bouncer(pg16, bouncer124, POOL_OF_ONE) as transaction:
+    with backend.pooler(pg16, bouncer124, POOL_OF_ONE) as transaction:
         pass
-    with backend.bouncer(pg16, bouncer124, PoolSettings(PoolMode.SESSION, 2)) as session:
+    with backend.pooler(pg16, bouncer124, PoolSettings(PoolMode.SESSION, 2)) as session:
         assert session.port != transaction.port
         assert _pid(session) > 0
 
 
 def test_describe_names_each_image_and_version(
-    backend: ContainersBackend, pg16: Version, bouncer124: Version
+    backend: ContainersBackend, pg16: Version, bouncer124: Pooler
 ) -> None:
     lines = list(backend.describe())
     assert any(line.startswith(f"PostgreSQL {pg16}: image ") for line in lines)
-    assert any(line.startswith(f"PgBouncer {bouncer124}: image ") for line in lines)
+    assert any(line.startswith(f"PgBouncer {bouncer124.version}: image ") for line in lines)
 
 
 def test_nothing_the_run_created_remains_after_exit(
@@ -200,8 +203,8 @@ def test_nothing_the_run_created_remains_after_exit(
 ) -> None:
     with make_backend() as backend:
         pg = backend.resolve_pg(parse_spec("16", "--pg"))
-        bouncer = backend.resolve_bouncer(parse_spec(bouncer_spec, "--bouncer"))
-        with backend.bouncer(pg, bouncer, POOL_OF_ONE) as endpoint:
+        bouncer = Pooler(PoolerKind.PGBOUNCER, backend.resolve_bouncer(parse_spec(bouncer_spec, "--bouncer")))
+        with backend.pooler(pg, bouncer, POOL_OF_ONE) as endpoint:
             assert _pid(endpoint) > 0
         run_id = backend.engine.run_id
         assert len(_leftovers(engine, run_id)) == 3  # postgres, pgbouncer, their network
@@ -260,11 +263,11 @@ def test_pgbouncer_is_built_from_a_local_release_tarball_and_removed_when_not_ke
     tag = "leakcheck-test/pgbouncer:1.24.1"
     build_tag = "leakcheck-test/pgbouncer:{version}"
     with make_backend(bouncer_image=None, bouncer_build_tag=build_tag, keep_built_images=False) as backend:
-        bouncer = backend.resolve_bouncer(parse_spec("1.24", "--bouncer"))
+        bouncer = Pooler(PoolerKind.PGBOUNCER, backend.resolve_bouncer(parse_spec("1.24", "--bouncer")))
         assert bouncer == Version.parse("1.24.1")
         assert engine.images.get(tag).labels.get("org.leakcheck.recipe")
         pg = backend.resolve_pg(parse_spec("16", "--pg"))
-        with backend.bouncer(pg, bouncer, POOL_OF_ONE) as endpoint:
+        with backend.pooler(pg, bouncer, POOL_OF_ONE) as endpoint:
             assert _pid(endpoint) == _pid(endpoint)
     with pytest.raises(docker.errors.ImageNotFound):
         engine.images.get(tag)

@@ -13,7 +13,7 @@ from leakcheck.provision.base import Backend
 from leakcheck.provision.containers import ContainersBackend
 from leakcheck.provision.native import NativeBackend
 from leakcheck.runner import run_probe
-from leakcheck.verdicts import Driver, Route, Target, Verdict
+from leakcheck.verdicts import Driver, Pooler, PoolerKind, Route, Target, Verdict
 from leakcheck.versions import parse_spec
 
 from .test_containers_backend import _engine_or_skip, _template
@@ -34,7 +34,8 @@ def backends(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
 
 
 def _target(backend: Backend, pg: str, bouncer: str, driver: Driver) -> Target:
-    return Target(backend.resolve_pg(parse_spec(pg, "--pg")), backend.resolve_bouncer(parse_spec(bouncer, "--bouncer")),
+    version = backend.resolve_pooler(PoolerKind.PGBOUNCER, parse_spec(bouncer, "--bouncer"))
+    return Target(backend.resolve_pg(parse_spec(pg, "--pg")), Pooler(PoolerKind.PGBOUNCER, version),
                   Route.TRANSACTION, driver)
 
 
@@ -48,7 +49,7 @@ def test_the_containers_backend_gives_the_native_verdict(
     native_target = _target(backends["native"], pg, bouncer, driver)
     container_target = _target(backends["containers"], pg, bouncer, driver)
     # The same releases on both sides, or the comparison means nothing.
-    assert (native_target.pg, native_target.bouncer) == (container_target.pg, container_target.bouncer)
+    assert (native_target.pg, native_target.pooler) == (container_target.pg, container_target.pooler)
     native = run_probe(backends["native"], probe, native_target)
     contained = run_probe(backends["containers"], probe, container_target)
     # Two errors are equal verdicts but no comparison: neither backend measured anything.

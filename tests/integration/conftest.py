@@ -10,7 +10,7 @@ import pytest
 from leakcheck.probes import PROBES, Probe
 from leakcheck.provision.native import NativeBackend
 from leakcheck.runner import run_probe
-from leakcheck.verdicts import Driver, Outcome, Route, Target
+from leakcheck.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target
 from leakcheck.versions import Version, parse_spec
 
 #: Versions the facts are checked on; override with LEAKCHECK_TEST_PG / LEAKCHECK_TEST_BOUNCER.
@@ -31,16 +31,18 @@ class Measure:
     def __init__(self, backend: NativeBackend) -> None:
         self.backend = backend
         self._pg: dict[str, Version] = {}
-        self._bouncer: dict[str, Version] = {}
+        self._bouncer: dict[str, Pooler] = {}
 
     def pg(self, spec: str) -> Version:
         if spec not in self._pg:
             self._pg[spec] = self.backend.resolve_pg(parse_spec(spec, "--pg"))
         return self._pg[spec]
 
-    def bouncer(self, spec: str) -> Version:
+    def bouncer(self, spec: str) -> Pooler:
+        """The PgBouncer `spec` resolves to, at its defaults (no settings axes)."""
         if spec not in self._bouncer:
-            self._bouncer[spec] = self.backend.resolve_bouncer(parse_spec(spec, "--bouncer"))
+            version = self.backend.resolve_pooler(PoolerKind.PGBOUNCER, parse_spec(spec, "--bouncer"))
+            self._bouncer[spec] = Pooler(PoolerKind.PGBOUNCER, version)
         return self._bouncer[spec]
 
     def __call__(self, probe: str | Probe, pg: str, bouncer: str | None, driver: Driver,

@@ -38,7 +38,7 @@ APP = textwrap.dedent("""
 @pytest.mark.skipif("1.18" not in TEST_BOUNCER, reason="PgBouncer 1.18 not in LEAKCHECK_TEST_BOUNCER")
 def test_two_real_asyncpg_processes_collide_as_the_harness_clients_do(measure: Measure) -> None:
     pg, bouncer = measure.pg(TEST_PG[0]), measure.bouncer("1.18")
-    with measure.backend.bouncer(pg, bouncer, PoolSettings()) as endpoint:
+    with measure.backend.pooler(pg, bouncer, PoolSettings()) as endpoint:
         password = endpoint.as_user(APP_ROLE).password
         first = _app(endpoint.port, password, "SELECT 'first app'::text")
         try:

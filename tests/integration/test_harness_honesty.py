@@ -13,7 +13,7 @@ from leakcheck.provision.base import Backend, Endpoint
 from leakcheck.provision.bouncer_ini import PoolSettings
 from leakcheck.provision.native import NativeBackend
 from leakcheck.runner import control_expectation, run_probe
-from leakcheck.verdicts import Driver, Route, Scope, Target, Verdict
+from leakcheck.verdicts import Driver, Pooler, PoolerKind, Route, Scope, Target, Verdict
 from leakcheck.versions import Version
 
 from .conftest import DRIVERS, TEST_PG, Measure
@@ -31,7 +31,7 @@ class NoPooler:
         return self.real.postgres(pg)
 
     @contextlib.contextmanager
-    def bouncer(self, pg: Version, bouncer: Version, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
+    def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
         yield self.real.postgres(pg)
 
 
@@ -42,7 +42,7 @@ def test_without_a_shared_server_a_probe_is_an_error_never_isolated(
 ) -> None:
     pg = measure.pg(TEST_PG[0])
     fake = cast(Backend, NoPooler(native))
-    outcome = run_probe(fake, probe, Target(pg, pg, Route.TRANSACTION, driver))
+    outcome = run_probe(fake, probe, Target(pg, Pooler(PoolerKind.PGBOUNCER, pg), Route.TRANSACTION, driver))
     assert outcome.verdict is Verdict.ERROR, outcome.evidence
     assert "did not share the server" in outcome.evidence
 

@@ -133,12 +133,13 @@ def test_a_server_that_fails_to_start_is_reported_once_and_its_cell_fails_fast(
     result.assert_outcomes(failed=2)
     # The failures section (pytest under CI=true repeats whole messages in its short summary).
     text = result.stdout.str().split("short test summary info")[0]
-    assert text.count("error while loading shared libraries") == 1  # the log tail, once
+    assert text.count("--- last lines of its log ---") == 1  # the log tail, once
+    assert "It said: while loading shared libraries" in text  # its own first error, on the first line
     result.stdout.fnmatch_lines([
         "ERROR: the harness failed: StartError: PostgreSQL 16.* did not start: *",
         "*error while loading shared libraries*",
         "ERROR: the harness failed: NotAvailable: PostgreSQL 16.* is not available: it failed to start in "
-        "test_leak?pg16.*-pgbouncer1.24.*-psycopg-timezone? (see that failure): *",
+        "test_leak?pg16.*-pgbouncer1.24.*-psycopg*-timezone? (see that failure): *",
     ])
 
 

@@ -19,6 +19,8 @@ from leakcheck.provision.bouncer_process import BouncerProcess
 from leakcheck.provision.fixtures import APP_ROLE
 from leakcheck.provision.native import NativeBackend
 from leakcheck.provision.system import cache_root
+from leakcheck.target import Pooler, PoolerKind
+from leakcheck.versions import Version
 
 from .conftest import TEST_BOUNCER, TEST_PG, Measure
 
@@ -32,10 +34,15 @@ STRANGER = "nobody"
 def bouncer(native: NativeBackend, measure: Measure) -> Iterator[tuple[Endpoint, Endpoint]]:
     pg = measure.pg(TEST_PG[0])
     server = native._server(pg)
-    process = BouncerProcess(native._bouncers[measure.bouncer(TEST_BOUNCER[-1])], PoolSettings(),
-                             server.endpoint(), native.user)
+    binary = native._binaries[(PoolerKind.PGBOUNCER, _version(measure.bouncer(TEST_BOUNCER[-1])))]
+    process = BouncerProcess(binary, PoolSettings(), server.endpoint(), native.user)
     with process:
         yield server.endpoint(), process.endpoint()
+
+
+def _version(pooler: Pooler) -> Version:
+    assert pooler.version is not None
+    return pooler.version
 
 
 def _refused(endpoint: Endpoint, dbname: str | None = None) -> str:

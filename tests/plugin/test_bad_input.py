@@ -220,4 +220,4 @@ def test_an_environment_variable_of_only_spaces_is_refused(pytester: pytest.Pyte
 def test_an_option_left_out_takes_its_default(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("--pg=16", "--drivers=psycopg", "--probes=timezone", "--controls=no",
                                           "--collect-only", "-q")
-    result.stdout.fnmatch_lines(["leakcheck::test_leak?pg16.*-pgbouncer1.26.*-psycopg-timezone?"])
+    result.stdout.fnmatch_lines(["leakcheck::test_leak?pg16.*-pgbouncer1.26.*-psycopg*-timezone?"])

@@ -24,7 +24,7 @@ def run(pytester: pytest.Pytester, name: str, *args: str) -> pytest.RunResult:
 def matrix(result: pytest.RunResult) -> list[str]:
     """The summary's matrix, from its table to the verdict counts (the server lines above it name paths)."""
     lines = result.stdout.lines
-    start = next(i for i, line in enumerate(lines) if line.startswith("pool_mode=transaction"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("pooled route, pool of one"))
     end = next(i for i, line in enumerate(lines) if line.startswith("verdicts: "))
     return lines[start : end + 1]
 
@@ -32,7 +32,7 @@ def matrix(result: pytest.RunResult) -> list[str]:
 def measured(path: Path) -> list[tuple[str, ...]]:
     """Every outcome of a results file without its evidence (which names server pids)."""
     data = json.loads(path.read_text())
-    return [(o["route"], o["pg"], o["bouncer"], o["driver"], o["probe"], o["verdict"], ",".join(o["facts"]))
+    return [(o["route"], o["pg"], json.dumps(o["pooler"]), o["driver"], o["probe"], o["verdict"], ",".join(o["facts"]))
             for o in data["outcomes"]]
 
 

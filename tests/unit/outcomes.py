@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakcheck.verdicts import Driver, Outcome, Route, Target, Verdict
+from leakcheck.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
 from leakcheck.versions import Version
 
 
 def make(probe: str, pg: str, bouncer: str, route: Route, driver: str, verdict: Verdict, evidence: str,
-         **rest: Any) -> Outcome:
+         driver_version: str = "", settings: tuple[tuple[str, str], ...] = (), **rest: Any) -> Outcome:
     """An Outcome as `Outcome(probe, pg, bouncer, route, driver, verdict, evidence)` read before its
-    target was typed ("" for no PgBouncer)."""
-    target = Target(Version.parse(pg), Version.parse(bouncer) if bouncer else None, route, Driver(driver))
+    target was typed ("" for no PgBouncer; `driver` with no version unless one is given)."""
+    pooler = Pooler(PoolerKind.PGBOUNCER, Version.parse(bouncer), settings) if bouncer else None
+    version = Version.parse(driver_version) if driver_version else None
+    target = Target(Version.parse(pg), pooler, route, Driver(driver), version)
     return Outcome(probe, target, verdict, evidence, **rest)

@@ -2,10 +2,10 @@
 
 from leakcheck.lanes import default_jobs, lane_of
 from leakcheck.probes import PROBES
-from leakcheck.verdicts import Driver, Route, Target
+from leakcheck.verdicts import Driver, Pooler, PoolerKind, Route, Target
 from leakcheck.versions import Version
 
-PG, B = Version((16, 14)), Version((1, 24, 1))
+PG, B = Version((16, 14)), Pooler(PoolerKind.PGBOUNCER, Version((1, 24, 1)))
 ONE = next(p for p in PROBES if p.id == "timezone")
 TWO = next(p for p in PROBES if p.pool_size == 2)
 
@@ -15,7 +15,7 @@ def test_probes_of_one_cell_driver_and_pool_share_a_lane_and_so_run_one_after_an
     assert lane_of(ONE, target) == lane_of(next(p for p in PROBES if p.id == "search_path"), target)
 
 
-def test_drivers_routes_and_pool_sizes_get_lanes_of_their_own() -> None:
+def test_drivers_routes_pool_sizes_and_pooler_settings_get_lanes_of_their_own() -> None:
     base = Target(PG, B, Route.TRANSACTION, Driver.PSYCOPG)
     lanes = {
         lane_of(ONE, base),
@@ -23,8 +23,10 @@ def test_drivers_routes_and_pool_sizes_get_lanes_of_their_own() -> None:
         lane_of(ONE, Target(PG, B, Route.SESSION, Driver.PSYCOPG)),
         lane_of(ONE, Target(PG, None, Route.DIRECT, Driver.PSYCOPG)),
         lane_of(TWO, base),
+        lane_of(ONE, Target(PG, Pooler(PoolerKind.PGBOUNCER, B.version, (("max_prepared_statements", "0"),)),
+                            Route.TRANSACTION, Driver.PSYCOPG)),
     }
-    assert len(lanes) == 5
+    assert len(lanes) == 6
 
 
 def test_the_default_is_four_lanes_per_core_and_never_more_than_eight() -> None:

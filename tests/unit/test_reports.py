@@ -18,7 +18,7 @@ def outcome(probe: str, verdict: Verdict, pg: str = "16.14", bouncer: str = "1.2
     return make(probe, pg, bouncer, route, driver, verdict, f"{probe} evidence")
 
 
-def test_the_matrix_has_probes_as_rows_and_bouncer_driver_columns_per_pg() -> None:
+def test_the_matrix_has_probes_as_rows_and_pooler_driver_columns_per_pg() -> None:
     text = render_matrix([
         outcome("search_path", Verdict.LEAKS),
         outcome("search_path", Verdict.ISOLATED, driver="asyncpg"),
@@ -26,7 +26,7 @@ def test_the_matrix_has_probes_as_rows_and_bouncer_driver_columns_per_pg() -> No
     ])
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("PostgreSQL 16.14"))
-    assert header.split()[2:] == ["1.18.0/psycopg", "1.24.1/asyncpg", "1.24.1/psycopg"]
+    assert header.split()[2:] == ["pgbouncer1.18.0/psycopg", "pgbouncer1.24.1/asyncpg", "pgbouncer1.24.1/psycopg"]
     row = next(line for line in lines if line.startswith("search_path"))
     assert row.split()[1:] == ["-", "isolated", "LEAKS"]
 
@@ -38,7 +38,7 @@ def test_controls_are_counted_per_route() -> None:
         outcome("set_role", Verdict.LEAKS, route=Route.SHARED, bouncer=""),
     ])
     assert "direct control (two direct sessions, must be isolated): 1 isolated" in text
-    assert "session control (pool_mode=session, must be isolated): 1 leaks" in text
+    assert "session control (the pooler in session mode, must be isolated): 1 leaks" in text
     assert "shared control (A and B on one direct session): 1 leaks" in text
 
 
@@ -88,3 +88,36 @@ def test_a_broken_matrix_file_is_a_usage_error_naming_it(tmp_path: Path, content
 def test_a_missing_matrix_file_says_how_to_record_one(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--record="):
         expectations.load(tmp_path / "none.json")
+
+
+def test_a_key_names_the_pooler_settings_and_the_driver_release() -> None:
+    measured = make("search_path", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "e",
+                    driver_version="3.3.9", settings=(("max_prepared_statements", "0"),))
+    assert expectations.key(measured) == "pg16/pgbouncer1.24[max_prepared_statements=0]/psycopg3.3/search_path"
+
+
+def test_an_entry_without_a_driver_release_holds_for_every_release_and_a_release_entry_wins() -> None:
+    measured = make("search_path", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "e",
+                    driver_version="3.3.9")
+    anyone = {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
+    assert expectations.compare(measured, anyone) is None
+    assert expectations.lookup(measured, {**anyone, "pg16/pgbouncer1.24/psycopg3.3/search_path": Verdict.ISOLATED}) \
+        is Verdict.ISOLATED
+
+
+def test_keys_with_settings_and_driver_releases_load_back(tmp_path: Path) -> None:
+    measured = make("search_path", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.NOT_APPLICABLE, "e",
+                    driver_version="3.3.9", settings=(("pool_mode", "statement"),))
+    path = tmp_path / "m.json"
+    path.write_text(expectations.dump([measured]))
+    assert expectations.load(path) == {"pg16/pgbouncer1.24[pool_mode=statement]/psycopg3.3/search_path":
+                                       Verdict.NOT_APPLICABLE}
+
+
+def test_long_columns_are_numbered_and_named_under_the_table() -> None:
+    cells = [make("timezone", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.ISOLATED, "e",
+                  driver_version="3.3.9", settings=(("max_prepared_statements", v), ("pool_mode", "transaction")))
+             for v in ("0", "200")]
+    lines = render_matrix(cells).splitlines()
+    assert next(line for line in lines if line.startswith("PostgreSQL")).split()[2:] == ["(1)", "(2)"]
+    assert "  (1) pgbouncer1.24.1[max_prepared_statements=0,pool_mode=transaction]/psycopg3.3.9" in lines

@@ -18,6 +18,7 @@ from .outcomes import make
 
 SEARCH_PATH = make(
     "search_path", "18.4", "1.24.1", Route.TRANSACTION, "asyncpg", Verdict.LEAKS, "B read 'a, public' [A on pid 1]",
+    driver_version="0.32.0", settings=(("max_prepared_statements", "0"),),
     details=(("b_reported", '"$user", public'), ("b_server_value", "a, public"),
              ("b_reported_matches_server", "false")),
     facts=(Fact.LEAKED, Fact.MISREPORTED),
@@ -59,9 +60,13 @@ def test_a_report_without_an_outcome_gives_none() -> None:
 
 def test_the_properties_are_the_documented_junit_ones() -> None:
     names = [name for name, _ in results.properties(SEARCH_PATH)]
-    assert names == ["probe", "pg_version", "bouncer_version", "route", "driver", "verdict", "evidence", "facts",
-                     "security", "b_reported", "b_server_value", "b_reported_matches_server"]
+    assert names == ["probe", "pg_version", "pooler", "pooler_kind", "pooler_version", "pooler_settings",
+                     "pooler_config", "bouncer_version", "route", "driver", "driver_version", "verdict", "evidence",
+                     "facts", "security", "b_reported", "b_server_value", "b_reported_matches_server"]
+    props = dict(results.properties(SEARCH_PATH))
+    assert props["pooler"] == "pgbouncer1.24.1[max_prepared_statements=0]" and props["driver_version"] == "0.32.0"
     assert dict(results.properties(DIRECT))["bouncer_version"] == "-"
+    assert dict(results.properties(DIRECT))["pooler"] == "-"
     assert dict(results.properties(DIRECT))["facts"] == "-"
 
 
@@ -77,7 +82,8 @@ def test_the_order_does_not_depend_on_the_order_tests_finished_in() -> None:
     ordered = results.canonical(shuffled)
     assert ordered == results.canonical(outcomes)
     assert [o.probe for o in ordered[:3]] == ["statement_timeout", "timezone", "client_encoding"]  # registry order
-    assert str(ordered[0].pg) == "9.6.24" and str(ordered[0].bouncer) == "1.18.0"  # versions as numbers
+    first = ordered[0].pooler
+    assert str(ordered[0].pg) == "9.6.24" and first is not None and str(first.version) == "1.18.0"  # as numbers
     assert [o.route for o in ordered[-2:]] == [Route.SHARED, Route.SESSION]
 
 
@@ -101,15 +107,26 @@ def test_a_results_file_holds_every_field_and_reads_back(tmp_path: Path) -> None
     lost = Unmeasured("leakcheck::test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]", "worker 'gw0' crashed")
     results.save(path, Results((DIRECT, SEARCH_PATH), (lost,)))
     data = json.loads(path.read_text())
-    assert (data["schema"], data["version"]) == ("leakcheck-results", 1)
+    assert (data["schema"], data["version"]) == ("leakcheck-results", 2)
     assert data["outcomes"][0] == {
-        "probe": "search_path", "pg": "18.4", "bouncer": "1.24.1", "route": "transaction", "driver": "asyncpg",
+        "probe": "search_path", "pg": "18.4",
+        "pooler": {"kind": "pgbouncer", "version": "1.24.1", "settings": [["max_prepared_statements", "0"]],
+                   "config": "", "label": "pgbouncer1.24.1[max_prepared_statements=0]"},
+        "route": "transaction", "driver": "asyncpg", "driver_version": "0.32.0",
         "verdict": "leaks", "facts": ["leaked", "misreported"], "security": False,
         "evidence": "B read 'a, public' [A on pid 1]",
         "details": {"b_reported": '"$user", public', "b_server_value": "a, public",
                     "b_reported_matches_server": "false"},
     }
     assert results.load(path) == Results((SEARCH_PATH, DIRECT), (lost,))  # canonical: leak tests first
+
+
+def test_a_version_1_file_reads_as_pgbouncer_outcomes_without_driver_versions(tmp_path: Path) -> None:
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps({"schema": "leakcheck-results", "version": 1, "outcomes": [
+        {"probe": "timezone", "pg": "16.14", "bouncer": "1.24.1", "route": "transaction", "driver": "psycopg",
+         "verdict": "isolated", "facts": [], "security": False, "evidence": "timezone evidence", "details": {}}]}))
+    assert results.load(path).outcomes == (outcome("timezone"),)
 
 
 def test_equal_runs_write_byte_identical_files(tmp_path: Path) -> None:
@@ -125,7 +142,7 @@ def test_equal_runs_write_byte_identical_files(tmp_path: Path) -> None:
         ("{", "is not JSON"),
         ("[]", "schema is 'list'"),
         ('{"format": 1, "verdicts": {}}', "schema is None"),  # a matrix file is not a results file
-        ('{"schema": "leakcheck-results", "version": 2, "outcomes": []}', "is version 2 of leakcheck-results"),
+        ('{"schema": "leakcheck-results", "version": 3, "outcomes": []}', "is version 3 of leakcheck-results"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": {}}', "outcomes and unmeasured must be lists"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x"}]}', "a malformed entry"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x", "pg": "16", "bouncer": "",'
@@ -133,7 +150,7 @@ def test_equal_runs_write_byte_identical_files(tmp_path: Path) -> None:
          ' "evidence": ""}]}', "'sideways' is not a valid Route"),
     ],
 )
-def test_a_file_that_is_not_a_version_1_results_file_is_one_line_naming_it(tmp_path: Path, content: str,
+def test_a_file_that_is_not_a_results_file_of_a_version_it_reads_is_one_line_naming_it(tmp_path: Path, content: str,
                                                                           message: str) -> None:
     path = tmp_path / "r.json"
     path.write_text(content)
@@ -171,7 +188,7 @@ def test_an_outcome_two_jobs_measured_alike_is_kept_once() -> None:
     first = Results((outcome("timezone", bouncer="1.24.1"), shared))
     second = Results((outcome("timezone", bouncer="1.26.1"), Outcome(**{**shared.__dict__, "evidence": "other pid"})))
     merged = results.combine([("a.json", first), ("b.json", second)])
-    assert [(o.route, str(o.bouncer or "")) for o in merged.outcomes] == [
+    assert [(o.route, str(o.pooler.version if o.pooler else "")) for o in merged.outcomes] == [
         (Route.TRANSACTION, "1.24.1"), (Route.TRANSACTION, "1.26.1"), (Route.SHARED, "")]
 
 

@@ -1,0 +1,78 @@
+"""Pooler lists and settings axes as users write them, and how axes cross into cells (pure)."""
+
+import pytest
+
+from leakcheck.axes import Axis, check_distinct, combinations, parse_axis, parse_poolers
+from leakcheck.errors import UsageError
+from leakcheck.target import Pooler, PoolerKind
+from leakcheck.versions import Version
+
+BOUNCER = PoolerKind.PGBOUNCER
+
+
+def test_a_pooler_list_names_kind_and_version_in_the_order_given() -> None:
+    given = parse_poolers("odyssey:1.5,pgbouncer:1.26,pgpool-II:4.3,pgbouncer:1.26")
+    assert [(k, str(s)) for k, s in given] == [(PoolerKind.ODYSSEY, "1.5"), (BOUNCER, "1.26"),
+                                               (PoolerKind.PGPOOL, "4.3")]
+
+
+def test_a_pooler_may_be_a_path_to_its_binary() -> None:
+    [(kind, spec)] = parse_poolers("odyssey:/opt/odyssey/bin/odyssey")
+    assert kind is PoolerKind.ODYSSEY and spec.path is not None
+
+
+@pytest.mark.parametrize("raw", ["1.26", "pgcat:1.0", "odyssey:", "odyssey:1.5,,", "odyssey:x.y"])
+def test_a_malformed_pooler_list_is_one_line_saying_the_form(raw: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_poolers(raw)
+    assert "\n" not in str(caught.value) and "--pooler" in str(caught.value)
+
+
+def test_a_setting_axis_keeps_its_values_in_order_without_duplicates() -> None:
+    assert parse_axis("max_prepared_statements=0, 200,0", "--bouncer-set", BOUNCER) == Axis(
+        BOUNCER, "max_prepared_statements", ("0", "200"))
+
+
+def test_a_value_holding_a_comma_is_quoted() -> None:
+    axis = parse_axis('track_extra_parameters="IntervalStyle,search_path",IntervalStyle', "--bouncer-set", BOUNCER)
+    assert axis.values == ("IntervalStyle,search_path", "IntervalStyle")
+
+
+def test_a_value_may_hold_spaces() -> None:
+    assert parse_axis("server_reset_query=DISCARD ALL", "--bouncer-set", BOUNCER).values == ("DISCARD ALL",)
+
+
+def test_pooler_set_names_the_kind_first() -> None:
+    axis = parse_axis("odyssey:pool_discard=yes,no", "--pooler-set", None)
+    assert axis == Axis(PoolerKind.ODYSSEY, "pool_discard", ("yes", "no"))
+
+
+@pytest.mark.parametrize("raw", ["max_prepared_statements", "=0", "max_prepared_statements=", "a b=1", "x=1,,2"])
+def test_a_malformed_axis_is_one_line(raw: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_axis(raw, "--bouncer-set", BOUNCER)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_setting_leakcheck_controls_cannot_be_an_axis() -> None:
+    with pytest.raises(UsageError, match="leakcheck sets listen_port itself"):
+        parse_axis("listen_port=1,2", "--bouncer-set", BOUNCER, reserved={"listen_port"})
+
+
+def test_one_setting_given_twice_is_refused() -> None:
+    with pytest.raises(UsageError, match="twice"):
+        check_distinct([Axis(BOUNCER, "a", ("1",)), Axis(BOUNCER, "a", ("2",))])
+
+
+def test_axes_of_one_kind_are_crossed_and_other_kinds_are_left_out() -> None:
+    axes = [Axis(BOUNCER, "a", ("1", "2")), Axis(PoolerKind.ODYSSEY, "o", ("x",)), Axis(BOUNCER, "b", ("y", "z"))]
+    assert combinations(axes, BOUNCER) == [(("a", "1"), ("b", "y")), (("a", "1"), ("b", "z")),
+                                           (("a", "2"), ("b", "y")), (("a", "2"), ("b", "z"))]
+    assert combinations(axes, PoolerKind.PGPOOL) == [()]
+
+
+def test_a_pooler_label_shows_its_settings_and_its_key_form_drops_the_patch_release() -> None:
+    pooler = Pooler(BOUNCER, Version((1, 24, 1)), (("max_prepared_statements", "0"),), "/etc/pgbouncer/prod.ini")
+    assert pooler.label() == "pgbouncer1.24.1[ini=prod,max_prepared_statements=0]"
+    assert pooler.label(2) == "pgbouncer1.24[ini=prod,max_prepared_statements=0]"
+    assert Pooler(PoolerKind.DSN, None, config="staging").label() == "dsn-staging"
