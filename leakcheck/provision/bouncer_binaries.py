@@ -1,5 +1,9 @@
-"""Finding PgBouncer: a given path, the cache, PATH, release tarballs, then Debian packages.
+"""Finding PgBouncer: a given path, the cache, PATH, local tarballs, a download, then Debian packages.
 
+What is already here comes first (no network, and a version asked for as 1.24 keeps meaning the
+1.24.x this machine has, as for PostgreSQL); then the upstream tarball of the release the table
+in bouncer_releases picks (verified by bouncer_download), which serves every version; Debian's
+packages last (three versions only, and 1.26.1 only as sid's binary run by its own loader).
 Everything fetched or built lands in cache/pgbouncer/<exact version> (see bouncer_build); the
 exact version is always the one the binary itself reports.
 """
@@ -12,7 +16,6 @@ import os
 import re
 import shutil
 import tempfile
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,6 +23,8 @@ from ..errors import LeakcheckError, ProvisionError, UsageError
 from ..versions import Spec, Version
 from .base import Binary
 from .bouncer_build import build_tarball, check_program, stored_argv, stored_origin, unpack_debs
+from .bouncer_download import DownloadError, fetch_release, release_url
+from .bouncer_releases import UnknownRelease, pick_release
 from .debian import SUITES, Available, DebianArchive, upstream_of
 from .system import file_lock, share_folder, unwritable
 from .tarballs import TARBALLS_ENV, UPSTREAM_TARBALL_URL, local_tarballs
@@ -27,12 +32,11 @@ from .tarballs import TARBALLS_ENV, UPSTREAM_TARBALL_URL, local_tarballs
 log = logging.getLogger(__name__)
 
 URL_ENV = "LEAKCHECK_PGBOUNCER_URL"
-DOWNLOAD_TIMEOUT = 15.0
 
 _HINT = (
-    f"Other versions come from upstream release tarballs: set {TARBALLS_ENV} to a pgbouncer-X.Y.Z.tar.gz "
-    f"or a folder of them (several joined with ':'), or {URL_ENV} to a URL template with {{version}} "
-    "(needs internet); or give a path to a pgbouncer binary"
+    "Releases are downloaded from upstream (needs internet; a mirror: "
+    f"{URL_ENV}, a URL template with {{version}}); offline, set {TARBALLS_ENV} to a pgbouncer-X.Y.Z.tar.gz "
+    "or a folder of them (several joined with ':'), or give a path to a pgbouncer binary"
 )
 
 
@@ -72,6 +76,7 @@ def resolve_bouncer(spec: Spec, cache: Path) -> Binary:
     broken: list[tuple[Path, str]] = []
     found = _in_cache(wanted, store, attempts, broken) or _on_path(wanted, attempts)
     if found:
+        _note_newer_release(wanted, found)
         return found
     problem = unwritable(store)
     if problem:
@@ -94,6 +99,17 @@ def resolve_bouncer(spec: Spec, cache: Path) -> Binary:
     if found:
         return found
     raise ProvisionError.nothing_worked(f"PgBouncer {spec}", attempts, _HINT)
+
+
+def _note_newer_release(wanted: Version, found: Binary) -> None:
+    """Say so when `wanted` (e.g. 1.24) is served by an older release than the table's newest."""
+    try:
+        newest = pick_release(wanted).version
+    except UnknownRelease:
+        return
+    if newest > found.version:
+        log.info(f"using PgBouncer {found.version} ({found.origin}); the newest {wanted} release leakcheck "
+                 f"knows is {newest}: ask for --bouncer={newest} to fetch it")
 
 
 def given_bouncer(path: Path, raw: str = "") -> Binary:
@@ -198,21 +214,22 @@ def _from_tarballs(wanted: Version, store: Path, attempts: list[str]) -> Binary 
 
 
 def _from_url(wanted: Version, store: Path, attempts: list[str]) -> Binary | None:
+    """The release the table picks for `wanted`, downloaded (verified, see bouncer_download) and built."""
     template = os.environ.get(URL_ENV, "").strip() or UPSTREAM_TARBALL_URL
-    if len(wanted.parts) != 3:
-        attempts.append(f"download (only for an exact version such as {wanted}.0)")
+    try:
+        release = pick_release(wanted)
+    except UnknownRelease as exc:
+        attempts.append(f"download ({exc})")
         return None
-    url = template.replace("{version}", str(wanted))
+    url = release_url(template, release.version)
     work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=store))
     try:
-        tarball = work / f"pgbouncer-{wanted}.tar.gz"
-        log.info(f"downloading {url} ...")
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response, open(tarball, "wb") as out:
-            shutil.copyfileobj(response, out)
-        folder = build_tarball(tarball, store, f"built from {url}")
-        return _checked(folder, wanted, url)
-    except (OSError, ValueError) as exc:  # URLError is an OSError; ValueError: a malformed URL
-        attempts.append(f"download {url} ({getattr(exc, 'reason', None) or exc})")
+        tarball = fetch_release(release.version, template, work)
+        folder = build_tarball(tarball, store, f"built from {url} (sha256 verified)")
+        return _checked(folder, release.version, url)
+    except DownloadError as exc:
+        attempts.append(f"download {exc}")  # the message starts with the URL
+        log.info(f"could not download PgBouncer {release.version}: {exc}")
     except LeakcheckError as exc:
         attempts.append(f"{url} ({exc})")
     finally:

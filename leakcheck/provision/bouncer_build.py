@@ -67,8 +67,8 @@ def build_tarball(tarball: Path, store: Path, origin: str) -> Path:
     try:
         try:
             safe_tar.extract(tarball, work / "src")
-        except (OSError, tarfile.TarError) as exc:
-            raise ProvisionError(f"cannot unpack {tarball.name}: {exc}") from exc
+        except (OSError, EOFError, tarfile.TarError) as exc:  # EOFError: a gzip stream cut short
+            raise ProvisionError(f"cannot unpack {tarball.name}: {exc or type(exc).__name__}") from exc
         sources = sorted(p.parent for p in (work / "src").glob("*/configure"))
         if not sources:
             raise ProvisionError(f"{tarball.name} has no configure script (not a release tarball?)")

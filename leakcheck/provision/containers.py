@@ -2,9 +2,10 @@
 
 PostgreSQL comes from an image template, by default the official `postgres:{version}`.
 PgBouncer comes from an image template the user names, or from leakcheck/pgbouncer:<version>,
-built from docker/pgbouncer/Dockerfile (a release tarball: local, or downloaded) and kept for
-later runs. Each PostgreSQL runs on a private network of this run, as `postgres`; PgBouncer
-containers join that network; clients use ports published on 127.0.0.1.
+built from docker/pgbouncer/Dockerfile (a release tarball: local, or downloaded and verified on
+the host as for the native backend) and kept for later runs. Each PostgreSQL runs on a private
+network of this run, as `postgres`; PgBouncer containers join that network; clients use ports
+published on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from . import containers_images as img
 from . import fixtures, tarballs, team_ini
 from .admin import query_postgres, reset_pool, show_version
 from .base import DBNAME, USER, Endpoint, new_credentials
+from .bouncer_download import fetch_release, release_url
 from .bouncer_ini import PoolSettings
+from .bouncer_releases import RELEASES, unknown_release
 from .containers_engine import RECIPE_LABEL, Engine, sigint_deferred, start_reaper
 from .process import wait_until
 from .system import cache_root, file_lock
@@ -165,12 +168,11 @@ class ContainersBackend:
 
     def _built_bouncer(self, wanted: Version) -> _Image:
         local = tarballs.local_tarballs(os.environ.get(tarballs.TARBALLS_ENV))
-        exact = img.pick_build_version(
-            wanted, [*local, *img.versions_in_tags(self._build_tag, self.engine.tags())]
-        )
+        built = img.versions_in_tags(self._build_tag, self.engine.tags())
+        exact = img.pick_build_version(wanted, [*local, *built], [r.version for r in RELEASES])
         if exact is None:
             raise UsageError(
-                f"--bouncer={wanted}: building PgBouncer needs an exact release such as {wanted}.0; "
+                f"--bouncer={wanted}: {unknown_release(wanted)}; "
                 f"or put pgbouncer-X.Y.Z.tar.gz in ${tarballs.TARBALLS_ENV}, or name an image with --bouncer-image"
             )
         tag = img.image_name(self._build_tag, exact, "bouncer_build_tag")
@@ -181,10 +183,15 @@ class ContainersBackend:
             if attrs is not None and labels.get(RECIPE_LABEL) in (None, recipe):
                 return _Image(tag, exact, f"image {tag} (built earlier)")
             tarball = local.get(exact)
-            source = tarball.name if tarball else self._tarball_url.format(version=str(exact))
+            source = tarball.name if tarball else f"{release_url(self._tarball_url, exact)} (sha256 verified)"
             self.engine.ensure_image(self._base_image, f"${img.BASE_IMAGE_ENV}")
-            log.info(f"building {tag} from {source} on {self._base_image} (about a minute)")
-            with tempfile.TemporaryDirectory(prefix="leakcheck-build-") as context:
+            with (
+                tempfile.TemporaryDirectory(prefix="leakcheck-build-") as context,
+                tempfile.TemporaryDirectory(prefix="leakcheck-fetch-") as fetched,
+            ):
+                if tarball is None:  # downloaded and verified here: the image build never fetches
+                    tarball = fetch_release(exact, self._tarball_url, Path(fetched))
+                log.info(f"building {tag} from {source} on {self._base_image} (about a minute)")
                 img.write_build_context(Path(context), exact, tarball)
                 args = img.build_args(exact, self._base_image, self._tarball_url)
                 self.engine.build(Path(context), tag, args, recipe)

@@ -46,13 +46,22 @@ def check_template(template: str, option: str) -> str:
     return template
 
 
-def pick_build_version(wanted: Version, available: Iterable[Version]) -> Version | None:
+def pick_build_version(
+    wanted: Version, available: Iterable[Version], known: Iterable[Version] = ()
+) -> Version | None:
     """The exact release to build: `wanted` when it has three numbers, else the newest release
-    among `available` (local tarballs, images built before) that it matches."""
+    among `available` (local tarballs, images built before) that it matches, else the newest of
+    `known` (the release table, whose tarballs are downloaded) that it matches.
+
+    What is already here comes first, as in the native backend: 1.24 keeps meaning the 1.24.x
+    image this machine has built."""
     if len(wanted.parts) >= 3:
         return wanted
-    matching = [v for v in available if len(v.parts) >= 3 and wanted.matches(v)]
-    return max(matching) if matching else None
+    for versions in (available, known):
+        matching = [v for v in versions if len(v.parts) >= 3 and wanted.matches(v)]
+        if matching:
+            return max(matching)
+    return None
 
 
 def versions_in_tags(template: str, tags: Iterable[str]) -> list[Version]:

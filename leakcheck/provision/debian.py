@@ -118,8 +118,10 @@ class DebianArchive:
     """apt-get/apt-cache over the suites in SUITES with lists and caches under `root`."""
 
     def __init__(self, root: Path, suites: Sequence[str] = SUITES) -> None:
-        self.root, self.suites = root, tuple(suites)
-        self.lists = root / "lists"
+        # Resolved: apt.conf names this folder, and a cache reached through a symlink must write the
+        # same apt.conf (another text would force an `apt-get update` and point apt elsewhere).
+        self.root, self.suites = root.resolve(), tuple(suites)
+        self.lists = self.root / "lists"
         if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
             raise ProvisionError("apt-get/dpkg-deb not found (not a Debian-like system)")
 

@@ -1,7 +1,10 @@
 """Choosing a PgBouncer release from Debian's lists, and reading apt's and builds' output (pure)."""
 
+import shutil
 import signal
+from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,6 +14,7 @@ from leakcheck.provision.bouncer_process import shutdown_signal
 from leakcheck.provision.debian import (
     DEFAULT_ARCHIVE,
     Available,
+    DebianArchive,
     archive_source,
     depends_groups,
     parse_madison,
@@ -144,3 +148,13 @@ def test_immediate_shutdown_is_sigterm_before_1_23_and_sigquit_since() -> None:
     assert shutdown_signal(Version((1, 22, 1))) == signal.SIGTERM
     assert shutdown_signal(Version((1, 23, 0))) == signal.SIGQUIT
     assert shutdown_signal(Version((1, 26, 1))) == signal.SIGQUIT
+
+
+def test_an_apt_folder_reached_through_a_symlink_writes_the_same_apt_conf(tmp_path: Path) -> None:
+    real = tmp_path / "cache" / "apt"
+    real.mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "apt").symlink_to(real)
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        pytest.skip("not a Debian-like system")
+    assert DebianArchive(tmp_path / "other" / "apt")._conf() == DebianArchive(real)._conf()
