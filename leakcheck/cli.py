@@ -13,10 +13,15 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+import psycopg
+
 from . import cli_images, merge, preflight, progress
 from .config import DEFAULT_BOUNCER, DEFAULT_PG, Config
+from .errors import UsageError, one_line
 from .exits import EXIT_USAGE, guarded
 from .matrix_run import make_backend
+from .provision.external import check_dsn, redacted
+from .provision.fixtures import install
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     merging.add_argument("--record", type=Path, help="merge the measured verdicts into this matrices/*.json file, "
                          "as pytest --record")
     merging.add_argument("--junitxml", type=Path, help="write a JUnit XML report (one test case per outcome)")
+    fixtures = sub.add_parser("fixtures", help="create leakcheck's test roles and tables in a database behind a "
+                              "running pooler (for --pooled-dsn), as a superuser")
+    fixtures.add_argument("--dsn", required=True, help="a postgresql:// URI of that database, as a superuser")
+    fixtures.add_argument("--role", help="the role --pooled-dsn logs in as: it gets what leakcheck_app has")
+    fixtures.add_argument("--drop", action="store_true", help="remove them again")
     cli_images.add_parsers(sub)
     args = parser.parse_args(argv)
     with progress.on_stderr():  # "leakcheck: fetching ..." lines; results go to stdout
@@ -48,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             return _merge(args)
         if args.command in cli_images.COMMANDS:
             return cli_images.run(args)
+        if args.command == "fixtures":
+            return guarded(lambda: _fixtures(args))
         return guarded(lambda: _prepare(args))
 
 
@@ -63,6 +75,18 @@ def _prepare(args: argparse.Namespace) -> int:
             print(f"--pooler {kind.value}:{spec} -> {kind.product} {backend.resolve_pooler(kind, spec)}")
         for line in backend.describe():
             print(f"  {line}")
+    return 0
+
+
+def _fixtures(args: argparse.Namespace) -> int:
+    dsn = check_dsn(args.dsn, "--dsn")
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            for line in install(conn, args.role, args.drop):
+                print(f"leakcheck: {line}")
+    except psycopg.Error as exc:
+        raise UsageError(f"leakcheck fixtures --dsn={redacted(dsn)} failed: {one_line(exc, 200)} (it needs a "
+                         "superuser of that database)") from None
     return 0
 
 

@@ -12,6 +12,7 @@ from .errors import UsageError
 from .probes import Probe, select
 from .provision.bouncer_ini import RESERVED, PoolMode
 from .provision.containers_images import check_template
+from .provision.external import check_dsn, default_name
 from .target import PoolerKind
 from .verdicts import Driver
 from .versions import Spec, parse_spec_list
@@ -30,6 +31,12 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--bouncer-ini", "leakcheck_bouncer_ini", "your own pgbouncer.ini: every setting kept except what leakcheck must "
      "control (listen address and port, the database entry, pool size, auth, log/pid/socket paths; listed in the "
      "run header)", None),
+    ("--pooled-dsn", "leakcheck_pooled_dsn", "measure a pooler that is already running (staging PgBouncer, "
+     "Odyssey, PgCat, RDS Proxy...): a postgresql:// URI through it; nothing is started", None),
+    ("--direct-dsn", "leakcheck_direct_dsn", "with --pooled-dsn: a postgresql:// URI straight to its PostgreSQL, "
+     "for the direct and shared controls", None),
+    ("--dsn-name", "leakcheck_dsn_name", "with --pooled-dsn: the pooler's name in test ids and gate keys "
+     "(default: its host and port)", None),
     ("--drivers", "leakcheck_drivers", "drivers to run: psycopg,asyncpg (default both)", "psycopg,asyncpg"),
     ("--probes", "leakcheck_probes", "probe ids to run, comma separated (default all)", "all"),
     ("--controls", "leakcheck_controls", "also run every probe on the direct and session-mode controls: "
@@ -72,7 +79,7 @@ def add_options(parser: pytest.Parser) -> None:
 FLAGS = {ini: flag for flag, ini, _, _ in OPTIONS} | {ini: flag for flag, ini, _ in LIST_OPTIONS}
 DEFAULTS = {ini: default for _, ini, _, default in OPTIONS}
 #: The options that turn the leak matrix on.
-MATRIX_SWITCHES = ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler")
+MATRIX_SWITCHES = ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler", "leakcheck_pooled_dsn")
 
 
 def _raw(config: pytest.Config, ini: str) -> str | None:
@@ -117,6 +124,9 @@ class Config:
     jobs: int = 0  #: --jobs: lanes at a time (0: auto, lanes.default_jobs)
     axes: tuple[Axis, ...] = ()  #: --bouncer-set / --pooler-set: settings crossed into the matrix
     bouncer_ini: str | None = None  #: --bouncer-ini: the team's pgbouncer.ini, as given
+    pooled_dsn: str | None = None  #: --pooled-dsn: a running pooler (then no servers are started)
+    direct_dsn: str | None = None  #: --direct-dsn: its PostgreSQL, for the controls
+    dsn_name: str = ""  #: --dsn-name (or the pooled DSN's host)
 
     @property
     def bouncer(self) -> tuple[Spec, ...]:
@@ -178,7 +188,8 @@ class Config:
         results = _given(raw, "leakcheck_results", "the path of a JSON file to write, such as results.json")
         bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
-        poolers = _poolers(raw)
+        pooled, direct, name = _dsns(raw)
+        poolers = _poolers(raw) if pooled is None else ()
         if bouncer_ini is not None and not any(kind is PoolerKind.PGBOUNCER for kind, _ in poolers):
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
@@ -198,7 +209,31 @@ class Config:
             jobs=_jobs(get("leakcheck_jobs", "a number of lanes such as 4, or auto")),
             axes=_axes(raw, poolers),
             bouncer_ini=bouncer_ini,
+            pooled_dsn=pooled, direct_dsn=direct, dsn_name=name,
         )
+
+
+def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
+    """--pooled-dsn, --direct-dsn and --dsn-name, checked; the DSN mode excludes the servers leakcheck starts."""
+    pooled = _given(raw, "leakcheck_pooled_dsn", "a postgresql:// URI through the running pooler")
+    direct = _given(raw, "leakcheck_direct_dsn", "a postgresql:// URI to its PostgreSQL")
+    name = _given(raw, "leakcheck_dsn_name", "a name such as staging")
+    if pooled is None:
+        extra = [FLAGS[k] for k, v in (("leakcheck_direct_dsn", direct), ("leakcheck_dsn_name", name)) if v]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} go with --pooled-dsn: give the running pooler's URI too")
+        return None, None, ""
+    started = [FLAGS[k] for k in ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler", "leakcheck_bouncer_ini",
+                                  "leakcheck_bouncer_set", "leakcheck_pooler_set") if raw.get(k) is not None]
+    if started:
+        raise UsageError(f"--pooled-dsn measures the pooler already running there, so {', '.join(started)} "
+                         "(servers leakcheck would start) cannot go with it; leave them out")
+    pooled = check_dsn(pooled, "--pooled-dsn")
+    direct = check_dsn(direct, "--direct-dsn") if direct is not None else None
+    name = name.strip() if name else default_name(pooled)
+    if not all(ch.isalnum() or ch in "_.-" for ch in name):
+        raise UsageError.bad_value("--dsn-name", name, "letters, digits, '_', '.' or '-'")
+    return pooled, direct, name
 
 
 def _poolers(raw: dict[str, str | None]) -> tuple[tuple[PoolerKind, Spec], ...]:

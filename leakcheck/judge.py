@@ -22,7 +22,7 @@ def problem(probe: Probe, outcome: Outcome, expected: Mapping[str, Verdict] | No
     """
     if outcome.route.is_control:
         want = control_expectation(probe, outcome.route)
-        if outcome.verdict is want:
+        if outcome.verdict in (want, Verdict.NOT_APPLICABLE):  # not applicable: the probe cannot run here
             return None
         return (f"control ({outcome.route.value}) must measure {want.value}, measured {outcome.verdict.value}: "
                 f"{outcome.evidence}. This probe cannot be trusted here")

@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from . import signals
 from .probes import Probe
 from .provision.base import Backend
-from .runner import pool_settings, run_probe
+from .runner import is_running_pooler, pool_settings, run_probe
 from .verdicts import Outcome, ServerId, Target, Verdict
 
 LaneKey = tuple[object, ...]
@@ -32,6 +32,10 @@ def default_jobs() -> int:
 
 
 def lane_of(probe: Probe, target: Target) -> LaneKey:
+    """Runs that share a pooler process share a lane; every run through a running pooler (--pooled-dsn)
+    shares one lane, whatever its driver: its server connections are the same for all of them."""
+    if is_running_pooler(target):
+        return ("running pooler", target.pooler)
     return (target.pg, target.pooler, target.route, target.driver, pool_settings(probe, target))
 
 
@@ -46,10 +50,20 @@ class Lanes:
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self, work: Sequence[Work]) -> None:
+        try:
+            self._start(work)
+        except BaseException as exc:  # every test gets this failure, none waits for a lane that never ran
+            for future in self._futures.values():
+                if not future.done():
+                    future.set_exception(exc)
+            raise
+
+    def _start(self, work: Sequence[Work]) -> None:
         lanes: dict[LaneKey, list[Work]] = {}
         for probe, target in work:
-            lanes.setdefault(lane_of(probe, target), []).append((probe, target))
             self._futures[self._key(probe, target)] = Future()
+        for probe, target in work:
+            lanes.setdefault(lane_of(probe, target), []).append((probe, target))
         with signals.deferred():  # servers start whole, or not at all; a stop signal acts right after
             self._start_together([items[0] for items in lanes.values()])
             warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
@@ -89,7 +103,8 @@ class Lanes:
         self.on_test(self.name(probe, target))
         settings = pool_settings(probe, target)
         try:
-            self.backend.postgres(target.pg)
+            if not is_running_pooler(target):  # a running pooler's PostgreSQL may be out of reach
+                self.backend.postgres(target.pg)
             if settings is not None:
                 assert target.pooler is not None
                 with self.backend.pooler(target.pg, target.pooler, settings, target.driver.value):

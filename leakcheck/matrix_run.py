@@ -21,10 +21,13 @@ from .provision.bouncer_ini import DROPPED_KEYS, HARNESS_KEYS
 from .runner import run_probe
 from .target import Pooler, PoolerKind
 from .verdicts import Outcome, Route, Target, Verdict
+from .versions import Spec
 
 
-def choose_backend(requested: str) -> tuple[str, str]:
+def choose_backend(requested: str, pooled_dsn: str | None = None) -> tuple[str, str]:
     """The backend to use and why (`auto`: containers when a Docker engine answers, else native)."""
+    if pooled_dsn is not None:
+        return "dsn", "--pooled-dsn: a running pooler, nothing started"
     if requested != "auto":
         return requested, f"--backend={requested}"
     try:
@@ -40,6 +43,11 @@ def choose_backend(requested: str) -> tuple[str, str]:
 
 def make_backend(config: Config) -> Backend:
     """The backend `config.backend` names (`auto` decided by `choose_backend`)."""
+    if config.pooled_dsn is not None:
+        from .provision.external import ExternalBackend
+
+        external: Backend = ExternalBackend(config.pooled_dsn, config.direct_dsn)
+        return external
     if choose_backend(config.backend)[0] == "containers":
         from .provision.containers import ContainersBackend
 
@@ -65,7 +73,7 @@ class MatrixRun:
     def choice(self) -> tuple[str, str]:
         """The backend this run uses and why (decided once)."""
         if self._choice is None:
-            self._choice = choose_backend(self.config.backend)
+            self._choice = choose_backend(self.config.backend, self.config.pooled_dsn)
         return self._choice
 
     @property
@@ -110,6 +118,8 @@ class MatrixRun:
 
     def targets(self) -> list[Target]:
         """Resolve every --pg and pooler value (fetching or building as needed)."""
+        if self.config.pooled_dsn is not None:
+            return self._dsn_targets()
         pgs = list(dict.fromkeys(self.backend.resolve_pg(s) for s in self.config.pg))
         poolers = self.poolers()
         drivers = [(d, driver_version(d)) for d in self.config.drivers]
@@ -121,6 +131,17 @@ class MatrixRun:
             session = list(dict.fromkeys(
                 replace(p, settings=tuple(kv for kv in p.settings if kv[0] != "pool_mode")) for p in poolers))
             out += [Target(pg, p, Route.SESSION, d, v) for pg in pgs for p in session for d, v in drivers]
+        return out
+
+    def _dsn_targets(self) -> list[Target]:
+        """A running pooler: its PostgreSQL's version as it reports it; controls only with --direct-dsn
+        (there is no session-mode control: leakcheck cannot change that pooler's mode)."""
+        pg = self.backend.resolve_pg(Spec("server"))
+        pooler = Pooler(PoolerKind.DSN, None, config=self.config.dsn_name)
+        drivers = [(d, driver_version(d)) for d in self.config.drivers]
+        out = [Target(pg, pooler, Route.TRANSACTION, d, v) for d, v in drivers]
+        if self.config.controls and self.config.direct_dsn is not None:
+            out += [Target(pg, None, route, d, v) for route in (Route.DIRECT, Route.SHARED) for d, v in drivers]
         return out
 
     def items(self) -> Iterator[tuple[str, Probe, Target]]:

@@ -49,7 +49,8 @@ def render_matrix(outcomes: Iterable[Outcome]) -> str:
         header = [f"PostgreSQL {pg}", *names]
         body = [[p + (" [security]" if p in security else ""),
                  *(cell(cells[(p, c)]) if (p, c) in cells else "-" for c in columns)] for p in probes]
-        lines += ["pooled route, pool of one (pooler[settings]/driver)", *_table([header, *body])]
+        lines += ["through the pooler (pooler[settings]/driver; the poolers leakcheck starts run a pool of one)",
+                  *_table([header, *body])]
         lines += [f"  {n} {c}" for n, c in zip(names, columns, strict=True)] if legend else []
         lines.append("")
     for route in (Route.DIRECT, Route.SESSION, Route.SHARED):

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+from . import running_pooler
 from .clients import Client, connect
-from .errors import NotApplicable
+from .errors import NotApplicable, ProvisionError
 from .probes.base import Login, Probe, Scenario
 from .provision import team_ini
 from .provision.base import USER, Backend, Endpoint
 from .provision.bouncer_ini import PoolMode, PoolSettings
 from .provision.fixtures import APP_ROLE
-from .target import Pooler
+from .target import Pooler, PoolerKind
 from .verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
 
 #: Seconds one probe may take, connections included, before it is an error.
@@ -34,7 +35,8 @@ def subject_mode(pooler: Pooler | None) -> PoolMode:
     """The pool mode probes run in: the cell's pool_mode axis, else the team's ini, else transaction."""
     if pooler is None:
         return PoolMode.TRANSACTION
-    given = pooler.setting("pool_mode") or (team_ini.load(pooler.config).value("pool_mode") if pooler.config else None)
+    team = team_ini.load(pooler.config) if pooler.config and pooler.kind is PoolerKind.PGBOUNCER else None
+    given = pooler.setting("pool_mode") or (team.value("pool_mode") if team else None)
     try:
         return PoolMode((given or "transaction").strip().lower())
     except ValueError:
@@ -67,25 +69,44 @@ async def _close(*clients: Client) -> None:
             await asyncio.wait_for(client.close(), 5)
 
 
+def is_running_pooler(target: Target) -> bool:
+    """A pooler leakcheck did not start (--pooled-dsn): see running_pooler.py."""
+    return target.route is Route.TRANSACTION and target.pooler is not None and target.pooler.kind is PoolerKind.DSN
+
+
 async def _measure(
-    probe: Probe, target: Target, endpoint: Endpoint, direct: Endpoint
+    probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint]
 ) -> tuple[Observation, tuple[Proof, ...]]:
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
     where = endpoint.as_user(role)
+    running = is_running_pooler(target)
     a = await connect(target.driver, "A", where)
     try:
+        if endpoint.dsn:  # a server the user gave (--pooled-dsn, --direct-dsn): has it what the probe uses?
+            await running_pooler.check_needs(probe, a)
+        if running:
+            await running_pooler.discard(a)
+            b = await running_pooler.share_a_server(a, lambda: connect(target.driver, "B", where))
         # The positive control: B drives A's very session. Elsewhere B is its own application.
-        b = a.alias("B") if target.route is Route.SHARED else await connect(target.driver, "B", where)
+        elif target.route is Route.SHARED:
+            b = a.alias("B")
+        else:
+            b = await connect(target.driver, "B", where)
     except BaseException:
         await _close(a)
         raise
 
     async def third() -> Client:
-        return await connect(target.driver, "C", direct.as_user(APP_ROLE))
+        try:
+            return await connect(target.driver, "C", direct().as_user(APP_ROLE))
+        except ProvisionError as exc:
+            raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 
     scenario = Scenario(a=a, b=b, route=target.route, third=third)
     try:
         observation = await probe.body(scenario)
+        if running:
+            await running_pooler.discard(a, b)
     finally:
         await scenario.close()
         await _close(a, b)
@@ -108,7 +129,12 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
 
     try:
         with _endpoint(backend, probe, target) as endpoint:
-            direct = backend.postgres(target.pg)
+            if not is_running_pooler(target):
+                backend.postgres(target.pg)  # started before the clients connect
+
+            def direct() -> Endpoint:
+                return backend.postgres(target.pg)
+
             measured = asyncio.run(asyncio.wait_for(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT))
     except TimeoutError:
         return outcome(Verdict.ERROR, f"the probe did not finish within {PROBE_TIMEOUT:.0f} s")
@@ -120,7 +146,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             return outcome(Verdict.NOT_APPLICABLE, refused)
         return outcome(Verdict.ERROR, f"the harness failed: {type(exc).__name__}: {exc}".strip())
     observation, proofs = measured
-    if earlier is not None:
+    if earlier is not None and not is_running_pooler(target):  # a running pooler keeps its servers
         reused = sorted({str(p.server) for p in proofs if p.server in earlier})
         earlier.update(p.server for p in proofs)
         if reused:

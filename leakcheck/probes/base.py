@@ -173,14 +173,15 @@ class Probe:
     pool_size: int = 1  # transaction-mode default_pool_size this probe needs
     security: bool = False  # the state guards data or identity: a leak exposes it
     login: str = Login.APP
+    fixtures: bool = False  # uses the roles and tables of provision/fixtures.py
 
 
 def probe(
     id: str, state: str, *, scope: Scope = Scope.SESSION, pool_size: int = 1, security: bool = False,
-    login: str = Login.APP,
+    login: str = Login.APP, fixtures: bool = False,
 ) -> Callable[[ProbeBody], Probe]:
     def wrap(body: ProbeBody) -> Probe:
         return Probe(id=id, state=state, body=body, scope=scope, pool_size=pool_size, security=security,
-                     login=login)
+                     login=login, fixtures=fixtures)
 
     return wrap

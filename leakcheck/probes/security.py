@@ -17,7 +17,7 @@ from .settings import lit, setting
 
 
 @probe("session_authorization", "SET SESSION AUTHORIZATION (B's session_user, and whom B's writes name)",
-       security=True, login=Login.SUPERUSER)
+       security=True, login=Login.SUPERUSER, fixtures=True)
 async def session_authorization(s: Scenario) -> Observation:
     note = s.name("note")
     # A (a superuser application acting for a user): becomes leakcheck_app for the rest of its session.
@@ -37,7 +37,7 @@ async def session_authorization(s: Scenario) -> Observation:
 
 
 @probe("set_role_privileged", "SET ROLE to a more privileged role (B reads a table only it may read)",
-       security=True)
+       security=True, fixtures=True)
 async def set_role_privileged(s: Scenario) -> Observation:
     # A: takes on a role that may read lc_secret, and reads it.
     await s.change(s.a, "SET ROLE", "SET ROLE leakcheck_priv")
@@ -58,7 +58,7 @@ _ROWS = "ARRAY(SELECT secret FROM lc_tenant_rows ORDER BY secret)"
 
 
 @probe("rls_tenant", "row-level security by a tenant setting: set_config('app.tenant', ..., false)",
-       security=True)
+       security=True, fixtures=True)
 async def rls_tenant(s: Scenario) -> Observation:
     # A: picks its tenant for the session; the policy on lc_tenant_rows shows A only its rows.
     await s.change(s.a, "set_config", "SELECT set_config('app.tenant', 'tenant_a', false)")
@@ -77,7 +77,7 @@ async def rls_tenant(s: Scenario) -> Observation:
 
 
 @probe("rls_tenant_local", "row-level security by a tenant setting: set_config('app.tenant', ..., true)",
-       scope=Scope.TRANSACTION, security=True)
+       scope=Scope.TRANSACTION, security=True, fixtures=True)
 async def rls_tenant_local(s: Scenario) -> Observation:
     # A: picks its tenant for one transaction only.
     mine = await s.run(s.a, "set_config local", "SELECT set_config('app.tenant', 'tenant_a', true)",
@@ -91,7 +91,8 @@ async def rls_tenant_local(s: Scenario) -> Observation:
     )
 
 
-@probe("temp_shadow", "a temp table shadowing a real table (where B's unqualified INSERT goes)", security=True)
+@probe("temp_shadow", "a temp table shadowing a real table (where B's unqualified INSERT goes)",
+       security=True, fixtures=True)
 async def temp_shadow(s: Scenario) -> Observation:
     note = s.name("note")
     # A: a temp table named like the real table lc_audit; pg_temp comes first in every search_path.
@@ -113,7 +114,7 @@ async def temp_shadow(s: Scenario) -> Observation:
     )
 
 
-@probe("lastval", "currval/lastval (B gets A's sequence value instead of 55000)", security=True)
+@probe("lastval", "currval/lastval (B gets A's sequence value instead of 55000)", security=True, fixtures=True)
 async def lastval(s: Scenario) -> Observation:
     # A: draws a value from a sequence.
     value = await s.observe(s.a, "nextval", "nextval('lc_seq')")
@@ -130,7 +131,8 @@ async def lastval(s: Scenario) -> Observation:
     )
 
 
-@probe("read_only", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY (B's writes refused?)", security=True)
+@probe("read_only", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY (B's writes refused?)",
+       security=True, fixtures=True)
 async def read_only(s: Scenario) -> Observation:
     note = s.name("note")
     await s.change(s.a, "SET SESSION CHARACTERISTICS", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
@@ -147,7 +149,8 @@ async def read_only(s: Scenario) -> Observation:
     )
 
 
-@probe("replication_role", "session_replication_role = replica (B's foreign key skipped?)", security=True)
+@probe("replication_role", "session_replication_role = replica (B's foreign key skipped?)",
+       security=True, fixtures=True)
 async def replication_role(s: Scenario) -> Observation:
     orphan = 1_000_000 + zlib.crc32(s.token.encode()) % 1_000_000  # no such lc_parent row
     await s.change(s.a, "SET session_replication_role", "SET session_replication_role = replica")

@@ -126,7 +126,7 @@ async def custom_setting(s: Scenario) -> Observation:
     )
 
 
-@probe("set_role", "SET ROLE to a less privileged role", security=True)
+@probe("set_role", "SET ROLE to a less privileged role", security=True, fixtures=True)
 async def set_role(s: Scenario) -> Observation:
     # A: switch to another role for the rest of its session.
     await s.change(s.a, "SET ROLE", "SET ROLE leakcheck_other")

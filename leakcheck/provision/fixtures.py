@@ -50,6 +50,22 @@ STATEMENTS: tuple[str, ...] = (
     f"GRANT USAGE, SELECT ON lc_seq TO {APP_ROLE}",
 )
 
+#: An SQL expression: true when a database has these roles and objects (a running pooler's, --pooled-dsn).
+#: The session's own user must be able to SET ROLE to leakcheck_other and leakcheck_priv.
+PRESENT = ("(CASE WHEN (SELECT count(*) FROM pg_roles WHERE rolname IN ('leakcheck_other', 'leakcheck_priv', "
+           f"'{APP_ROLE}')) = 3 THEN pg_has_role(session_user, 'leakcheck_other', 'MEMBER') AND "
+           "pg_has_role(session_user, 'leakcheck_priv', 'MEMBER') ELSE false END "
+           "AND to_regclass('public.lc_secret') IS NOT NULL AND to_regclass('public.lc_tenant_rows') IS NOT NULL "
+           "AND to_regclass('public.lc_audit') IS NOT NULL AND to_regclass('public.lc_child') IS NOT NULL "
+           "AND to_regclass('public.lc_seq') IS NOT NULL)")
+
+
+def grants_for(role: str) -> tuple[str, ...]:
+    """What the application role is granted, for another role (`leakcheck fixtures --role`: the role a
+    running pooler's DSN logs in as)."""
+    quoted = '"' + role.replace('"', '""') + '"'
+    return tuple(s.replace(APP_ROLE, quoted) for s in STATEMENTS if s.startswith("GRANT") and APP_ROLE in s)
+
 FINGERPRINT = hashlib.sha256("\n".join(STATEMENTS).encode()).hexdigest()[:10]
 
 
@@ -70,3 +86,39 @@ def apply(conn: psycopg.Connection[Any]) -> None:
     with conn.transaction():
         for statement in STATEMENTS:
             conn.execute(statement)
+
+
+#: What `leakcheck fixtures --drop` removes: the objects of that database. Roles belong to the whole
+#: cluster (other databases may use them), so they are kept.
+DROP = (
+    "DROP TABLE IF EXISTS lc_secret, lc_tenant_rows, lc_audit, lc_child, lc_parent",
+    "DROP SEQUENCE IF EXISTS lc_seq",
+)
+
+
+def install(conn: psycopg.Connection[Any], role: str | None, drop: bool = False) -> list[str]:
+    """Create (or with `drop`, remove) the probes' roles and objects in the connected database, as a
+    superuser, for a running pooler's database; `role`: also grant the application role's rights to
+    it (the role --pooled-dsn logs in as). What was done, one line each."""
+    with conn.transaction():
+        if drop:
+            for statement in DROP:
+                conn.execute(statement)
+            return ["dropped leakcheck's test tables (the roles leakcheck_other, leakcheck_priv and "
+                    f"{APP_ROLE} belong to the whole server and are kept: drop them when nothing uses them)"]
+        row = conn.execute("SELECT to_regclass('public.lc_audit') IS NOT NULL").fetchone()
+        done = []
+        if row and row[0]:
+            done.append("leakcheck's test roles and tables are already there")
+        else:
+            roles = {r[0] for r in conn.execute("SELECT rolname FROM pg_roles").fetchall()}
+            for statement in STATEMENTS:
+                words = statement.split()
+                if words[:2] != ["CREATE", "ROLE"] or words[2] not in roles:  # roles are the whole server's
+                    conn.execute(statement)
+            done.append(f"created leakcheck's test roles and tables ({len(STATEMENTS)} statements)")
+        if role:
+            for statement in grants_for(role):
+                conn.execute(statement)
+            done.append(f"granted {role} what {APP_ROLE} has (SET ROLE leakcheck_other/leakcheck_priv, the tables)")
+        return done

@@ -24,7 +24,7 @@ def run(pytester: pytest.Pytester, name: str, *args: str) -> pytest.RunResult:
 def matrix(result: pytest.RunResult) -> list[str]:
     """The summary's matrix, from its table to the verdict counts (the server lines above it name paths)."""
     lines = result.stdout.lines
-    start = next(i for i, line in enumerate(lines) if line.startswith("pooled route, pool of one"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("through the pooler"))
     end = next(i for i, line in enumerate(lines) if line.startswith("verdicts: "))
     return lines[start : end + 1]
 

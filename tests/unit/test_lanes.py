@@ -31,3 +31,30 @@ def test_drivers_routes_pool_sizes_and_pooler_settings_get_lanes_of_their_own() 
 
 def test_the_default_is_four_lanes_per_core_and_never_more_than_eight() -> None:
     assert 1 <= default_jobs() <= 8
+
+
+def test_when_lanes_cannot_start_every_test_gets_the_failure_instead_of_waiting() -> None:
+    from concurrent.futures import Future
+
+    import pytest
+
+    from leakcheck.lanes import Lanes
+
+    class Broken:
+        def postgres(self, pg: Version) -> None:
+            raise AssertionError("not reached")
+
+    lanes = Lanes(Broken(), 1, lambda p, t: p.id)  # type: ignore[arg-type]
+
+    def broken_lane_of(probe: object, target: object) -> object:
+        raise RuntimeError("bad input")
+
+    target = Target(PG, B, Route.TRANSACTION, Driver.PSYCOPG)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("leakcheck.lanes.lane_of", broken_lane_of)
+        with pytest.raises(RuntimeError):
+            lanes.start([(ONE, target), (TWO, target)])
+    for probe in (ONE, TWO):
+        with pytest.raises(RuntimeError, match="bad input"):
+            lanes.result(probe, target)
+    assert all(isinstance(f, Future) for f in lanes._futures.values())
