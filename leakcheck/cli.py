@@ -16,7 +16,7 @@ from typing import NoReturn
 import psycopg
 
 from . import cli_images, merge, preflight, progress
-from .config import DEFAULT_BOUNCER, DEFAULT_PG, Config
+from .config import DEFAULT_BOUNCER, DEFAULT_PG, Config, required_probes
 from .errors import UsageError, one_line
 from .exits import EXIT_USAGE, guarded
 from .matrix_run import make_backend
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     merging.add_argument("--record", type=Path, help="merge the measured verdicts into this matrices/*.json file, "
                          "as pytest --record")
     merging.add_argument("--junitxml", type=Path, help="write a JUnit XML report (one test case per outcome)")
+    merging.add_argument("--require", help="probe ids that must be isolated, as pytest --require (or security)")
     fixtures = sub.add_parser("fixtures", help="create leakcheck's test roles and tables in a database behind a "
                               "running pooler (for --pooled-dsn), as a superuser")
     fixtures.add_argument("--dsn", required=True, help="a postgresql:// URI of that database, as a superuser")
@@ -91,7 +92,11 @@ def _fixtures(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    return guarded(lambda: merge.run(args.results, args.expect, args.record, args.junitxml))
+    def merging() -> int:
+        required = required_probes(args.require)
+        return merge.run(args.results, args.expect, args.record, args.junitxml, required=required)
+
+    return guarded(merging)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "a Docker engine answers, else native); default native", "native"),
     ("--expect", "leakcheck_expect", "a matrices/*.json of expected verdicts: a probe passes when its "
      "verdict matches, fails when it differs (the pre-upgrade gate)", None),
+    ("--require", "leakcheck_require", "the probes your application relies on, comma separated (or security: "
+     "every security probe): they must be isolated for the gate to pass; other problems fail only as "
+     "differences from --expect (without it, they are accepted)", None),
     ("--record", "leakcheck_record", "write the measured verdicts to this matrices/*.json file", None),
     ("--results", "leakcheck_results", "write every outcome of the run (leak tests and controls, with their "
      "evidence) to this JSON file, for `leakcheck merge` (schema leakcheck-results, version 1)", None),
@@ -74,9 +77,19 @@ def add_options(parser: pytest.Parser) -> None:
     for flag, ini, help_text in LIST_OPTIONS:
         group.addoption(flag, dest=ini, default=None, action="append", help=help_text)
         parser.addini(ini, help=help_text, type="linelist", default=None)
+    for flag, ini, help_text in FLAG_OPTIONS:
+        group.addoption(flag, dest=ini, default=None, action="store_const", const="yes", help=help_text)
+        parser.addini(ini, help=f"{help_text} (yes or no)", default=None)
 
 
-FLAGS = {ini: flag for flag, ini, _, _ in OPTIONS} | {ini: flag for flag, ini, _ in LIST_OPTIONS}
+#: Options that take no value. (flag, ini key, help); the ini key takes yes or no.
+FLAG_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("--update", "leakcheck_update", "rewrite the --expect baseline with this run's verdicts (reasons kept while "
+     "a verdict stays the same); differences are recorded instead of failing"),
+)
+
+FLAGS = ({ini: flag for flag, ini, _, _ in OPTIONS} | {ini: flag for flag, ini, _ in LIST_OPTIONS}
+         | {ini: flag for flag, ini, _ in FLAG_OPTIONS})
 DEFAULTS = {ini: default for _, ini, _, default in OPTIONS}
 #: The options that turn the leak matrix on.
 MATRIX_SWITCHES = ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler", "leakcheck_pooled_dsn")
@@ -127,6 +140,8 @@ class Config:
     pooled_dsn: str | None = None  #: --pooled-dsn: a running pooler (then no servers are started)
     direct_dsn: str | None = None  #: --direct-dsn: its PostgreSQL, for the controls
     dsn_name: str = ""  #: --dsn-name (or the pooled DSN's host)
+    require: frozenset[str] | None = None  #: --require: probe ids that must be isolated (None: no policy)
+    update: bool = False  #: --update: rewrite the --expect file (record = expect)
 
     @property
     def bouncer(self) -> tuple[Spec, ...]:
@@ -185,6 +200,16 @@ class Config:
         pg = _given(raw, "leakcheck_pg", "PostgreSQL versions such as 16,18") or DEFAULT_PG
         expect = _given(raw, "leakcheck_expect", "the path of a matrices/*.json file")
         record = _given(raw, "leakcheck_record", "the path of a matrices/*.json file to write")
+        update = (_given(raw, "leakcheck_update", "yes or no") or "no").strip().lower()
+        if update not in ("yes", "no"):
+            raise UsageError.bad_value("--update", update, "yes or no")
+        if update == "yes":
+            if expect is None:
+                raise UsageError("--update rewrites the --expect baseline: give --expect=FILE (or record a new "
+                                 "one with --record=FILE)")
+            if record is not None and Path(record) != Path(expect):
+                raise UsageError(f"--update rewrites --expect={expect}; --record={record} is another file: give one")
+            record = expect
         results = _given(raw, "leakcheck_results", "the path of a JSON file to write, such as results.json")
         bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
@@ -210,6 +235,8 @@ class Config:
             axes=_axes(raw, poolers),
             bouncer_ini=bouncer_ini,
             pooled_dsn=pooled, direct_dsn=direct, dsn_name=name,
+            require=required_probes(_given(raw, "leakcheck_require", "probe ids separated by commas, or security")),
+            update=update == "yes",
         )
 
 
@@ -269,6 +296,22 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
             raise UsageError(f"--bouncer-set pool_mode={','.join(axis.values)}: pool_mode is one of "
                              f"{', '.join(sorted(modes))}")
     return tuple(axes)
+
+
+def required_probes(raw: str | None) -> frozenset[str] | None:
+    """--require's probe ids; `security` stands for every security probe, `all` for every probe."""
+    if raw is None:
+        return None
+    names = _items(raw, "--require", "probe ids separated by commas, or security")
+    out: set[str] = set()
+    for name in names:
+        if name == "security":
+            out |= {p.id for p in select(None) if p.security}
+        elif name == "all":
+            out |= {p.id for p in select(None)}
+        else:
+            out |= {p.id for p in select(name)}  # an unknown id is a UsageError listing the known ones
+    return frozenset(out)
 
 
 def _jobs(raw: str) -> int:

@@ -1,25 +1,25 @@
-"""Expected verdicts kept in matrices/*.json: the pre-upgrade gate (pure except load)."""
+"""Expected verdicts kept in matrices/ (baseline files, baseline.py): the pre-upgrade gate's keys,
+loading and comparing (pure except read/load)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
+from .baseline import Expectation, Malformed, parse_text, render_json, render_toml
 from .errors import UsageError
 from .verdicts import Outcome, Route, Verdict
 
-#: JSON layout: {"format": 1, "verdicts": {"pg16/pgbouncer1.24/psycopg3.3/search_path": "leaks", ...}}
-FORMAT = 1
-#: The verdicts a matrix may hold: measurements. An error or a skip measured nothing.
+__all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
+
+#: The verdicts a baseline may hold: measurements. An error or a skip measured nothing.
 GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE)
 
 #: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]/<probe>
 _KEY = re.compile(r"pg[0-9]+/(?:[a-z]+[0-9]+\.[0-9]+(?:\[[^\]]*\])?|dsn-[^/]+)"
                   r"/[a-z]+(?:[0-9]+\.[0-9]+)?/[A-Za-z0-9_.-]+")
-_LAYOUT = '{"format": 1, "verdicts": {"pg16/pgbouncer1.24/psycopg3.3/timezone": "isolated", ...}}'
+_LAYOUT = 'format = 2, then tables such as ["pg16/pgbouncer1.24"."psycopg3.3"] with timezone = "isolated"'
 
 
 def key(outcome: Outcome) -> str:
@@ -37,42 +37,43 @@ def any_driver_version(k: str) -> str:
     return f"{head}/{driver.rstrip('0123456789.')}/{probe}"
 
 
-def lookup(outcome: Outcome, expected: Mapping[str, Verdict]) -> Verdict | None:
-    """The expected verdict: the entry for this driver release, else the one for any release."""
+def lookup(outcome: Outcome, expected: Mapping[str, Expectation]) -> Expectation | None:
+    """The expectation for this driver release, else the one for any release of the driver."""
     k = key(outcome)
     return expected.get(k, expected.get(any_driver_version(k)))
 
 
 def gate_value(verdict: Verdict) -> bool:
-    """True for a verdict a matrix may hold (isolated, leaks, lost, breaks)."""
+    """True for a verdict a baseline may hold (isolated, leaks, lost, breaks, not_applicable)."""
     return verdict in GATE_VERDICTS
 
 
-def load(path: Path, option: str = "--expect") -> dict[str, Verdict]:
-    """The expected verdicts of a gate file; a UsageError (one line) for anything that is not one.
+def load(path: Path, option: str = "--expect") -> dict[str, Expectation]:
+    """The expectations of a baseline file; a UsageError (one line) for anything that is not one.
 
-    Only isolated/leaks/lost/breaks may be expected: an error or skipped entry is refused.
+    Only measurements may be expected: an error or skipped entry is refused.
     """
-    verdicts = read(path, option, f"re-record it with --record={path}")
-    bad = {k: v for k, v in verdicts.items() if not gate_value(v)}
+    entries = read(path, option, f"re-record it with --record={path}")
+    bad = {k: e for k, e in entries.items() if not gate_value(e.verdict)}
     if bad:
-        k, v = next(iter(sorted(bad.items())))
+        k, e = next(iter(sorted(bad.items())))
         raise UsageError(
-            f"{option}: {path} expects {v.value!r} for {k} ({len(bad)} such entries), but only isolated, leaks, "
-            f"lost or breaks can be expected: an error never passes a gate; re-record it with --record={path}"
+            f"{option}: {path} expects {e.verdict.value!r} for {k} ({len(bad)} such entries), but only isolated, "
+            f"leaks, lost, breaks or not_applicable can be expected: an error never passes a gate; re-record it "
+            f"with --record={path}"
         )
-    if not verdicts:
+    if not entries:
         raise UsageError(f"{option}: {path} holds no verdicts, so nothing could pass; record them with --record={path}")
-    return verdicts
+    return entries
 
 
-def read(path: Path, option: str, hint: str) -> dict[str, Verdict]:
-    """Any well-formed matrix file, error and skipped entries included (a --record target may hold them).
+def read(path: Path, option: str, hint: str) -> dict[str, Expectation]:
+    """Any well-formed baseline file, error and skipped entries included (a --record target may hold them).
 
     `hint` (what to do) ends the one-line UsageError when it is not one.
     """
     if path.is_dir():
-        raise UsageError(f"{option}: {path} is a folder; give the path of a matrix file such as matrices/prod.json")
+        raise UsageError(f"{option}: {path} is a folder; give the path of a baseline file such as matrices/prod.toml")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -80,61 +81,35 @@ def read(path: Path, option: str, hint: str) -> dict[str, Verdict]:
     except OSError as exc:
         raise UsageError(f"{option}: cannot read {path} ({exc.strerror or exc}); fix its permissions") from None
     except UnicodeDecodeError:
-        raise UsageError(f"{option}: {path} is not UTF-8 text, so not a leakcheck matrix; {hint}") from None
+        raise UsageError(f"{option}: {path} is not UTF-8 text, so not a leakcheck baseline; {hint}") from None
+    return parse(text, f"{option}: {path}", hint)
+
+
+def parse(text: str, where: str, hint: str) -> dict[str, Expectation]:
+    """A baseline's text; a one-line UsageError naming `where` when it is not one."""
     try:
-        data: Any = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"{option}: {path} is not JSON ({exc}); {hint}") from None
-    return parse(data, f"{option}: {path}", hint)
-
-
-def parse(data: Any, where: str, hint: str) -> dict[str, Verdict]:
-    """The verdicts of decoded matrix JSON; a one-line UsageError naming `where` when it is not one."""
-
-    def wrong(what: str) -> UsageError:
-        return UsageError(f"{where} is not a leakcheck matrix ({what}; expected {_LAYOUT}); {hint}")
-
-    if not isinstance(data, dict):
-        raise wrong(f"the top level is {type(data).__name__}, not an object")
-    if data.get("format") != FORMAT:
-        raise wrong(f"format is {data.get('format')!r}, not {FORMAT}")
-    verdicts = data.get("verdicts")
-    if not isinstance(verdicts, dict):
-        raise wrong(f"verdicts is {type(verdicts).__name__}, not an object")
-    out: dict[str, Verdict] = {}
-    known = ", ".join(v.value for v in GATE_VERDICTS)
-    for k, v in verdicts.items():
+        entries = parse_text(text)
+    except Malformed as exc:
+        raise UsageError(f"{where} is not a leakcheck baseline ({one_line_of(exc)}; expected {_LAYOUT}); {hint}") \
+            from None
+    for k in entries:
         if not _KEY.fullmatch(k):
-            raise wrong(f"the key {k!r} is not pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]"
-                        "/<probe>")
-        if not isinstance(v, str) or v not in {x.value for x in Verdict}:
-            raise wrong(f"{k} has the verdict {v!r}, not one of {known}")
-        out[k] = Verdict(v)
-    return out
+            raise UsageError(f"{where} is not a leakcheck baseline (the key {k!r} is not "
+                             f"pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]/<probe>); {hint}")
+    return entries
 
 
-def render(verdicts: Mapping[str, Verdict]) -> str:
-    """The file text: sorted keys, so a re-record shows as a small diff."""
-    body = {k: verdicts[k].value for k in sorted(verdicts)}
-    return json.dumps({"format": FORMAT, "verdicts": body}, indent=2) + "\n"
+def one_line_of(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
-def dump(outcomes: Iterable[Outcome]) -> str:
-    """The transaction-mode verdicts of `outcomes` as a matrix file (error and skipped ones left out)."""
-    verdicts = {key(o): o.verdict for o in outcomes if o.route is Route.TRANSACTION and gate_value(o.verdict)}
-    return render(verdicts)
+def render(entries: Mapping[str, Expectation], path: Path | None = None) -> str:
+    """The file text for `path`: JSON format 1 for a .json file, else TOML format 2 (with reasons)."""
+    return render_json(entries) if path is not None and path.suffix == ".json" else render_toml(entries)
 
 
-def compare(outcome: Outcome, expected: Mapping[str, Verdict]) -> str | None:
-    """None when the measured verdict is the expected one, else one line saying how it differs.
-
-    A measured error (or skip) never passes, whatever `expected` says.
-    """
-    want = lookup(outcome, expected)
-    if not gate_value(outcome.verdict):
-        return f"measured {outcome.verdict.value}, which never passes a gate: {outcome.evidence}"
-    if want is None:
-        return f"no expected verdict for {key(outcome)} (measured {outcome.verdict.value}); record one with --record"
-    if want is outcome.verdict:
-        return None
-    return f"expected {want.value}, measured {outcome.verdict.value}: {outcome.evidence}"
+def dump(outcomes: Iterable[Outcome], path: Path | None = None) -> str:
+    """The pooled-route verdicts of `outcomes` as a baseline (error and skipped ones left out)."""
+    entries = {key(o): Expectation(o.verdict) for o in outcomes
+               if o.route is Route.TRANSACTION and gate_value(o.verdict)}
+    return render(entries, path)

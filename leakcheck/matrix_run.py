@@ -10,9 +10,9 @@ from .axes import combinations
 from .clients import driver_version
 from .config import Config
 from .errors import LeakcheckError
-from .expectations import load
+from .expectations import Expectation, load
 from .failfast import FailFast
-from .judge import problem
+from .judge import Judgement, Policy, judge
 from .lanes import Lanes, default_jobs
 from .probes import Probe
 from .provision import team_ini
@@ -20,7 +20,7 @@ from .provision.base import Backend
 from .provision.bouncer_ini import DROPPED_KEYS, HARNESS_KEYS
 from .runner import run_probe
 from .target import Pooler, PoolerKind
-from .verdicts import Outcome, Route, Target, Verdict
+from .verdicts import Outcome, Route, Target
 from .versions import Spec
 
 
@@ -63,7 +63,7 @@ class MatrixRun:
     config: Config
     outcomes: list[Outcome] = field(default_factory=list)
     #: the --expect verdicts, loaded and checked before the run (preflight); loaded on first use if not
-    expected: Mapping[str, Verdict] | None = None
+    expected: Mapping[str, Expectation] | None = None
     _backend: FailFast | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _choice: tuple[str, str] | None = None
@@ -160,11 +160,15 @@ class MatrixRun:
         self.outcomes.append(outcome)
         return outcome
 
-    def judge(self, probe: Probe, outcome: Outcome) -> str | None:
-        """None when the outcome passes; else the failure message (judge.problem, shared with leakcheck merge)."""
+    def judge(self, probe: Probe, outcome: Outcome) -> Judgement:
+        """Whether the outcome passes (judge.judge, shared with `leakcheck run` and `leakcheck merge`)."""
         if self.config.expect is not None and self.expected is None:
             self.expected = load(self.config.expect)
-        return problem(probe, outcome, self.expected)
+        return judge(probe, outcome, self.policy)
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(expected=self.expected, required=self.config.require, update=self.config.update)
 
     def _failfast(self) -> FailFast:
         assert self._backend is not None

@@ -10,26 +10,29 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import expectations, record
 from .errors import UsageError
-from .judge import problem
+from .expectations import Expectation
+from .judge import Judgement, Kind, Policy, judge
 from .probes import PROBES, Probe
 from .report import render_counts, render_matrix
 from .results import Results, combine, load, name_of, properties
-from .verdicts import Outcome, Verdict
+from .verdicts import Outcome
 
 EXIT_PASSED, EXIT_FAILED = 0, 1
 
 
 @dataclass(frozen=True)
 class Judged:
-    """Each outcome with its failure message (None: passed), and the tests that measured nothing."""
+    """Each outcome's failure message, what was accepted or not applicable, and the tests that measured nothing."""
 
     results: Results
     failures: dict[Outcome, str]
+    #: accepted problems (expected failures) and not-applicable runs, with their messages
+    passed_as: dict[Outcome, Judgement] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -48,15 +51,20 @@ def probe_of(outcome: Outcome, known: Mapping[str, Probe]) -> Probe:
     return probe
 
 
-def judge_all(results: Results, expected: Mapping[str, Verdict] | None) -> Judged:
+def judge_all(results: Results, expected: Mapping[str, Expectation] | None, required: frozenset[str] | None = None
+              ) -> Judged:
     """Every outcome judged by the plugin's rule (pure); an unknown probe id is a UsageError."""
     known = {p.id: p for p in PROBES}
+    policy = Policy(expected=expected, required=required)
     failures: dict[Outcome, str] = {}
+    passed_as: dict[Outcome, Judgement] = {}
     for outcome in results.outcomes:
-        message = problem(probe_of(outcome, known), outcome, expected)
-        if message is not None:
-            failures[outcome] = message
-    return Judged(results, failures)
+        judged = judge(probe_of(outcome, known), outcome, policy)
+        if judged.fails:
+            failures[outcome] = judged.message
+        elif judged.kind is not Kind.PASSED:
+            passed_as[outcome] = judged
+    return Judged(results, failures, passed_as)
 
 
 def report(judged: Judged, sources: int) -> list[str]:
@@ -70,11 +78,11 @@ def report(judged: Judged, sources: int) -> list[str]:
     return lines
 
 
-def junit(judged: Judged, expected: Mapping[str, Verdict] | None) -> str:
+def junit(judged: Judged, expected: Mapping[str, Expectation] | None) -> str:
     """A JUnit XML report with one test case per outcome, named and with properties as the plugin's."""
     suite = ET.Element("testsuite", name="leakcheck", tests=str(len(judged.results.outcomes)
                                                                + len(judged.results.unmeasured)),
-                       failures=str(judged.failed), errors="0", skipped="0")
+                       failures=str(judged.failed), errors="0", skipped=str(len(judged.passed_as)))
     for outcome in judged.results.outcomes:
         case = ET.SubElement(suite, "testcase", classname="leakcheck", name=name_of(outcome))
         props = ET.SubElement(case, "properties")
@@ -84,6 +92,10 @@ def junit(judged: Judged, expected: Mapping[str, Verdict] | None) -> str:
             ET.SubElement(props, "property", name=name, value=value)
         if outcome in judged.failures:
             ET.SubElement(case, "failure", message=judged.failures[outcome]).text = judged.failures[outcome]
+        elif outcome in judged.passed_as:  # as pytest's junitxml writes an xfail or a skip
+            said = judged.passed_as[outcome]
+            kind = "pytest.xfail" if said.kind is Kind.ACCEPTED else "pytest.skip"
+            ET.SubElement(case, "skipped", type=kind, message=said.message).text = said.message
     for item in judged.results.unmeasured:
         case = ET.SubElement(suite, "testcase", classname="leakcheck", name=item.test.split("::", 1)[-1])
         ET.SubElement(case, "failure", message=f"measured nothing: {item.why}").text = item.why
@@ -94,7 +106,7 @@ def junit(judged: Judged, expected: Mapping[str, Verdict] | None) -> str:
 
 
 def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, junit_to: Path | None,
-        say: Callable[[str], None] = print) -> int:
+        say: Callable[[str], None] = print, required: frozenset[str] | None = None) -> int:
     """Load, check, judge, report and write; 0 when everything passed, 1 when anything failed.
 
     Every input (each results file, --expect, the --record and --junitxml targets) is checked
@@ -106,7 +118,7 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
         record.check_target(record_to)
     if junit_to is not None:
         record.check_writable(junit_to, "--junitxml", "leakcheck.xml")
-    judged = judge_all(merged, expected)
+    judged = judge_all(merged, expected, required)
     for line in report(judged, len(paths)):
         say(line)
     written = True

@@ -13,10 +13,11 @@ import pytest
 from . import expectations, gather, preflight, progress, record, results, signals
 from .config import Config, add_options
 from .errors import LeakcheckError
+from .judge import Kind
 from .matrix_run import MatrixRun
 from .probes import Probe
 from .report import render_counts, render_matrix
-from .verdicts import Target, Verdict
+from .verdicts import Target
 
 RUN = pytest.StashKey[MatrixRun]()
 #: What --record and --results did (or why they did not), for the terminal summary.
@@ -147,11 +148,13 @@ class LeakItem(pytest.Item):
         self.user_properties.extend(results.properties(outcome))
         if self.matrix.config.expect is not None and not outcome.route.is_control:
             self.user_properties.append(("matrix_key", expectations.key(outcome)))
-        problem = self.matrix.judge(self.probe, outcome)
-        if problem is not None:
-            raise LeakFound(problem)
-        if outcome.verdict is Verdict.NOT_APPLICABLE:
-            pytest.skip(f"not applicable: {outcome.evidence}")
+        judged = self.matrix.judge(self.probe, outcome)
+        if judged.kind is Kind.FAILED:
+            raise LeakFound(judged.message)
+        if judged.kind is Kind.ACCEPTED:  # an expected failure: the baseline or the policy accepts it
+            pytest.xfail(judged.message)
+        if judged.kind is Kind.NOT_APPLICABLE:
+            pytest.skip(judged.message)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, LeakFound):

@@ -20,13 +20,13 @@ from pathlib import Path
 from . import expectations, record
 from .config import Config
 from .errors import UsageError
+from .expectations import Expectation
 from .provision import team_ini
 from .provision.bouncer_binaries import URL_ENV, given_bouncer
 from .provision.containers_images import BASE_IMAGE_ENV
 from .provision.pg_binaries import resolve_pg
 from .provision.system import ServerUser, cache_root, server_user
 from .provision.tarballs import TARBALLS_ENV, local_tarballs
-from .verdicts import Verdict
 
 MB = 1024 * 1024
 #: Free space the temp folder needs: a copy of a PostgreSQL template (~50 MB) per version, plus logs.
@@ -38,7 +38,7 @@ _URL_SCHEMES = ("http", "https", "file")
 class Checked:
     """What the checks read and the run uses."""
 
-    expected: dict[str, Verdict] | None  #: the --expect file's verdicts
+    expected: dict[str, Expectation] | None  #: the --expect file's verdicts
     user: ServerUser | None  #: who runs the servers (native backend)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import expectations
 from .errors import LeakcheckError, UsageError
+from .expectations import Expectation
 from .verdicts import Outcome, Route, Verdict
 
 OPTION = "--record"
@@ -37,23 +38,27 @@ _HINT = "move it away, or give --record another path"
 class Plan:
     """What a finished run writes: the merged verdicts and how they came to be."""
 
-    verdicts: dict[str, Verdict]
+    verdicts: dict[str, Expectation]
     measured: int  #: keys written from this run's measurements
     kept: int  #: keys of the previous file this run did not measure, kept as they were
     #: key -> why it was not recorded ("error", "skipped", "measured differently: ...")
     unrecorded: dict[str, str] = field(default_factory=dict)
     unrecorded_kept: int = 0  #: of those, how many kept the previous file's value
     dropped: int = 0  #: error/skipped entries of the previous file (never written again)
+    #: keys whose verdict changed, so the reason given for the old one was dropped
+    reasons_dropped: tuple[str, ...] = ()
 
 
-def plan(previous: Mapping[str, Verdict], outcomes: Iterable[Outcome]) -> Plan:
-    """Merge this run's transaction-mode verdicts into `previous` (pure)."""
+def plan(previous: Mapping[str, Expectation], outcomes: Iterable[Outcome]) -> Plan:
+    """Merge this run's pooled-route verdicts into `previous` (pure). A reason stays with its entry
+    while the verdict stays the same; when the verdict changes, the reason (about the old one) goes."""
     by_key: dict[str, list[Verdict]] = {}
     for outcome in outcomes:
         if outcome.route is Route.TRANSACTION:
             by_key.setdefault(_written_key(expectations.key(outcome), previous), []).append(outcome.verdict)
-    measured: dict[str, Verdict] = {}
+    measured: dict[str, Expectation] = {}
     unrecorded: dict[str, str] = {}
+    reasons_dropped: list[str] = []
     for k, verdicts in by_key.items():
         failed = [v for v in verdicts if not expectations.gate_value(v)]
         distinct = list(dict.fromkeys(verdicts))
@@ -62,19 +67,24 @@ def plan(previous: Mapping[str, Verdict], outcomes: Iterable[Outcome]) -> Plan:
         elif len(distinct) > 1:  # two patch releases of one key disagree: the key cannot hold both
             unrecorded[k] = "measured differently: " + "/".join(v.value for v in distinct)
         else:
-            measured[k] = distinct[0]
-    merged = {k: v for k, v in previous.items() if expectations.gate_value(v)}
+            old = previous.get(k)
+            if old is not None and old.reason and old.verdict is not distinct[0]:
+                reasons_dropped.append(k)
+            keep = old.reason if old is not None and old.verdict is distinct[0] else ""
+            measured[k] = Expectation(distinct[0], keep)
+    merged = {k: e for k, e in previous.items() if expectations.gate_value(e.verdict)}
     kept = sum(1 for k in merged if k not in by_key)
     unrecorded_kept = sum(1 for k in unrecorded if k in merged)
     merged.update(measured)
     return Plan(
         verdicts=merged, measured=len(measured), kept=kept, unrecorded=unrecorded,
-        unrecorded_kept=unrecorded_kept, dropped=len(previous) - sum(1 for v in previous.values()
-                                                                      if expectations.gate_value(v)),
+        unrecorded_kept=unrecorded_kept, dropped=len(previous) - sum(1 for e in previous.values()
+                                                                      if expectations.gate_value(e.verdict)),
+        reasons_dropped=tuple(sorted(reasons_dropped)),
     )
 
 
-def _written_key(k: str, previous: Mapping[str, Verdict]) -> str:
+def _written_key(k: str, previous: Mapping[str, Expectation]) -> str:
     """A file that holds this cell for every release of its driver keeps it that way; otherwise the
     measured driver release is part of the key."""
     anyone = expectations.any_driver_version(k)
@@ -95,6 +105,9 @@ def summary(path: Path, result: Plan) -> list[str]:
         )
     if result.dropped:
         lines.append(f"dropped {result.dropped} error/skipped entries of the previous file (they measured nothing)")
+    if result.reasons_dropped:
+        lines.append(f"{len(result.reasons_dropped)} verdicts changed, so their reasons were dropped (they were about "
+                     f"the old verdict): e.g. {result.reasons_dropped[0]}; give new reasons where you accept them")
     return lines
 
 
@@ -112,12 +125,12 @@ def not_written(exitstatus: int, stopped: bool) -> str | None:
     return None
 
 
-def check_target(path: Path) -> dict[str, Verdict]:
+def check_target(path: Path) -> dict[str, Expectation]:
     """Before the run: `path` can be written (or created), and any file there is a matrix.
 
     Returns its verdicts (empty when there is no file yet). Creates nothing.
     """
-    exists = check_writable(path, OPTION, "matrices/prod.json")
+    exists = check_writable(path, OPTION, "matrices/prod.toml")
     return expectations.read(path, OPTION, _HINT) if exists else {}
 
 
@@ -162,7 +175,7 @@ def _cannot_write(folder: Path, create_folder: bool) -> str | None:
     return None
 
 
-def previous_verdicts(path: Path) -> dict[str, Verdict]:
+def previous_verdicts(path: Path) -> dict[str, Expectation]:
     """The verdicts the file holds right now (empty when there is none): merged into, never lost."""
     return expectations.read(path, OPTION, _HINT) if path.exists() else {}
 
@@ -230,7 +243,7 @@ def save(path: Path, outcomes: Iterable[Outcome]) -> list[str]:
     """
     with locked(path):
         result = plan(previous_verdicts(path), outcomes)
-        write_atomic(path, expectations.render(result.verdicts))
+        write_atomic(path, expectations.render(result.verdicts, path))
     return summary(path, result)
 
 

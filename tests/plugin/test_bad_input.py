@@ -90,8 +90,8 @@ def test_a_leakcheck_flag_without_the_matrix_is_refused_rather_than_ignored(pyte
     ("content", "message"),
     [
         (None, "does not exist; record one with --record="),
-        ("not json", "is not JSON"),
-        ('{"format":1,"verdicts":null}', "is not a leakcheck matrix (verdicts is NoneType"),
+        ("not json", "is neither JSON nor TOML"),
+        ('{"format":1,"verdicts":null}', "is not a leakcheck baseline (verdicts is NoneType"),
         ('{"format":1,"verdicts":{"pg16/pgbouncer1.24/psycopg/timezone":"error"}}',
          "an error never passes a gate; re-record"),
         ('{"format":1,"verdicts":{"pg16/pgbouncer1.24/psycopg/timezone":"skipped"}}',
@@ -119,7 +119,7 @@ def test_a_gate_file_that_is_missing_or_lies_stops_the_run_before_it_starts(
     [
         ("DIR", "--record: m.json is a folder"),
         ("FILE/m.json", "is a file"),
-        ("NOT_A_MATRIX", "is not a leakcheck matrix"),
+        ("NOT_A_MATRIX", "is not a leakcheck baseline"),
         ("/proc/leakcheck/m.json", "--record: cannot create /proc/leakcheck"),
     ],
 )

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import expectations, record
+from leakcheck import expectations, judge, record
 from leakcheck.errors import UsageError
+from leakcheck.expectations import Expectation
+from leakcheck.probes import PROBES
 from leakcheck.verdicts import Outcome, Route, Verdict
 
 from .outcomes import make
@@ -21,6 +23,10 @@ KEY_OLD = "pg15/pgbouncer1.18/asyncpg/timezone"
 
 def outcome(probe: str, verdict: Verdict, bouncer: str = "1.24.1", route: Route = Route.TRANSACTION) -> Outcome:
     return make(probe, "16.14", bouncer, route, "psycopg", verdict, f"{probe} evidence")
+
+
+def E(verdict: Verdict, reason: str = "") -> Expectation:  # noqa: N802 - reads like the value it makes
+    return Expectation(verdict, reason)
 
 
 def write(path: Path, verdicts: dict[str, str]) -> Path:
@@ -79,8 +85,9 @@ def test_a_matrix_with_no_verdicts_cannot_be_a_gate(tmp_path: Path) -> None:
 
 
 def test_a_measured_error_never_passes_whatever_the_expectations_say() -> None:
-    for expected in ({KEY_TZ: Verdict.ERROR}, {KEY_TZ: Verdict.ISOLATED}, {}):
-        message = expectations.compare(outcome("timezone", Verdict.ERROR), expected)
+    timezone = next(p for p in PROBES if p.id == "timezone")
+    for expected in ({KEY_TZ: E(Verdict.ERROR)}, {KEY_TZ: E(Verdict.ISOLATED)}, {}):
+        message = judge.problem(timezone, outcome("timezone", Verdict.ERROR), expected)
         assert message is not None and message.startswith("measured error")
 
 
@@ -89,17 +96,17 @@ def test_a_measured_error_never_passes_whatever_the_expectations_say() -> None:
 
 def test_errors_and_skips_are_not_recorded_and_keep_the_previous_value() -> None:
     plan = record.plan(
-        {KEY_TZ: Verdict.LEAKS},
+        {KEY_TZ: E(Verdict.LEAKS)},
         [outcome("timezone", Verdict.ERROR), outcome("statement_timeout", Verdict.SKIPPED)],
     )
-    assert plan.verdicts == {KEY_TZ: Verdict.LEAKS}  # kept; statement_timeout has no entry
+    assert plan.verdicts == {KEY_TZ: E(Verdict.LEAKS)}  # kept; statement_timeout has no entry
     assert plan.unrecorded == {KEY_TZ: "error", KEY_ST: "skipped"} and plan.unrecorded_kept == 1
     assert plan.measured == 0
 
 
 def test_a_partial_run_keeps_the_entries_it_did_not_measure() -> None:
-    plan = record.plan({KEY_OLD: Verdict.LOST, KEY_TZ: Verdict.LEAKS}, [outcome("timezone", Verdict.ISOLATED)])
-    assert plan.verdicts == {KEY_OLD: Verdict.LOST, KEY_TZ: Verdict.ISOLATED}
+    plan = record.plan({KEY_OLD: E(Verdict.LOST), KEY_TZ: E(Verdict.LEAKS)}, [outcome("timezone", Verdict.ISOLATED)])
+    assert plan.verdicts == {KEY_OLD: E(Verdict.LOST), KEY_TZ: E(Verdict.ISOLATED)}
     assert (plan.measured, plan.kept) == (1, 1)
     lines = record.summary(Path("m.json"), plan)
     assert lines == ["recorded 1 verdicts in m.json (1 kept from the previous file)"]
@@ -117,13 +124,13 @@ def test_two_patch_releases_that_disagree_on_one_key_are_not_recorded() -> None:
 
 
 def test_error_entries_of_an_old_file_are_dropped_and_said_so() -> None:
-    plan = record.plan({KEY_OLD: Verdict.ERROR}, [outcome("timezone", Verdict.ISOLATED)])
-    assert plan.verdicts == {KEY_TZ: Verdict.ISOLATED} and plan.dropped == 1
+    plan = record.plan({KEY_OLD: E(Verdict.ERROR)}, [outcome("timezone", Verdict.ISOLATED)])
+    assert plan.verdicts == {KEY_TZ: E(Verdict.ISOLATED)} and plan.dropped == 1
     assert any("dropped 1 error/skipped" in line for line in record.summary(Path("m.json"), plan))
 
 
 def test_the_summary_says_how_many_were_not_recorded_and_why() -> None:
-    plan = record.plan({KEY_TZ: Verdict.LEAKS}, [outcome("timezone", Verdict.ERROR),
+    plan = record.plan({KEY_TZ: E(Verdict.LEAKS)}, [outcome("timezone", Verdict.ERROR),
                                                  outcome("statement_timeout", Verdict.LEAKS)])
     first, second = record.summary(Path("m.json"), plan)
     assert first == "recorded 1 verdicts in m.json (0 kept from the previous file)"

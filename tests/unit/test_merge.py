@@ -10,6 +10,7 @@ import pytest
 
 from leakcheck import cli, expectations, results
 from leakcheck.exits import EXIT_USAGE
+from leakcheck.expectations import Expectation
 from leakcheck.judge import problem
 from leakcheck.probes import PROBES
 from leakcheck.report import render_counts, render_matrix
@@ -48,10 +49,11 @@ def test_a_leak_test_passes_without_expectations_only_when_isolated() -> None:
 
 
 def test_a_leak_test_passes_with_expectations_when_it_measured_the_expected_verdict() -> None:
-    expected = {KEY_ST: Verdict.LEAKS}
+    expected = {KEY_ST: Expectation(Verdict.LEAKS)}
     assert problem(PROBE["statement_timeout"], outcome("statement_timeout", Verdict.LEAKS), expected) is None
     assert problem(PROBE["statement_timeout"], outcome("statement_timeout", Verdict.ISOLATED),
-                   expected) == "expected leaks, measured isolated: statement_timeout evidence"
+                   expected) == ("the expected leaks went away: measured isolated. Good news; re-record with --update "
+                                 "so the gate holds it: statement_timeout evidence")
 
 
 def test_a_control_must_measure_what_its_route_requires() -> None:
@@ -67,7 +69,7 @@ def test_a_control_must_measure_what_its_route_requires() -> None:
 @pytest.mark.parametrize("route", list(Route))
 def test_an_error_never_passes(route: Route) -> None:
     error = outcome("timezone", Verdict.ERROR, route=route)
-    for expected in (None, {KEY_TZ: Verdict.ERROR}, {KEY_TZ: Verdict.ISOLATED}):
+    for expected in (None, {KEY_TZ: Expectation(Verdict.ERROR)}, {KEY_TZ: Expectation(Verdict.ISOLATED)}):
         assert problem(PROBE["timezone"], error, expected) is not None
 
 
@@ -91,7 +93,8 @@ def test_merging_fails_on_a_difference_and_names_the_test(tmp_path: Path, capsys
     a = job(tmp_path, "a.json", outcome("timezone", Verdict.LEAKS))
     assert cli.main(["merge", str(a), f"--expect={gate(tmp_path, {KEY_TZ: 'isolated'})}"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]: expected isolated, measured leaks" in out
+    assert ("FAILED test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]: new leaks: expected isolated, "
+            "measured leaks") in out
     assert out.splitlines()[-1] == "leakcheck: 0 passed, 1 failed"
 
 
@@ -150,8 +153,9 @@ def test_merging_records_as_the_plugin_does(tmp_path: Path, capsys: pytest.Captu
             outcome("timezone", Verdict.LEAKS, bouncer="", route=Route.SHARED))
     target = gate(tmp_path, {"pg15/pgbouncer1.18/psycopg/timezone": "lost", KEY_ST: "leaks"})
     cli.main(["merge", str(a), f"--record={target}"])
-    assert expectations.load(target) == {"pg15/pgbouncer1.18/psycopg/timezone": Verdict.LOST, KEY_ST: Verdict.LEAKS,
-                                     KEY_TZ: Verdict.ISOLATED}  # the error kept the old value; controls not written
+    assert expectations.load(target) == {  # the error kept the old value; controls not written
+        "pg15/pgbouncer1.18/psycopg/timezone": Expectation(Verdict.LOST), KEY_ST: Expectation(Verdict.LEAKS),
+        KEY_TZ: Expectation(Verdict.ISOLATED)}
     assert f"leakcheck: recorded 1 verdicts in {target} (1 kept from the previous file)" in capsys.readouterr().out
 
 

@@ -7,10 +7,15 @@ import pytest
 
 from leakcheck import expectations
 from leakcheck.errors import UsageError
+from leakcheck.expectations import Expectation
+from leakcheck.judge import problem
+from leakcheck.probes import PROBES
 from leakcheck.report import render_counts, render_matrix
 from leakcheck.verdicts import Fact, Outcome, Route, Verdict
 
 from .outcomes import make
+
+PROBE = {p.id: p for p in PROBES}
 
 
 def outcome(probe: str, verdict: Verdict, pg: str = "16.14", bouncer: str = "1.24.1", driver: str = "psycopg",
@@ -64,16 +69,16 @@ def test_matrix_keys_use_the_pg_major_and_the_bouncer_minor() -> None:
 def test_a_recorded_matrix_loads_back_and_controls_are_not_recorded(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
     path.write_text(expectations.dump([outcome("search_path", Verdict.LEAKS),
-                                   outcome("timezone", Verdict.ISOLATED, route=Route.DIRECT)]))
-    assert expectations.load(path) == {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
+                                       outcome("timezone", Verdict.ISOLATED, route=Route.DIRECT)], path))
+    assert expectations.load(path) == {"pg16/pgbouncer1.24/psycopg/search_path": Expectation(Verdict.LEAKS)}
 
 
 def test_the_gate_passes_on_the_expected_verdict_and_explains_a_difference() -> None:
-    expected = {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
-    assert expectations.compare(outcome("search_path", Verdict.LEAKS), expected) is None
-    diff = expectations.compare(outcome("search_path", Verdict.ISOLATED), expected)
-    assert diff is not None and diff.startswith("expected leaks, measured isolated")
-    missing = expectations.compare(outcome("timezone", Verdict.ISOLATED), expected)
+    expected = {"pg16/pgbouncer1.24/psycopg/search_path": Expectation(Verdict.LEAKS)}
+    assert problem(PROBE["search_path"], outcome("search_path", Verdict.LEAKS), expected) is None
+    diff = problem(PROBE["search_path"], outcome("search_path", Verdict.ISOLATED), expected)
+    assert diff is not None and diff.startswith("the expected leaks went away")
+    missing = problem(PROBE["timezone"], outcome("timezone", Verdict.ISOLATED), expected)
     assert missing is not None and "no expected verdict" in missing
 
 
@@ -99,19 +104,19 @@ def test_a_key_names_the_pooler_settings_and_the_driver_release() -> None:
 def test_an_entry_without_a_driver_release_holds_for_every_release_and_a_release_entry_wins() -> None:
     measured = make("search_path", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "e",
                     driver_version="3.3.9")
-    anyone = {"pg16/pgbouncer1.24/psycopg/search_path": Verdict.LEAKS}
-    assert expectations.compare(measured, anyone) is None
-    assert expectations.lookup(measured, {**anyone, "pg16/pgbouncer1.24/psycopg3.3/search_path": Verdict.ISOLATED}) \
-        is Verdict.ISOLATED
+    anyone = {"pg16/pgbouncer1.24/psycopg/search_path": Expectation(Verdict.LEAKS)}
+    assert problem(PROBE["search_path"], measured, anyone) is None
+    release = {**anyone, "pg16/pgbouncer1.24/psycopg3.3/search_path": Expectation(Verdict.ISOLATED)}
+    assert expectations.lookup(measured, release) == Expectation(Verdict.ISOLATED)
 
 
 def test_keys_with_settings_and_driver_releases_load_back(tmp_path: Path) -> None:
     measured = make("search_path", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.NOT_APPLICABLE, "e",
                     driver_version="3.3.9", settings=(("pool_mode", "statement"),))
-    path = tmp_path / "m.json"
-    path.write_text(expectations.dump([measured]))
+    path = tmp_path / "m.toml"
+    path.write_text(expectations.dump([measured], path))
     assert expectations.load(path) == {"pg16/pgbouncer1.24[pool_mode=statement]/psycopg3.3/search_path":
-                                       Verdict.NOT_APPLICABLE}
+                                       Expectation(Verdict.NOT_APPLICABLE)}
 
 
 def test_long_columns_are_numbered_and_named_under_the_table() -> None:
