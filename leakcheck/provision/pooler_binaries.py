@@ -66,7 +66,10 @@ def resolve_packaged(program: Program, spec: Spec, cache: Path, option: str) -> 
         found = found or _from_debian(program, wanted, store, attempts)
     if found:
         return found
-    hint = f"{program.title} comes from Debian's {program.package} package; or give the path of the program ({program.example_path})"
+    hint = (
+        f"{program.title} comes from Debian's {program.package} package here; "
+        f"or give the path of a {program.name} program (e.g. {program.example_path})"
+    )
     raise ProvisionError.nothing_worked(f"{program.title} {spec}", attempts, hint)
 
 
