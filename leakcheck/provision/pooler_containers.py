@@ -1,0 +1,78 @@
+"""Odyssey's and pgpool-II's side of the containers backend (pure): their files, commands, build args.
+
+The images come from docker/odyssey and docker/pgpool (Debian's packages; see docker/README.md).
+Inside a container the pooler listens on 0.0.0.0:6432 (the backend publishes it on 127.0.0.1) and
+reaches PostgreSQL as `postgres:5432` on the run's network; its files are copied to /leakcheck,
+rendered by the same functions as for the native backend.
+"""
+
+from __future__ import annotations
+
+from ..versions import Version
+from .base import DBNAME, USER
+from .bouncer_ini import PoolSettings
+from .containers_images import CONFIG_DIR, PG_ALIAS, PG_PORT
+from .odyssey_conf import OdysseyLayout, render_odyssey_conf
+from .pgpool_conf import PgpoolLayout, render_pcp_conf, render_pgpool_conf, render_pool_hba, render_pool_passwd
+
+Settings = tuple[tuple[str, str], ...]
+Credentials = tuple[tuple[str, str], ...]
+
+POOLER_PORT = 6432
+#: pgpool-II's sockets, pid file and status file: the image's user may write there (/leakcheck may be read-only).
+PGPOOL_RUN_DIR = "/tmp"
+
+ODYSSEY_ENTRYPOINT = ("odyssey",)
+ODYSSEY_COMMAND = (f"{CONFIG_DIR}/odyssey.conf",)
+PGPOOL_ENTRYPOINT = ("pgpool",)
+PGPOOL_COMMAND = (
+    "-n", "-f", f"{CONFIG_DIR}/pgpool.conf", "-F", f"{CONFIG_DIR}/pcp.conf", "-a", f"{CONFIG_DIR}/pool_hba.conf",
+)
+def pgpool_reset_script(parent: int = 1) -> str:
+    """A POSIX sh script that sends SIGKILL to every child of `parent` (in a container, pgpool-II's main
+    process is PID 1): pgpool-II forks new children, without cached backends. Seen natively on 4.3.5,
+    4.6.1 and 4.7.3: every kind of child (connection, PCP, worker, health check) is forked again after
+    SIGKILL, in about 10 ms. (The native backend kills only the children that hold a backend.)"""
+    return (
+        'for d in /proc/[0-9]*; do s=$(cat "$d/stat" 2>/dev/null) || continue; set -- ${s##*) }; '
+        f'[ "$2" = {int(parent)} ] && kill -KILL "${{d#/proc/}}" 2>/dev/null; done; true'
+    )
+
+
+#: `docker exec` this (as the image's user) to reset pgpool-II in its container.
+PGPOOL_RESET_COMMAND = ("sh", "-c", pgpool_reset_script(1))
+
+def odyssey_files(settings: PoolSettings, extra: Settings, credentials: Credentials) -> dict[str, bytes]:
+    """odyssey.conf for a container: listens on 0.0.0.0:6432, its storage is postgres:5432."""
+    layout = OdysseyLayout(
+        listen_port=POOLER_PORT, server_host=PG_ALIAS, server_port=PG_PORT, dbname=DBNAME, admin=USER,
+        credentials=credentials, listen_host="0.0.0.0",
+    )
+    return {f"{CONFIG_DIR}/odyssey.conf": render_odyssey_conf(settings, extra, layout).encode()}
+
+
+def pgpool_files(
+    version: Version, settings: PoolSettings, extra: Settings, credentials: Credentials
+) -> dict[str, bytes]:
+    """pgpool.conf (for that pgpool-II version), pool_passwd, pool_hba.conf and pcp.conf for a container."""
+    layout = PgpoolLayout(
+        version=version, port=POOLER_PORT, run_dir=PGPOOL_RUN_DIR, pool_passwd=f"{CONFIG_DIR}/pool_passwd",
+        server_host=PG_ALIAS, server_port=PG_PORT, listen_addresses="0.0.0.0", clients="0.0.0.0/0",
+    )
+    password = dict(credentials).get(USER, "")
+    return {
+        f"{CONFIG_DIR}/pgpool.conf": render_pgpool_conf(settings, extra, layout).encode(),
+        f"{CONFIG_DIR}/pool_passwd": render_pool_passwd(credentials).encode(),
+        f"{CONFIG_DIR}/pool_hba.conf": render_pool_hba(layout).encode(),
+        f"{CONFIG_DIR}/pcp.conf": render_pcp_conf(USER, password).encode(),
+    }
+
+
+def odyssey_build_args(base_image: str, deb_version: str = "") -> dict[str, str]:
+    """docker/odyssey's build args: a Debian image whose suite has odyssey (sid), its Debian version."""
+    return {"BASE_IMAGE": base_image, "ODYSSEY_DEB_VERSION": deb_version}
+
+
+def pgpool_build_args(base_image: str, deb_version: str = "") -> dict[str, str]:
+    """docker/pgpool's build args: a Debian image (bookworm 4.3.5, trixie 4.6.1, sid 4.7.3), its Debian version."""
+    return {"BASE_IMAGE": base_image, "PGPOOL_DEB_VERSION": deb_version}
