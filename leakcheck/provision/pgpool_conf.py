@@ -124,3 +124,10 @@ def start_error(log: str) -> str | None:
     It logs e.g. `2026-12-01 08:02:50.821: main pid 14842: FATAL:  invalid value for parameter ...`."""
     found = [m for m in (re.search(r"\b(?:FATAL|ERROR):\s+(.+)$", line) for line in log.splitlines()) if m]
     return " ".join(found[-1].group(1).split()) if found else None
+
+
+def bind_failure(log: str) -> str | None:
+    """pgpool-II 4.4+ goes on running when it cannot listen on its TCP port (a WARNING, then
+    `DETAIL:  bind on socket failed with error "Address already in use"`): that line, if it logged it."""
+    found = re.search(r'DETAIL:\s+(bind on socket failed with error "[^"]*")', log)
+    return f"it could not listen on its port: {found.group(1)}" if found else None

@@ -28,6 +28,7 @@ from ..errors import StartError, one_line
 from .owner import start_time
 from .pgpool_conf import (
     PgpoolLayout,
+    bind_failure,
     render_pcp_conf,
     render_pgpool_conf,
     render_pool_hba,
@@ -107,6 +108,9 @@ class PgpoolProcess(PoolerProcess):
 
     def _start_error(self, log: str) -> str | None:
         return start_error(log)
+
+    def _failing(self, log: str) -> str | None:
+        return bind_failure(log)
 
     def _write_files(self, tmp: Path) -> list[str]:
         layout = PgpoolLayout(

@@ -9,9 +9,11 @@ BouncerProcess: `__enter__`/`__exit__`, `spawn()` then `finish()`, `endpoint()`,
 
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 import signal
+import socket
 from pathlib import Path
 from typing import ClassVar, Self
 
@@ -29,6 +31,17 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 PORT_ATTEMPTS = 3
 Settings = tuple[tuple[str, str], ...]
+
+
+def port_taken(port: int) -> bool:
+    """Whether another socket is bound to 127.0.0.1:port (sockets in TIME_WAIT do not count)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 def exit_reason(code: int) -> str:
@@ -151,6 +164,10 @@ class PoolerProcess:
     def _after_start(self) -> None:
         """What it needs once it answers, before its first use."""
 
+    def _failing(self, log: str) -> str | None:
+        """Why it will never answer although it runs (e.g. it could not listen on its port), from its log."""
+        return None
+
     # --- shared machinery
 
     def _hint(self) -> str:
@@ -172,11 +189,19 @@ class PoolerProcess:
         def gone() -> str | None:
             code = process.exit_code()
             if code is None:
-                return None
+                return self._failing(process.recent_log())
             own = self._start_error(process.recent_log())
             return exit_reason(code) + (f": {own}" if own else "")
 
-        wait_until(self.what, self._ready, gone, self.ready_timeout, process.recent_log, self._hint())
+        try:
+            wait_until(self.what, self._ready, gone, self.ready_timeout, process.recent_log, self._hint())
+        except PortClash:
+            raise
+        except StartError as exc:
+            # Odyssey 1.5.2 exits with code 1 and logs nothing when its port is taken: ask the port.
+            if process.exit_code() is not None and port_taken(self.port):
+                raise PortClash(f"{exc} (port {self.port} is taken: Address already in use)") from None
+            raise
 
     def _start_on_new_port(self) -> None:
         self.port = free_port()
