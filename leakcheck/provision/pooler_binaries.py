@@ -68,7 +68,7 @@ def resolve_packaged(program: Program, spec: Spec, cache: Path, option: str) -> 
         return found
     hint = (
         f"{program.title} comes from Debian's {program.package} package here; "
-        f"or give the path of a {program.name} program (e.g. {program.example_path})"
+        f"or give the path of {program.a_binary} (e.g. {program.example_path})"
     )
     raise ProvisionError.nothing_worked(f"{program.title} {spec}", attempts, hint)
 

@@ -14,6 +14,8 @@ import logging
 import shutil
 import signal
 import socket
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, Self
 
@@ -75,6 +77,9 @@ class PoolerProcess:
         self.tmpdir: Path | None = None
         self._process: ServerProcess | None = None
         self._last_log = ""
+        #: Restarts fork from this one thread, which lives as long as the pooler: PDEATHSIG acts when
+        #: the thread that forked a process ends, and a caller's thread may end first.
+        self._spawner: ThreadPoolExecutor | None = None
 
     @property
     def version(self) -> Version:
@@ -142,6 +147,9 @@ class PoolerProcess:
         try:
             self._stop()
         finally:
+            spawner, self._spawner = self._spawner, None
+            if spawner is not None:
+                spawner.shutdown(wait=True)
             if self.tmpdir is not None:
                 self._last_log = self.log_text()
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
@@ -209,16 +217,24 @@ class PoolerProcess:
         self._wait()
 
     def _restart(self) -> None:
-        """Stop it at once (SIGKILL) and start it again on the same port (another if that one was taken)."""
+        """Stop it at once (SIGKILL) and start it again on the same port (another if that one was taken),
+        from the pooler's own spawner thread (see __init__)."""
         process, self._process = self._process, None
         if process is not None:
             process.stop(signal.SIGKILL)
+        if self._spawner is None:
+            self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"leakcheck-{self.name}")
         try:
-            self._spawn()
+            self._spawner.submit(self._spawn).result()
             self._wait()
         except PortClash:
             self._stop()
-            start_retrying_port_clash(self._start_on_new_port, self._stop, PORT_ATTEMPTS - 1)
+            start_retrying_port_clash(self._on_spawner(self._start_on_new_port), self._stop, PORT_ATTEMPTS - 1)
+
+    def _on_spawner(self, step: Callable[[], None]) -> Callable[[], None]:
+        spawner = self._spawner
+        assert spawner is not None
+        return lambda: spawner.submit(step).result()
 
     def _alive(self) -> ServerProcess:
         """Its process, or a StartError (with the end of its log) when it is not running."""

@@ -21,7 +21,7 @@ from .programs import Program
 def given_program(program: Program, path: Path, option: str) -> Binary:
     """The program at a path the user gave; UsageError (one line) when it is not that program."""
     what = (
-        f"give the path of a {program.name} binary (e.g. {program.example_path}) "
+        f"give the path of {program.a_binary} (e.g. {program.example_path}) "
         f"or a version such as {program.example_spec}"
     )
     binary = path.expanduser().absolute()  # never looked up on PATH

@@ -29,6 +29,11 @@ class Program:
     def example_path(self) -> str:
         return "/" + self.installed[0]
 
+    @property
+    def a_binary(self) -> str:
+        """'a pgbouncer binary', 'an odyssey binary', for messages."""
+        return f"{'an' if self.name[0] in 'aeiou' else 'a'} {self.name} binary"
+
 
 PGBOUNCER = Program(
     "pgbouncer", "PgBouncer", banners.PGBOUNCER, "PgBouncer 1.24.1", "1.24", ("usr/sbin/pgbouncer",), "pgbouncer"
