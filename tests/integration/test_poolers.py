@@ -7,8 +7,13 @@ poolers do with session state is measured in test_poolers_measured.py, never ass
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +37,7 @@ from leakcheck.provision.pooler_containers import pgpool_reset_script
 from leakcheck.provision.pooler_process import PoolerProcess
 from leakcheck.provision.proc_sockets import children_of
 from leakcheck.provision.programs import ODYSSEY, PGPOOL
+from leakcheck.provision.sweep import sweep
 from leakcheck.provision.system import ServerUser, cache_root, server_user
 from leakcheck.versions import Spec, Version, parse_spec
 
@@ -265,3 +271,59 @@ def test_the_container_reset_script_makes_pgpool_fork_every_child_again(
             assert time.monotonic() < deadline, "pgpool-II did not fork its children again"
             time.sleep(0.01)
         assert identity(pooler.endpoint()) != before_identity
+
+
+CHILD = """
+import json, sys, time
+from leakcheck.provision.base import Endpoint
+from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
+from leakcheck.provision.odyssey_process import OdysseyProcess
+from leakcheck.provision.pgpool_process import PgpoolProcess
+from leakcheck.provision.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.system import cache_root, server_user
+from leakcheck.versions import parse_spec
+
+server = Endpoint(**json.loads(sys.argv[1]))
+ody = OdysseyProcess(resolve_odyssey(parse_spec("1.5", "x"), cache_root()), PoolSettings(), (), server, server_user())
+pgp = PgpoolProcess(resolve_pgpool(parse_spec("4.7", "x"), cache_root()), PoolSettings(PoolMode.SESSION, 2), (),
+                    server, server_user())
+with ody, pgp:
+    ody.reset()  # the Odyssey that runs now was forked by its spawner thread
+    print(json.dumps({"odyssey": ody._alive().pid, "pgpool": pgp._alive().pid}), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.fixture
+def run_tmp() -> Iterator[Path]:
+    """A TMPDIR of the run's own that the server user may enter (pytest's tmp_path is private to us)."""
+    folder = Path(tempfile.mkdtemp(prefix="leakcheck-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_poolers_of_a_killed_run_die_with_it_and_the_next_run_sweeps_their_folders(
+    postgres: PgServer, run_tmp: Path
+) -> None:
+    endpoint = postgres.endpoint()
+    server = {"host": endpoint.host, "port": endpoint.port, "credentials": [list(c) for c in endpoint.credentials]}
+    with subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(server)], stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "TMPDIR": str(run_tmp)}, start_new_session=True) as child:
+        try:
+            assert child.stdout is not None
+            mains = json.loads(child.stdout.readline())
+            pgpool_family = [mains["pgpool"], *children_of(mains["pgpool"])]
+            watched = {pid: start_time(pid) for pid in [mains["odyssey"], *pgpool_family]}
+            folders = sorted(p.name.split("-")[1] for p in run_tmp.iterdir())
+            assert folders == ["odyssey1.5.2", "pgpool4.7.3"]
+        finally:
+            child.kill()  # SIGKILL: no cleanup code of the run runs
+    deadline = time.monotonic() + 10
+    while any(start_time(pid) == started for pid, started in watched.items()):
+        assert time.monotonic() < deadline, "a pooler process outlived the run that started it"
+        time.sleep(0.05)
+    ipc = [line.split() for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
+    assert not [row for row in ipc if int(row[4]) in watched]  # pgpool-II removed its segments (SIGINT)
+    assert sweep(tmp=run_tmp) == 2
+    assert list(run_tmp.iterdir()) == []
