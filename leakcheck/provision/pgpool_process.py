@@ -1,12 +1,14 @@
 """One pgpool-II in front of one PostgreSQL: a context manager that always cleans up.
 
-`reset()` ends, with SIGKILL, every child process of pgpool-II that holds a connection to our
-PostgreSQL (its cached backends), and waits until pgpool-II has forked their replacements and no
-child holds one: the next session starts on a fresh backend. Seen on 4.3.5, 4.6.1 and 4.7.3: a
-child ended by SIGKILL is replaced ("terminated by sigkill", then a new child); one ended by
-SIGTERM or SIGQUIT "exited with success and will not be restarted", so only SIGKILL keeps the pool
-whole. Measured here: about 10-20 ms. Nothing else is restarted, and pgpool-II forks the children
-itself.
+`reset()` ends, with SIGKILL, every connection child of pgpool-II (each may cache a backend) and
+waits until pgpool-II has forked as many new ones: the next session starts on a fresh backend.
+Seen on 4.3.5, 4.6.1 and 4.7.3: a child ended by SIGKILL is replaced ("terminated by sigkill", then
+a new child); one ended by SIGTERM or SIGQUIT "exited with success and will not be restarted", so
+only SIGKILL keeps the pool whole. A child is killed only once it is idle again (its process title
+is `pgpool: wait for connection request`): a child finishing a session takes System V semaphores
+without SEM_UNDO (pool_sema.c), and one killed holding one would leave it taken. PCP, worker and
+health-check children are left alone (health and replication checks are off: they hold no backend).
+Measured here: about 10 ms. pgpool-II forks the children itself; nothing is restarted.
 
 pgpool-II keeps System V shared memory and semaphores that only its own shutdown removes, and
 its children outlive a main process ended by SIGKILL. So it stops with SIGINT (fast shutdown: it
@@ -17,15 +19,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from ..errors import StartError, one_line
-from .owner import start_time
 from .pgpool_conf import (
     PgpoolLayout,
     bind_failure,
@@ -36,7 +37,7 @@ from .pgpool_conf import (
     start_error,
 )
 from .pooler_process import PoolerProcess
-from .proc_sockets import children_of, connected_to
+from .proc_sockets import idle_children
 
 RESET_TIMEOUT = 5.0
 
@@ -57,27 +58,32 @@ class PgpoolProcess(PoolerProcess):
     death_signal = signal.SIGINT
 
     def reset(self) -> None:
-        """SIGKILL the children holding a server connection; wait for their replacements."""
+        """SIGKILL every connection child once idle; wait until as many new ones wait for clients."""
         main = self._alive().pid
         assert main is not None
-        server = socket.gethostbyname(self.server_host), self.server_port  # as /proc/net/tcp shows it
-        before = children_of(main)
-        holders = connected_to(before, *server)
-        for pid in holders:
+        wanted = self._children()
+        idle = self._until(lambda: idle_children(main), wanted, "children idle")
+        for pid in idle:
             os.kill(pid, signal.SIGKILL)
+        self._until(lambda: [pid for pid in idle_children(main) if pid not in idle], wanted, "new children")
+
+    def _children(self) -> int:
+        """How many connection children it runs (num_init_children: the pool size, or an extra setting)."""
+        given = dict(self.extra).get("num_init_children", "")
+        return int(given) if given.isdigit() else self.settings.pool_size
+
+    def _until(self, found: Callable[[], list[int]], wanted: int, what: str) -> list[int]:
         deadline = time.monotonic() + RESET_TIMEOUT
         while True:
-            now = children_of(main)
-            alive = [pid for pid in now if start_time(pid) is not None]  # not yet reaped: zombies count as gone
-            settled = len(alive) >= len(before) and not set(holders) & set(alive)
-            if settled and not connected_to(alive, *server):
-                return
+            pids = found()
+            if len(pids) >= wanted:
+                return pids
             if time.monotonic() > deadline or not self.running():
                 raise StartError(
-                    f"could not reset pgpool-II {self.version}'s cached backends at port {self.port}: after SIGKILL "
-                    f"to children {holders} it has children {alive} (had {len(before)})"
+                    f"could not reset pgpool-II {self.version}'s cached backends at port {self.port}: "
+                    f"{len(pids)} of {wanted} {what} after {RESET_TIMEOUT:g} s"
                 )
-            time.sleep(0.002)
+            time.sleep(0.001)
 
     def _connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.endpoint().conninfo(), autocommit=True, connect_timeout=3)

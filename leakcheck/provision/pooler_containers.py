@@ -31,19 +31,27 @@ PGPOOL_ENTRYPOINT = ("pgpool",)
 PGPOOL_COMMAND = (
     "-n", "-f", f"{CONFIG_DIR}/pgpool.conf", "-F", f"{CONFIG_DIR}/pcp.conf", "-a", f"{CONFIG_DIR}/pool_hba.conf",
 )
-def pgpool_reset_script(parent: int = 1) -> str:
-    """A POSIX sh script that sends SIGKILL to every child of `parent` (in a container, pgpool-II's main
-    process is PID 1): pgpool-II forks new children, without cached backends. Seen natively on 4.3.5,
-    4.6.1 and 4.7.3: every kind of child (connection, PCP, worker, health check) is forked again after
-    SIGKILL, in about 10 ms. (The native backend kills only the children that hold a backend.)"""
+def pgpool_reset_script(children: int, parent: int = 1) -> str:
+    """A POSIX sh script doing pgpool_process's reset where pgpool-II's main process is `parent` (PID 1
+    in a container): once `children` connection children are idle (process title `pgpool: wait for
+    connection request`), SIGKILL them, then wait until as many new ones are idle. Exit 0 when done, 1
+    after 5 s. It needs only sh, cat, tr, grep and sleep (coreutils' fractional sleep)."""
     return (
-        'for d in /proc/[0-9]*; do s=$(cat "$d/stat" 2>/dev/null) || continue; set -- ${s##*) }; '
-        f'[ "$2" = {int(parent)} ] && kill -KILL "${{d#/proc/}}" 2>/dev/null; done; true'
+        f"n={int(children)}; parent={int(parent)}; "
+        'idle() { for d in /proc/[0-9]*; do s=$(cat "$d/stat" 2>/dev/null) || continue; set -- ${s##*) }; '
+        '[ "$2" = "$parent" ] || continue; tr "\\0" "\\n" < "$d/cmdline" 2>/dev/null '
+        '| grep -q "^pgpool: wait for connection request *$" && echo "${d#/proc/}"; done; }; '
+        "count() { c=0; for p in $1; do case \" $2 \" in *\" $p \"*) ;; *) c=$((c+1)) ;; esac; done; echo $c; }; "
+        'i=0; until [ "$(count "$(idle)" "")" -ge "$n" ]; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done; '
+        'old=$(idle); kill -KILL $old; '
+        'i=0; until [ "$(count "$(idle)" "$old")" -ge "$n" ]; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done'
     )
 
 
-#: `docker exec` this (as the image's user) to reset pgpool-II in its container.
-PGPOOL_RESET_COMMAND = ("sh", "-c", pgpool_reset_script(1))
+def pgpool_reset_command(children: int) -> tuple[str, ...]:
+    """`docker exec` this (as the image's user) to reset a pgpool-II container of `children` connection
+    children (num_init_children: the pool size)."""
+    return ("sh", "-c", pgpool_reset_script(children, 1))
 
 def odyssey_files(settings: PoolSettings, extra: Settings, credentials: Credentials) -> dict[str, bytes]:
     """odyssey.conf for a container: listens on 0.0.0.0:6432, its storage is postgres:5432."""

@@ -1,7 +1,9 @@
-"""Which processes a process forked, and which TCP peers a process is connected to (Linux /proc).
+"""Which processes a process forked, their process titles, and which TCP peers a process is connected
+to (Linux /proc).
 
-For pgpool-II's reset: its child processes that hold a connection to our PostgreSQL are the ones
-with cached backends. Parsing is pure (unit-tested); reading /proc tolerates processes that end.
+For pgpool-II: its reset ends the idle connection children (their title says so); the tests check
+that no child holds a connection to our PostgreSQL afterwards. Parsing is pure (unit-tested);
+reading /proc tolerates processes that end meanwhile.
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ def children_of(pid: int) -> list[int]:
                 if parent_of(Path(f"/proc/{name}/stat").read_text()) == pid:
                     found.append(int(name))
     return sorted(found)
+
+
+#: pgpool-II's process title for a connection child waiting for its next client (4.3.5, 4.6.1, 4.7.3).
+PGPOOL_IDLE = "pgpool: wait for connection request"
+
+
+def title_of(cmdline: bytes) -> str:
+    """A process title written over argv (`pgpool: ...`), or "" when the command line holds none."""
+    parts = [part.decode(errors="replace").strip() for part in cmdline.split(b"\0")]
+    return next((part for part in parts if part.startswith("pgpool: ")), "")
+
+
+def idle_children(pid: int) -> list[int]:
+    """pgpool-II's connection children (of main process `pid`) that wait for a client right now."""
+    idle = []
+    for child in children_of(pid):
+        with contextlib.suppress(OSError):
+            if title_of(Path(f"/proc/{child}/cmdline").read_bytes()) == PGPOOL_IDLE:
+                idle.append(child)
+    return idle
 
 
 def parse_tcp_table(text: str, inodes: set[int] | None = None) -> dict[int, tuple[str, int]]:

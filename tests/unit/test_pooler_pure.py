@@ -11,7 +11,7 @@ from leakcheck.provision import banners
 from leakcheck.provision import pooler_containers as pc
 from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
 from leakcheck.provision.pooler_process import exit_reason
-from leakcheck.provision.proc_sockets import parent_of, parse_tcp_table
+from leakcheck.provision.proc_sockets import PGPOOL_IDLE, parent_of, parse_tcp_table, title_of
 from leakcheck.provision.strays import program_in
 from leakcheck.versions import Version
 
@@ -60,6 +60,15 @@ def test_the_parent_is_read_after_the_command_name_whatever_it_holds() -> None:
     assert parent_of("4242 (pgpool: a) b) S 4200 4200 4200 0 -1") == 4200
 
 
+def test_pgpool_s_process_title_is_read_from_over_its_arguments() -> None:
+    loader_run = (b"/c/ld-linux-x86-64.so.2\0--inhibit-cache\0--library-path\0/c/lib\0"
+                  b"pgpool: wait for connection request\0\0\0\0")
+    assert title_of(loader_run) == PGPOOL_IDLE
+    assert title_of(b"pgpool: leakcheck_app leakcheck 127.0.0.1(4711) idle\0\0") == (
+        "pgpool: leakcheck_app leakcheck 127.0.0.1(4711) idle")
+    assert title_of(b"/usr/sbin/pgpool\0-n\0-f\0/x/pgpool.conf\0") == ""
+
+
 @pytest.mark.parametrize(("arg", "program"), [
     ("/var/cache/leakcheck/pgpool/4.3.5/root/usr/sbin/pgpool", "pgpool"),
     ("pgpool: wait for connection request", "pgpool"),  # pgpool-II's process titles
@@ -102,7 +111,8 @@ def test_the_container_commands_name_the_copied_files() -> None:
     assert pc.ODYSSEY_COMMAND == ("/leakcheck/odyssey.conf",)
     assert pc.PGPOOL_COMMAND == ("-n", "-f", "/leakcheck/pgpool.conf", "-F", "/leakcheck/pcp.conf",
                                  "-a", "/leakcheck/pool_hba.conf")
-    assert pc.PGPOOL_RESET_COMMAND[:2] == ("sh", "-c") and '[ "$2" = 1 ]' in pc.PGPOOL_RESET_COMMAND[2]
+    reset = pc.pgpool_reset_command(2)
+    assert reset[:2] == ("sh", "-c") and reset[2].startswith("n=2; parent=1; ")
 
 
 def test_the_build_args_name_the_debian_version() -> None:
