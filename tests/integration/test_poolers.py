@@ -37,6 +37,7 @@ from leakcheck.provision.pooler_containers import pgpool_reset_script
 from leakcheck.provision.pooler_process import PoolerProcess
 from leakcheck.provision.proc_sockets import children_of, connected_to, idle_children
 from leakcheck.provision.programs import ODYSSEY, PGPOOL
+from leakcheck.provision.strays import servers_in
 from leakcheck.provision.sweep import sweep
 from leakcheck.provision.system import ServerUser, cache_root, server_user
 from leakcheck.versions import Spec, Version, parse_spec
@@ -161,6 +162,7 @@ def test_leaving_stops_every_process_and_removes_the_temp_dir(kind: str, postgre
         pids = {pid: start_time(pid) for pid in processes_of(pooler)}
         tmpdir, port = pooler.tmpdir, pooler.port
         assert tmpdir is not None and tmpdir.is_dir()
+        assert set(servers_in(tmpdir)) == set(pids)  # what the sweep of a killed run would stop
     assert not tmpdir.exists()
     assert all(start_time(pid) != started for pid, started in pids.items())
     ipc = [line.split() for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
