@@ -1,8 +1,11 @@
-"""Is this program really PgBouncer (or PostgreSQL)? Its own `--version` banner says so, or it is not.
+"""Is this program really the server it claims to be? Its own `--version` banner says so, or it is not.
 
 Seen on the real binaries: `pgbouncer --version` prints `PgBouncer 1.18.0` (also 1.24.1 and
 1.26.1) as its first line, then lines for libevent, c-ares and TLS; `postgres --version` prints
-`postgres (PostgreSQL) 16.14` (Debian's adds ` (Debian 15.18-0+deb12u1)`). Any other first line
+`postgres (PostgreSQL) 16.14` (Debian's adds ` (Debian 15.18-0+deb12u1)`); Debian sid's
+`odyssey --version` prints `odyssey 1.5.2 release +pam -ldap +systemd -prom`, then the compiler;
+`pgpool --version` prints `pgpool-II version 4.3.5 (tamahomeboshi)` (4.6.1 `(chirikoboshi)`, 4.7.3
+`(tasukiboshi)`), on stderr, which counts when stdout is empty. Any other first line
 (`true (GNU coreutils) 9.1`, `GNU bash, version 5.2.15...`) is another program, whatever version
 numbers it prints. Each program is asked once per run (again if its file changes).
 """
@@ -21,6 +24,10 @@ from . import children
 
 #: First line of `pgbouncer --version`.
 PGBOUNCER = re.compile(r"^PgBouncer (\d+\.\d+(?:\.\d+)?)(?:\s|$)")
+#: First line of `odyssey --version`.
+ODYSSEY = re.compile(r"^odyssey (\d+\.\d+(?:\.\d+)?)(?:\s|$)")
+#: First line of `pgpool --version`.
+PGPOOL = re.compile(r"^pgpool-II version (\d+\.\d+(?:\.\d+)?)(?:\s|$)")
 #: First line of `postgres --version` / `initdb --version`.
 POSTGRES = re.compile(r"^(?:postgres|initdb|pg_ctl) \(PostgreSQL\) (\d+\.\d+(?:\.\d+)?)(?:\s|$)")
 TIMEOUT = 20.0

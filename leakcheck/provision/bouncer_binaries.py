@@ -10,7 +10,6 @@ exact version is always the one the binary itself reports.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -19,13 +18,16 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import LeakcheckError, ProvisionError, UsageError
+from ..errors import LeakcheckError, ProvisionError
 from ..versions import Spec, Version
+from . import program_cache
 from .base import Binary
-from .bouncer_build import build_tarball, check_program, stored_argv, stored_origin, unpack_debs
+from .bouncer_build import build_tarball, unpack_debs
 from .bouncer_download import DownloadError, fetch_release, release_url
 from .bouncer_releases import UnknownRelease, pick_release
 from .debian import SUITES, Available, DebianArchive, upstream_of
+from .program_cache import checked, clear_leftovers, given_program, in_cache, on_path
+from .programs import PGBOUNCER
 from .system import file_lock, share_folder, unwritable
 from .tarballs import TARBALLS_ENV, UPSTREAM_TARBALL_URL, local_tarballs
 
@@ -88,12 +90,9 @@ def resolve_bouncer(spec: Spec, cache: Path) -> Binary:
     store.mkdir(parents=True, exist_ok=True)
     share_folder(store)
     with file_lock(store / ".lock"):
-        for leftover in store.glob(".*-*"):  # temp folders of a run that died (we hold the lock)
-            shutil.rmtree(leftover, ignore_errors=True)
         still_broken: list[tuple[Path, str]] = []
         found = _in_cache(wanted, store, [], still_broken)  # another process may have just made it
-        for folder, _why in still_broken:  # we hold the lock: nobody uses them; a rebuild replaces them
-            shutil.rmtree(folder, ignore_errors=True)
+        clear_leftovers(store, still_broken)  # we hold the lock: nobody uses them; a rebuild replaces them
         for source in (_from_tarballs, _from_url, _from_debian):
             found = found or source(wanted, store, attempts)
     if found:
@@ -114,78 +113,28 @@ def _note_newer_release(wanted: Version, found: Binary) -> None:
 
 def given_bouncer(path: Path, raw: str = "") -> Binary:
     """The pgbouncer at a path the user gave; UsageError (one line) when it is not PgBouncer."""
-    option = f"--bouncer={raw or path}"
-    what = "give the path of a pgbouncer binary (e.g. /usr/sbin/pgbouncer) or a version such as 1.24"
-    program = path.expanduser().absolute()  # never looked up on PATH
-    if not os.path.lexists(program):
-        raise UsageError(f"{option}: there is no file {program}; {what}")
-    if program.is_dir():
-        raise UsageError(f"{option}: {program} is a folder, not a program; {what}")
-    reply = check_program([str(program)])
-    if reply.version is None:
-        raise UsageError(f"{option} is not PgBouncer: {reply} (PgBouncer prints e.g. 'PgBouncer 1.24.1'); {what}")
-    return Binary(reply.version, (str(program),), f"given path {program}")
+    return given_program(PGBOUNCER, path, f"--bouncer={raw or path}")
 
 
 def _in_cache(
     wanted: Version, store: Path, attempts: list[str], broken: list[tuple[Path, str]]
 ) -> Binary | None:
     """The newest cached pgbouncer matching `wanted` that works; the ones that do not go to `broken`."""
-    versions = []
-    with contextlib.suppress(OSError):
-        for entry in store.iterdir():
-            try:
-                versions.append(Version.parse(entry.name))
-            except UsageError:
-                continue
-    for version in sorted((v for v in versions if wanted.matches(v)), reverse=True):
-        folder = store / str(version)
-        binary, why = cached_binary(folder, version)
-        if binary is not None:
-            return binary
-        broken.append((folder, why))
-        attempts.append(f"cached PgBouncer {version} in {folder} ({why})")
-    attempts.append(f"cache {store} (no working {wanted})")
-    return None
+    return in_cache(wanted, store, PGBOUNCER, attempts, broken)
 
 
 def cached_binary(folder: Path, version: Version) -> tuple[Binary | None, str]:
     """The pgbouncer in a cache folder if it runs and reports that folder's version, else why not."""
-    try:
-        argv = stored_argv(folder)
-    except LeakcheckError as exc:
-        return None, f"cannot be run: {exc}"
-    if argv is None:
-        return None, "holds no pgbouncer"
-    reply = check_program(argv)
-    if reply.version is None:
-        return None, f"does not run ({reply})"
-    if reply.version != version:
-        return None, f"reports {reply.version}, not {version}"
-    return Binary(version, argv, f"cache: {stored_origin(folder)}"), ""
+    return program_cache.cached_binary(folder, version, PGBOUNCER)
 
 
 def _on_path(wanted: Version, attempts: list[str]) -> Binary | None:
-    places = (shutil.which("pgbouncer"), "/usr/sbin/pgbouncer")  # Debian's, often not on a user's PATH
-    candidates = [p for p in places if p and os.access(p, os.X_OK)]
-    for path in dict.fromkeys(candidates):
-        reply = check_program([path])
-        if reply.version is not None and wanted.matches(reply.version):
-            return Binary(reply.version, (path,), f"installed ({path})")
-        attempts.append(f"{path} (is {reply})")
-    if not candidates:
-        attempts.append("PATH (no pgbouncer)")
-    return None
+    return on_path(wanted, PGBOUNCER, attempts)  # also /usr/sbin/pgbouncer, often not on a user's PATH
 
 
 def _checked(folder: Path, wanted: Version, what: str) -> Binary:
     """The pgbouncer a source just put in the cache, if it works and is the version asked for."""
-    binary, why = cached_binary(folder, Version.parse(folder.name))
-    if binary is None:
-        raise ProvisionError(f"{what} gave a pgbouncer that {why}")
-    if not wanted.matches(binary.version):
-        raise ProvisionError(f"{what} gave PgBouncer {folder.name}, not {wanted} (kept in the cache)")
-    return Binary(binary.version, binary.argv, stored_origin(folder))
+    return checked(folder, wanted, what, PGBOUNCER)
 
 
 def _from_tarballs(wanted: Version, store: Path, attempts: list[str]) -> Binary | None:

@@ -1,8 +1,9 @@
-"""Turning a PgBouncer release tarball, or Debian packages, into a runnable pgbouncer in the cache.
+"""Turning a PgBouncer release tarball, or Debian packages, into a runnable program in the cache.
 
 Each result is assembled in a temp folder beside its final place, named after the version its
 binary reports (`--version`), made world-readable and renamed into place, so a cache folder
-either is complete or does not exist. Callers hold the cache lock.
+either is complete or does not exist. Callers hold the cache lock. Debian packages serve every
+pooler (`programs.Program`: PgBouncer, Odyssey, pgpool-II); tarballs are PgBouncer's only.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from ..errors import ProvisionError
 from ..versions import Version
 from . import banners, children, safe_tar
+from .programs import PGBOUNCER, Program
 from .system import make_world_readable
 
 log = logging.getLogger(__name__)
@@ -30,24 +32,25 @@ ORIGIN_FILE = "leakcheck-origin.txt"
 _INSTALL_HINT = f"install the build dependencies: apt-get install {' '.join(BUILD_PACKAGES)}"
 
 
-def program_version(argv: Sequence[str]) -> Version | None:
-    """The version in PgBouncer's own `--version` banner, or None if it does not run or is no pgbouncer."""
-    return check_program(argv).version
+def program_version(argv: Sequence[str], program: Program = PGBOUNCER) -> Version | None:
+    """The version in the program's own `--version` banner, or None if it does not run or is another program."""
+    return check_program(argv, program).version
 
 
-def check_program(argv: Sequence[str]) -> banners.Reply:
-    """What `argv --version` says: PgBouncer's banner and version, or what it did instead (asked once per run)."""
-    return banners.ask(argv, banners.PGBOUNCER)
+def check_program(argv: Sequence[str], program: Program = PGBOUNCER) -> banners.Reply:
+    """What `argv --version` says: the program's banner and version, or what it did instead (asked once per run)."""
+    return banners.ask(argv, program.banner)
 
 
-def stored_argv(folder: Path) -> tuple[str, ...] | None:
-    """How to run the pgbouncer in a cache folder: a source build, or an extracted Debian tree."""
-    built = folder / "bin" / "pgbouncer"
+def stored_argv(folder: Path, program: Program = PGBOUNCER) -> tuple[str, ...] | None:
+    """How to run the program in a cache folder: a source build, or an extracted Debian tree."""
+    built = folder / "bin" / program.name
     if built.is_file():
         return (str(built),)
-    extracted = folder / "root" / "usr" / "sbin" / "pgbouncer"
-    if extracted.is_file():
-        return loader_argv(folder / "root", extracted)
+    for place in program.installed:
+        extracted = folder / "root" / place
+        if extracted.is_file():
+            return loader_argv(folder / "root", extracted)
     return None
 
 
@@ -104,8 +107,8 @@ def build_failure(log: str) -> str:
     return (errors or [line.strip() for line in log.splitlines() if line.strip()] or ["no output"])[-1]
 
 
-def unpack_debs(debs: Iterable[Path], store: Path, origin: str) -> Path:
-    """Extract a pgbouncer .deb and its library .debs into one tree run by that tree's own loader."""
+def unpack_debs(debs: Iterable[Path], store: Path, origin: str, program: Program = PGBOUNCER) -> Path:
+    """Extract a program's .deb and its library .debs into one tree run by that tree's own loader."""
     work = Path(tempfile.mkdtemp(prefix=".debs-", dir=store))
     try:
         root = work / "out" / "root"
@@ -117,14 +120,14 @@ def unpack_debs(debs: Iterable[Path], store: Path, origin: str) -> Path:
                 raise ProvisionError(f"dpkg-deb -x {deb.name} failed: {exc}") from exc
             if done.returncode != 0:
                 raise ProvisionError(f"dpkg-deb -x {deb.name} failed: {' '.join(done.stderr.split())}")
-        argv = stored_argv(work / "out")
+        argv = stored_argv(work / "out", program)
         if argv is None:
-            raise ProvisionError("the packages hold no usr/sbin/pgbouncer")
+            raise ProvisionError(f"the packages hold no {' or '.join(program.installed)}")
         outside = outside_libraries(argv, root)
         if outside:
             found = ", ".join(outside[:4])
-            raise ProvisionError(f"the extracted pgbouncer would load from this machine: {found}")
-        return install(work / "out", store, origin)
+            raise ProvisionError(f"the extracted {program.name} would load from this machine: {found}")
+        return install(work / "out", store, origin, program)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -162,21 +165,21 @@ def outside_libraries(argv: Sequence[str], root: Path) -> list[str]:
     return outside
 
 
-def install(folder: Path, store: Path, origin: str) -> Path:
-    """Move a finished `folder` to store/<the version its pgbouncer reports>; that cache folder."""
-    argv = stored_argv(folder)
+def install(folder: Path, store: Path, origin: str, program: Program = PGBOUNCER) -> Path:
+    """Move a finished `folder` to store/<the version its program reports>; that cache folder."""
+    argv = stored_argv(folder, program)
     if argv is None:
-        raise ProvisionError(f"no pgbouncer was made in {folder}")
-    reply = check_program(argv)
+        raise ProvisionError(f"no {program.name} was made in {folder}")
+    reply = check_program(argv, program)
     version = reply.version
     if version is None:
-        raise ProvisionError(f"the new pgbouncer does not work: {reply}")
+        raise ProvisionError(f"the new {program.name} does not work: {reply}")
     (folder / ORIGIN_FILE).write_text(origin + "\n")
     make_world_readable(folder)
     target = store / str(version)
     if target.exists():
-        target_argv = stored_argv(target)
-        if target_argv is not None and program_version(target_argv) == version:
+        target_argv = stored_argv(target, program)
+        if target_argv is not None and program_version(target_argv, program) == version:
             return target  # already there (same version from another source): keep the first
         shutil.rmtree(target)  # a broken leftover; we hold the cache lock, so nobody uses it
     os.rename(folder, target)

@@ -1,4 +1,4 @@
-"""One way to run a server program (PostgreSQL, PgBouncer, the poolers to come), and one readiness loop.
+"""One way to run a server program (PostgreSQL and the poolers), and one readiness loop.
 
 A `ServerProcess` starts as the unprivileged server user, in its own session (Ctrl-C reaches
 leakcheck, which stops it), with PDEATHSIG (it dies with leakcheck), output to a log file;
@@ -9,6 +9,7 @@ any point. `wait_until` is the one readiness loop, for processes and containers 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -51,11 +52,12 @@ class ServerProcess:
     def __init__(
         self, what: str, argv: Sequence[str], user: ServerUser, cwd: Path, log: Path, *,
         env: Mapping[str, str] | None = None, stop_signal: signal.Signals = signal.SIGTERM,
-        stop_timeout: float = 5.0,
+        stop_timeout: float = 5.0, death_signal: signal.Signals = signal.SIGKILL,
     ) -> None:
         self.what, self.argv, self.user, self.cwd, self.log = what, tuple(argv), user, cwd, log
         self.env = dict(env) if env is not None else None
         self.stop_signal, self.stop_timeout = stop_signal, stop_timeout
+        self.death_signal = death_signal  # what it gets when leakcheck dies (PDEATHSIG)
         self._proc: subprocess.Popen[bytes] | None = None
         self._spawning = False  # a signal inside Popen can leave a server we have no handle on
         self._log_start = 0
@@ -70,7 +72,8 @@ class ServerProcess:
         self.wait(ready, timeout, hint)
 
     def spawn(self) -> None:
-        """Start it, without waiting (several can then get ready at once). From the main thread."""
+        """Start it, without waiting (several can then get ready at once). From the main thread, or a
+        thread that lives as long as the server (PDEATHSIG acts when the thread that forked it ends)."""
         uid, gid, groups = self.user.popen_ids()
         self._spawning = True
         with open(self.log, "ab") as out:
@@ -78,7 +81,7 @@ class ServerProcess:
             self._proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd,
                 env=self.env, user=uid, group=gid, extra_groups=groups,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 (servers start from the main thread only)
+                preexec_fn=functools.partial(die_with_parent, self.death_signal),  # noqa: PLW1509 (see ServerProcess.spawn)
                 start_new_session=True,
             )
         self._spawning = False
@@ -88,14 +91,18 @@ class ServerProcess:
         wait_until(self.what, ready, self._exited, timeout, self.recent_log, hint)
 
     def _exited(self) -> str | None:
-        code = self._proc.poll() if self._proc is not None else None
+        code = self.exit_code()
         return None if code is None else f"it exited with code {code}"
+
+    def exit_code(self) -> int | None:
+        """Its exit code once it ended (negative: the signal that ended it), else None."""
+        return self._proc.poll() if self._proc is not None else None
 
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def stop(self) -> None:
-        """Its shutdown signal, up to stop_timeout, then SIGKILL to its process group."""
+    def stop(self, sig: signal.Signals | None = None) -> None:
+        """Its shutdown signal (or `sig`), up to stop_timeout, then SIGKILL to its process group."""
         proc, self._proc = self._proc, None
         if proc is None:
             if self._spawning:  # Popen was interrupted after the exec: find it by its folder
@@ -104,7 +111,7 @@ class ServerProcess:
             return
         try:
             if proc.poll() is None:
-                proc.send_signal(self.stop_signal)
+                proc.send_signal(sig or self.stop_signal)
                 proc.wait(self.stop_timeout)
         except subprocess.TimeoutExpired:
             pass

@@ -1,14 +1,17 @@
 """Server processes still running from a folder a killed run left: found in /proc, stopped with SIGKILL.
 
 A process counts only when it is a server we start (its executable, or the program its loader runs,
-is `postgres` or `pgbouncer`), it runs as the folder's owner, and its working directory or one of its
-arguments lies inside the folder. Anything else, whatever its name, is never signalled.
+is `postgres`, `pgbouncer`, `odyssey` or `pgpool`), it runs as the folder's owner, and its working
+directory or one of its arguments lies inside the folder. Anything else, whatever its name, is never
+signalled. Odyssey and pgpool-II rewrite their argv as a process title (`odyssey 1.5.2 listening
+...`, `pgpool: wait for connection request`): the title's first word names the program then.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import time
@@ -16,7 +19,7 @@ from pathlib import Path
 
 from .owner import start_time
 
-SERVER_PROGRAMS = frozenset({"postgres", "pgbouncer"})
+SERVER_PROGRAMS = frozenset({"postgres", "pgbouncer", "odyssey", "pgpool"})
 GONE_TIMEOUT = 5.0
 
 
@@ -31,9 +34,17 @@ def _is_server(pid: int, argv: list[str]) -> bool:
         return False
     if os.path.basename(exe) in SERVER_PROGRAMS:
         return True
-    # A PgBouncer unpacked from Debian packages runs under its own ld.so: then the program is an argument.
+    # A pooler unpacked from Debian packages runs under its own ld.so: then the program is an argument.
     loader = os.path.basename(exe).startswith("ld-linux")
-    return loader and any(os.path.basename(arg) in SERVER_PROGRAMS for arg in argv[1:])
+    return loader and any(program_in(arg) in SERVER_PROGRAMS for arg in argv[1:])
+
+
+def program_in(arg: str) -> str:
+    """The program an argument names: a path's last part, or a process title's first word."""
+    if os.path.basename(arg) in SERVER_PROGRAMS:
+        return os.path.basename(arg)
+    title = re.match(r"^([a-z]+)[ :]", arg)
+    return title.group(1) if title else ""
 
 
 def _runs_from(pid: int, folders: set[str], uid: int) -> bool:

@@ -4,7 +4,8 @@ A run killed with SIGKILL cannot clean up. Its servers die with it (PDEATHSIG), 
 dirs (a PostgreSQL data folder is 46 MB), the postmaster's System V shared memory segment and a
 half-built template stay. At backend start we remove:
 
-- `leakcheck-pg<version>-*` and `leakcheck-pgbouncer<version>-*` dirs in the temp dir whose marker
+- `leakcheck-pg<version>-*`, `leakcheck-pgbouncer<version>-*`, `leakcheck-odyssey<version>-*` and
+  `leakcheck-pgpool<version>-*` dirs in the temp dir whose marker
   (owner.py) names a process of this machine that no longer runs (a reused pid has another start
   time). Dirs without a marker, of another machine, or of a running process are never touched.
 - `.build-<version>-*` dirs in the cache's templates folder when no build holds that version's lock.
@@ -31,14 +32,14 @@ from .sysv_shm import recorded_segment, remove_if_unused
 
 log = logging.getLogger(__name__)
 
-_RUN_DIR = re.compile(r"leakcheck-(pg|pgbouncer)\d[\w.]*-\w+")
+_RUN_DIR = re.compile(r"leakcheck-(pg|pgbouncer|odyssey|pgpool)\d[\w.]*-\w+")
 _BUILD_DIR = re.compile(r"\.build-(?P<version>\d[\w.]*)-\w+")
 
 
 def sweep(cache: Path | None = None, tmp: Path | None = None) -> int:
     """Remove what killed runs left in `tmp` (default: the temp dir) and `cache`; how many items."""
     swept = 0
-    for folder in sorted((tmp or Path(tempfile.gettempdir())).glob("leakcheck-pg*")):
+    for folder in sorted((tmp or Path(tempfile.gettempdir())).glob("leakcheck-*")):
         swept += _sweep_run_dir(folder)
     if cache is not None:
         for folder in sorted((cache / "templates").glob(".build-*")):

@@ -232,10 +232,12 @@ def _run_as(wanted: str) -> ServerUser:
 
 
 _PR_SET_PDEATHSIG = 1
+#: Loaded once, in the parent: a forked child then calls prctl without dlopen (and its loader lock).
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def die_with_parent() -> None:
-    """preexec_fn: the child gets SIGKILL if leakcheck dies without cleaning up (Linux)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> None:
+    """preexec_fn: the child gets `sig` (SIGKILL unless a server cleans up better on another, such as
+    pgpool-II's fast shutdown on SIGINT) if leakcheck dies without cleaning up (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig))
