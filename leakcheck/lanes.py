@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from . import signals
 from .probes import Probe
 from .provision.base import Backend
-from .runner import is_running_pooler, pool_settings, run_probe
+from .runner import is_running_pooler, pool_settings, pooler_lane, run_probe
 from .verdicts import Outcome, ServerId, Target, Verdict
 
 LaneKey = tuple[object, ...]
@@ -93,7 +93,7 @@ class Lanes:
         for probe, target in firsts:
             settings = pool_settings(probe, target)
             if settings is not None and target.pooler is not None:
-                poolers.append((target.pg, target.pooler, settings, target.driver.value))
+                poolers.append((target.pg, target.pooler, settings, pooler_lane(target)))
         with contextlib.suppress(Exception):  # only a head start: each lane's warm-up reports failures
             warm(pgs, poolers)
 
@@ -107,7 +107,7 @@ class Lanes:
                 self.backend.postgres(target.pg)
             if settings is not None:
                 assert target.pooler is not None
-                with self.backend.pooler(target.pg, target.pooler, settings, target.driver.value):
+                with self.backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)):
                     pass
         except Exception as exc:  # noqa: BLE001 - reported as the first test's error outcome
             return exc

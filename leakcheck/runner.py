@@ -32,9 +32,12 @@ def control_expectation(probe: Probe, route: Route) -> Verdict:
 
 
 def subject_mode(pooler: Pooler | None) -> PoolMode:
-    """The pool mode probes run in: the cell's pool_mode axis, else the team's ini, else transaction."""
+    """The pool mode probes run in: the cell's pool_mode axis, else the team's ini, else transaction
+    (pgpool-II has no transaction pooling: it runs as it is, in its session mode)."""
     if pooler is None:
         return PoolMode.TRANSACTION
+    if pooler.kind is PoolerKind.PGPOOL:
+        return PoolMode.SESSION
     team = team_ini.load(pooler.config) if pooler.config and pooler.kind is PoolerKind.PGBOUNCER else None
     given = pooler.setting("pool_mode") or (team.value("pool_mode") if team else None)
     try:
@@ -43,10 +46,19 @@ def subject_mode(pooler: Pooler | None) -> PoolMode:
         return PoolMode.TRANSACTION  # the pooler itself refuses the value when it starts
 
 
+def pooler_lane(target: Target) -> str:
+    """Which of a cell's pooler processes a run uses: one per driver and route (the probes and the
+    session control may ask for the same pool settings, e.g. pgpool-II's only mode)."""
+    return f"{target.driver.value}/{target.route.value}"
+
+
 def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
     """What the pooler runs with for this probe on this target's route (None: no pooler)."""
     if target.route is Route.TRANSACTION:
-        return PoolSettings(subject_mode(target.pooler), probe.pool_size)
+        mode = subject_mode(target.pooler)
+        # In session mode a pool of one makes B wait for A to leave: give each client its own place.
+        size = probe.pool_size if mode is not PoolMode.SESSION else max(SESSION_POOL, probe.pool_size)
+        return PoolSettings(mode, size)
     if target.route is Route.SESSION:
         return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size))
     return None
@@ -59,7 +71,7 @@ def _endpoint(backend: Backend, probe: Probe, target: Target) -> Iterator[Endpoi
         yield backend.postgres(target.pg)
         return
     assert target.pooler is not None, "a pooled route needs a pooler"
-    with backend.pooler(target.pg, target.pooler, settings, target.driver.value) as endpoint:
+    with backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)) as endpoint:
         yield endpoint
 
 
@@ -153,4 +165,24 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             return outcome(Verdict.ERROR, f"server connection(s) {', '.join(reused)} already served an earlier "
                            "probe on this pooler: the reset did not give fresh server connections")
     verdict, evidence = classify(target.route, proofs, observation)
+    unshared = never_shared(probe, target, proofs) if verdict is Verdict.ERROR else None
+    if unshared is not None:
+        return outcome(Verdict.NOT_APPLICABLE, unshared)
     return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+
+
+def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str | None:
+    """Measured: a pooler in session mode (pgpool-II has no other) gave A and B different server
+    connections at every step while both were connected, so the probe cannot run through it. In
+    transaction or statement mode (a pool of one) that is a harness failure, never this."""
+    settings = pool_settings(probe, target)
+    if target.route is not Route.TRANSACTION or settings is None or settings.mode is not PoolMode.SESSION:
+        return None
+    a = {p.server for p in proofs if p.client == "A"}
+    b = {p.server for p in proofs if p.client == "B"}
+    if not a or not b or a & b:
+        return None
+    kind = target.pooler.kind.product if target.pooler else "the pooler"
+    return (f"{kind} in session mode gave A and B different server connections while both were connected "
+            f"(A on {', '.join(sorted(map(str, a)))}; B on {', '.join(sorted(map(str, b)))}): it does not share "
+            "a server connection between connected clients, so this probe cannot run through it")

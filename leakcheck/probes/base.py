@@ -18,6 +18,12 @@ from ..clients import Client, ServerError
 from ..errors import NotApplicable, ProbeError
 from ..verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 
+#: How many transactions B may open to be handed A's server connection (a_on_another_server).
+PLACEMENT_TRIES = 10
+
+#: How many transactions B may open to be handed A's server connection (a_on_another_server).
+PLACEMENT_TRIES = 10
+
 #: The identity columns appended to every observation. Epoch seconds: TimeZone/DateStyle-proof.
 IDENTITY = ("pg_backend_pid(), (SELECT extract(epoch FROM backend_start)::text "
             "FROM pg_stat_get_activity(pg_backend_pid()))")
@@ -134,8 +140,21 @@ class Scenario:
     async def a_on_another_server(self) -> AsyncIterator[None]:
         """B claims A's server by holding a transaction open, so A's steps inside the block run on
         another server connection (the probe needs pool_size=2). A's proofs inside are AWAY,
-        B's stay HOME; the classifier checks both."""
-        await self.b.execute("BEGIN")
+        B's stay HOME; the classifier checks both. A pooler that does not hand B the server A used
+        last (PgBouncer does) gets a few more tries; then the move cannot be set up: not applicable."""
+        a_last = next((p.server for p in reversed(self.proofs) if p.client == self.a.label), None)
+        if self.route is not Route.TRANSACTION:  # the controls: sessions of their own, nothing to place
+            a_last = None
+        for _ in range(PLACEMENT_TRIES):
+            await self.b.execute("BEGIN")
+            (pid, started), = [r[:2] for r in await self.b.query(f"SELECT {IDENTITY}")]
+            if a_last is None or ServerId(int(pid), str(started)) == a_last:
+                break
+            await attempt(self.b.execute("COMMIT"))
+        else:
+            raise NotApplicable(f"B could not claim A's server connection ({a_last}) in {PLACEMENT_TRIES} "
+                                "transactions: the pooler hands out servers in its own order, so A cannot be "
+                                "moved to another one as this probe needs")
         try:
             await self.observe(self.b, "holds A's server", "1")
             self._slot[self.a.label] = Slot.AWAY

@@ -39,17 +39,21 @@ async def session_authorization(s: Scenario) -> Observation:
 @probe("set_role_privileged", "SET ROLE to a more privileged role (B reads a table only it may read)",
        security=True, fixtures=True)
 async def set_role_privileged(s: Scenario) -> Observation:
-    # A: takes on a role that may read lc_secret, and reads it.
-    await s.change(s.a, "SET ROLE", "SET ROLE leakcheck_priv")
-    mine = await s.run(s.a, "read lc_secret", "SELECT string_agg(secret, ',') FROM lc_secret")
+    # A: takes on a role that may read lc_secret, and reads it (in the same transaction).
+    mine = await s.run(s.a, "SET ROLE and read lc_secret", "SET ROLE leakcheck_priv",
+                       "SELECT string_agg(secret, ',') FROM lc_secret")
     if mine.failed:
         raise ProbeError(f"A could not read lc_secret as leakcheck_priv ({mine}); nothing was exercised")
     # B: never changed role; lc_secret must be out of its reach (42501).
     read = await s.run(s.b, "read lc_secret", "SELECT string_agg(secret, ',') FROM lc_secret")
     role = await s.observe(s.b, "read current_user", "current_user")
+    # A: still that role in a later transaction?
+    again = await s.observe(s.a, "read current_user", "current_user")
     return Observation(
-        evidence=f"A: SET ROLE leakcheck_priv, read {mine}. B (current_user {role!r}) read lc_secret: {read}",
+        evidence=f"A: SET ROLE leakcheck_priv, read {mine}. B (current_user {role!r}) read lc_secret: {read}. "
+        f"A's current_user then was {again!r}",
         leaked=not read.failed,
+        lost=again != "leakcheck_priv",
         broke=str(read) if read.failed and not read.state("42501") else None,
     )
 
@@ -61,10 +65,11 @@ _ROWS = "ARRAY(SELECT secret FROM lc_tenant_rows ORDER BY secret)"
        security=True, fixtures=True)
 async def rls_tenant(s: Scenario) -> Observation:
     # A: picks its tenant for the session; the policy on lc_tenant_rows shows A only its rows.
-    await s.change(s.a, "set_config", "SELECT set_config('app.tenant', 'tenant_a', false)")
-    mine = list(await s.observe(s.a, "read its rows", _ROWS))
-    if not mine:
-        raise ProbeError("A saw no rows of tenant_a in lc_tenant_rows; nothing was exercised")
+    inside = await s.run(s.a, "set_config and read its rows", "SELECT set_config('app.tenant', 'tenant_a', false)",
+                         f"SELECT {_ROWS}")
+    mine = list(inside.value or [])
+    if inside.failed or not mine:
+        raise ProbeError(f"A saw no rows of tenant_a in lc_tenant_rows ({inside}); nothing was exercised")
     # B: set no tenant, so the policy must show it nothing.
     seen = list(await s.observe(s.b, "read lc_tenant_rows", _ROWS))
     again = list(await s.observe(s.a, "read its rows", _ROWS))

@@ -57,22 +57,23 @@ async def _parameter(s: Scenario, name: str, a_value: str, b_value: str | None) 
         await s.change(s.b, f"SET {name}", f"SET {name} = {b_value}")
         b_part = f"B: SET {name}={b_value}. "
     b_before = await s.observe(s.b, f"read {name}", setting(name))
-    # A: its own value.
-    await s.change(s.a, f"SET {name}", f"SET {name} = {a_value}")
-    a_set = await s.observe(s.a, f"read {name}", setting(name))
-    if a_set == b_before:
-        raise ProbeError(f"A's {name} ({a_set!r}) equals B's own, so a leak could not be told apart; "
-                         "choose a value that differs from the default")
-    # B: reads the setting; then A reads it again after B used the server.
+    # A: its own value, read back in the same transaction (as the server spells it).
+    inside = await s.run(s.a, f"SET {name}", f"SET {name} = {a_value}", f"SELECT {setting(name)}")
+    a_set = inside.value
+    if inside.failed or a_set == b_before:
+        raise ProbeError(f"A's {name} ({inside}) equals B's own or could not be set, so a leak could not be told "
+                         "apart; choose a value that differs from the default")
+    # A: still its value in its next transaction? B: reads the setting; then A reads it again after B.
+    a_next = await s.observe(s.a, f"read {name}", setting(name))
     b_seen = await s.observe(s.b, f"read {name}", setting(name))
     b_told = s.b.reported(name)
     a_seen = await s.observe(s.a, f"read {name}", setting(name))
     told = "not reported" if b_told is None else repr(b_told)
     return Observation(
-        evidence=f"{b_part}A: SET {name}={a_set!r}. B read {b_seen!r} (its driver was told {told}). "
-        f"A read {a_seen!r}",
+        evidence=f"{b_part}A: SET {name}={a_set!r}" + (f", then read {a_next!r}" if a_next != a_set else "")
+        + f". B read {b_seen!r} (its driver was told {told}). A read {a_seen!r}",
         leaked=b_seen == a_set or (b_value is not None and a_seen == b_before),
-        lost=a_seen != a_set,
+        lost=a_seen != a_set or a_next != a_set,
         misreported=b_told is not None and b_told != b_seen,
         details=(
             ("b_reported", told),

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import StartError, UsageError
+from ..errors import StartError
 from ..target import Pooler, PoolerKind
 from ..versions import Spec, Version
 from . import team_ini
@@ -17,8 +17,12 @@ from .base import Binary, Endpoint
 from .bouncer_binaries import resolve_bouncer
 from .bouncer_ini import PoolSettings
 from .bouncer_process import BouncerProcess
+from .odyssey_process import OdysseyProcess
 from .pg_binaries import PgInstall, resolve_pg
 from .pg_server import PgServer
+from .pgpool_process import PgpoolProcess
+from .pooler_binaries import resolve_odyssey, resolve_pgpool
+from .pooler_process import PoolerProcess
 from .sweep import sweep
 from .system import ServerUser, cache_root, server_user
 
@@ -53,7 +57,7 @@ class NativeBackend:
         self._pgs: dict[Version, PgInstall] = {}
         self._binaries: dict[tuple[PoolerKind, Version], Binary] = {}
         self._servers: dict[Version, PgServer] = {}
-        self._poolers: dict[PoolerKey, BouncerProcess] = {}
+        self._poolers: dict[PoolerKey, BouncerProcess | PoolerProcess] = {}
         self._lock = threading.RLock()  # lanes run in threads; servers start from the main thread
         self._stack = contextlib.ExitStack()
         self._user: ServerUser | None = None
@@ -87,15 +91,23 @@ class NativeBackend:
         return install.version
 
     def resolve_pooler(self, kind: PoolerKind, spec: Spec) -> Version:
-        if kind is not PoolerKind.PGBOUNCER:
-            raise UsageError(f"the native backend cannot start {kind.product} yet")
-        binary = resolve_bouncer(spec, self.cache)
+        option = "--bouncer" if kind is PoolerKind.PGBOUNCER else f"--pooler={kind.value}:{spec}"
+        if kind is PoolerKind.ODYSSEY:
+            binary = resolve_odyssey(spec, self.cache, option)
+        elif kind is PoolerKind.PGPOOL:
+            binary = resolve_pgpool(spec, self.cache, option)
+        else:
+            binary = resolve_bouncer(spec, self.cache)
         self._binaries.setdefault((kind, binary.version), binary)
         return binary.version
 
-    def _process(self, pooler: Pooler, settings: PoolSettings, server: Endpoint) -> BouncerProcess:
+    def _process(self, pooler: Pooler, settings: PoolSettings, server: Endpoint) -> BouncerProcess | PoolerProcess:
         assert pooler.version is not None
         binary = self._binaries[(pooler.kind, pooler.version)]
+        if pooler.kind is PoolerKind.ODYSSEY:
+            return OdysseyProcess(binary, settings, pooler.settings, server, self.user)
+        if pooler.kind is PoolerKind.PGPOOL:
+            return PgpoolProcess(binary, settings, pooler.settings, server, self.user)
         team = team_ini.load(pooler.config) if pooler.config else None
         return BouncerProcess(binary, settings, server, self.user, pooler.settings, team)
 
@@ -131,7 +143,7 @@ class NativeBackend:
                 with contextlib.suppress(Exception):
                     server.launch()
                     self._servers[server.version] = server
-            spawned: list[tuple[PoolerKey, BouncerProcess]] = []
+            spawned: list[tuple[PoolerKey, BouncerProcess | PoolerProcess]] = []
             for key in dict.fromkeys(poolers):
                 pg, pooler, settings, _ = key
                 known = pooler.version is not None and (pooler.kind, pooler.version) in self._binaries
@@ -155,12 +167,13 @@ class NativeBackend:
             if process is None:
                 server = self._server(pg)
                 process = self._process(pooler, settings, server.endpoint())
-                self._poolers[key] = self._stack.enter_context(process)
+                self._stack.enter_context(process)
+                self._poolers[key] = process
         if not process.running():
             tail = "\n".join(process.log_text().strip().splitlines()[-10:])
             raise StartError(f"{pooler.kind.product} {pooler.label()} ({settings.mode.value} pool of "
                              f"{settings.pool_size}) exited during the run; its log ends:\n{tail}")
-        process.reset()  # KILL/RESUME: this use starts from fresh server connections
+        process.reset()  # e.g. PgBouncer's KILL/RESUME: this use starts from fresh server connections
         yield process.endpoint()
 
     def describe(self) -> Iterator[str]:
