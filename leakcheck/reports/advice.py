@@ -36,7 +36,7 @@ def advice(outcome: Outcome) -> str | None:
                 "the cell again before drawing conclusions.")
     if outcome.verdict is Verdict.NOT_APPLICABLE:
         return not_applicable(outcome, cell, probe)
-    if probe is not None and probe.scope is Scope.TRANSACTION:
+    if probe is not None and probe.scope is Scope.TRANSACTION and outcome.verdict is Verdict.LEAKS:
         return (f"Transaction-scoped state should never outlive its transaction: re-run this cell, compare "
                 f"the shared control, and report it to {cell.product} with the evidence.")
     rule = RULES.get(outcome.probe)

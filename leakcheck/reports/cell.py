@@ -80,6 +80,5 @@ def reset_tail(cell: Cell) -> str:
     """PgBouncer's blunt instrument, with its trade-off (appended to session-state leaks)."""
     if not cell.is_bouncer:
         return ""
-    return (" Or `server_reset_query_always = 1` (`DISCARD ALL` after every transaction): the next client then "
-            "starts clean, but the state is lost for the client that set it and every transaction pays a round "
-            "trip.")
+    return (" Or `server_reset_query_always = 1` (`DISCARD ALL` after each transaction): the next client starts "
+            "clean, but the client that set the state loses it, and each transaction costs a round trip.")

@@ -27,14 +27,14 @@ def _per_transaction(name: str, local: str) -> Rule:
 def _tracked(name: str, since: tuple[int, ...] = (), how: str = "") -> Rule:
     """A parameter PgBouncer re-applies per client (some only from a release on)."""
     def rule(o: Outcome, c: Cell) -> str | None:
-        connect = (f"give {name} at connect time (a connection parameter, or `options=-c {name}=...`, which "
-                   "PgBouncer accepts for tracked settings from 1.20), per role (`ALTER ROLE app SET ...`), or "
-                   f"with `SET LOCAL {name}` per transaction")
+        options = ", which PgBouncer accepts for tracked settings from 1.20" if c.is_bouncer else ""
+        connect = (f"give {name} at connect time (a connection parameter, or `options=-c {name}=...`{options}), "
+                   f"per role (`ALTER ROLE app SET {name} = ...`), or with `SET LOCAL {name}` per transaction")
         if since and c.bouncer_before(*since):
             return (f"{c.named} does not re-apply {name} ({how}, since {'.'.join(map(str, since))}): upgrade, "
                     f"or {connect}.")
         if c.is_bouncer and o.verdict is Verdict.LEAKS:
-            return (f"{c.named} should re-apply {name} per client: check that {c.ini} does not change its "
+            return (f"PgBouncer tracks {name} per client by default: check that {c.ini} does not narrow its "
                     f"tracked parameters (`track_extra_parameters`); meanwhile {connect}.")
         if c.is_odyssey:
             return f"Check Odyssey's `maintain_params` for this route; meanwhile {connect}."
@@ -97,7 +97,9 @@ def session_authorization(o: Outcome, c: Cell) -> str:
     return text
 
 
-def advisory_lock(o: Outcome, c: Cell) -> str:
+def advisory_lock(o: Outcome, c: Cell) -> str | None:
+    if o.verdict is Verdict.BREAKS:
+        return None
     where = ("stays on the server connection, held for whoever gets it next" if o.verdict is Verdict.LEAKS
              else "is not on the server connection the client has now")
     return (f"Use `pg_advisory_xact_lock(...)` (released at commit) instead of `pg_advisory_lock(...)`: a session "
@@ -122,10 +124,10 @@ def with_hold_cursor(o: Outcome, c: Cell) -> str:
 
 
 def sql_prepare(o: Outcome, c: Cell) -> str:
-    tracked = ("PgBouncer 1.21+ tracks only protocol-level prepares (`max_prepared_statements`)" if c.is_bouncer
+    tracked = ("PgBouncer's `max_prepared_statements` (1.21+) covers only protocol-level prepares" if c.is_bouncer
                else "Odyssey's `pool_reserve_prepared_statement` covers only protocol-level prepares" if c.is_odyssey
                else "poolers track at most protocol-level prepares")
-    return (f"SQL `PREPARE`/`EXECUTE` pass through untouched ({tracked}): use your driver's protocol-level "
+    return (f"SQL `PREPARE`/`EXECUTE` pass through untouched, and {tracked}: use your driver's protocol-level "
             "prepares, or `PREPARE`, `EXECUTE` and `DEALLOCATE` in one transaction.")
 
 
