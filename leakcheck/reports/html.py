@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 
 from ..probes import PROBES
-from ..verdicts import Outcome, Verdict
+from ..verdicts import Outcome, Route, Verdict
 from .advice import advice
 from .grid import SHARED_RULE, Grid, control_grids, pooled_grids
 from .html_assets import CSP, CSS, JS
@@ -86,10 +86,10 @@ def _filters(verdicts: list[Verdict]) -> str:
             'id="security-filter" data-testid="security-filter"> security probes only</label></section>')
 
 
-def _legend(verdicts: list[Verdict]) -> str:
+def _legend(verdicts: list[Verdict], shared: bool) -> str:
     rows = [f'<dt><span class="v-{v.value}">{esc(word(v))}</span></dt><dd>{esc(MEANING[v])}</dd>' for v in verdicts]
     rows += [f"<dt>+{esc(f.value)}</dt><dd>{esc(FACT_MEANING[f])}</dd>" for f in FACT_MEANING]
-    notes = "".join(f"<li>{esc(n)}</li>" for n in (SUFFIX, SECURITY, MISSING, SHARED_RULE))
+    notes = "".join(f"<li>{esc(n)}</li>" for n in (SUFFIX, SECURITY, MISSING, *([SHARED_RULE] if shared else [])))
     return (f'<section class="legend" data-testid="legend"><h2>Legend</h2><dl>{"".join(rows)}</dl>'
             f"<ul>{notes}</ul><p>Click a cell (or focus it and press Enter) to see its evidence and advice.</p>"
             "</section>")
@@ -104,6 +104,7 @@ def render_html(outcomes: Iterable[Outcome], *, title: str = "leakcheck report")
     tables = "".join(_table(g, section, keys) for g, section in grids)
     articles = "".join(_article(keys[(g.title, p, c)], g.title, o) for g, _ in grids
                        for p in g.probes for c in g.columns if (o := g.at(p, c)) is not None)
+    legend = _legend(verdicts, any(o.route is Route.SHARED for o in results))
     empty = "" if results else '<p data-testid="empty">No outcomes: nothing was measured.</p>'
     return (
         f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -114,5 +115,5 @@ def render_html(outcomes: Iterable[Outcome], *, title: str = "leakcheck report")
         f"{_filters(verdicts)}{empty}"
         f'<div class="layout"><main class="tables">{tables}</main>'
         f'<aside id="panel" data-testid="details-panel" aria-live="polite">Click a cell to see its evidence and '
-        f"advice.</aside></div>\n{_legend(verdicts)}<div hidden>{articles}</div>\n<script>{JS}</script></body></html>\n"
+        f"advice.</aside></div>\n{legend}<div hidden>{articles}</div>\n<script>{JS}</script></body></html>\n"
     )

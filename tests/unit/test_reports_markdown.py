@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ HOSTILE = "A: SET x = 'a|b' </pre></details> <script>alert(\"x\")</script> `tick
 UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
 
 
-def leak(probe: str = "statement_timeout", pg: str = "16.14", evidence: str = "A: SET ...", **rest: object) -> Outcome:
+def leak(probe: str = "statement_timeout", pg: str = "16.14", evidence: str = "A: SET ...", **rest: Any) -> Outcome:
     return make(probe, pg, "1.24.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, evidence, facts=(Fact.LEAKED,),
                 **rest)
 
