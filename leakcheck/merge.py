@@ -17,7 +17,7 @@ from . import expectations, record
 from .errors import UsageError
 from .judge import problem
 from .probes import PROBES, Probe
-from .report import render_counts, render_matrix
+from .report import render_counts, render_legend, render_matrix
 from .reports import output
 from .results import Results, combine, load, name_of, properties
 from .verdicts import Outcome, Verdict
@@ -66,8 +66,8 @@ def report(judged: Judged, sources: int, color: bool = False) -> list[str]:
     outcomes = judged.results.outcomes
     lines = [f"leakcheck matrix (merged from {sources} results file{'s' if sources != 1 else ''})", ""]
     if outcomes:
-        lines += [*render_matrix(outcomes, color=color, legend=True).splitlines(),
-                  f"verdicts: {render_counts(outcomes)}"]
+        lines += [*render_matrix(outcomes, color=color).splitlines(), f"verdicts: {render_counts(outcomes)}",
+                  *render_legend(outcomes, color=color).splitlines()]
     lines += [f"FAILED {name_of(o)}: {why}" for o, why in judged.failures.items()]
     lines += [f"FAILED {u.test}: measured nothing ({u.why})" for u in judged.results.unmeasured]
     return lines

@@ -15,7 +15,7 @@ from .config import Config, add_options
 from .errors import LeakcheckError
 from .matrix_run import MatrixRun
 from .probes import Probe
-from .report import render_counts, render_matrix
+from .report import render_counts, render_legend, render_matrix
 from .reports import output
 from .verdicts import Target, Verdict
 
@@ -237,8 +237,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(line)
         terminalreporter.write_line("")
         # Colour when pytest's own terminal writer uses markup (--color, NO_COLOR, FORCE_COLOR, a tty).
-        terminalreporter.write(render_matrix(outcomes, color=config.get_terminal_writer().hasmarkup, legend=True))
+        color = config.get_terminal_writer().hasmarkup
+        terminalreporter.write(render_matrix(outcomes, color=color))
         terminalreporter.write_line(f"verdicts: {render_counts(outcomes)}")
+        terminalreporter.write(render_legend(outcomes, color=color))
     unmeasured = gathered.unmeasured
     if unmeasured:
         terminalreporter.write_line(f"leakcheck: {len(unmeasured)} leak tests failed before measuring anything, "
