@@ -117,13 +117,13 @@ def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", li
 
 def _fit(head: str, chunks: Sequence[tuple[str, str]], limit: int) -> str:
     """`head` and the chunks in order while they fit; what is left is counted in one closing note."""
-    text = head
+    text, left = head, sum(len(c) for c, _ in chunks)
     for i, (chunk, _) in enumerate(chunks):
-        if len(text) + sum(len(c) for c, _ in chunks[i:]) <= limit:
+        if len(text) + left <= limit:  # everything left fits: no note needed
             return (text + "".join(c for c, _ in chunks[i:])).rstrip("\n") + "\n"
         if len(text) + len(chunk) > limit - _NOTE_ROOM:
             return text + "\n" + _note(chunks[i:], limit)
-        text += chunk
+        text, left = text + chunk, left - len(chunk)
     return text.rstrip("\n") + "\n"
 
 
