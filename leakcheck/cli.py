@@ -16,12 +16,16 @@ from typing import NoReturn
 import psycopg
 
 from . import cli_images, merge, preflight, progress
-from .config import DEFAULT_BOUNCER, DEFAULT_PG, Config, required_probes
+from .config import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS, Config, required_probes
 from .errors import UsageError, one_line
 from .exits import EXIT_USAGE, guarded
 from .matrix_run import make_backend
 from .provision.external import check_dsn, redacted
 from .provision.fixtures import install
+from .reports import use_color
+
+#: The pytest options' help texts, for the merge options that mean the same.
+OPTION_HELP = {flag: help_text for flag, _, help_text, _ in OPTIONS}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                          "as pytest --record")
     merging.add_argument("--junitxml", type=Path, help="write a JUnit XML report (one test case per outcome)")
     merging.add_argument("--require", help="probe ids that must be isolated, as pytest --require (or security)")
+    merging.add_argument("--report-html", type=Path, help=OPTION_HELP["--report-html"])
+    merging.add_argument("--report-md", type=Path, help=OPTION_HELP["--report-md"])
     fixtures = sub.add_parser("fixtures", help="create leakcheck's test roles and tables in a database behind a "
                               "running pooler (for --pooled-dsn), as a superuser")
     fixtures.add_argument("--dsn", required=True, help="a postgresql:// URI of that database, as a superuser")
@@ -93,8 +99,9 @@ def _fixtures(args: argparse.Namespace) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     def merging() -> int:
-        required = required_probes(args.require)
-        return merge.run(args.results, args.expect, args.record, args.junitxml, required=required)
+        return merge.run(args.results, args.expect, args.record, args.junitxml, required=required_probes(args.require),
+                         report_html=args.report_html, report_md=args.report_md,
+                         color=use_color(sys.stdout, os.environ))
 
     return guarded(merging)
 

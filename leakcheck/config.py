@@ -50,7 +50,11 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "differences from --expect (without it, they are accepted)", None),
     ("--record", "leakcheck_record", "write the measured verdicts to this matrices/*.json file", None),
     ("--results", "leakcheck_results", "write every outcome of the run (leak tests and controls, with their "
-     "evidence) to this JSON file, for `leakcheck merge` (schema leakcheck-results, version 1)", None),
+     "evidence and advice) to this JSON file, for `leakcheck merge` (schema leakcheck-results, version 2)", None),
+    ("--report-html", "leakcheck_report_html", "write a self-contained HTML report (the matrix in colour, "
+     "filters, each cell's evidence and advice) to this file at the end of the run", None),
+    ("--report-md", "leakcheck_report_md", "write a Markdown report that fits a pull-request comment (tables, then "
+     "each problem cell's evidence and advice folded) to this file at the end of the run", None),
     ("--jobs", "leakcheck_jobs", "how many independent cells (lanes) run at the same time: a number from 1 "
      "to 64, or auto (four per core, at most 8); default auto", "auto"),
     ("--pg-image", "leakcheck_pg_image", "containers backend: PostgreSQL image template "
@@ -142,6 +146,8 @@ class Config:
     dsn_name: str = ""  #: --dsn-name (or the pooled DSN's host)
     require: frozenset[str] | None = None  #: --require: probe ids that must be isolated (None: no policy)
     update: bool = False  #: --update: rewrite the --expect file (record = expect)
+    report_html: Path | None = None  #: --report-html: the HTML report (reports/html.py)
+    report_md: Path | None = None  #: --report-md: the Markdown report (reports/markdown.py)
 
     @property
     def bouncer(self) -> tuple[Spec, ...]:
@@ -211,6 +217,8 @@ class Config:
                 raise UsageError(f"--update rewrites --expect={expect}; --record={record} is another file: give one")
             record = expect
         results = _given(raw, "leakcheck_results", "the path of a JSON file to write, such as results.json")
+        report_html = _given(raw, "leakcheck_report_html", "the path of an HTML file to write, such as leakcheck.html")
+        report_md = _given(raw, "leakcheck_report_md", "the path of a Markdown file to write, such as leakcheck.md")
         bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
         pooled, direct, name = _dsns(raw)
@@ -237,6 +245,8 @@ class Config:
             pooled_dsn=pooled, direct_dsn=direct, dsn_name=name,
             require=required_probes(_given(raw, "leakcheck_require", "probe ids separated by commas, or security")),
             update=update == "yes",
+            report_html=Path(report_html) if report_html is not None else None,
+            report_md=Path(report_md) if report_md is not None else None,
         )
 
 

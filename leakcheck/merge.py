@@ -18,7 +18,8 @@ from .errors import UsageError
 from .expectations import Expectation
 from .judge import Judgement, Kind, Policy, judge
 from .probes import PROBES, Probe
-from .report import render_counts, render_matrix
+from .report import render_counts, render_legend, render_matrix
+from .reports import output
 from .results import Results, combine, load, name_of, properties
 from .verdicts import Outcome
 
@@ -67,12 +68,14 @@ def judge_all(results: Results, expected: Mapping[str, Expectation] | None, requ
     return Judged(results, failures, passed_as)
 
 
-def report(judged: Judged, sources: int) -> list[str]:
-    """The terminal report: the plugin's matrix and counts, each failure, then one line on the gate."""
+def report(judged: Judged, sources: int, color: bool = False) -> list[str]:
+    """The terminal report: the plugin's matrix (with its legend) and counts, each failure, then one
+    line on the gate. `color`: ANSI colours in the matrix (the CLI decides: reports.use_color)."""
     outcomes = judged.results.outcomes
     lines = [f"leakcheck matrix (merged from {sources} results file{'s' if sources != 1 else ''})", ""]
     if outcomes:
-        lines += [*render_matrix(outcomes).splitlines(), f"verdicts: {render_counts(outcomes)}"]
+        lines += [*render_matrix(outcomes, color=color).splitlines(), f"verdicts: {render_counts(outcomes)}",
+                  *render_legend(outcomes, color=color).splitlines()]
     lines += [f"FAILED {name_of(o)}: {why}" for o, why in judged.failures.items()]
     lines += [f"FAILED {u.test}: measured nothing ({u.why})" for u in judged.results.unmeasured]
     return lines
@@ -106,11 +109,13 @@ def junit(judged: Judged, expected: Mapping[str, Expectation] | None) -> str:
 
 
 def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, junit_to: Path | None,
-        say: Callable[[str], None] = print, required: frozenset[str] | None = None) -> int:
+        say: Callable[[str], None] = print, *, required: frozenset[str] | None = None,
+        report_html: Path | None = None, report_md: Path | None = None, color: bool = False) -> int:
     """Load, check, judge, report and write; 0 when everything passed, 1 when anything failed.
 
-    Every input (each results file, --expect, the --record and --junitxml targets) is checked
-    before anything is printed or written: a problem is a UsageError (exit 4 in the CLI).
+    Every input (each results file, --expect, the --record, --junitxml, --report-html and
+    --report-md targets) is checked before anything is printed or written: a problem is a
+    UsageError (exit 4 in the CLI).
     """
     merged = combine([(str(p), load(p)) for p in paths])
     expected = expectations.load(expect) if expect is not None else None
@@ -118,8 +123,11 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
         record.check_target(record_to)
     if junit_to is not None:
         record.check_writable(junit_to, "--junitxml", "leakcheck.xml")
+    for path, option in ((report_html, output.HTML_OPTION), (report_md, output.MD_OPTION)):
+        if path is not None:
+            output.check_target(path, option)
     judged = judge_all(merged, expected, required)
-    for line in report(judged, len(paths)):
+    for line in report(judged, len(paths), color):
         say(line)
     written = True
     if record_to is not None:
@@ -132,6 +140,11 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
         except OSError as exc:
             say(f"leakcheck: {junit_to} not written: writing it failed ({exc.strerror or exc})")
             written = False
+    if report_html is not None or report_md is not None:
+        lines, ok = output.write_all(merged.outcomes, report_html, report_md, None)
+        for line in lines:
+            say(f"leakcheck: {line}")
+        written = written and ok
     if not merged.outcomes:
         say("leakcheck: the results hold no outcome: a gate that measured nothing fails")
     say(f"leakcheck: {judged.passed} passed, {judged.failed} failed")

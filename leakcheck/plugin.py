@@ -16,7 +16,8 @@ from .errors import LeakcheckError
 from .judge import Kind
 from .matrix_run import MatrixRun
 from .probes import Probe
-from .report import render_counts, render_matrix
+from .report import render_counts, render_legend, render_matrix
+from .reports import output
 from .verdicts import Target
 
 RUN = pytest.StashKey[MatrixRun]()
@@ -199,9 +200,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """--record and --results, from every test report: written only after a run that ran its tests to
-    the end, by the controller (or the serial process), never by an xdist worker; a failed write is
-    one line and exit 1."""
+    """--record, --results, --report-html and --report-md, from every test report: written only after
+    a run that ran its tests to the end, by the controller (or the serial process), never by an xdist
+    worker; a failed write is one line and exit 1."""
     config = session.config
     run = config.stash.get(RUN, None)
     if run is None:
@@ -219,6 +220,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if run.config.results is not None:
         said, ok = results.finish(run.config.results, gathered.results(), reason)
         lines, written = lines + said, written and ok
+    if run.config.report_html is not None or run.config.report_md is not None:
+        said, ok = output.write_all(gathered.outcomes, run.config.report_html, run.config.report_md, reason)
+        lines, written = lines + said, written and ok
     config.stash[RECORDED] = lines
     if not written and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -235,8 +239,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         for line in run.describe() or gathered.descriptions:  # a controller starts no server: its workers'
             terminalreporter.write_line(line)
         terminalreporter.write_line("")
-        terminalreporter.write(render_matrix(outcomes))
+        # Colour when pytest's own terminal writer uses markup (--color, NO_COLOR, FORCE_COLOR, a tty).
+        color = config.get_terminal_writer().hasmarkup
+        terminalreporter.write(render_matrix(outcomes, color=color))
         terminalreporter.write_line(f"verdicts: {render_counts(outcomes)}")
+        terminalreporter.write(render_legend(outcomes, color=color))
     unmeasured = gathered.unmeasured
     if unmeasured:
         terminalreporter.write_line(f"leakcheck: {len(unmeasured)} leak tests failed before measuring anything, "

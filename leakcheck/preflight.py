@@ -1,9 +1,9 @@
 """Everything a run depends on, checked once before any server starts (each problem: one line).
 
-The environment variables leakcheck reads, the gate file (--expect) and the record target
-(--record), the paths given to --pg/--bouncer, and for the native backend the server user and
-the temp folder. Misconfiguration found here is one UsageError instead of the same failure in
-every test.
+The environment variables leakcheck reads, the gate file (--expect), the record target
+(--record) and the report targets (--report-html, --report-md), the paths given to
+--pg/--bouncer, and for the native backend the server user and the temp folder.
+Misconfiguration found here is one UsageError instead of the same failure in every test.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .provision.containers_images import BASE_IMAGE_ENV
 from .provision.pg_binaries import resolve_pg
 from .provision.system import ServerUser, cache_root, server_user
 from .provision.tarballs import TARBALLS_ENV, local_tarballs
+from .reports import output
 
 MB = 1024 * 1024
 #: Free space the temp folder needs: a copy of a PostgreSQL template (~50 MB) per version, plus logs.
@@ -52,6 +53,9 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
     expected = expectations.load(config.expect) if config.expect is not None else None
     if config.record is not None:
         record.check_target(config.record)
+    for path, option in ((config.report_html, output.HTML_OPTION), (config.report_md, output.MD_OPTION)):
+        if path is not None:
+            output.check_target(path, option)
     user = None
     if backend == "native":
         user = server_user()

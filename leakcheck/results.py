@@ -12,7 +12,7 @@ version 2:
                               "label": "pgbouncer1.24.1[max_prepared_statements=0]"},
                    "route": "transaction", "driver": "psycopg", "driver_version": "3.3.9",
                    "verdict": "leaks", "facts": ["leaked"], "security": false, "evidence": "A: SET ...",
-                   "details": {"b_reported": "..."}}, ...],
+                   "details": {"b_reported": "..."}, "advice": "Set statement_timeout per transaction ..."}, ...],
      "unmeasured": [{"test": "leakcheck::test_leak[...]", "why": "worker 'gw1' crashed ..."}]}
 
 - `outcomes`: every leak test's and every control's outcome, in `canonical` order. `pooler` is
@@ -22,7 +22,10 @@ version 2:
   `label` what test ids show. `route` is transaction, session, direct or shared; `driver_version`
   the installed release (null when unknown); `verdict` isolated, leaks, lost, breaks,
   not_applicable, error or skipped; `facts` any of broke, leaked, lost, misreported; `details` the
-  parameter probes' extra properties (names to strings).
+  parameter probes' extra properties (names to strings); `advice` (added within version 2, optional)
+  what to do about this verdict in this cell, one line (`leakcheck.reports.advice`; code between
+  backticks), or null when there is nothing to do (isolated, skipped, every control). It is derived
+  from the fields above, so a reader ignores it: files without it are read the same.
 - `unmeasured`: leak tests that failed without an outcome (a crashed xdist worker, a failed
   setup); they never pass a gate.
 
@@ -42,6 +45,7 @@ from typing import Any
 from .errors import UsageError
 from .probes import PROBES
 from .record import check_writable, write_atomic
+from .reports.advice import advice
 from .target import Pooler, PoolerKind, Setting
 from .verdicts import Driver, Fact, Outcome, Route, Target, Verdict
 from .versions import Version
@@ -220,7 +224,7 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
         "probe": o.probe, "pg": str(o.pg), "pooler": pooler_json(o.pooler), "route": o.route.value,
         "driver": o.driver.value, "driver_version": str(version) if version else None,
         "verdict": o.verdict.value, "facts": [f.value for f in o.facts], "security": o.security,
-        "evidence": o.evidence, "details": dict(o.details),
+        "evidence": o.evidence, "details": dict(o.details), "advice": advice(o),
     }
 
 

@@ -16,3 +16,15 @@ def make(probe: str, pg: str, bouncer: str, route: Route, driver: str, verdict: 
     version = Version.parse(driver_version) if driver_version else None
     target = Target(Version.parse(pg), pooler, route, Driver(driver), version)
     return Outcome(probe, target, verdict, evidence, **rest)
+
+
+def at(probe: str, verdict: Verdict, pooler: Pooler | None, pg: str = "16.14", driver: str = "psycopg",
+       route: Route = Route.TRANSACTION, evidence: str = "e", **rest: Any) -> Outcome:
+    """An Outcome on any pooler (`make` builds PgBouncer ones)."""
+    return Outcome(probe, Target(Version.parse(pg), pooler, route, Driver(driver)), verdict, evidence, **rest)
+
+
+def pooler(kind: str, version: str | None = None, settings: tuple[tuple[str, str], ...] = (),
+           config: str = "") -> Pooler:
+    """`pooler("pgbouncer", "1.18.0")`, `pooler("odyssey", "1.5.2")`, `pooler("dsn", config="staging")`."""
+    return Pooler(PoolerKind(kind), Version.parse(version) if version else None, settings, config)

@@ -108,6 +108,7 @@ def test_a_results_file_holds_every_field_and_reads_back(tmp_path: Path) -> None
     results.save(path, Results((DIRECT, SEARCH_PATH), (lost,)))
     data = json.loads(path.read_text())
     assert (data["schema"], data["version"]) == ("leakcheck-results", 2)
+    assert "Schema-qualify" in data["outcomes"][0].pop("advice")  # derived from the verdict and cell
     assert data["outcomes"][0] == {
         "probe": "search_path", "pg": "18.4",
         "pooler": {"kind": "pgbouncer", "version": "1.24.1", "settings": [["max_prepared_statements", "0"]],

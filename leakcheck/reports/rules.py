@@ -1,0 +1,250 @@
+"""Each probe's own advice for leaks, lost and breaks, fitted to the cell (see advice.py).
+
+A rule returns None for a verdict it has nothing specific for: the generic line is used then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..verdicts import Fact, Outcome, Verdict
+from .cell import Cell, driver_off, reset_tail
+
+Rule = Callable[[Outcome, Cell], str | None]
+
+
+def _per_transaction(name: str, local: str) -> Rule:
+    """A plain session setting: SET LOCAL (or a per-role default) instead of SET."""
+    def rule(o: Outcome, c: Cell) -> str | None:
+        if o.verdict is Verdict.LEAKS:
+            return (f"Set {name} per transaction (`{local}` inside `BEGIN ... COMMIT`) or per role "
+                    f"(`ALTER ROLE app SET {name} = ...`) instead of a session `SET`: poolers cannot re-apply it "
+                    f"(the server never reports it).{reset_tail(c)}")
+        return None
+    return rule
+
+
+def _tracked(name: str, since: tuple[int, ...] = (), how: str = "") -> Rule:
+    """A parameter PgBouncer re-applies per client (some only from a release on)."""
+    def rule(o: Outcome, c: Cell) -> str | None:
+        options = ", which PgBouncer accepts for tracked settings from 1.20" if c.is_bouncer else ""
+        connect = (f"give {name} at connect time (a connection parameter, or `options=-c {name}=...`{options}), "
+                   f"per role (`ALTER ROLE app SET {name} = ...`), or with `SET LOCAL {name}` per transaction")
+        if since and c.bouncer_before(*since):
+            return (f"{c.named} does not re-apply {name} ({how}, since {'.'.join(map(str, since))}): upgrade, "
+                    f"or {connect}.")
+        if c.is_bouncer and o.verdict is Verdict.LEAKS:
+            return (f"PgBouncer tracks {name} per client by default: check that {c.ini} does not narrow its "
+                    f"tracked parameters (`track_extra_parameters`); meanwhile {connect}.")
+        if c.is_odyssey:
+            return f"Check Odyssey's `maintain_params` for this route; meanwhile {connect}."
+        return f"Do not `SET {name}` on a pooled connection: {connect}."
+    return rule
+
+
+def search_path(o: Outcome, c: Cell) -> str:
+    text = ("Schema-qualify names (`app.orders`) or give the role its path (`ALTER ROLE app SET search_path = "
+            "...`) instead of `SET search_path` on a pooled connection.")
+    if c.is_bouncer:
+        if c.pg.parts < (18,):
+            text += (f" PostgreSQL {c.pg.prefix(1)} does not report search_path to poolers (18 does, and PgBouncer "
+                     "1.26+ re-applies it there: measure that cell); `track_extra_parameters = search_path` (1.20+) "
+                     "covers only a path given at connect time.")
+        elif c.bouncer_before(1, 26):
+            text += (" With PostgreSQL 18, PgBouncer 1.26+ re-applies a reported search_path (measure it before "
+                     "relying on it); on 1.20+ so does `track_extra_parameters = search_path`, but together with "
+                     "`auth_user` that was CVE-2025-12819, fixed in 1.25.1.")
+            if c.bouncer_before(1, 20):
+                text += f" {c.named} has neither: upgrade."
+        else:
+            text += f" {c.named} re-applies reported parameters: check `track_extra_parameters` in {c.ini}."
+    if Fact.MISREPORTED in o.facts:
+        text += (f" The {c.driver.value} driver was also told a path the server did not have: do not trust its "
+                 "ParameterStatus cache.")
+    return text
+
+
+def _application_name(empty: bool) -> Rule:
+    def rule(o: Outcome, c: Cell) -> str:
+        if empty and c.bouncer_before(1, 22):
+            return (f"{c.named} does not re-apply an empty application_name (fixed in 1.22): upgrade, or never "
+                    "set it to `''`; name the application at connect time (`application_name=...`).")
+        return ("Name the application at connect time (the `application_name` connection parameter, which the "
+                "pooler tracks per client) instead of `SET application_name`.")
+    return rule
+
+
+def custom_setting(o: Outcome, c: Cell) -> str:
+    lost = " When a client moves to another server its value stays behind (lost)." if o.verdict is Verdict.LOST \
+        else ""
+    return ("No pooler can track a custom setting (the server never reports it): set it in every transaction "
+            f"that reads it, `set_config('leakcheck.tenant', ..., true)` or `SET LOCAL`.{lost}{reset_tail(c)}")
+
+
+def _role(privileged: bool) -> Rule:
+    def rule(o: Outcome, c: Cell) -> str:
+        worse = " B read data only that role may read: treat it as an access-control bug." if privileged else ""
+        return ("Use `SET LOCAL ROLE ...` inside each transaction (it ends with the transaction), or a login role "
+                f"per privilege level, each its own pool, instead of `SET ROLE` on a pooled connection.{worse}")
+    return rule
+
+
+def session_authorization(o: Outcome, c: Cell) -> str:
+    text = ("Do not `SET SESSION AUTHORIZATION` through a transaction pool: use `SET LOCAL SESSION AUTHORIZATION` "
+            "per transaction, or log in as the role itself (no superuser application login).")
+    if c.bouncer_before(1, 26):
+        text += " PgBouncer 1.26+ re-applies every parameter the server reports (measure it before relying on it)."
+    return text
+
+
+def advisory_lock(o: Outcome, c: Cell) -> str | None:
+    if o.verdict is Verdict.BREAKS:
+        return None
+    where = ("stays on the server connection, held for whoever gets it next" if o.verdict is Verdict.LEAKS
+             else "is not on the server connection the client has now")
+    return (f"Use `pg_advisory_xact_lock(...)` (released at commit) instead of `pg_advisory_lock(...)`: a session "
+            f"lock taken through a transaction pool {where}.{reset_tail(c)}")
+
+
+def listen_notify(o: Outcome, c: Cell) -> str:
+    pin = " (or `pool_pin_on_listen` if your Odyssey release has it)" if c.is_odyssey else ""
+    return ("Run LISTEN on its own session: a direct connection to PostgreSQL, or a session-mode pool for the "
+            f"listener (e.g. a second database entry with `pool_mode=session`){pin}; `NOTIFY` itself is fine "
+            "through a transaction pool.")
+
+
+def temp_table(o: Outcome, c: Cell) -> str:
+    return ("Create temp tables `ON COMMIT DROP` and use them in that one transaction, or use a regular table keyed "
+            f"by a session id; a plain temp table stays on the server connection.{reset_tail(c)}")
+
+
+def with_hold_cursor(o: Outcome, c: Cell) -> str:
+    return ("Use a plain cursor inside one transaction, or keyset pagination (`WHERE id > $last ORDER BY id LIMIT "
+            "n`), instead of `WITH HOLD`; if you must, `CLOSE` it before the transaction that opened it ends.")
+
+
+def sql_prepare(o: Outcome, c: Cell) -> str:
+    tracked = ("PgBouncer's `max_prepared_statements` (1.21+) covers only protocol-level prepares" if c.is_bouncer
+               else "Odyssey's `pool_reserve_prepared_statement` covers only protocol-level prepares" if c.is_odyssey
+               else "poolers track at most protocol-level prepares")
+    return (f"SQL `PREPARE`/`EXECUTE` pass through untouched, and {tracked}: use your driver's protocol-level "
+            "prepares, or `PREPARE`, `EXECUTE` and `DEALLOCATE` in one transaction.")
+
+
+def _prepare_fix(c: Cell) -> str:
+    """The pooler-side fix for protocol-level prepares, as this cell's pooler and version allow."""
+    off = driver_off(c)
+    if c.is_odyssey:
+        on = c.setting("pool_reserve_prepared_statement")
+        if on in ("yes", "on", "true"):
+            return f"This cell already sets `pool_reserve_prepared_statement {on}`: {off}."
+        return f"Set `pool_reserve_prepared_statement yes` on the Odyssey route, or {off}."
+    if not c.is_bouncer:
+        return f"If {c.product} is PgBouncer 1.21+, set `max_prepared_statements`; otherwise {off}."
+    if c.version is None:
+        return f"On PgBouncer 1.21+ set `max_prepared_statements` (default 200 since 1.24); otherwise {off}."
+    if c.bouncer_before(1, 21):
+        return (f"{c.named} cannot track protocol-level prepares (`max_prepared_statements` needs 1.21+; on by "
+                f"default, 200, since 1.24): upgrade, or {off}.")
+    given = c.setting("max_prepared_statements")
+    if given == "0":
+        return f"This cell runs `max_prepared_statements=0`: set it above 0 (e.g. 200), or {off}."
+    if c.bouncer_before(1, 24):
+        return (f"Set `max_prepared_statements` (e.g. 200; {c.named} defaults to 0, off), or {off}.")
+    return (f"Check that `max_prepared_statements` is above 0 in {c.ini} (default 200 since 1.24), or {off}.")
+
+
+def protocol_prepare(o: Outcome, c: Cell) -> str:
+    what = {Verdict.BREAKS: "Two clients' driver-named statements collide on one server connection",
+            Verdict.LOST: "The client's prepared statement is not on the server it has now",
+            Verdict.LEAKS: "Another client's prepared statement is visible on the shared server"}[o.verdict]
+    return f"{what}. {_prepare_fix(c)}"
+
+
+def _tracking_on(c: Cell) -> bool:
+    given = c.setting("max_prepared_statements")
+    if given is not None:
+        return given != "0"
+    return c.bouncer_since(1, 24)
+
+
+def prepared_disclosure(o: Outcome, c: Cell) -> str:
+    secret = "keep secrets out of SQL text (send them as bind parameters)"
+    if c.is_bouncer and _tracking_on(c):
+        return (f"With `max_prepared_statements` on, PgBouncer shares prepared statements among a pool's clients by "
+                f"design: {secret}, and give tenants that must not see each other their own pool (their own user "
+                "or database entry).")
+    return (f"Another client's driver-named statements stay on the shared server, readable in "
+            f"`pg_prepared_statements`: {secret}, and {driver_off(c)} or use the pooler's prepared-statement support.")
+
+
+def rls_tenant(o: Outcome, c: Cell) -> str:
+    return ("Set the tenant with `set_config('app.tenant', ..., true)` (transaction-local) in the same transaction "
+            "as the queries it guards, never with `false` (session) on a pooled connection.")
+
+
+def temp_shadow(o: Outcome, c: Cell) -> str:
+    return ("Schema-qualify real tables (`public.lc_audit`) and put `pg_temp` last (`SET LOCAL search_path = "
+            "public, pg_temp`); create temp tables `ON COMMIT DROP` so none outlives its transaction.")
+
+
+def lastval(o: Outcome, c: Cell) -> str:
+    return ("Read generated ids in the statement that makes them (`INSERT ... RETURNING id`) instead of "
+            "`lastval()`/`currval()` in a later transaction.")
+
+
+def read_only(o: Outcome, c: Cell) -> str:
+    text = ("Use `BEGIN READ ONLY` (or `SET TRANSACTION READ ONLY`) per transaction, or a read-only role "
+            "(`ALTER ROLE ... SET default_transaction_read_only = on`), instead of `SET SESSION CHARACTERISTICS`.")
+    if c.bouncer_before(1, 26):
+        text += " PgBouncer 1.26+ tracks default_transaction_read_only (measure it before relying on it)."
+    return text
+
+
+def replication_role(o: Outcome, c: Cell) -> str:
+    return ("Use `SET LOCAL session_replication_role = replica` inside the one transaction that needs it: as a "
+            "session setting it skips triggers and foreign keys for whoever gets the server connection next.")
+
+
+def idle_in_transaction_timeout(o: Outcome, c: Cell) -> str:
+    pooler = (" or PgBouncer's own `idle_transaction_timeout`" if c.is_bouncer else "")
+    return ("Set it per role (`ALTER ROLE app SET idle_in_transaction_session_timeout = ...`)"
+            f"{pooler} instead of a session `SET`: the next client's session can be ended by it.")
+
+
+def client_encoding(o: Outcome, c: Cell) -> str:
+    return ("Give client_encoding at connect time (drivers do; poolers track it per client) and never `SET` it on "
+            "a pooled connection.")
+
+
+RULES: dict[str, Rule] = {
+    "statement_timeout": _per_transaction("statement_timeout", "SET LOCAL statement_timeout = '5s'"),
+    "lock_timeout": _per_transaction("lock_timeout", "SET LOCAL lock_timeout = '1s'"),
+    "search_path": search_path,
+    "timezone": _tracked("TimeZone"),
+    "timezone_moved": _tracked("TimeZone"),
+    "datestyle": _tracked("DateStyle"),
+    "intervalstyle": _tracked("IntervalStyle", (1, 20), "tracked through `track_extra_parameters`"),
+    "application_name": _application_name(empty=False),
+    "application_name_empty": _application_name(empty=True),
+    "custom_setting": custom_setting,
+    "custom_setting_moved": custom_setting,
+    "set_role": _role(privileged=False),
+    "set_role_privileged": _role(privileged=True),
+    "session_authorization": session_authorization,
+    "advisory_lock": advisory_lock,
+    "listen_notify": listen_notify,
+    "temp_table": temp_table,
+    "with_hold_cursor": with_hold_cursor,
+    "sql_prepare": sql_prepare,
+    "protocol_prepare": protocol_prepare,
+    "protocol_prepare_moved": protocol_prepare,
+    "prepared_disclosure": prepared_disclosure,
+    "rls_tenant": rls_tenant,
+    "temp_shadow": temp_shadow,
+    "lastval": lastval,
+    "read_only": read_only,
+    "replication_role": replication_role,
+    "idle_in_transaction_timeout": idle_in_transaction_timeout,
+    "client_encoding": client_encoding,
+}

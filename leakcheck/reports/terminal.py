@@ -1,0 +1,111 @@
+"""The terminal matrix: plain text, or with ANSI colours when the caller's terminal takes them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TextIO
+
+from ..verdicts import Outcome, Route, Verdict
+from .grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, canonical_order, pooled_grids
+from .words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
+
+__all__ = ["LONG_COLUMN", "canonical_order", "cell", "render_counts", "render_legend", "render_matrix",
+           "use_color", "word"]
+
+#: Column names longer than this are numbered, with a legend under the table.
+LONG_COLUMN = 40
+
+#: SGR codes per verdict: problems stand out, measurements that passed are quiet.
+_SGR = {
+    Verdict.ISOLATED: "32",  # green
+    Verdict.LEAKS: "1;31",  # bold red
+    Verdict.LOST: "1;33",  # bold yellow
+    Verdict.BREAKS: "1;35",  # bold magenta
+    Verdict.ERROR: "1;97;41",  # white on red: not a verdict about the pooler
+    Verdict.NOT_APPLICABLE: "2",  # dim
+    Verdict.SKIPPED: "2",
+}
+_SECURITY_SGR = "35"
+_HEADER_SGR = "1"
+
+
+def use_color(stream: TextIO, environ: Mapping[str, str]) -> bool:
+    """Whether to colour output for `stream`, as pytest decides: PY_COLORS=1/0 first, then NO_COLOR
+    (any non-empty value: no colour), FORCE_COLOR (non-empty: colour), else a terminal that is not dumb."""
+    if environ.get("PY_COLORS") in ("0", "1"):
+        return environ["PY_COLORS"] == "1"
+    if environ.get("NO_COLOR"):
+        return False
+    if environ.get("FORCE_COLOR"):
+        return True
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty()) and environ.get("TERM") != "dumb"
+
+
+def _paint(text: str, sgr: str, color: bool) -> str:
+    return f"\x1b[{sgr}m{text}\x1b[0m" if color and sgr and text else text
+
+
+def _table(rows: Sequence[Sequence[tuple[str, str]]], color: bool) -> list[str]:
+    """Columns padded on the plain text, then painted: colour never shifts alignment."""
+    widths = [max(len(r[i][0]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        parts = [_paint(text, sgr, color) + " " * (w - len(text)) for (text, sgr), w in zip(row, widths, strict=False)]
+        out.append("  ".join(parts).rstrip())
+    return out
+
+
+def _probe_label(probe: str, security: bool) -> tuple[str, str]:
+    return (probe + " [security]", _SECURITY_SGR) if security else (probe, "")
+
+
+def render_matrix(outcomes: Iterable[Outcome], *, color: bool = False, legend: bool = False) -> str:
+    """Pooled-route verdicts: one table per PostgreSQL version, probes as rows, pooler (with its
+    settings) x driver as columns; then one line on the controls. `color` adds ANSI colours (the
+    caller decides: `use_color`, or pytest's terminal writer); `legend` explains the words."""
+    results = list(outcomes)
+    lines: list[str] = []
+    for g in pooled_grids(results):
+        long = any(len(c) > LONG_COLUMN for c in g.columns)
+        names = [f"({i})" for i in range(1, len(g.columns) + 1)] if long else list(g.columns)
+        header = [(g.title, _HEADER_SGR), *((n, _HEADER_SGR) for n in names)]
+        body = []
+        for p in g.probes:
+            row = [_probe_label(p, p in g.security)]
+            for c in g.columns:
+                o = g.at(p, c)
+                row.append((cell(o), _SGR[o.verdict]) if o is not None else ("-", ""))
+            body.append(row)
+        lines += ["through the pooler (pooler[settings]/driver; the poolers leakcheck starts run a pool of one)",
+                  *_table([header, *body], color)]
+        lines += [f"  {n} {c}" for n, c in zip(names, g.columns, strict=True)] if long else []
+        lines.append("")
+    for route in CONTROL_ROUTES:
+        controls = [o for o in results if o.route is route]
+        if controls:
+            lines.append(f"{route.value} control ({CONTROL[route]}): {render_counts(controls)}")
+    if any(o.route is Route.SHARED for o in results):
+        lines.append(f"({SHARED_RULE})")
+    if legend and results:
+        lines += ["", *render_legend(results, color=color).splitlines()]
+    return "\n".join(lines).rstrip() + "\n" if lines else ""
+
+
+def render_legend(outcomes: Iterable[Outcome], *, color: bool = False) -> str:
+    """What the words of these outcomes' cells mean: each verdict seen, the `+fact` suffix, `[security]`."""
+    results = list(outcomes)
+    seen = {o.verdict for o in results}
+    lines = ["legend:"]
+    lines += [f"  {_paint(word(v), _SGR[v], color)}: {MEANING[v]}" for v in Verdict if v in seen]
+    lines += [f"  {SUFFIX}"] if any(o.other_facts for o in results) else []
+    lines += [f"  {SECURITY}"] if any(o.security for o in results) else []
+    lines.append(f"  {MISSING}")
+    return "\n".join(lines) + "\n"
+
+
+def render_counts(outcomes: Iterable[Outcome]) -> str:
+    counts: dict[Verdict, int] = {}
+    for o in outcomes:
+        counts[o.verdict] = counts.get(o.verdict, 0) + 1
+    return ", ".join(f"{n} {v.value}" for v, n in sorted(counts.items(), key=lambda kv: kv[0].value))

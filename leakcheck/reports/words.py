@@ -1,0 +1,52 @@
+"""What every report calls a verdict and a fact, and what each means (one source for the legends)."""
+
+from __future__ import annotations
+
+from ..verdicts import Fact, Outcome, Verdict
+
+_WORD = {
+    Verdict.ISOLATED: "isolated",
+    Verdict.LEAKS: "LEAKS",
+    Verdict.LOST: "LOST",
+    Verdict.BREAKS: "BREAKS",
+    Verdict.NOT_APPLICABLE: "n/a",
+    Verdict.ERROR: "error",
+    Verdict.SKIPPED: "skipped",
+}
+
+#: One line per verdict, as the README's table says it.
+MEANING = {
+    Verdict.ISOLATED: "the state stayed with the client that set it",
+    Verdict.LEAKS: "the other client saw the state, or was affected by it",
+    Verdict.LOST: "the client's own state was gone when it ran again",
+    Verdict.BREAKS: "using the feature raised errors",
+    Verdict.NOT_APPLICABLE: "the pooler refused what the probe needs (e.g. a transaction block in statement mode)",
+    Verdict.ERROR: "the harness could not measure (no verdict about the pooler: see the evidence)",
+    Verdict.SKIPPED: "not run",
+}
+
+FACT_MEANING = {
+    Fact.BROKE: "a statement of the feature failed",
+    Fact.LEAKED: "the other client saw or was affected by the state",
+    Fact.LOST: "the client's own state was gone",
+    Fact.MISREPORTED: "a driver was told (ParameterStatus) a value the server did not have",
+}
+
+SUFFIX = ("+fact: another fact the probe saw besides the verdict's own, e.g. BREAKS+leaked "
+          "(broke, leaked, lost, or misreported: a driver was told a value the server did not have)")
+SECURITY = "[security]: the state guards data or identity, so a leak exposes it"
+MISSING = "-: not measured in this run"
+
+
+def word(verdict: Verdict) -> str:
+    return _WORD[verdict]
+
+
+def cell(outcome: Outcome) -> str:
+    """The verdict, then any other fact it saw: `BREAKS+leaked`, `isolated+misreported`."""
+    return "+".join([word(outcome.verdict), *outcome.other_facts])
+
+
+def flagged(outcome: Outcome) -> bool:
+    """A cell a reader must look at: a problem verdict, an error, or a driver told a wrong value."""
+    return outcome.verdict.is_problem or outcome.verdict is Verdict.ERROR or Fact.MISREPORTED in outcome.facts
