@@ -1,8 +1,11 @@
-"""`leakcheck prepare`: resolve, fetch and build the servers a matrix needs, ahead of time.
+"""`leakcheck run`: the leak matrix without pytest (the plugin's options, gate and reports).
+`leakcheck diff FROM TO`: what changes between two cells (e.g. pg16/pgbouncer1.24 pg18/pgbouncer1.26).
+`leakcheck prepare`: resolve, fetch and build the servers a matrix needs, ahead of time.
 `leakcheck merge`: several runs' --results files as one report and one gate decision.
+`leakcheck fixtures`: the probes' test roles and tables in a running pooler's database (--pooled-dsn).
 `leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
 
-The matrix itself runs under pytest (`pytest --pg=16,18 --bouncer=1.24,1.26`).
+Under pytest the matrix is `pytest --pg=16,18 --bouncer=1.24,1.26`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import NoReturn
 
 import psycopg
 
-from . import cli_images, merge, preflight, progress
+from . import cli_images, diff_cli, merge, preflight, progress, run_cli
 from .config import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS, Config, required_probes
 from .errors import UsageError, one_line
 from .exits import EXIT_USAGE, guarded
@@ -58,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     fixtures.add_argument("--dsn", required=True, help="a postgresql:// URI of that database, as a superuser")
     fixtures.add_argument("--role", help="the role --pooled-dsn logs in as: it gets what leakcheck_app has")
     fixtures.add_argument("--drop", action="store_true", help="remove them again")
+    run_cli.add_parser(sub)
+    diff_cli.add_parser(sub)
     cli_images.add_parsers(sub)
     args = parser.parse_args(argv)
     with progress.on_stderr():  # "leakcheck: fetching ..." lines; results go to stdout
@@ -65,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             return _merge(args)
         if args.command in cli_images.COMMANDS:
             return cli_images.run(args)
+        if args.command == "run":
+            return guarded(lambda: run_cli.main(args))
+        if args.command == "diff":
+            return guarded(lambda: diff_cli.main(args))
         if args.command == "fixtures":
             return guarded(lambda: _fixtures(args))
         return guarded(lambda: _prepare(args))

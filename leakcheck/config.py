@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from . import matrix_file
 from .axes import Axis, check_distinct, parse_axis, parse_poolers
+from .diff import Cell, parse_cell
 from .errors import UsageError
 from .probes import Probe, select
 from .provision.bouncer_ini import RESERVED, PoolMode
@@ -26,6 +28,10 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "when --bouncer is given); giving --pg or --bouncer turns the leak matrix on", None),
     ("--bouncer", "leakcheck_bouncer", f"PgBouncer versions or binaries, comma separated (default "
      f"{DEFAULT_BOUNCER} when --pg is given)", None),
+    ("--matrix", "leakcheck_matrix", "a matrix file (TOML) naming what you run: PostgreSQL versions, poolers with "
+     "their settings and ini, drivers, probes, the baseline and the policy; options given here win over it", None),
+    ("--diff", "leakcheck_diff", "print what changes from one cell to another at the end of the run, "
+     "FROM..TO, e.g. pg16/pgbouncer1.24..pg18/pgbouncer1.26 (alone, it runs just those two cells)", None),
     ("--pooler", "leakcheck_pooler", "poolers as KIND:VERSION, comma separated: pgbouncer, odyssey or pgpool, e.g. "
      "odyssey:1.5,pgbouncer:1.26 (--bouncer=V is pgbouncer:V); a version or a path to the binary", None),
     ("--bouncer-ini", "leakcheck_bouncer_ini", "your own pgbouncer.ini: every setting kept except what leakcheck must "
@@ -96,7 +102,8 @@ FLAGS = ({ini: flag for flag, ini, _, _ in OPTIONS} | {ini: flag for flag, ini, 
          | {ini: flag for flag, ini, _ in FLAG_OPTIONS})
 DEFAULTS = {ini: default for _, ini, _, default in OPTIONS}
 #: The options that turn the leak matrix on.
-MATRIX_SWITCHES = ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler", "leakcheck_pooled_dsn")
+MATRIX_SWITCHES = ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler", "leakcheck_pooled_dsn", "leakcheck_matrix",
+                   "leakcheck_diff")
 
 
 def _raw(config: pytest.Config, ini: str) -> str | None:
@@ -146,6 +153,7 @@ class Config:
     dsn_name: str = ""  #: --dsn-name (or the pooled DSN's host)
     require: frozenset[str] | None = None  #: --require: probe ids that must be isolated (None: no policy)
     update: bool = False  #: --update: rewrite the --expect file (record = expect)
+    diff: tuple[Cell, Cell] | None = None  #: --diff FROM..TO, printed at the end of the run
     report_html: Path | None = None  #: --report-html: the HTML report (reports/html.py)
     report_md: Path | None = None  #: --report-md: the Markdown report (reports/markdown.py)
 
@@ -189,7 +197,14 @@ class Config:
 
     @classmethod
     def from_strings(cls, raw: dict[str, str | None]) -> Config:
-        """Validate option values; a key missing or None takes its default, a blank value is an error."""
+        """Validate option values; a key missing or None takes its default, a blank value is an error.
+        A --matrix file gives the values not given here."""
+        matrix = _given(raw, "leakcheck_matrix", "the path of a matrix file such as matrices/upgrade.toml")
+        if matrix is not None:
+            raw = {**matrix_file.load(Path(matrix)), **{k: v for k, v in raw.items() if v is not None}}
+        diff = _diff(raw)
+        if diff is not None:
+            raw = {**_diff_matrix(raw, diff), **{k: v for k, v in raw.items() if v is not None}}
 
         def get(key: str, expected: str) -> str:
             value = _given(raw, key, expected)
@@ -245,6 +260,7 @@ class Config:
             pooled_dsn=pooled, direct_dsn=direct, dsn_name=name,
             require=required_probes(_given(raw, "leakcheck_require", "probe ids separated by commas, or security")),
             update=update == "yes",
+            diff=_diff(raw),
             report_html=Path(report_html) if report_html is not None else None,
             report_md=Path(report_md) if report_md is not None else None,
         )
@@ -306,6 +322,28 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
             raise UsageError(f"--bouncer-set pool_mode={','.join(axis.values)}: pool_mode is one of "
                              f"{', '.join(sorted(modes))}")
     return tuple(axes)
+
+
+def _diff(raw: dict[str, str | None]) -> tuple[Cell, Cell] | None:
+    given = _given(raw, "leakcheck_diff", "FROM..TO such as pg16/pgbouncer1.24..pg18/pgbouncer1.26")
+    if given is None:
+        return None
+    before, dots, after = given.partition("..")
+    if not dots:
+        raise UsageError.bad_value("--diff", given, "FROM..TO such as pg16/pgbouncer1.24..pg18/pgbouncer1.26")
+    return parse_cell(before, "--diff"), parse_cell(after, "--diff")
+
+
+def _diff_matrix(raw: dict[str, str | None], diff: tuple[Cell, Cell]) -> dict[str, str]:
+    """--diff alone: the matrix of its two cells (their PostgreSQL and poolers)."""
+    if any(raw.get(k) is not None for k in ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler")):
+        return {}
+    if any(cell.settings or cell.config for cell in diff):
+        raise UsageError("--diff with settings or an ini: give the matrix too (--pg, --bouncer, --bouncer-set, "
+                         "--bouncer-ini) so that it measures both cells")
+    pgs = ",".join(dict.fromkeys(str(c.pg) for c in diff))
+    poolers = ",".join(dict.fromkeys(f"{c.kind.value}:{c.version}" for c in diff))
+    return {"leakcheck_pg": pgs, "leakcheck_pooler": poolers}
 
 
 def required_probes(raw: str | None) -> frozenset[str] | None:

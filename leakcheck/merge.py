@@ -52,11 +52,11 @@ def probe_of(outcome: Outcome, known: Mapping[str, Probe]) -> Probe:
     return probe
 
 
-def judge_all(results: Results, expected: Mapping[str, Expectation] | None, required: frozenset[str] | None = None
-              ) -> Judged:
+def judge_all(results: Results, expected: Mapping[str, Expectation] | None, required: frozenset[str] | None = None,
+              update: bool = False) -> Judged:
     """Every outcome judged by the plugin's rule (pure); an unknown probe id is a UsageError."""
     known = {p.id: p for p in PROBES}
-    policy = Policy(expected=expected, required=required)
+    policy = Policy(expected=expected, required=required, update=update)
     failures: dict[Outcome, str] = {}
     passed_as: dict[Outcome, Judgement] = {}
     for outcome in results.outcomes:
@@ -68,11 +68,13 @@ def judge_all(results: Results, expected: Mapping[str, Expectation] | None, requ
     return Judged(results, failures, passed_as)
 
 
-def report(judged: Judged, sources: int, color: bool = False) -> list[str]:
+def report(judged: Judged, sources: int | str, color: bool = False) -> list[str]:
     """The terminal report: the plugin's matrix (with its legend) and counts, each failure, then one
-    line on the gate. `color`: ANSI colours in the matrix (the CLI decides: reports.use_color)."""
+    line on the gate. `color`: ANSI colours in the matrix (the CLI decides: reports.use_color).
+    `sources`: how many results files were merged, or what else the outcomes come from."""
     outcomes = judged.results.outcomes
-    lines = [f"leakcheck matrix (merged from {sources} results file{'s' if sources != 1 else ''})", ""]
+    origin = sources if isinstance(sources, str) else f"merged from {sources} results file{'s' if sources != 1 else ''}"
+    lines = [f"leakcheck matrix ({origin})", ""]
     if outcomes:
         lines += [*render_matrix(outcomes, color=color).splitlines(), f"verdicts: {render_counts(outcomes)}",
                   *render_legend(outcomes, color=color).splitlines()]

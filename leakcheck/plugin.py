@@ -12,6 +12,7 @@ import pytest
 
 from . import expectations, gather, preflight, progress, record, results, signals
 from .config import Config, add_options
+from .diff import compare, render_text, sides_measured
 from .errors import LeakcheckError
 from .judge import Kind
 from .matrix_run import MatrixRun
@@ -250,3 +251,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                                     f"e.g. {unmeasured[0].test}: {unmeasured[0].why}")
     for line in config.stash.get(RECORDED, []):
         terminalreporter.write_line(f"leakcheck: {line}")
+    if run.config.diff is not None and outcomes:
+        before, after = run.config.diff
+        changes, same = compare(outcomes, before, after)
+        terminalreporter.write_sep("=", "leakcheck diff")
+        for line in render_text(changes, same, before, after).splitlines():
+            terminalreporter.write_line(line)
+        for cell in sides_measured(outcomes, [before, after]):
+            terminalreporter.write_line(f"leakcheck: the run measured nothing of {cell.raw}: add it to the matrix")

@@ -1,0 +1,115 @@
+"""A matrix file (`--matrix=matrices/upgrade-16-to-18.toml`): what a team runs, in one reviewed file.
+
+    pg = ["16", "18"]
+    drivers = ["psycopg", "asyncpg"]     # optional (default both)
+    probes = ["all"]                     # optional
+    controls = true                      # optional
+    expect = "prod.toml"                 # optional; paths are relative to this file
+    require = ["search_path", "protocol_prepare"]
+
+    [[pooler]]
+    kind = "pgbouncer"                   # pgbouncer, odyssey or pgpool
+    versions = ["1.24", "1.26"]
+    ini = "../deploy/pgbouncer.ini"      # optional, PgBouncer only (--bouncer-ini)
+    settings = { max_prepared_statements = ["0", "200"] }   # optional: axes, crossed
+
+The file becomes the same option values the command line takes (config.Config.from_strings);
+an option given on the command line (or as an ini key) wins over the file's.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+OPTION = "--matrix"
+#: Top-level keys and the option each becomes.
+_SCALARS = {"pg": "leakcheck_pg", "drivers": "leakcheck_drivers", "probes": "leakcheck_probes",
+            "controls": "leakcheck_controls", "expect": "leakcheck_expect", "record": "leakcheck_record",
+            "require": "leakcheck_require", "backend": "leakcheck_backend", "results": "leakcheck_results",
+            "jobs": "leakcheck_jobs"}
+_PATHS = {"expect", "record", "results"}
+_POOLER_KEYS = {"kind", "versions", "ini", "settings"}
+
+
+def load(path: Path) -> dict[str, str]:
+    """The option values a matrix file gives (ini-key names to strings); one-line UsageError otherwise."""
+    where = f"{OPTION}={path}"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{where}: there is no such file; write one (README: matrix files)") from None
+    except IsADirectoryError:
+        raise UsageError(f"{where} is a folder; give a matrix file such as matrices/upgrade.toml") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{where}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{where} is not TOML ({' '.join(str(exc).split())})") from None
+    return parse(data, path.parent, where)
+
+
+def parse(data: dict[str, Any], folder: Path, where: str) -> dict[str, str]:
+    unknown = set(data) - set(_SCALARS) - {"pooler"}
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: "
+                         f"{', '.join(sorted([*_SCALARS, 'pooler']))}")
+    raw: dict[str, str] = {}
+    for name, key in _SCALARS.items():
+        if name in data:
+            value = _text(data[name], f"{where}: {name}")
+            raw[key] = str(folder / value) if name in _PATHS and not Path(value).is_absolute() else value
+    poolers, axes, ini = _poolers(data.get("pooler", []), folder, where)
+    if poolers:
+        raw["leakcheck_pooler"] = poolers
+    if axes:
+        raw["leakcheck_pooler_set"] = axes
+    if ini:
+        raw["leakcheck_bouncer_ini"] = ini
+    return raw
+
+
+def _text(value: Any, where: str) -> str:
+    """A string, a bool (yes/no) or a number, or a list of them joined by commas (quoted when needed)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, str)):
+        return str(value)
+    if isinstance(value, list) and value and all(isinstance(v, (int, str)) for v in value):
+        return _joined([str(v) for v in value])
+    raise UsageError(f"{where} is {value!r}: give a text, a number, true/false, or a list of texts")
+
+
+def _joined(values: list[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(values)
+    return out.getvalue()
+
+
+def _poolers(entries: Any, folder: Path, where: str) -> tuple[str, str, str]:
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise UsageError(f"{where}: [[pooler]] must be tables (kind, versions, ini, settings)")
+    items: list[str] = []
+    axes: list[str] = []
+    ini = ""
+    for n, entry in enumerate(entries, 1):
+        here = f"{where}: pooler {n}"
+        unknown = set(entry) - _POOLER_KEYS
+        if unknown or "kind" not in entry or "versions" not in entry:
+            raise UsageError(f"{here} needs kind and versions (and may have ini and settings); "
+                             f"unknown: {', '.join(sorted(unknown)) or 'none'}")
+        kind = _text(entry["kind"], f"{here} kind")
+        versions = entry["versions"] if isinstance(entry["versions"], list) else [entry["versions"]]
+        items += [f"{kind}:{_text(v, f'{here} versions')}" for v in versions]
+        for name, values in dict(entry.get("settings", {})).items():
+            axes.append(f"{kind}:{name}={_text(values if isinstance(values, list) else [values], f'{here} {name}')}")
+        if "ini" in entry:
+            if kind != "pgbouncer" or ini:
+                raise UsageError(f"{here}: ini is a PgBouncer setting, given once")
+            value = _text(entry["ini"], f"{here} ini")
+            ini = value if Path(value).is_absolute() else str(folder / value)
+    return ",".join(items), "\n".join(axes), ini

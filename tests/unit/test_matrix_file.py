@@ -1,0 +1,63 @@
+"""Matrix files: what a team runs, as the options the command line takes (pure, tmp_path)."""
+
+from pathlib import Path
+
+import pytest
+
+from leakcheck.config import Config
+from leakcheck.errors import UsageError
+from leakcheck.matrix_file import load
+from leakcheck.target import PoolerKind
+
+MATRIX = """\
+pg = ["16", "18"]
+drivers = ["psycopg"]
+probes = ["search_path", "protocol_prepare"]
+controls = false
+expect = "prod.toml"
+require = ["search_path"]
+
+[[pooler]]
+kind = "pgbouncer"
+versions = ["1.24", "1.26"]
+ini = "deploy/pgbouncer.ini"
+settings = { max_prepared_statements = ["0", "200"], track_extra_parameters = ["IntervalStyle,search_path"] }
+
+[[pooler]]
+kind = "odyssey"
+versions = ["1.5"]
+"""
+
+
+def test_a_matrix_file_becomes_the_options_it_names(tmp_path: Path) -> None:
+    (tmp_path / "upgrade.toml").write_text(MATRIX)
+    raw = load(tmp_path / "upgrade.toml")
+    assert raw["leakcheck_pg"] == "16,18" and raw["leakcheck_controls"] == "no"
+    assert raw["leakcheck_pooler"] == "pgbouncer:1.24,pgbouncer:1.26,odyssey:1.5"
+    assert raw["leakcheck_expect"] == str(tmp_path / "prod.toml")  # relative to the file
+    assert raw["leakcheck_bouncer_ini"] == str(tmp_path / "deploy" / "pgbouncer.ini")
+    assert raw["leakcheck_pooler_set"].splitlines() == [
+        "pgbouncer:max_prepared_statements=0,200", 'pgbouncer:track_extra_parameters="IntervalStyle,search_path"']
+
+
+def test_the_command_line_wins_over_the_file(tmp_path: Path) -> None:
+    text = MATRIX.replace('expect = "prod.toml"\n', "").replace('ini = "deploy/pgbouncer.ini"\n', "")
+    (tmp_path / "upgrade.toml").write_text(text)
+    config = Config.from_strings({"leakcheck_matrix": str(tmp_path / "upgrade.toml"), "leakcheck_pg": "17"})
+    assert [str(s) for s in config.pg] == ["17"]
+    assert [k for k, _ in config.poolers] == [PoolerKind.PGBOUNCER, PoolerKind.PGBOUNCER, PoolerKind.ODYSSEY]
+    assert {a.name: a.values for a in config.axes}["track_extra_parameters"] == ("IntervalStyle,search_path",)
+    assert config.require == frozenset({"search_path"}) and not config.controls
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("pg = [16]\nwhat = 1\n", "unknown key(s) what"),
+    ("pg = ", "is not TOML"),
+    ("[[pooler]]\nkind = \"odyssey\"\n", "needs kind and versions"),
+    ("[[pooler]]\nkind = \"odyssey\"\nversions = [\"1.5\"]\nini = \"x.ini\"\n", "ini is a PgBouncer setting"),
+])
+def test_a_matrix_file_that_is_wrong_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "m.toml").write_text(text)
+    with pytest.raises(UsageError) as caught:
+        load(tmp_path / "m.toml")
+    assert message in str(caught.value) and "\n" not in str(caught.value)
