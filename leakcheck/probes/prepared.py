@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..clients import Client
 from ..errors import ProbeError
 from ..verdicts import Observation
-from .base import Attempt, Probe, Scenario, probe
+from .base import Attempt, Probe, Scenario, attempt, probe
 
 # Names the drivers give their statements (PgBouncer's own are PGBOUNCER_N).
 _DRIVER_NAMES = "(name LIKE '\\_pg3\\_%' OR name LIKE '\\_\\_asyncpg\\_%')"
@@ -23,11 +23,19 @@ async def _prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
     """A proves its server, then runs `SELECT marker` twice its driver's prepared way. A failure is
     returned (a break, proven by A's first proof); a run that was not really prepared is an error."""
     await s.observe(s.a, "connected", "1")
-    for _ in range(2):
+    run = await s.prepared(s.a, "prepared run", f"'{marker}'::text")
+    if run.failed:
+        return run, []
+    # The second run and the look at the server's statements in one transaction: one server, and no
+    # reset of a pooler (server_reset_query_always) in between.
+    await s.a.execute("BEGIN")
+    try:
         run = await s.prepared(s.a, "prepared run", f"'{marker}'::text")
-        if run.failed:
-            return run, []
-    names = list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
+        names = [] if run.failed else list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
+    finally:
+        await attempt(s.a.execute("ROLLBACK" if run.failed else "COMMIT"))
+    if run.failed:
+        return run, []
     if not names:
         raise ProbeError(f"{s.a.label}'s driver did not prepare its statement on the server "
                          "(pg_prepared_statements is empty); the probe cannot measure protocol prepares here")
