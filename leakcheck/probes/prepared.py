@@ -76,10 +76,15 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
         return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
     # B claims A's server; A runs its statement on the other one, and B looks for it on A's old one.
     async with s.a_on_another_server():
-        again = await s.prepared(s.a, "prepared run elsewhere", f"'{marker}'::text")
-        # "Works" needs proof it ran prepared there too, not as a plain query; a failed run, a proof
-        # that A really was elsewhere.
-        there = list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
+        # "Works" needs proof it ran prepared there too, not as a plain query (read in the same
+        # transaction: one server, no pooler reset in between); a failed run, a proof that A really
+        # was elsewhere.
+        await s.a.execute("BEGIN")
+        try:
+            again = await s.prepared(s.a, "prepared run elsewhere", f"'{marker}'::text")
+            there = [] if again.failed else list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
+        finally:
+            await attempt(s.a.execute("ROLLBACK" if again.failed else "COMMIT"))
         visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names_only=True))
     if not again.failed and not there:
         raise ProbeError("A's statement ran on the other server connection without being prepared there; "

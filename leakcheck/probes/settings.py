@@ -142,9 +142,12 @@ async def set_role(s: Scenario) -> Observation:
 
 
 async def _moved(s: Scenario, name: str, value: str) -> Observation:
-    # A: sets the value on the server it has now.
-    await s.change(s.a, f"SET {name}", f"SET {name} = {value}")
-    a_set = await s.observe(s.a, f"read {name}", setting(name))
+    # A: sets the value on the server it has now, and reads it back in the same transaction.
+    inside = await s.run(s.a, f"SET {name}", f"SET {name} = {value}", f"SELECT {setting(name)}")
+    if inside.failed:
+        raise ProbeError(f"A could not SET {name} ({inside}); nothing was exercised")
+    a_set = inside.value
+    await s.observe(s.a, f"read {name}", setting(name))  # A's next transaction: the server B will claim
     # A: reads it back while B holds that server, i.e. from another server connection;
     # B, now on A's old server, reads it too (the reverse direction).
     async with s.a_on_another_server():
