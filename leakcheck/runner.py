@@ -114,7 +114,8 @@ async def _measure(
         except ProvisionError as exc:
             raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 
-    scenario = Scenario(a=a, b=b, route=target.route, third=third)
+    promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
+    scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised)
     try:
         observation = await probe.body(scenario)
         if running:

@@ -70,6 +70,9 @@ class Scenario:
     third: Callable[[], Awaitable[Client]] | None = None
     proofs: list[Proof] = field(default_factory=list)
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    #: the pooler promises to hand B the server A used last (PgBouncer does): the proofs check it, and a
+    #: miss is an error; other poolers hand servers out in their own order (B retries; not applicable)
+    placement_promised: bool = True
     _c: Client | None = None
     _slot: dict[str, Slot] = field(default_factory=dict)
 
@@ -143,8 +146,8 @@ class Scenario:
         B's stay HOME; the classifier checks both. A pooler that does not hand B the server A used
         last (PgBouncer does) gets a few more tries; then the move cannot be set up: not applicable."""
         a_last = next((p.server for p in reversed(self.proofs) if p.client == self.a.label), None)
-        if self.route is not Route.TRANSACTION:  # the controls: sessions of their own, nothing to place
-            a_last = None
+        if self.route is not Route.TRANSACTION or self.placement_promised:
+            a_last = None  # the controls have sessions of their own; PgBouncer's choice the proofs check
         for _ in range(PLACEMENT_TRIES):
             await self.b.execute("BEGIN")
             (pid, started), = [r[:2] for r in await self.b.query(f"SELECT {IDENTITY}")]

@@ -61,3 +61,10 @@ def test_a_matrix_file_that_is_wrong_is_one_line(tmp_path: Path, text: str, mess
     with pytest.raises(UsageError) as caught:
         load(tmp_path / "m.toml")
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_example_matrix_file_in_matrices_is_a_valid_matrix() -> None:
+    path = Path(__file__).parents[2] / "matrices" / "upgrade-16-to-18.toml"
+    config = Config.from_strings({"leakcheck_matrix": str(path)})
+    assert [str(s) for s in config.pg] == ["16", "18"] and config.expect == path.parent / "native-bookworm.json"
+    assert config.require == frozenset({"protocol_prepare", "client_encoding"})
