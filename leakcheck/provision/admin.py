@@ -26,12 +26,13 @@ def connect(endpoint: Endpoint) -> psycopg.Connection[Any]:
     return psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True, connect_timeout=3)
 
 
-def execute(conn: psycopg.Connection[Any], command: str) -> list[dict[str, str]]:
-    """A command on the admin console; its rows as dicts."""
+def execute(conn: psycopg.Connection[Any], command: str, console: str = "PgBouncer's admin console"
+            ) -> list[dict[str, str]]:
+    """A command on a pooler's console (simple query protocol only); its rows as dicts."""
     result = conn.pgconn.exec_(command.encode())
     if result.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
         message = (result.error_message or b"").decode(errors="replace")
-        raise StartError(f"PgBouncer's admin console refused {command!r}: {one_line(message)}")
+        raise StartError(f"{console} refused {command!r}: {one_line(message)}")
     names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
     return [
         {name: (result.get_value(row, col) or b"").decode() for col, name in enumerate(names)}

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.pq import ExecStatus
 
 from ..errors import StartError, one_line
+from .admin import execute
 from .base import Endpoint
 from .odyssey_conf import CONSOLE_DB, OdysseyLayout, render_odyssey_conf, start_error
 from .pooler_process import PoolerProcess
@@ -29,15 +29,7 @@ def console(endpoint: Endpoint) -> psycopg.Connection[Any]:
 
 def console_rows(conn: psycopg.Connection[Any], command: str) -> list[dict[str, str]]:
     """A console command (simple query protocol only); its rows as dicts."""
-    result = conn.pgconn.exec_(command.encode())
-    if result.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
-        message = (result.error_message or b"").decode(errors="replace")
-        raise StartError(f"Odyssey's console refused {command!r}: {one_line(message)}")
-    names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
-    return [
-        {name: (result.get_value(row, col) or b"").decode() for col, name in enumerate(names)}
-        for row in range(result.ntuples)
-    ]
+    return execute(conn, command, "Odyssey's console")
 
 
 class OdysseyProcess(PoolerProcess):

@@ -7,8 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from leakcheck.errors import LeakcheckError
 from leakcheck.probes import PROBES, Probe
 from leakcheck.provision.native import NativeBackend
+from leakcheck.provision.pg_binaries import resolve_pg
+from leakcheck.provision.pg_server import PgServer
+from leakcheck.provision.system import ServerUser, cache_root, server_user
 from leakcheck.runner import run_probe
 from leakcheck.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target
 from leakcheck.versions import Version, parse_spec
@@ -55,3 +59,28 @@ class Measure:
 @pytest.fixture(scope="session")
 def measure(native: NativeBackend) -> Measure:
     return Measure(native)
+
+
+#: PostgreSQL for the tests of one server process: the first of these this machine has or can fetch.
+PG_CANDIDATES = ("16", "15", "17", "18")
+
+
+@pytest.fixture(scope="module")
+def user() -> ServerUser:
+    return server_user()
+
+
+@pytest.fixture(scope="module")
+def postgres(user: ServerUser) -> Iterator[PgServer]:
+    """One PostgreSQL of its own for a module that starts pooler processes by hand."""
+    errors = []
+    for raw in PG_CANDIDATES:
+        try:
+            install = resolve_pg(parse_spec(raw, "--pg"), cache_root())
+            break
+        except LeakcheckError as exc:
+            errors.append(str(exc))
+    else:
+        pytest.fail("no PostgreSQL to test against: " + " | ".join(errors))
+    with PgServer(install, cache_root(), user) as server:
+        yield server

@@ -7,52 +7,26 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from leakcheck.errors import LeakcheckError, ProvisionError, StartError, UsageError
+from leakcheck.errors import ProvisionError, StartError, UsageError
 from leakcheck.provision import bouncer_process, system
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.bouncer_binaries import resolve_bouncer
 from leakcheck.provision.bouncer_build import program_version
 from leakcheck.provision.bouncer_ini import PoolSettings
 from leakcheck.provision.bouncer_process import BouncerProcess
-from leakcheck.provision.pg_binaries import resolve_pg
 from leakcheck.provision.pg_server import PgServer
-from leakcheck.provision.system import ServerUser, cache_root, server_user
+from leakcheck.provision.system import ServerUser, cache_root
 from leakcheck.versions import Spec, Version, parse_spec
 
 pytestmark = pytest.mark.integration
 
-#: PostgreSQL to test against: the first of these this machine has or can fetch.
-PG_CANDIDATES = ("16", "15", "17", "18")
-
-
 def _resolve(raw: str) -> Binary:
     return resolve_bouncer(parse_spec(raw, "--bouncer"), cache_root())
-
-
-@pytest.fixture(scope="module")
-def user() -> ServerUser:
-    return server_user()
-
-
-@pytest.fixture(scope="module")
-def postgres(user: ServerUser) -> Iterator[PgServer]:
-    errors = []
-    for raw in PG_CANDIDATES:
-        try:
-            install = resolve_pg(parse_spec(raw, "--pg"), cache_root())
-            break
-        except LeakcheckError as exc:
-            errors.append(str(exc))
-    else:
-        pytest.fail("no PostgreSQL to test against: " + " | ".join(errors))
-    with PgServer(install, cache_root(), user) as server:
-        yield server
 
 
 @pytest.mark.parametrize(

@@ -23,13 +23,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from leakcheck.errors import LeakcheckError, ProvisionError, StartError, UsageError
+from leakcheck.errors import ProvisionError, StartError, UsageError
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.bouncer_build import program_version
 from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
 from leakcheck.provision.odyssey_process import OdysseyProcess
 from leakcheck.provision.owner import start_time
-from leakcheck.provision.pg_binaries import resolve_pg
 from leakcheck.provision.pg_server import PgServer
 from leakcheck.provision.pgpool_process import PgpoolProcess
 from leakcheck.provision.pooler_binaries import resolve_odyssey, resolve_pgpool
@@ -39,12 +38,11 @@ from leakcheck.provision.proc_sockets import children_of, connected_to, idle_chi
 from leakcheck.provision.programs import ODYSSEY, PGPOOL
 from leakcheck.provision.strays import servers_in
 from leakcheck.provision.sweep import sweep
-from leakcheck.provision.system import ServerUser, cache_root, server_user
+from leakcheck.provision.system import ServerUser, cache_root
 from leakcheck.versions import Spec, Version, parse_spec
 
 pytestmark = pytest.mark.integration
 
-PG_CANDIDATES = ("16", "15", "17", "18")
 PGPOOLS = ("4.3", "4.6", "4.7")
 #: Both proofs of a server connection, read in one statement (as leakcheck's probes do).
 IDENTITY = "SELECT pg_backend_pid(), (pg_stat_get_activity(pg_backend_pid())).backend_start"
@@ -57,26 +55,6 @@ def odyssey() -> Binary:
 
 def pgpool(raw: str) -> Binary:
     return resolve_pgpool(parse_spec(raw, "--pgpool"), cache_root())
-
-
-@pytest.fixture(scope="module")
-def user() -> ServerUser:
-    return server_user()
-
-
-@pytest.fixture(scope="module")
-def postgres(user: ServerUser) -> Iterator[PgServer]:
-    errors = []
-    for raw in PG_CANDIDATES:
-        try:
-            install = resolve_pg(parse_spec(raw, "--pg"), cache_root())
-            break
-        except LeakcheckError as exc:
-            errors.append(str(exc))
-    else:
-        pytest.fail("no PostgreSQL to test against: " + " | ".join(errors))
-    with PgServer(install, cache_root(), user) as server:
-        yield server
 
 
 def make(kind: str, postgres: PgServer, user: ServerUser, settings: PoolSettings | None = None,

@@ -9,46 +9,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from leakcheck.errors import LeakcheckError
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
 from leakcheck.provision.odyssey_process import OdysseyProcess
-from leakcheck.provision.pg_binaries import resolve_pg
 from leakcheck.provision.pg_server import PgServer
 from leakcheck.provision.pgpool_process import PgpoolProcess
 from leakcheck.provision.pooler_binaries import resolve_odyssey, resolve_pgpool
-from leakcheck.provision.system import ServerUser, cache_root, server_user
+from leakcheck.provision.system import ServerUser, cache_root
 from leakcheck.versions import parse_spec
 
 pytestmark = pytest.mark.integration
 
 READ = ("SELECT pg_backend_pid(), (pg_stat_get_activity(pg_backend_pid())).backend_start, "
         "current_setting('statement_timeout')")
-
-
-@pytest.fixture(scope="module")
-def user() -> ServerUser:
-    return server_user()
-
-
-@pytest.fixture(scope="module")
-def postgres(user: ServerUser) -> Iterator[PgServer]:
-    for raw in ("16", "15", "17", "18"):
-        try:
-            install = resolve_pg(parse_spec(raw, "--pg"), cache_root())
-            break
-        except LeakcheckError:
-            continue
-    else:
-        pytest.fail("no PostgreSQL to test against")
-    with PgServer(install, cache_root(), user) as server:
-        yield server
 
 
 def client(endpoint: Endpoint) -> psycopg.Connection[Any]:
