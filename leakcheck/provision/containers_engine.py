@@ -15,7 +15,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,12 +29,14 @@ from testcontainers.core.network import Network
 
 from ..errors import ProvisionError, StartError, one_line
 from .containers_images import build_error_summary, build_log_lines, host_port, is_port_error
+from .process import wait_until
 
 log = logging.getLogger(__name__)
 
 RUN_LABEL = "org.leakcheck.run"
 OWNER_LABEL = "org.leakcheck.owner"
 RECIPE_LABEL = "org.leakcheck.recipe"
+LOOPBACK = "127.0.0.1"
 
 _STEP_IMAGE = re.compile(r"---> ([0-9a-f]{12})\b")
 
@@ -245,6 +247,37 @@ class Engine:
                     f"({reason(exc)}): free a port range or check the engine's port publishing"
                 ) from None
             raise StartError(f"{what} did not start: {reason(exc)}") from None
+
+    def start_published(self, container: DockerContainer, what: str, port: int) -> int:
+        """Start it with `port` published on 127.0.0.1 only, on a host port the engine picks; that port."""
+        cast(dict[str, Any], container.ports)[f"{port}/tcp"] = (LOOPBACK, None)  # docker-py's (address, port)
+        self.start(container, what)
+        return self.published_port(container, port, what)
+
+    def wait_ready(
+        self, container: DockerContainer, what: str, ready: Callable[[], str | None], timeout: float,
+        poll: float = 0.2,
+    ) -> None:
+        """Poll `ready` (None: ready, else why not) every `poll` s until it is; a StartError with the
+        container's log when the container exits first or `timeout` passes."""
+
+        def gone() -> str | None:
+            status, code = self.state(container)
+            return f"its container exited with code {code}" if status in ("exited", "dead") else None
+
+        wait_until(what, ready, gone, timeout, lambda: self.logs(container), poll=poll)
+
+    def restart(self, container: DockerContainer, what: str) -> None:
+        """`docker restart -t 0`: killed at once and started again (the published host port may change)."""
+        try:
+            container.get_wrapped_container().restart(timeout=0)
+        except docker.errors.DockerException as exc:
+            raise StartError(f"restarting {what} failed ({reason(exc)}): see `docker logs {container._name}`") from None
+
+    def exec(self, container: DockerContainer, argv: Sequence[str]) -> tuple[int, str]:
+        """`docker exec` as the container's own user: the exit code and the output (stdout and stderr)."""
+        result = container.get_wrapped_container().exec_run(list(argv))
+        return int(result.exit_code), cast(bytes, result.output or b"").decode(errors="replace")
 
     def published_port(self, container: DockerContainer, port: int, what: str) -> int:
         wrapped = container.get_wrapped_container()

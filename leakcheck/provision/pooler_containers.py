@@ -39,7 +39,7 @@ def pgpool_reset_script(children: int, parent: int = 1) -> str:
     return (
         f"n={int(children)}; parent={int(parent)}; "
         'idle() { for d in /proc/[0-9]*; do s=$(cat "$d/stat" 2>/dev/null) || continue; set -- ${s##*) }; '
-        '[ "$2" = "$parent" ] || continue; tr "\\0" "\\n" < "$d/cmdline" 2>/dev/null '
+        '[ "$2" = "$parent" ] || continue; tr "\\0" "\\n" 2>/dev/null < "$d/cmdline" '
         '| grep -q "^pgpool: wait for connection request *$" && echo "${d#/proc/}"; done; }; '
         "count() { c=0; for p in $1; do case \" $2 \" in *\" $p \"*) ;; *) c=$((c+1)) ;; esac; done; echo $c; }; "
         'i=0; until [ "$(count "$(idle)" "")" -ge "$n" ]; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done; '
