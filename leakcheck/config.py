@@ -13,6 +13,7 @@ from .probes import Probe, select
 from .provision.bouncer_ini import RESERVED, PoolMode
 from .provision.containers_images import check_template
 from .provision.external import check_dsn, default_name
+from .provision.pooler_containers import missing_image
 from .target import PoolerKind
 from .verdicts import Driver
 from .versions import Spec, parse_spec_list
@@ -231,6 +232,10 @@ class Config:
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
         pooled, direct, name = _dsns(raw)
         poolers = _poolers(raw) if pooled is None else ()
+        images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
+        missing = [(kind, spec) for kind, spec in poolers if kind in images and images[kind] is None]
+        if backend == "containers" and missing:
+            raise missing_image(*missing[0])
         if bouncer_ini is not None and not any(kind is PoolerKind.PGBOUNCER for kind, _ in poolers):
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")

@@ -44,9 +44,9 @@ from .containers_poolers import (
     PROGRAMS,
     PoolerContainer,
     PoolerImage,
-    missing_template,
     resolve_image,
 )
+from .pooler_containers import missing_image
 from .system import cache_root, file_lock
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class ContainersBackend:
         if key not in self._specs:
             template = self._pooler_templates.get(kind)
             if template is None:
-                raise missing_template(kind, spec)
+                raise missing_image(kind, spec)
             image = resolve_image(self.engine, kind, template, wanted)
             self._pooler_images.setdefault((kind, image.version), image)
             self._specs[key] = image.version

@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
-from ..errors import ProvisionError, StartError, UsageError, one_line
+from ..errors import ProvisionError, StartError, one_line
 from ..target import PoolerKind, Setting
-from ..versions import Spec, Version
-from . import banners
+from ..versions import Version
+from . import banners, odyssey_conf, pgpool_conf
 from . import containers_images as img
 from . import pooler_containers as pc
 from .base import Endpoint
@@ -36,8 +36,8 @@ from .odyssey_process import console_answers
 from .pgpool_process import answers_port, children, refused_setting
 from .programs import ODYSSEY, PGPOOL, Program
 
-#: The image option of each pooler kind this module starts, and its program.
-OPTIONS = {PoolerKind.ODYSSEY: "--odyssey-image", PoolerKind.PGPOOL: "--pgpool-image"}
+#: The image option and the program of each pooler kind this module starts.
+OPTIONS = pc.IMAGE_OPTIONS
 PROGRAMS = {PoolerKind.ODYSSEY: ODYSSEY, PoolerKind.PGPOOL: PGPOOL}
 
 
@@ -51,14 +51,6 @@ class PoolerImage:
     @property
     def origin(self) -> str:
         return f"image {self.name}"
-
-
-def missing_template(kind: PoolerKind, spec: Spec) -> UsageError:
-    option = OPTIONS[kind]
-    return UsageError(
-        f"--pooler={kind.value}:{spec.raw} on the containers backend needs an image: give {option} (e.g. "
-        f"{option}='leakcheck-local/{kind.value}:{{version}}', built from docker/{kind.value}: see docker/README.md)"
-    )
 
 
 def banner_version(output: str, program: Program) -> Version | None:
@@ -113,7 +105,7 @@ class PoolerContainer:
     def start(self) -> None:
         for path, data in self._files().items():
             self.container.with_copy_into_container(data, path, 0o644)
-        port = self.engine.start_published(self.container, self.what, pc.POOLER_PORT)
+        port = self.engine.start_published(self.container, self.what, pc.POOLER_PORT, self._start_error)
         self.endpoint = replace(self.endpoint, port=port)
         self._wait()
         self._after_start()
@@ -126,7 +118,7 @@ class PoolerContainer:
         raise NotImplementedError
 
     def _wait(self) -> None:
-        self.engine.wait_ready(self.container, self.what, self._ready, self.timeout, poll=0.02)
+        self.engine.wait_ready(self.container, self.what, self._ready, self.timeout, 0.02, self._start_error)
 
     def _files(self) -> dict[str, bytes]:
         raise NotImplementedError
@@ -137,6 +129,10 @@ class PoolerContainer:
     def _after_start(self) -> None:
         """What it needs once it answers, before its first use."""
 
+    def _start_error(self, log: str) -> str | None:
+        """The pooler's own one-line reason for not starting, from its log."""
+        return None
+
 
 class OdysseyContainer(PoolerContainer):
     entrypoint = pc.ODYSSEY_ENTRYPOINT
@@ -145,7 +141,7 @@ class OdysseyContainer(PoolerContainer):
     def reset(self) -> None:
         """Killed and started again (`docker restart -t 0`): no server connection survives."""
         self.engine.restart(self.container, self.what)
-        port = self.engine.published_port(self.container, pc.POOLER_PORT, self.what)
+        port = self.engine.published_port(self.container, pc.POOLER_PORT, self.what, self._start_error)
         self.endpoint = replace(self.endpoint, port=port)
         self._wait()
 
@@ -154,6 +150,10 @@ class OdysseyContainer(PoolerContainer):
 
     def _ready(self) -> str | None:
         return console_answers(self.endpoint)
+
+    def _start_error(self, log: str) -> str | None:
+        return odyssey_conf.start_error(log, pc.odyssey_files(self.settings, self.extra, self.credentials)
+                                        [f"{img.CONFIG_DIR}/odyssey.conf"].decode())
 
 
 class PgpoolContainer(PoolerContainer):
@@ -178,6 +178,9 @@ class PgpoolContainer(PoolerContainer):
 
     def _ready(self) -> str | None:
         return answers_port(self.endpoint, pc.POOLER_PORT)
+
+    def _start_error(self, log: str) -> str | None:
+        return pgpool_conf.start_error(log)
 
     def _after_start(self) -> None:
         refused = refused_setting(self.endpoint, self.extra)
