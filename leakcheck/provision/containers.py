@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import tempfile
@@ -109,6 +110,7 @@ class ContainersBackend:
         self._pooler_images: dict[tuple[PoolerKind, Version], PoolerImage] = {}
         self._others: dict[tuple[Version, Pooler, PoolSettings, str], PoolerContainer] = {}  # Odyssey, pgpool-II
         self._lock = threading.RLock()  # lanes run in threads
+        self._numbers = itertools.count()  # pooler container names: a replaced one never reuses a live one's
         self._credentials = new_credentials(USER, fixtures.APP_ROLE)  # this run's passwords (SCRAM)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -275,7 +277,7 @@ class ContainersBackend:
             running = None
         if running is None:
             with self._lock:
-                running = self._start_bouncer(pg, pooler, settings, len(self._bouncers))
+                running = self._start_bouncer(pg, pooler, settings, next(self._numbers))
                 self._bouncers[key] = running
         reset_pool(running.endpoint)
         yield running.endpoint
@@ -290,22 +292,27 @@ class ContainersBackend:
                 self.engine.remove(running.container)
                 running = None
             if running is None:
-                assert pooler.version is not None
-                if (pooler.kind, pooler.version) not in self._pooler_images:
-                    self.resolve_pooler(pooler.kind, Spec(str(pooler.version), version=pooler.version))
-                image = self._pooler_images[(pooler.kind, pooler.version)]
-                network = cast(Network, self._running_pg(pg).network)
-                name = f"leakcheck-{self.engine.run_id}-{pooler.kind.value}{pooler.version}-pg{pg}-{len(self._others)}"
-                running = CONTAINERS[pooler.kind](self.engine, image, settings, pooler.settings, self._credentials,
-                                                  network, name, self._timeout)
-                try:
-                    running.start()
-                except BaseException:
-                    self.engine.remove(running.container)
-                    raise
+                running = self._start_other(pg, pooler, settings)
                 self._others[key] = running
         running.reset()  # e.g. Odyssey's restart: this use starts from fresh server connections
         return running.endpoint
+
+    def _start_other(self, pg: Version, pooler: Pooler, settings: PoolSettings) -> PoolerContainer:
+        assert pooler.version is not None
+        if (pooler.kind, pooler.version) not in self._pooler_images:
+            self.resolve_pooler(pooler.kind, Spec(str(pooler.version), version=pooler.version))
+        image = self._pooler_images[(pooler.kind, pooler.version)]
+        name = f"leakcheck-{self.engine.run_id}-{pooler.kind.value}{pooler.version}-pg{pg}-{next(self._numbers)}"
+        network = cast(Network, self._running_pg(pg).network)
+        running = CONTAINERS[pooler.kind](
+            self.engine, image, settings, pooler.settings, self._credentials, network, name, self._timeout
+        )
+        try:
+            running.start()
+        except BaseException:
+            self.engine.remove(running.container)
+            raise
+        return running
 
     def _start_bouncer(self, pg: Version, pooler: Pooler, settings: PoolSettings, n: int) -> _Running:
         server = self._running_pg(pg)
