@@ -15,6 +15,7 @@ from .probes import Probe, select
 from .provision.bouncer_ini import RESERVED, PoolMode
 from .provision.containers_images import check_template
 from .provision.external import check_dsn, default_name
+from .provision.pooler_containers import missing_image
 from .target import PoolerKind
 from .verdicts import Driver
 from .versions import Spec, parse_spec_list
@@ -67,6 +68,10 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "(default postgres:{version})", "postgres:{version}"),
     ("--bouncer-image", "leakcheck_bouncer_image", "containers backend: a PgBouncer image template to use "
      "instead of building docker/pgbouncer (e.g. registry/pgbouncer:{version})", None),
+    ("--odyssey-image", "leakcheck_odyssey_image", "containers backend: the Odyssey image template, needed for "
+     "--pooler=odyssey:V (e.g. registry/odyssey:{version}; docker/odyssey builds one)", None),
+    ("--pgpool-image", "leakcheck_pgpool_image", "containers backend: the pgpool-II image template, needed for "
+     "--pooler=pgpool:V (e.g. registry/pgpool:{version}; docker/pgpool builds one)", None),
 )
 
 
@@ -156,6 +161,8 @@ class Config:
     diff: tuple[Cell, Cell] | None = None  #: --diff FROM..TO, printed at the end of the run
     report_html: Path | None = None  #: --report-html: the HTML report (reports/html.py)
     report_md: Path | None = None  #: --report-md: the Markdown report (reports/markdown.py)
+    odyssey_image: str | None = None  #: --odyssey-image: containers backend, Odyssey's image template
+    pgpool_image: str | None = None  #: --pgpool-image: containers backend, pgpool-II's image template
 
     @property
     def bouncer(self) -> tuple[Spec, ...]:
@@ -235,9 +242,15 @@ class Config:
         report_html = _given(raw, "leakcheck_report_html", "the path of an HTML file to write, such as leakcheck.html")
         report_md = _given(raw, "leakcheck_report_md", "the path of a Markdown file to write, such as leakcheck.md")
         bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
+        odyssey_image = _given(raw, "leakcheck_odyssey_image", "an image template such as registry/odyssey:{version}")
+        pgpool_image = _given(raw, "leakcheck_pgpool_image", "an image template such as registry/pgpool:{version}")
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
         pooled, direct, name = _dsns(raw)
         poolers = _poolers(raw) if pooled is None else ()
+        images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
+        missing = [(kind, spec) for kind, spec in poolers if kind in images and images[kind] is None]
+        if backend == "containers" and missing:
+            raise missing_image(*missing[0])
         if bouncer_ini is not None and not any(kind is PoolerKind.PGBOUNCER for kind, _ in poolers):
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
@@ -263,6 +276,8 @@ class Config:
             diff=_diff(raw),
             report_html=Path(report_html) if report_html is not None else None,
             report_md=Path(report_md) if report_md is not None else None,
+            odyssey_image=check_template(odyssey_image, "--odyssey-image") if odyssey_image is not None else None,
+            pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
         )
 
 

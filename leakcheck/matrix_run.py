@@ -51,7 +51,8 @@ def make_backend(config: Config) -> Backend:
     if choose_backend(config.backend)[0] == "containers":
         from .provision.containers import ContainersBackend
 
-        backend: Backend = ContainersBackend(pg_image=config.pg_image, bouncer_image=config.bouncer_image)
+        backend: Backend = ContainersBackend(pg_image=config.pg_image, bouncer_image=config.bouncer_image,
+                                             odyssey_image=config.odyssey_image, pgpool_image=config.pgpool_image)
         return backend
     from .provision.native import NativeBackend
 

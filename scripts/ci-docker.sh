@@ -19,6 +19,9 @@
 #   leakcheck-local/pgbouncer:{1.24,1.24.1}      docker/pgbouncer from `leakcheck fetch-pgbouncer-tarball`
 #                                                (Debian's orig tarball, through leakcheck's private apt)
 #   leakcheck-local/pgbouncer:{1.26,1.26.1}      docker/pgbouncer-debian from sid's package
+#   leakcheck-local/odyssey:{1.5,1.5.2}          docker/odyssey from sid's package odyssey
+#   leakcheck-local/pgpool:{4.3,4.3.5}           docker/pgpool from bookworm's package pgpool2
+#   leakcheck-local/pgpool:{4.7,4.7.3}           docker/pgpool from sid's package pgpool2
 #
 # Settings (environment): LEAKCHECK_CACHE (leakcheck's cache; this script's files go to its docker/),
 # LEAKCHECK_DEBIAN_MIRROR, LEAKCHECK_PG_VERSIONS (default "16 17 18"; majors or exact versions;
@@ -29,7 +32,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 case "${1:-}" in
     start | images | stop | env | run) ;;
-    *) sed -n '2,26p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+    *) sed -n '2,29p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac
 
 log() { echo "ci-docker: $*" >&2; }
@@ -47,6 +50,12 @@ elif [[ -n "${LEAKCHECK_PG_NPM_VERSIONS:-}" ]]; then  # npm releases: the Postgr
 else PG_VERSIONS="16 17 18"; fi
 PGBOUNCER_SRC="1.24.1"                              # built from its release tarball (Debian's orig tarball)
 PGBOUNCER_DEB="1.26.1 1.26.1-1"                     # version, Debian binary version (sid)
+# Images from Debian binary packages: "FOLDER NAME VERSION DEBIAN-VERSION SUITE BUILD-ARG" (docker/FOLDER)
+DEBIAN_PACKAGE_IMAGES=(
+    "odyssey odyssey 1.5.2 1.5.2-1 sid ODYSSEY_DEB_VERSION"
+    "pgpool pgpool 4.3.5 4.3.5-1+deb12u1 bookworm PGPOOL_DEB_VERSION"
+    "pgpool pgpool 4.7.3 4.7.3-1 sid PGPOOL_DEB_VERSION"
+)
 PREFIX=leakcheck-local
 
 mirror() {
@@ -215,13 +224,27 @@ pgbouncer_images() {
         rm -rf "$ctx"
     fi
     read -r version debversion <<< "$PGBOUNCER_DEB"
-    recipe="$(recipe_of "$ROOT/docker/pgbouncer-debian/Dockerfile")-$debversion"
-    if ! have_image "$PREFIX/pgbouncer:$version" "$recipe"; then
-        log "building $PREFIX/pgbouncer:$version from Debian sid's pgbouncer=$debversion"
-        build "$ROOT/docker/pgbouncer-debian" --build-arg "BASE_IMAGE=$PREFIX/debian:sid" \
-            --build-arg "PGBOUNCER_DEB_VERSION=$debversion" --build-arg APT_CHECK_VALID_UNTIL=false --label "org.leakcheck.recipe=$recipe" \
-            -t "$PREFIX/pgbouncer:$version" -t "$PREFIX/pgbouncer:${version%.*}"
-    fi
+    debian_package_image pgbouncer-debian pgbouncer "$version" "$debversion" sid PGBOUNCER_DEB_VERSION
+}
+
+# debian_package_image FOLDER NAME VERSION DEBIAN-VERSION SUITE BUILD-ARG: docker/FOLDER on
+# leakcheck-local/debian:SUITE with BUILD-ARG=DEBIAN-VERSION, tagged NAME:VERSION and NAME:MAJOR.MINOR
+debian_package_image() {
+    local folder=$1 name=$2 version=$3 debversion=$4 suite=$5 arg=$6 recipe
+    recipe="$(recipe_of "$ROOT/docker/$folder/Dockerfile")-$debversion"
+    if have_image "$PREFIX/$name:$version" "$recipe" && have_image "$PREFIX/$name:${version%.*}" "$recipe"; then return; fi
+    log "building $PREFIX/$name:$version from Debian $suite's package ($debversion)"
+    build "$ROOT/docker/$folder" --build-arg "BASE_IMAGE=$PREFIX/debian:$suite" \
+        --build-arg "$arg=$debversion" --build-arg APT_CHECK_VALID_UNTIL=false --label "org.leakcheck.recipe=$recipe" \
+        -t "$PREFIX/$name:$version" -t "$PREFIX/$name:${version%.*}" < /dev/null
+}
+
+pooler_images() {  # Odyssey and pgpool-II, each from a Debian binary package
+    local line
+    for line in "${DEBIAN_PACKAGE_IMAGES[@]}"; do
+        # shellcheck disable=SC2086  # one line's six words are the six arguments
+        debian_package_image $line
+    done
 }
 
 build_images() {
@@ -232,6 +255,7 @@ build_images() {
     debian_image sid
     postgres_images
     pgbouncer_images
+    pooler_images
     docker image prune -f --filter label=org.leakcheck.recipe > /dev/null 2>&1 || true
     log "images ready in $((SECONDS - t0)) s"
 }
@@ -240,6 +264,8 @@ print_env() {
     cat << EOF
 LEAKCHECK_PG_IMAGE=$PREFIX/postgres:{version}
 LEAKCHECK_BOUNCER_IMAGE=$PREFIX/pgbouncer:{version}
+LEAKCHECK_ODYSSEY_IMAGE=$PREFIX/odyssey:{version}
+LEAKCHECK_PGPOOL_IMAGE=$PREFIX/pgpool:{version}
 LEAKCHECK_PGBOUNCER_BASE_IMAGE=$PREFIX/debian:bookworm
 LEAKCHECK_PGBOUNCER_TARBALLS=$CACHE/tarballs
 TESTCONTAINERS_RYUK_DISABLED=true

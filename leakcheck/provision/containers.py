@@ -1,17 +1,19 @@
-"""The containers backend: PostgreSQL and PgBouncer from Docker images (`--backend=containers`).
+"""The containers backend: PostgreSQL and the poolers from Docker images (`--backend=containers`).
 
 PostgreSQL comes from an image template, by default the official `postgres:{version}`.
 PgBouncer comes from an image template the user names, or from leakcheck/pgbouncer:<version>,
 built from docker/pgbouncer/Dockerfile (a release tarball: local, or downloaded and verified on
-the host as for the native backend) and kept for later runs. Each PostgreSQL runs on a private
-network of this run, as `postgres`; PgBouncer containers join that network; clients use ports
-published on 127.0.0.1.
+the host as for the native backend) and kept for later runs. Odyssey and pgpool-II come from the
+image templates the user names (containers_poolers.py). Each PostgreSQL runs on a private network
+of this run, as `postgres`; pooler containers join that network; clients use ports published on
+127.0.0.1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import tempfile
@@ -36,13 +38,19 @@ from .base import DBNAME, USER, Endpoint, new_credentials
 from .bouncer_download import fetch_release, release_url
 from .bouncer_ini import PoolSettings
 from .bouncer_releases import RELEASES, unknown_release
-from .containers_engine import RECIPE_LABEL, Engine, sigint_deferred, start_reaper
-from .process import wait_until
+from .containers_engine import LOOPBACK, RECIPE_LABEL, Engine, sigint_deferred, start_reaper
+from .containers_poolers import (
+    CONTAINERS,
+    OPTIONS,
+    PROGRAMS,
+    PoolerContainer,
+    PoolerImage,
+    resolve_image,
+)
+from .pooler_containers import missing_image
 from .system import cache_root, file_lock
 
 log = logging.getLogger(__name__)
-
-LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,8 @@ class ContainersBackend:
         bouncer_build_tag: str = img.DEFAULT_BUILD_TAG,
         keep_built_images: bool = True,
         start_timeout: float = 60.0,
+        odyssey_image: str | None = None,
+        pgpool_image: str | None = None,
     ) -> None:
         self._pg_template = img.check_template(pg_image, "--pg-image")
         self._bouncer_template = (
@@ -88,6 +98,8 @@ class ContainersBackend:
         self._base_image = bouncer_base_image or os.environ.get(img.BASE_IMAGE_ENV) or img.DEFAULT_BASE_IMAGE
         self._build_tag = img.check_template(bouncer_build_tag, "bouncer_build_tag")
         self._keep_built = keep_built_images
+        given = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
+        self._pooler_templates = {k: img.check_template(t, OPTIONS[k]) for k, t in given.items() if t}
         self._timeout = start_timeout
         self._engine: Engine | None = None
         self._specs: dict[tuple[str, str], Version] = {}
@@ -95,7 +107,10 @@ class ContainersBackend:
         self._bouncer_images: dict[Version, _Image] = {}
         self._postgres: dict[Version, _Running] = {}
         self._bouncers: dict[tuple[Version, Pooler, PoolSettings, str], _Running] = {}
+        self._pooler_images: dict[tuple[PoolerKind, Version], PoolerImage] = {}
+        self._others: dict[tuple[Version, Pooler, PoolSettings, str], PoolerContainer] = {}  # Odyssey, pgpool-II
         self._lock = threading.RLock()  # lanes run in threads
+        self._numbers = itertools.count()  # pooler container names: a replaced one never reuses a live one's
         self._credentials = new_credentials(USER, fixtures.APP_ROLE)  # this run's passwords (SCRAM)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -119,6 +134,7 @@ class ContainersBackend:
             problems = engine.close(remove_built=not self._keep_built)
         self._postgres.clear()
         self._bouncers.clear()
+        self._others.clear()
         for problem in problems:
             log.info(f"could not remove {problem}; remove it with docker rm/network rm/rmi")
 
@@ -131,7 +147,7 @@ class ContainersBackend:
     # --- resolving ------------------------------------------------------------------------
 
     def resolve_pg(self, spec: Spec) -> Version:
-        wanted = _version_only(spec, "--pg")
+        wanted = _version_only(spec, f"--pg={spec.raw}", "--pg=16", "--pg-image")
         key = ("pg", str(wanted))
         if key not in self._specs:
             name = img.image_name(self._pg_template, wanted, "--pg-image")
@@ -144,12 +160,24 @@ class ContainersBackend:
         return self._specs[key]
 
     def resolve_pooler(self, kind: PoolerKind, spec: Spec) -> Version:
-        if kind is not PoolerKind.PGBOUNCER:
-            raise UsageError(f"the containers backend cannot start {kind.product} yet")
-        return self.resolve_bouncer(spec)
+        if kind is PoolerKind.PGBOUNCER:
+            return self.resolve_bouncer(spec)
+        if kind not in PROGRAMS:
+            raise UsageError(f"the containers backend cannot start {kind.product}")
+        example = f"--pooler={kind.value}:{PROGRAMS[kind].example_spec}"
+        wanted = _version_only(spec, f"--pooler={kind.value}:{spec.raw}", example, OPTIONS[kind])
+        key = (kind.value, str(wanted))
+        if key not in self._specs:
+            template = self._pooler_templates.get(kind)
+            if template is None:
+                raise missing_image(kind, spec)
+            image = resolve_image(self.engine, kind, template, wanted)
+            self._pooler_images.setdefault((kind, image.version), image)
+            self._specs[key] = image.version
+        return self._specs[key]
 
     def resolve_bouncer(self, spec: Spec) -> Version:
-        wanted = _version_only(spec, "--bouncer")
+        wanted = _version_only(spec, f"--bouncer={spec.raw}", "--bouncer=1.24", "--bouncer-image")
         key = ("bouncer", str(wanted))
         if key not in self._specs:
             image = self._named_bouncer(wanted) if self._bouncer_template else self._built_bouncer(wanted)
@@ -238,6 +266,9 @@ class ContainersBackend:
     @contextlib.contextmanager
     def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
         key = (pg, pooler, settings, lane)
+        if pooler.kind is not PoolerKind.PGBOUNCER:
+            yield self._other_pooler(key)
+            return
         with self._lock:
             running = self._bouncers.get(key)
         if running is not None and self.engine.state(running.container)[0] != "running":
@@ -246,10 +277,42 @@ class ContainersBackend:
             running = None
         if running is None:
             with self._lock:
-                running = self._start_bouncer(pg, pooler, settings, len(self._bouncers))
+                running = self._start_bouncer(pg, pooler, settings, next(self._numbers))
                 self._bouncers[key] = running
         reset_pool(running.endpoint)
         yield running.endpoint
+
+    def _other_pooler(self, key: tuple[Version, Pooler, PoolSettings, str]) -> Endpoint:
+        """An Odyssey or pgpool-II container for this key (started on first use), reset for this use."""
+        pg, pooler, settings, _ = key
+        with self._lock:
+            running = self._others.get(key)
+            if running is not None and not running.running():
+                log.info(f"{pooler.label()} in front of PostgreSQL {pg} had exited; starting a new one")
+                self.engine.remove(running.container)
+                running = None
+            if running is None:
+                running = self._start_other(pg, pooler, settings)
+                self._others[key] = running
+        running.reset()  # e.g. Odyssey's restart: this use starts from fresh server connections
+        return running.endpoint
+
+    def _start_other(self, pg: Version, pooler: Pooler, settings: PoolSettings) -> PoolerContainer:
+        assert pooler.version is not None
+        if (pooler.kind, pooler.version) not in self._pooler_images:
+            self.resolve_pooler(pooler.kind, Spec(str(pooler.version), version=pooler.version))
+        image = self._pooler_images[(pooler.kind, pooler.version)]
+        name = f"leakcheck-{self.engine.run_id}-{pooler.kind.value}{pooler.version}-pg{pg}-{next(self._numbers)}"
+        network = cast(Network, self._running_pg(pg).network)
+        running = CONTAINERS[pooler.kind](
+            self.engine, image, settings, pooler.settings, self._credentials, network, name, self._timeout
+        )
+        try:
+            running.start()
+        except BaseException:
+            self.engine.remove(running.container)
+            raise
+        return running
 
     def _start_bouncer(self, pg: Version, pooler: Pooler, settings: PoolSettings, n: int) -> _Running:
         server = self._running_pg(pg)
@@ -277,10 +340,7 @@ class ContainersBackend:
         return running
 
     def _start(self, container: DockerContainer, what: str, port: int, network: Network | None) -> _Running:
-        # Publish on 127.0.0.1 only, on a port the engine picks (docker-py's (address, port) form).
-        cast(dict[str, Any], container.ports)[f"{port}/tcp"] = (LOOPBACK, None)
-        self.engine.start(container, what)
-        host_port = self.engine.published_port(container, port, what)
+        host_port = self.engine.start_published(container, what, port)
         return _Running(container, Endpoint(LOOPBACK, host_port, credentials=self._credentials), network)
 
     def _wait_ready(self, running: _Running, what: str, check: Callable[[Endpoint], object]) -> None:
@@ -291,11 +351,7 @@ class ContainersBackend:
             except (psycopg.Error, StartError) as exc:
                 return one_line(exc, 160)
 
-        def gone() -> str | None:
-            status, code = self.engine.state(running.container)
-            return f"its container exited with code {code}" if status in ("exited", "dead") else None
-
-        wait_until(what, ready, gone, self._timeout, lambda: self.engine.logs(running.container), poll=0.2)
+        self.engine.wait_ready(running.container, what, ready, self._timeout)
 
     def describe(self) -> Iterator[str]:
         ryuk = "off" if testcontainers_config.ryuk_disabled else "on"
@@ -304,12 +360,14 @@ class ContainersBackend:
         for kind, images in (("PostgreSQL", self._pg_images), ("PgBouncer", self._bouncer_images)):
             for image in images.values():
                 yield f"{kind} {image.version}: {image.origin}"
+        for (pooler_kind, version), pooler_image in sorted(self._pooler_images.items()):
+            yield f"{pooler_kind.product} {version}: {pooler_image.origin}"
 
 
-def _version_only(spec: Spec, option: str) -> Version:
+def _version_only(spec: Spec, given: str, example: str, images: str) -> Version:
     if spec.version is None:
         raise UsageError(
-            f"{option}={spec.raw}: the containers backend takes versions (e.g. {option}=16) and images from "
-            f"{option}-image templates; paths to binaries are for --backend=native"
+            f"{given}: the containers backend takes versions (e.g. {example}) and images from "
+            f"{images} templates; paths to binaries are for --backend=native"
         )
     return spec.version

@@ -15,7 +15,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,14 +29,22 @@ from testcontainers.core.network import Network
 
 from ..errors import ProvisionError, StartError, one_line
 from .containers_images import build_error_summary, build_log_lines, host_port, is_port_error
+from .process import wait_until
 
 log = logging.getLogger(__name__)
 
 RUN_LABEL = "org.leakcheck.run"
 OWNER_LABEL = "org.leakcheck.owner"
 RECIPE_LABEL = "org.leakcheck.recipe"
+LOOPBACK = "127.0.0.1"
 
 _STEP_IMAGE = re.compile(r"---> ([0-9a-f]{12})\b")
+#: A server's own reason for stopping, read from its log (None when it gives none).
+Explain = Callable[[str], "str | None"]
+
+
+def _no_reason(log: str) -> str | None:
+    return None
 
 
 def connect() -> DockerClient:
@@ -246,14 +254,48 @@ class Engine:
                 ) from None
             raise StartError(f"{what} did not start: {reason(exc)}") from None
 
-    def published_port(self, container: DockerContainer, port: int, what: str) -> int:
+    def start_published(self, container: DockerContainer, what: str, port: int, explain: Explain = _no_reason) -> int:
+        """Start it with `port` published on 127.0.0.1 only, on a host port the engine picks; that port."""
+        cast(dict[str, Any], container.ports)[f"{port}/tcp"] = (LOOPBACK, None)  # docker-py's (address, port)
+        self.start(container, what)
+        return self.published_port(container, port, what, explain)
+
+    def wait_ready(
+        self, container: DockerContainer, what: str, ready: Callable[[], str | None], timeout: float,
+        poll: float = 0.2, explain: Explain = _no_reason,
+    ) -> None:
+        """Poll `ready` (None: ready, else why not) every `poll` s until it is; a StartError with the
+        container's log when the container exits first (see `exited`) or `timeout` passes."""
+        wait_until(what, ready, lambda: self.exited(container, explain), timeout, lambda: self.logs(container),
+                   poll=poll)
+
+    def exited(self, container: DockerContainer, explain: Explain = _no_reason) -> str | None:
+        """None while it runs, else e.g. "its container exited with code 1", with `explain(its log)`
+        (the server's own reason for stopping) when that finds one."""
+        status, code = self.state(container)
+        if status not in ("exited", "dead"):
+            return None
+        own = explain(self.logs(container))
+        return f"its container {status} with code {code}" + (f": {own}" if own else "")
+
+    def restart(self, container: DockerContainer, what: str) -> None:
+        """`docker restart -t 0`: killed at once and started again (the published host port may change)."""
+        try:
+            container.get_wrapped_container().restart(timeout=0)
+        except docker.errors.DockerException as exc:
+            raise StartError(f"restarting {what} failed ({reason(exc)}): see `docker logs {container._name}`") from None
+
+    def exec(self, container: DockerContainer, argv: Sequence[str]) -> tuple[int, str]:
+        """`docker exec` as the container's own user: the exit code and the output (stdout and stderr)."""
+        result = container.get_wrapped_container().exec_run(list(argv))
+        return int(result.exit_code), cast(bytes, result.output or b"").decode(errors="replace")
+
+    def published_port(self, container: DockerContainer, port: int, what: str, explain: Explain = _no_reason) -> int:
         wrapped = container.get_wrapped_container()
         wrapped.reload()
         found = host_port(wrapped.attrs.get("NetworkSettings", {}).get("Ports") or {}, port)
         if found is None:
-            status, code = self.state(container)
-            why = f"its container {status} with code {code}" if status in ("exited", "dead") else ""
-            why = why or f"port {port} was not published on 127.0.0.1"
+            why = self.exited(container, explain) or f"port {port} was not published on 127.0.0.1"
             raise StartError.with_log(what, why, self.logs(container))
         return found
 

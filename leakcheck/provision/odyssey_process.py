@@ -32,6 +32,18 @@ def console_rows(conn: psycopg.Connection[Any], command: str) -> list[dict[str, 
     return execute(conn, command, "Odyssey's console")
 
 
+def console_answers(endpoint: Endpoint) -> str | None:
+    """None when Odyssey's console at `endpoint` answers SHOW VERSION with `odyssey ...`, else why not
+    (readiness on both backends)."""
+    try:
+        with console(endpoint) as conn:
+            rows = console_rows(conn, "SHOW VERSION")
+    except (psycopg.Error, StartError) as exc:
+        return one_line(exc, 160)
+    version = next(iter(rows[0].values()), "") if rows else ""
+    return None if version.startswith("odyssey") else f"SHOW VERSION answered {version!r}"
+
+
 class OdysseyProcess(PoolerProcess):
     """An Odyssey (own temp dir, config, port) for as long as the `with` lasts; `reset()` restarts it
     so the next user starts from fresh server connections.
@@ -62,13 +74,7 @@ class OdysseyProcess(PoolerProcess):
         return [str(conf)]
 
     def _ready(self) -> str | None:
-        try:
-            with console(self.endpoint()) as conn:
-                rows = console_rows(conn, "SHOW VERSION")
-        except (psycopg.Error, StartError) as exc:
-            return one_line(exc, 160)
-        version = next(iter(rows[0].values()), "") if rows else ""
-        return None if version.startswith("odyssey") else f"SHOW VERSION answered {version!r}"
+        return console_answers(self.endpoint())
 
     def _start_error(self, log: str) -> str | None:
         assert self.tmpdir is not None

@@ -30,6 +30,8 @@ from typing import Any
 import psycopg
 
 from ..errors import StartError, one_line
+from .base import Endpoint
+from .bouncer_ini import PoolSettings
 from .pgpool_conf import (
     PgpoolLayout,
     bind_failure,
@@ -39,10 +41,46 @@ from .pgpool_conf import (
     render_pool_passwd,
     start_error,
 )
-from .pooler_process import PoolerProcess
+from .pooler_process import PoolerProcess, Settings
 from .proc_sockets import idle_children
 
 RESET_TIMEOUT = 5.0
+
+
+def children(settings: PoolSettings, extra: Settings) -> int:
+    """How many connection children pgpool-II runs (num_init_children: the pool size, or an extra setting)."""
+    given = dict(extra).get("num_init_children", "")
+    return int(given) if given.isdigit() else settings.pool_size
+
+
+def _connect(endpoint: Endpoint) -> psycopg.Connection[Any]:
+    return psycopg.connect(endpoint.conninfo(), autocommit=True, connect_timeout=3)
+
+
+def answers_port(endpoint: Endpoint, port: int) -> str | None:
+    """None when pgpool-II at `endpoint` answers `PGPOOL SHOW port` with `port` (the one it listens on:
+    pgpool-II, not some other server, is there), else why not (readiness on both backends)."""
+    try:
+        with _connect(endpoint) as conn:
+            row = conn.execute("PGPOOL SHOW port").fetchone()
+    except psycopg.Error as exc:
+        return one_line(exc, 160)
+    return None if row is not None and str(row[0]) == str(port) else f"PGPOOL SHOW port answered {row!r}"
+
+
+def refused_setting(endpoint: Endpoint, extra: Settings) -> str | None:
+    """pgpool-II ignores settings it does not know: ask it `PGPOOL SHOW <name>` for each extra one; the
+    first refusal, on one line (a start error on both backends), else None."""
+    if not extra:
+        return None
+    with _connect(endpoint) as conn:
+        for name, value in extra:
+            try:
+                conn.execute(f"PGPOOL SHOW {name}")
+            except psycopg.Error as exc:
+                return (f"pgpool.conf sets {name} = {value!r}, and PGPOOL SHOW {name} answered: "
+                        f"{one_line(exc, 160)} (pgpool-II ignores settings it does not know)")
+    return None
 
 
 class PgpoolProcess(PoolerProcess):
@@ -64,16 +102,12 @@ class PgpoolProcess(PoolerProcess):
         """SIGKILL every connection child once idle; wait until as many new ones wait for clients."""
         main = self._alive().pid
         assert main is not None
-        wanted = self._children()
+        wanted = children(self.settings, self.extra)
         idle = self._until(lambda: idle_children(main), wanted, "children idle")
         for pid in idle:
             os.kill(pid, signal.SIGKILL)
         self._until(lambda: [pid for pid in idle_children(main) if pid not in idle], wanted, "new children")
 
-    def _children(self) -> int:
-        """How many connection children it runs (num_init_children: the pool size, or an extra setting)."""
-        given = dict(self.extra).get("num_init_children", "")
-        return int(given) if given.isdigit() else self.settings.pool_size
 
     def _until(self, found: Callable[[], list[int]], wanted: int, what: str) -> list[int]:
         deadline = time.monotonic() + RESET_TIMEOUT
@@ -88,31 +122,15 @@ class PgpoolProcess(PoolerProcess):
                 )
             time.sleep(0.001)
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.endpoint().conninfo(), autocommit=True, connect_timeout=3)
-
     def _ready(self) -> str | None:
-        """It answers `PGPOOL SHOW port` with its port: pgpool-II, not some other server, is there."""
-        try:
-            with self._connect() as conn:
-                row = conn.execute("PGPOOL SHOW port").fetchone()
-        except psycopg.Error as exc:
-            return one_line(exc, 160)
-        return None if row is not None and str(row[0]) == str(self.port) else f"PGPOOL SHOW port answered {row!r}"
+        return answers_port(self.endpoint(), self.port)
 
     def _after_start(self) -> None:
-        """pgpool-II ignores settings it does not know: ask it about each extra one (its answer is the
-        error), then drop the backend that readiness and this check left in its cache."""
-        if self.extra:
-            with self._connect() as conn:
-                for name, value in self.extra:
-                    try:
-                        conn.execute(f"PGPOOL SHOW {name}")
-                    except psycopg.Error as exc:
-                        process = self._alive()
-                        reason = (f"pgpool.conf sets {name} = {value!r}, and PGPOOL SHOW {name} answered: "
-                                  f"{one_line(exc, 160)} (pgpool-II ignores settings it does not know)")
-                        raise StartError.with_log(self.what, reason, process.recent_log(), self._hint()) from None
+        """Ask about each extra setting (see refused_setting), then drop the backend that readiness and
+        that check left in its cache."""
+        refused = refused_setting(self.endpoint(), self.extra)
+        if refused is not None:
+            raise StartError.with_log(self.what, refused, self._alive().recent_log(), self._hint())
         self.reset()
 
     def _start_error(self, log: str) -> str | None:

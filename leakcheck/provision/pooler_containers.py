@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ProvisionError
-from ..versions import Version
+from ..errors import ProvisionError, UsageError
+from ..target import PoolerKind
+from ..versions import Spec, Version
 from .base import DBNAME, USER
 from .bouncer_ini import PoolSettings
 from .containers_images import CONFIG_DIR, PG_ALIAS, PG_PORT
@@ -22,6 +23,8 @@ Settings = tuple[tuple[str, str], ...]
 Credentials = tuple[tuple[str, str], ...]
 
 POOLER_PORT = 6432
+#: The option naming each pooler's image template (leakcheck builds none of these images itself).
+IMAGE_OPTIONS = {PoolerKind.ODYSSEY: "--odyssey-image", PoolerKind.PGPOOL: "--pgpool-image"}
 #: pgpool-II's sockets, pid file and status file: the image's user may write there (/leakcheck may be read-only).
 PGPOOL_RUN_DIR = "/tmp"
 
@@ -31,6 +34,15 @@ PGPOOL_ENTRYPOINT = ("pgpool",)
 PGPOOL_COMMAND = (
     "-n", "-f", f"{CONFIG_DIR}/pgpool.conf", "-F", f"{CONFIG_DIR}/pcp.conf", "-a", f"{CONFIG_DIR}/pool_hba.conf",
 )
+def missing_image(kind: PoolerKind, spec: Spec) -> UsageError:
+    """The one-line error for a pooler asked of the containers backend without its image template."""
+    option = IMAGE_OPTIONS[kind]
+    return UsageError(
+        f"--pooler={kind.value}:{spec.raw} on the containers backend needs an image: give {option} (e.g. "
+        f"{option}='leakcheck-local/{kind.value}:{{version}}', built from docker/{kind.value}: see docker/README.md)"
+    )
+
+
 def pgpool_reset_script(children: int, parent: int = 1) -> str:
     """A POSIX sh script doing pgpool_process's reset where pgpool-II's main process is `parent` (PID 1
     in a container): once `children` connection children are idle (process title `pgpool: wait for
@@ -39,7 +51,7 @@ def pgpool_reset_script(children: int, parent: int = 1) -> str:
     return (
         f"n={int(children)}; parent={int(parent)}; "
         'idle() { for d in /proc/[0-9]*; do s=$(cat "$d/stat" 2>/dev/null) || continue; set -- ${s##*) }; '
-        '[ "$2" = "$parent" ] || continue; tr "\\0" "\\n" < "$d/cmdline" 2>/dev/null '
+        '[ "$2" = "$parent" ] || continue; tr "\\0" "\\n" 2>/dev/null < "$d/cmdline" '
         '| grep -q "^pgpool: wait for connection request *$" && echo "${d#/proc/}"; done; }; '
         "count() { c=0; for p in $1; do case \" $2 \" in *\" $p \"*) ;; *) c=$((c+1)) ;; esac; done; echo $c; }; "
         'i=0; until [ "$(count "$(idle)" "")" -ge "$n" ]; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done; '

@@ -264,7 +264,7 @@ def test_pgbouncer_is_built_from_a_local_release_tarball_and_removed_when_not_ke
     build_tag = "leakcheck-test/pgbouncer:{version}"
     with make_backend(bouncer_image=None, bouncer_build_tag=build_tag, keep_built_images=False) as backend:
         bouncer = Pooler(PoolerKind.PGBOUNCER, backend.resolve_bouncer(parse_spec("1.24", "--bouncer")))
-        assert bouncer == Version.parse("1.24.1")
+        assert bouncer.version == Version.parse("1.24.1")
         assert engine.images.get(tag).labels.get("org.leakcheck.recipe")
         pg = backend.resolve_pg(parse_spec("16", "--pg"))
         with backend.pooler(pg, bouncer, POOL_OF_ONE) as endpoint:

@@ -1,4 +1,5 @@
-"""Both backends give the same verdict for every probe and driver on the same versions."""
+"""Both backends give the same verdict for every probe and driver on the same versions: PgBouncer for
+every probe, Odyssey and pgpool-II for a handful (the ones whose state each pooler handles differently)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from leakcheck.probes import PROBES, Probe
+from leakcheck.probes import PROBES, Probe, select
 from leakcheck.provision.base import Backend
 from leakcheck.provision.containers import ContainersBackend
 from leakcheck.provision.native import NativeBackend
@@ -22,6 +23,10 @@ pytestmark = pytest.mark.containers
 
 PG = os.environ.get("LEAKCHECK_CROSS_PG", "16,18").split(",")
 BOUNCER = os.environ.get("LEAKCHECK_CROSS_BOUNCER", "1.24,1.26").split(",")
+POOLER_PG = os.environ.get("LEAKCHECK_CROSS_POOLER_PG", "16")
+#: KIND:VERSION pairs compared on POOLER_PG for the probes below (--pooler's syntax).
+POOLERS = os.environ.get("LEAKCHECK_CROSS_POOLERS", "odyssey:1.5,pgpool:4.3").split(",")
+POOLER_PROBES = select("statement_timeout,custom_setting,set_local,sql_prepare,protocol_prepare,temp_table")
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +34,31 @@ def backends(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     _engine_or_skip()
     pg_image = _template(request.config, "leakcheck_pg_image", "LEAKCHECK_PG_IMAGE") or "postgres:{version}"
     bouncer_image = _template(request.config, "leakcheck_bouncer_image", "LEAKCHECK_BOUNCER_IMAGE")
-    with NativeBackend() as native, ContainersBackend(pg_image=pg_image, bouncer_image=bouncer_image) as containers:
-        yield {"native": native, "containers": containers}
+    odyssey_image = _template(request.config, "leakcheck_odyssey_image", "LEAKCHECK_ODYSSEY_IMAGE")
+    pgpool_image = _template(request.config, "leakcheck_pgpool_image", "LEAKCHECK_PGPOOL_IMAGE")
+    containers = ContainersBackend(pg_image=pg_image, bouncer_image=bouncer_image, odyssey_image=odyssey_image,
+                                   pgpool_image=pgpool_image)
+    with NativeBackend() as native, containers:
+        yield {"native": native, "containers": containers, "images": {"odyssey": odyssey_image, "pgpool": pgpool_image}}
 
 
-def _target(backend: Backend, pg: str, bouncer: str, driver: Driver) -> Target:
-    version = backend.resolve_pooler(PoolerKind.PGBOUNCER, parse_spec(bouncer, "--bouncer"))
-    return Target(backend.resolve_pg(parse_spec(pg, "--pg")), Pooler(PoolerKind.PGBOUNCER, version),
-                  Route.TRANSACTION, driver)
+def _target(
+    backend: Backend, pg: str, bouncer: str, driver: Driver, kind: PoolerKind = PoolerKind.PGBOUNCER,
+    route: Route = Route.TRANSACTION,
+) -> Target:
+    version = backend.resolve_pooler(kind, parse_spec(bouncer, "--pooler"))
+    return Target(backend.resolve_pg(parse_spec(pg, "--pg")), Pooler(kind, version), route, driver)
+
+
+def _same_verdict(backends: dict[str, Any], probe: Probe, native_target: Target, container_target: Target) -> None:
+    # The same releases on both sides, or the comparison means nothing.
+    assert (native_target.pg, native_target.pooler) == (container_target.pg, container_target.pooler)
+    native = run_probe(backends["native"], probe, native_target)
+    contained = run_probe(backends["containers"], probe, container_target)
+    # Two errors are equal verdicts but no comparison: neither backend measured anything.
+    assert native.verdict is not Verdict.ERROR, f"native could not measure: {native.evidence}"
+    assert contained.verdict is not Verdict.ERROR, f"containers could not measure: {contained.evidence}"
+    assert contained.verdict is native.verdict, f"native: {native.evidence}\ncontainers: {contained.evidence}"
 
 
 @pytest.mark.parametrize("driver", list(Driver), ids=str)
@@ -48,11 +70,22 @@ def test_the_containers_backend_gives_the_native_verdict(
 ) -> None:
     native_target = _target(backends["native"], pg, bouncer, driver)
     container_target = _target(backends["containers"], pg, bouncer, driver)
-    # The same releases on both sides, or the comparison means nothing.
-    assert (native_target.pg, native_target.pooler) == (container_target.pg, container_target.pooler)
-    native = run_probe(backends["native"], probe, native_target)
-    contained = run_probe(backends["containers"], probe, container_target)
-    # Two errors are equal verdicts but no comparison: neither backend measured anything.
-    assert native.verdict is not Verdict.ERROR, f"native could not measure: {native.evidence}"
-    assert contained.verdict is not Verdict.ERROR, f"containers could not measure: {contained.evidence}"
-    assert contained.verdict is native.verdict, f"native: {native.evidence}\ncontainers: {contained.evidence}"
+    _same_verdict(backends, probe, native_target, container_target)
+
+
+@pytest.mark.parametrize("driver", list(Driver), ids=str)
+@pytest.mark.parametrize("probe", POOLER_PROBES, ids=lambda p: p.id)
+@pytest.mark.parametrize("route", [Route.TRANSACTION, Route.SESSION], ids=str)
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_odyssey_and_pgpool_in_containers_give_the_native_verdict(
+    backends: dict[str, Any], pooler: str, route: Route, probe: Probe, driver: Driver
+) -> None:
+    # The session route (the negative control) is measured through the pooler too: for pgpool-II, whose
+    # subject route is not applicable to these probes (it shares no server between connected clients),
+    # it is where the containers serve the probes at all.
+    kind, _, version = pooler.partition(":")
+    if not backends["images"][kind]:
+        pytest.skip(f"give --{kind}-image (or LEAKCHECK_{kind.upper()}_IMAGE; scripts/ci-docker.sh run sets it)")
+    native_target = _target(backends["native"], POOLER_PG, version, driver, PoolerKind(kind), route)
+    container_target = _target(backends["containers"], POOLER_PG, version, driver, PoolerKind(kind), route)
+    _same_verdict(backends, probe, native_target, container_target)

@@ -50,6 +50,8 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
         ("--bouncer=1.2٤", "--bouncer='1.2٤' is not valid"),
         ("--pg=/nonexistent/leakcheck/bin", "/nonexistent/leakcheck/bin does not exist"),
         ("--bouncer-image=pgbouncer:{tag}", "--bouncer-image='pgbouncer:{tag}' is not valid"),
+        ("--odyssey-image=", "--odyssey-image is given but empty"),
+        ("--pgpool-image=pgpool:{tag}", "--pgpool-image='pgpool:{tag}' is not valid"),
     ],
 )
 def test_a_bad_or_empty_option_value_is_one_line_and_exit_code_4(
@@ -71,6 +73,14 @@ def test_an_empty_or_bad_ini_key_is_one_line_and_exit_code_4(pytester: pytest.Py
     pytester.makeini(f"[pytest]\n{ini}\n")
     flags = [a for a in SMALL if not a.startswith(("--pg=", "--probes=" if "probes" in ini else "-"))]
     assert message in one_usage_error(pytester.runpytest_inprocess(*flags))
+
+
+@pytest.mark.parametrize(("pooler", "option"), [("odyssey:1.5", "--odyssey-image"), ("pgpool:4.3", "--pgpool-image")])
+def test_a_pooler_on_the_containers_backend_without_its_image_is_one_line_naming_the_option(
+    pytester: pytest.Pytester, pooler: str, option: str
+) -> None:
+    line = one_usage_error(run(pytester, "--backend=containers", f"--pooler={pooler}"))
+    assert f"--pooler={pooler} on the containers backend needs an image: give {option}" in line
 
 
 def test_an_option_not_given_keeps_its_default(pytester: pytest.Pytester) -> None:

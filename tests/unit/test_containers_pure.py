@@ -210,3 +210,44 @@ def test_a_path_is_refused_with_a_pointer_to_the_native_backend() -> None:
 
     with pytest.raises(UsageError, match="--backend=native"):
         containers.ContainersBackend().resolve_pg(parse_spec("/usr/lib/postgresql/16/bin", "--pg"))
+
+
+@pytest.mark.parametrize(("kind", "option"), [("odyssey", "--odyssey-image"), ("pgpool", "--pgpool-image")])
+def test_a_pooler_without_its_image_template_is_refused_naming_the_option(kind: str, option: str) -> None:
+    containers = pytest.importorskip("leakcheck.provision.containers")
+    from leakcheck.target import PoolerKind
+    from leakcheck.versions import parse_spec
+
+    expected = f"--pooler={kind}:1.5 on the containers backend needs an image: give {option}"
+    with pytest.raises(UsageError, match=expected):
+        containers.ContainersBackend().resolve_pooler(PoolerKind(kind), parse_spec("1.5", "--pooler"))
+
+
+def test_a_pooler_binary_path_is_refused_with_a_pointer_to_the_native_backend() -> None:
+    containers = pytest.importorskip("leakcheck.provision.containers")
+    from leakcheck.target import PoolerKind
+    from leakcheck.versions import parse_spec
+
+    backend = containers.ContainersBackend(odyssey_image="my/odyssey:{version}")
+    with pytest.raises(UsageError, match=r"--pooler=odyssey:/usr/bin/odyssey: .*--odyssey-image templates; .*native"):
+        backend.resolve_pooler(PoolerKind.ODYSSEY, parse_spec("/usr/bin/odyssey", "--pooler"))
+
+
+def test_a_bad_pooler_image_template_is_refused_when_the_backend_is_made() -> None:
+    containers = pytest.importorskip("leakcheck.provision.containers")
+    with pytest.raises(UsageError, match="--pgpool-image"):
+        containers.ContainersBackend(pgpool_image="pgpool:{tag}")
+
+
+@pytest.mark.parametrize(("output", "program", "version"), [
+    ("odyssey 1.5.2 release +pam -ldap +systemd -prom\ncompiled by gcc-16.2.0, 64-bit\n", "odyssey", "1.5.2"),
+    ("\npgpool-II version 4.3.5 (tamahomeboshi)\n", "pgpool", "4.3.5"),  # printed on stderr
+    ("PgBouncer 1.24.1\n", "odyssey", None),
+    ("sh: 1: odyssey 1.5.2: not found\n", "odyssey", None),
+])
+def test_a_pooler_image_s_version_is_its_program_s_own_banner(output: str, program: str, version: str | None) -> None:
+    poolers = pytest.importorskip("leakcheck.provision.containers_poolers")
+    from leakcheck.target import PoolerKind
+
+    found = poolers.banner_version(output, poolers.PROGRAMS[PoolerKind(program)])
+    assert found == (V(version) if version else None)

@@ -119,3 +119,24 @@ def test_the_build_args_name_the_debian_version() -> None:
     assert pc.odyssey_build_args("leakcheck-local/debian:sid", "1.5.2-1") == {
         "BASE_IMAGE": "leakcheck-local/debian:sid", "ODYSSEY_DEB_VERSION": "1.5.2-1"}
     assert pc.pgpool_build_args("debian:bookworm-slim")["PGPOOL_DEB_VERSION"] == ""
+
+
+def test_pgpool_runs_one_connection_child_per_place_in_the_pool_unless_num_init_children_is_set() -> None:
+    from leakcheck.provision.pgpool_process import children
+
+    assert children(PoolSettings(PoolMode.SESSION, 2), ()) == 2
+    assert children(PoolSettings(PoolMode.SESSION, 2), (("num_init_children", "5"),)) == 5
+
+
+def test_a_pooler_asked_of_the_containers_backend_without_its_image_says_which_option_to_give() -> None:
+    from leakcheck.target import PoolerKind
+    from leakcheck.versions import parse_spec
+
+    error = pc.missing_image(PoolerKind.PGPOOL, parse_spec("4.3", "--pooler"))
+    assert str(error) == ("--pooler=pgpool:4.3 on the containers backend needs an image: give --pgpool-image (e.g. "
+                          "--pgpool-image='leakcheck-local/pgpool:{version}', built from docker/pgpool: see "
+                          "docker/README.md)")
+
+
+def test_the_container_reset_script_reads_process_titles_without_noise_about_processes_that_ended() -> None:
+    assert '2>/dev/null < "$d/cmdline"' in pc.pgpool_reset_script(2)
