@@ -210,10 +210,15 @@ async def idle_in_transaction_timeout(s: Scenario) -> Observation:
     # timeout, its next statement fails (B's own setting is the answer; this shows the effect).
     went_on = Attempt("not run")
     if b_seen == "50ms":
-        await s.b.execute("BEGIN")
-        await s.observe(s.b, "began", "1")
-        await asyncio.sleep(0.15)
-        went_on = await attempt(s.b.query("SELECT 1"))
+        began = await attempt(s.b.execute("BEGIN"))
+        # On a loaded machine B may be ended before its first statement in the block: that is the
+        # effect itself, not a harness failure (B's proof above still holds).
+        proven = await attempt(s.observe(s.b, "began", "1")) if not began.failed else began
+        if proven.failed:
+            went_on = proven
+        else:
+            await asyncio.sleep(0.15)
+            went_on = await attempt(s.b.query("SELECT 1"))
         await attempt(s.b.execute("ROLLBACK"))
     return Observation(
         evidence=f"A: set_config('idle_in_transaction_session_timeout', '50ms', false) gave {mine!r}. "
