@@ -148,7 +148,9 @@ class AsyncpgClient:
     async def _call(self, method: str, sql: str) -> Any:
         try:
             return await getattr(self.conn, method)(sql)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        # InternalClientError: asyncpg's protocol after the server ended the connection mid-operation
+        # (e.g. idle_in_transaction_session_timeout): a closed connection, as psycopg reports it.
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
             raise ServerError(_sqlstate(exc), str(exc).strip()) from exc
 
     async def query(self, sql: str) -> list[Row]:
