@@ -1,5 +1,6 @@
 """`leakcheck prepare`: resolve, fetch and build the servers a matrix needs, ahead of time.
 `leakcheck merge`: several runs' --results files as one report and one gate decision.
+`leakcheck discover`: search for session-state leaks no probe lists (hypothesis; see README).
 `leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
 
 The matrix itself runs under pytest (`pytest --pg=16,18 --bouncer=1.24,1.26`).
@@ -15,6 +16,7 @@ from typing import NoReturn
 
 from . import cli_images, merge, preflight, progress
 from .config import DEFAULT_BOUNCER, DEFAULT_PG, Config
+from .discover import command as discover
 from .exits import EXIT_USAGE, guarded
 from .matrix_run import make_backend
 
@@ -41,11 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     merging.add_argument("--record", type=Path, help="merge the measured verdicts into this matrices/*.json file, "
                          "as pytest --record")
     merging.add_argument("--junitxml", type=Path, help="write a JUnit XML report (one test case per outcome)")
+    discovering = sub.add_parser("discover", help="search for session-state leaks no probe lists (exit 0: nothing "
+                                 "new, 1: new findings, 3: could not measure, 4: bad input)")
+    discover.add_arguments(discovering)
     cli_images.add_parsers(sub)
     args = parser.parse_args(argv)
     with progress.on_stderr():  # "leakcheck: fetching ..." lines; results go to stdout
         if args.command == "merge":
             return _merge(args)
+        if args.command == "discover":
+            return guarded(lambda: discover.run(discover.options(args)))
         if args.command in cli_images.COMMANDS:
             return cli_images.run(args)
         return guarded(lambda: _prepare(args))

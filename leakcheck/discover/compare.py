@@ -1,0 +1,133 @@
+"""Normalize two traces of one sequence, compare them, and check their proofs (pure).
+
+What is normalized away, because it legitimately differs between a route and the reference:
+- server identities (pid, backend_start): they are proofs, checked here, never compared;
+- each run's token and lock class: names map back to the display names (`lc<token>_s1` -> `lc_s1`);
+- the names of protocol-level prepared statements (`_pg3_0`, `__asyncpg_stmt_1__`, PgBouncer's
+  `PGBOUNCER_3`) become `<protocol>`: the name is the driver's or the pooler's choice (PgBouncer
+  1.21+ renames every statement it prepares), not the client's state; what tells whose statement
+  a client sees is its text, which names its client and slot ('lc_A_p1') and is kept. SQL PREPARE
+  names are the client's own and are kept;
+- error messages (they quote those names and pids): errors compare by SQLSTATE; messages are shown.
+Everything else compares as read, including NULL versus '' and the order of notifications.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..verdicts import Route, ServerId
+from .ops import Who
+from .render import DISPLAY, Names
+from .trace import Event, Trace
+
+PROTOCOL_NAME = "<protocol>"
+
+
+def canon(value: Any, names: Names) -> str:
+    """A value as text a reader recognises: strings quoted (so '' differs from NULL), lists bracketed,
+    this run's names replaced by the display names."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(canon(v, names) for v in value) + "]"
+    if isinstance(value, str):
+        return "'" + value.replace(names.prefix, DISPLAY.prefix) + "'"
+    return str(value)
+
+
+def _prepared(entries: list[str], names: Names) -> list[str]:
+    """`name=text-label` entries of pg_prepared_statements, protocol-level names normalized."""
+    out = []
+    for entry in entries:
+        name, _, label = entry.partition("=")
+        shown = name.replace(names.prefix, DISPLAY.prefix) if name.startswith(names.prefix) else PROTOCOL_NAME
+        out.append(f"{shown}={label}")
+    return sorted(out)
+
+
+def observed(event: Event, names: Names) -> dict[str, tuple[str, str]]:
+    """key -> (compared text, shown text) of one event."""
+    if event.failure is not None:
+        key = "observe" if event.is_snapshot else f"result:{event.op.kind if event.op else '?'}"
+        shown = f"error {event.failure.sqlstate}: {event.failure.message}".replace(names.prefix, DISPLAY.prefix)
+        return {key: (f"error {event.failure.sqlstate}", shown)}
+    if not event.is_snapshot:
+        assert event.op is not None
+        text = canon(event.value, names)
+        return {f"result:{event.op.kind}": (text, text)}
+    out = {}
+    for key, value in event.fields:
+        if key == "prepared" and isinstance(value, list):
+            value = _prepared(value, names)
+        text = canon(value, names)
+        out[key] = (text, text)
+    return out
+
+
+@dataclass(frozen=True)
+class Diff:
+    """One thing a client observed differently through the route than in the reference."""
+
+    index: int  # the step (len(ops) and len(ops)+1: A's and B's final snapshots)
+    who: Who
+    key: str  # 'setting:work_mem', 'prepared', 'result:execute', ...
+    subject: str  # as shown (errors with their message)
+    reference: str
+
+
+def compare(subject: Trace, reference: Trace) -> list[Diff]:
+    """Every difference, in step order. Both traces ran the same ops, so events pair up one to one."""
+    if len(subject.events) != len(reference.events):
+        raise ValueError("the traces ran different sequences")
+    diffs = []
+    for mine, theirs in zip(subject.events, reference.events, strict=True):
+        got, want = observed(mine, subject.names), observed(theirs, reference.names)
+        for key in dict.fromkeys([*got, *want]):
+            g, w = got.get(key, ("-", "-")), want.get(key, ("-", "-"))
+            if g[0] != w[0]:
+                diffs.append(Diff(mine.index, mine.who, key, g[1], w[1]))
+    return diffs
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A sequence's differences, and where each route's clients ran (for the report)."""
+
+    diffs: tuple[Diff, ...]
+    subject_servers: str = ""  # e.g. "A and B on pid 4242"
+    reference_servers: str = ""  # e.g. "A on pid 4243, B on pid 4244"
+
+
+def servers_text(trace: Trace) -> str:
+    a, b = _servers(trace, Who.A), _servers(trace, Who.B)
+    return f"A and B on {a}" if a == b else f"A on {a}, B on {b}"
+
+
+def _servers(trace: Trace, who: Who) -> str:
+    return ", ".join(sorted(str(s) for s in trace.servers(who))) or "none"
+
+
+def proof_problems(trace: Trace, earlier: set[ServerId]) -> Iterator[str]:
+    """Why this trace does not prove what its route needs (nothing: it does). Transaction mode with a
+    pool of one: A and B on one server connection throughout; session mode and direct sessions: each
+    client on its own one throughout. Always: every step covered by a proof, and no server connection
+    that an earlier sequence used (every sequence starts from fresh server connections)."""
+    for event in trace.events:
+        if event.proof_at is None:
+            what = str(event.op) if event.op else "final snapshot"
+            yield f"step {event.index + 1} ({event.who}: {what}) carries no proof of its server connection"
+    a, b = trace.servers(Who.A), trace.servers(Who.B)
+    where = f"A on {_servers(trace, Who.A)}; B on {_servers(trace, Who.B)}"
+    if trace.route is Route.TRANSACTION:
+        if len(a | b) != 1:
+            yield f"A and B did not share one server connection through the pool of one ({where})"
+    elif len(a) != 1 or len(b) != 1 or a == b:
+        yield f"A and B did not each keep a server connection of their own ({where})"
+    reused = sorted(str(s) for s in (a | b) & earlier)
+    if reused:
+        yield f"server connection(s) {', '.join(reused)} already served an earlier sequence: not fresh"

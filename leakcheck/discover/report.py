@@ -1,0 +1,123 @@
+"""A finding as the SQL script a person replays with two psql sessions, and the run's summary (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from ..verdicts import Driver
+from .compare import Diff
+from .engine import Finding
+from .ops import Kind, Op, Who, quote
+from .render import DISPLAY, Statement, Via, column_sql, statements
+
+_DRIVER_SIDE = {
+    "notifications": "the notifications {who}'s driver received",
+    "observe": "{who}'s snapshot of its session",
+}
+
+
+def title(f: Finding) -> str:
+    if f.known:
+        return "known: " + ", ".join(f.probes)
+    return "new: " + ", ".join(f.unlisted) + (f" (with {', '.join(f.probes)})" if f.probes else "")
+
+
+def slug(f: Finding) -> str:
+    words = f.probes if f.known else f.unlisted
+    text = ("known-" if f.known else "new-") + "-".join(words)
+    return re.sub(r"[^a-zA-Z0-9_.-]+", "-", text).strip("-")[:80]
+
+
+class DriverNames:
+    """The names the driver gives its protocol-level statements, per client: psycopg `_pg3_N` and
+    asyncpg `__asyncpg_stmt_N__` (numbered per connection), one per distinct query text."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self._names: dict[tuple[Who, str], str] = {}
+        self._count: dict[Who, int] = {}
+
+    def name(self, who: Who, sql: str) -> tuple[str, bool]:
+        """(the statement's name, whether this use prepares it)."""
+        if (who, sql) in self._names:
+            return self._names[(who, sql)], False
+        n = self._count.get(who, 0)
+        self._count[who] = n + 1
+        name = f"_pg3_{n}" if self.driver is Driver.PSYCOPG else f"__asyncpg_stmt_{n + 1:x}__"
+        self._names[(who, sql)] = name
+        return name, True
+
+
+def _lines(op: Op, st: Statement, names: DriverNames) -> list[str]:
+    if st.via is Via.BOUND:
+        return [f"{st.sql} \\bind {' '.join(quote(p) for p in st.params)} \\g"]
+    if st.via is Via.PROTOCOL:
+        name, new = names.name(op.who, st.sql)
+        parse = [f"{st.sql}, pg_backend_pid() \\parse {name}"] if new else []
+        return [*parse, f"\\bind_named {name} \\g"]
+    return [st.sql + ";"]
+
+
+def _shown(diff: Diff) -> str:
+    return f"--   through the pooler: {diff.subject}  |  direct: {diff.reference}"
+
+
+def _observation(diff: Diff) -> list[str]:
+    sql = column_sql(diff.key, DISPLAY)
+    if sql is not None:
+        return [sql + ";", _shown(diff)]
+    if diff.key.startswith("reported:"):
+        what = f"the {diff.key.split(':', 1)[1]} {diff.who}'s driver was told (ParameterStatus)"
+    else:
+        what = _DRIVER_SIDE.get(diff.key, diff.key).format(who=diff.who)
+    return [f"-- {what}:", _shown(diff)]
+
+
+def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int = 1) -> str:
+    """The finding as an interleaved psql script, each step's differences right below it."""
+    by_step: dict[int, list[Diff]] = {}
+    for d in f.diffs:
+        by_step.setdefault(d.index, []).append(d)
+    names = DriverNames(driver)
+    shrunk = "" if f.shrunk else " (the budget ended shrinking early: it may hold steps it does not need)"
+    out = [
+        f"-- leakcheck discover, finding {number} of {total}: {title(f)}",
+        f"-- {where}; driver {driver}; found in round {f.round}, reproduced {f.reproduced[0]} of "
+        f"{f.reproduced[1]} runs{shrunk}",
+        f"-- through the pooler {f.comparison.subject_servers}; directly {f.comparison.reference_servers}",
+        "-- Replay: two psql sessions, A and B, connected through the pooler; run the steps in order.",
+        "-- Outside BEGIN ... COMMIT each step ran in its own transaction block that began with the proof",
+        "-- (SELECT pg_backend_pid(), backend_start), which changes nothing for these statements.",
+        "-- Under a step: what that client observed through the pooler and directly (two sessions).",
+    ]
+    for index, op in enumerate(f.ops):
+        out += ["", f"-- {index + 1}. {op.who}" + (": observe" if op.kind is Kind.OBSERVE else "")]
+        if op.kind is Kind.OBSERVE:
+            diffs = by_step.get(index, [])
+            out += [line for d in diffs for line in _observation(d)] or ["SELECT pg_backend_pid();  -- no difference"]
+            continue
+        for st in statements(op, DISPLAY):
+            out += _lines(op, st, names)
+        out += [_shown(d) for d in by_step.get(index, [])]
+    shown = len(f.ops)
+    for offset, who in enumerate(Who):
+        diffs = by_step.get(len(f.ops) + offset, [])
+        if diffs:  # the final snapshots: only where something differed, numbered on
+            shown += 1
+            out += ["", f"-- {shown}. {who}: observe (end)"]
+            out += [line for d in diffs for line in _observation(d)]
+    return "\n".join(out) + "\n"
+
+
+def summary(findings: Sequence[Finding]) -> str:
+    """'3 known (statement_timeout, sql_prepare, temp_table), 1 new (set:work_mem)'."""
+    known = [f for f in findings if f.known]
+    new = [f for f in findings if not f.known]
+    parts = [f"{len(known)} known" + (f" ({', '.join(_ids(known, True))})" if known else ""),
+             f"{len(new)} new" + (f" ({', '.join(_ids(new, False))})" if new else "")]
+    return ", ".join(parts)
+
+
+def _ids(findings: Iterable[Finding], known: bool) -> list[str]:
+    return list(dict.fromkeys(i for f in findings for i in (f.probes if known else f.unlisted)))
