@@ -70,6 +70,7 @@ class Candidate:
     ops: tuple[Op, ...]
     comparison: Comparison
     signature: str
+    found_after: float = 0.0  # seconds into the search when its signature was first seen
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class Finding:
     unlisted: tuple[str, ...]
     also: tuple[str, ...] = ()  # signatures of other examples with the same causes, merged here
     reproduced: tuple[int, int] = (0, 0)  # (times the signature came back, confirmation runs)
+    found_after: float = 0.0  # seconds into the search when it was first seen (unshrunk)
 
     @property
     def known(self) -> bool:
@@ -154,6 +156,7 @@ def run_round(measure: Measure, universe: Sequence[Op], search: Search, number: 
     found = Round(number)
     best: dict[str, Candidate] = {}
     started = time.monotonic()
+    origin = deadline - search.budget  # when the search began
 
     def test(ops: tuple[Op, ...]) -> None:
         if time.monotonic() >= deadline:
@@ -165,8 +168,9 @@ def run_round(measure: Measure, universe: Sequence[Op], search: Search, number: 
             raise Abort(f"the harness failed on {', '.join(map(str, ops))}: {type(exc).__name__}: {exc}") from exc
         if comparison.diffs:
             sig = signature(comparison.diffs[0], ops)
+            first = best[sig].found_after if sig in best else time.monotonic() - origin
             if sig not in best or size(ops) < size(best[sig].ops):
-                best[sig] = Candidate(ops, comparison, sig)
+                best[sig] = Candidate(ops, comparison, sig, first)
             raise difference_type(sig)(f"{sig}: {', '.join(map(str, ops))}")
 
     database = _Keyed(search.database, _prefix(search, excluded)) if search.database is not None else None
@@ -209,7 +213,7 @@ def merge(candidates: Iterable[Candidate], number: int, shrunk: bool) -> list[Fi
         probes, unlisted = label(first.ops, first.comparison.diffs)
         others = tuple(dict.fromkeys(c.signature for c in group[1:] if c.signature != first.signature))
         findings.append(Finding(first.ops, first.comparison, first.signature, number, shrunk, probes, unlisted,
-                                also=others))
+                                also=others, found_after=min(c.found_after for c in group)))
     return sorted(findings, key=lambda f: size(f.ops))
 
 

@@ -56,6 +56,8 @@ def state(fam: str) -> str:
         return f"session:{setting}"
     if kind in ("set_local", "set_config_local"):
         return f"local:{setting}"
+    if fam == "temp_table:on_commit_delete_rows":  # a session temp table all the same (its rows go at commit)
+        return "temp_table"
     return fam
 
 

@@ -83,8 +83,8 @@ def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int =
     shrunk = "" if f.shrunk else " (the budget ended shrinking early: it may hold steps it does not need)"
     out = [
         f"-- leakcheck discover, finding {number} of {total}: {title(f)}",
-        f"-- {where}; driver {driver}; found in round {f.round}, reproduced {f.reproduced[0]} of "
-        f"{f.reproduced[1]} runs{shrunk}",
+        f"-- {where}; driver {driver}; found in round {f.round} after {f.found_after:.1f} s, reproduced "
+        f"{f.reproduced[0]} of {f.reproduced[1]} runs{shrunk}",
         f"-- through the pooler {f.comparison.subject_servers}; directly {f.comparison.reference_servers}",
         "-- Replay: two psql sessions, A and B, connected through the pooler; run the steps in order.",
         "-- Outside BEGIN ... COMMIT each step ran in its own transaction block that began with the proof",

@@ -29,6 +29,7 @@ def test_set_and_session_set_config_change_the_same_state_and_local_ones_another
     assert state("set:work_mem") == state("set_config_session:bound:work_mem") == "session:work_mem"
     assert state("set_local:work_mem") == state("set_config_local:work_mem") == "local:work_mem"
     assert states([Op(A, Kind.SET, "work_mem"), Op(A, Kind.EXECUTE, "s1")]) == {"session:work_mem"}
+    assert state("temp_table:on_commit_delete_rows") == "temp_table" != state("temp_table:on_commit_drop")
 
 
 def test_a_tracked_setting_seen_with_the_other_clients_value_is_its_probes() -> None:
