@@ -7,16 +7,23 @@ measure (a proof was missing or wrong, a server broke), 4 bad input (as every le
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import secrets
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..verdicts import Driver, Route
 from . import options as o
+from .known import confirmed
+
+if TYPE_CHECKING:
+    from .engine import Finding
+    from .lab import Lab
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +92,16 @@ def _write(out: Path, stem: str, scripts: Sequence[tuple[str, str]]) -> list[Pat
     return written
 
 
+def _checked(lab: Lab, findings: list[Finding], driver: Driver) -> list[Finding]:
+    """Known only where the probes a finding maps to report a problem on this very cell."""
+    ids = {p for f in findings for p in f.probes}
+    if not ids:
+        return findings
+    log.info("discover: running the probe(s) the findings map to: %s", ", ".join(sorted(ids)))
+    verdicts = lab.probe_verdicts(ids, driver)
+    return [dataclasses.replace(f, unlisted=confirmed(f.probes, f.unlisted, verdicts)) for f in findings]
+
+
 def run(opts: o.Options) -> int:
     """Discover, print every finding's script and the summary, write the files; the exit code."""
     try:
@@ -98,14 +115,11 @@ def run(opts: o.Options) -> int:
         raise UsageError(f"leakcheck discover needs hypothesis ({exc}): pip install 'leakcheck[discover]'") from None
     seed = opts.seed if opts.seed is not None else secrets.randbelow(2**32)
     database = DirectoryBasedExampleDatabase(opts.database) if opts.database is not None else None
+    started = time.monotonic()
     with open_lab(opts.pg, opts.pooler, opts.route) as lab:
-        where = lab.where.describe()
-        stem = f"pg{lab.where.pg}-" + (f"pgbouncer{lab.where.pooler}-" if lab.where.pooler else "") + \
-            f"{opts.driver}-{opts.route}"
+        where, stem = lab.where.describe(), _stem(lab, opts)
         log.info("discover: %s, %s; budget %.0f s, seed %d (repeat with --seed=%d)", where, opts.driver, opts.budget,
                  seed, seed)
-        search = engine.Search(seed, opts.budget, opts.max_examples, opts.max_ops, database, stem)
-        started = time.monotonic()
         try:
             with Differential(lab, opts.driver) as measure:
                 baseline = measure(())
@@ -113,8 +127,9 @@ def run(opts: o.Options) -> int:
                     first = baseline.diffs[0]
                     raise Abort(f"the route and the reference differ before any op ({first.who} {first.key}: "
                                 f"{first.subject} vs {first.reference}); nothing can be compared")
-                found = engine.discover(measure, search)
-                findings = list(engine.confirm(measure, found.findings))
+                found = engine.discover(measure, engine.Search(seed, opts.budget, opts.max_examples, opts.max_ops,
+                                                               database, stem))
+                findings = _checked(lab, list(engine.confirm(measure, found.findings)), opts.driver)
         except Abort as exc:
             print(f"leakcheck: error: discovery could not measure: {exc}", file=sys.stderr)
             return EXIT_UNMEASURED
@@ -122,11 +137,16 @@ def run(opts: o.Options) -> int:
                for n, f in enumerate(findings, 1)]
     for _, text in scripts:
         print(text)
-    examples = sum(r.examples for r in found.rounds)
     print(f"discover: {where}, {opts.driver}: {report.summary(findings)} "
-          f"({examples} sequences in {len(found.rounds)} round(s), {time.monotonic() - started:.0f} s; "
-          f"{found.stopped}; seed {seed})")
+          f"({sum(r.examples for r in found.rounds)} sequences in {len(found.rounds)} round(s), "
+          f"{time.monotonic() - started:.0f} s; {found.stopped}; seed {seed})")
     if opts.out is not None and findings:
         files = _write(opts.out, stem, scripts)
         print(f"discover: wrote {len(files)} file(s) to {opts.out}/ ({stem}-NN-*.sql)")
     return EXIT_NEW if any(not f.known for f in findings) else EXIT_NOTHING_NEW
+
+
+def _stem(lab: Lab, opts: o.Options) -> str:
+    """What a run measured, as file names and example-database keys spell it."""
+    pooler = f"pgbouncer{lab.where.pooler}-" if lab.where.pooler else ""
+    return f"pg{lab.where.pg}-{pooler}{opts.driver}-{opts.route}"

@@ -1,14 +1,17 @@
 """Rounds of hypothesis searches for sequences whose route differs from the reference.
 
-In a round hypothesis generates sequences; a sequence with a difference fails with an exception
-type per *signature* (the kind of state its first difference is about: 'setting:work_mem',
-'prepared statements', 'cursors', ...), so hypothesis keeps and shrinks one example per signature
-(its multiple-bug mode). The round's findings are those shrunk examples, merged when they change
-the same session states (known.states: SET x and set_config('x', ..., false) both change
-`session:x`). The next round leaves every op that changes a found state out of the universe, so it
-can only find differences that other states cause; rounds stop when one
-finds nothing, nothing is left to vary, or the budget is spent (then the round's examples are kept
-as far as they were shrunk). A harness failure (`Abort`) stops the run: it is never a finding.
+A difference has a *signature*: the state its observation reads and, for an op's result, the op
+(`setting:work_mem`, `prepared statements`, `prepared statements/protocol result`; known.signature).
+A sequence fails with an exception type per signature, so hypothesis keeps and shrinks one example
+per signature (its multiple-bug mode). Every candidate it shrinks *explains* its signature wherever
+the states it changed (known.states: SET x and set_config('x', ..., false) both change `session:x`)
+are present. The next round generates from every op again, but a sequence fails only on a
+difference no earlier candidate explains: the same leak never comes back, while another effect of
+a found state (B's `_pg3_0` colliding with A's, not just B seeing A's statement) or its interaction
+with another state (A's temp table making B's SET temp_buffers fail) still can. Rounds stop when one
+finds nothing or the budget is spent (a round cut short has its examples reduced op by op for a
+quarter of the budget more: `tighten`). Candidates changing the same states are one finding, their
+other signatures shown with it. A harness failure (`Abort`) stops the run: it is never a finding.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from hypothesis import seed as with_seed
 from hypothesis.database import ExampleDatabase
 
 from .compare import Comparison, Diff
+from .examples import Keyed
 from .known import family, label, signature, state, states
-from .ops import UNIVERSE, Op
+from .ops import UNIVERSE, Op, repair
 from .strategy import sequences
 from .trace import Abort
 
@@ -35,7 +39,8 @@ log = logging.getLogger(__name__)
 Measure = Callable[[tuple[Op, ...]], Comparison]
 
 #: Bump when ops, rendering or signatures change meaning: examples saved before are keyed apart.
-MODEL_VERSION = "discover-1"
+MODEL_VERSION = "discover-2"
+
 
 class Difference(Exception):
     """A sequence whose route differed from the reference; one subclass per signature."""
@@ -65,26 +70,54 @@ def size(ops: Sequence[Op]) -> tuple[int, list[int]]:
     return len(ops), [_INDEX.get(op, len(_INDEX)) for op in ops]
 
 
+def changed(ops: Iterable[Op]) -> frozenset[str]:
+    """The states a sequence changes (all of its ops' when none changes state: resets, reads)."""
+    ops = tuple(ops)
+    return states(ops) or present(ops)
+
+
+def present(ops: Iterable[Op]) -> frozenset[str]:
+    return frozenset(state(family(op)) for op in ops)
+
+
 @dataclass(frozen=True)
 class Candidate:
+    """The smallest sequence seen with one signature in one round."""
+
     ops: tuple[Op, ...]
     comparison: Comparison
     signature: str
+    round: int = 0
     found_after: float = 0.0  # seconds into the search when its signature was first seen
+    shrunk: bool = True  # False: the budget ended its round before hypothesis finished shrinking
+
+    def explains(self, sig: str, ops: Sequence[Op]) -> bool:
+        return sig == self.signature and changed(self.ops) <= present(ops)
+
+
+def unexplained(diffs: Iterable[Diff], ops: Sequence[Op], explained: Sequence[Candidate]) -> list[str]:
+    """The signatures of the differences no earlier candidate explains, in step order."""
+    sigs = dict.fromkeys(signature(d, ops) for d in diffs)
+    return [sig for sig in sigs if not any(c.explains(sig, ops) for c in explained)]
+
+
+def first_unexplained(diffs: Iterable[Diff], ops: Sequence[Op], explained: Sequence[Candidate]) -> str | None:
+    """The signature of the first difference no earlier candidate explains."""
+    return next(iter(unexplained(diffs, ops, explained)), None)
 
 
 @dataclass(frozen=True)
 class Finding:
-    """A shrunk sequence and what differed, labelled known (probe ids) or new (unlisted causes)."""
+    """A shrunk sequence and what differed, labelled known (probe ids) or new (what no probe lists)."""
 
     ops: tuple[Op, ...]
     comparison: Comparison
     signature: str
     round: int
-    shrunk: bool  # False: the budget ended the round before hypothesis finished shrinking
+    shrunk: bool
     probes: tuple[str, ...]
     unlisted: tuple[str, ...]
-    also: tuple[str, ...] = ()  # signatures of other examples with the same causes, merged here
+    also: tuple[Candidate, ...] = ()  # other effects of the same states (other signatures)
     reproduced: tuple[int, int] = (0, 0)  # (times the signature came back, confirmation runs)
     found_after: float = 0.0  # seconds into the search when it was first seen (unshrunk)
 
@@ -125,34 +158,15 @@ class Discovery:
     stopped: str
 
 
-class _Keyed(ExampleDatabase):
-    """Another database's entries under a prefix: one configuration's and round's examples apart."""
-
-    def __init__(self, inner: ExampleDatabase, prefix: bytes) -> None:
-        super().__init__()
-        self.inner, self.prefix = inner, prefix
-
-    def save(self, key: bytes, value: bytes) -> None:
-        self.inner.save(self.prefix + key, value)
-
-    def fetch(self, key: bytes) -> Iterable[bytes]:
-        return self.inner.fetch(self.prefix + key)
-
-    def delete(self, key: bytes, value: bytes) -> None:
-        self.inner.delete(self.prefix + key, value)
-
-    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
-        self.inner.move(self.prefix + src, self.prefix + dest, value)
-
-
-def _prefix(search: Search, excluded: Iterable[str]) -> bytes:
-    text = "|".join([MODEL_VERSION, search.database_key, str(search.max_ops), *sorted(excluded)])
+def _prefix(search: Search, explained: Iterable[Candidate]) -> bytes:
+    known = sorted(f"{c.signature}@{','.join(sorted(changed(c.ops)))}" for c in explained)
+    text = "|".join([MODEL_VERSION, search.database_key, str(search.max_ops), *known])
     return hashlib.sha256(text.encode()).hexdigest()[:16].encode() + b":"
 
 
-def run_round(measure: Measure, universe: Sequence[Op], search: Search, number: int, deadline: float,
-              excluded: Iterable[str] = ()) -> Round:
-    """One hypothesis run over `universe`: the smallest example seen per signature."""
+def run_round(measure: Measure, search: Search, number: int, deadline: float,
+              explained: Sequence[Candidate] = ()) -> Round:
+    """One hypothesis run: the smallest example seen per signature no earlier candidate explains."""
     found = Round(number)
     best: dict[str, Candidate] = {}
     started = time.monotonic()
@@ -166,20 +180,20 @@ def run_round(measure: Measure, universe: Sequence[Op], search: Search, number: 
             comparison = measure(ops)
         except Exception as exc:  # noqa: BLE001 - a harness failure stops the run; hypothesis must not shrink it
             raise Abort(f"the harness failed on {', '.join(map(str, ops))}: {type(exc).__name__}: {exc}") from exc
-        if comparison.diffs:
-            sig = signature(comparison.diffs[0], ops)
+        sig = first_unexplained(comparison.diffs, ops, explained)
+        if sig is not None:
             first = best[sig].found_after if sig in best else time.monotonic() - origin
             if sig not in best or size(ops) < size(best[sig].ops):
-                best[sig] = Candidate(ops, comparison, sig, first)
+                best[sig] = Candidate(ops, comparison, sig, number, first)
             raise difference_type(sig)(f"{sig}: {', '.join(map(str, ops))}")
 
-    database = _Keyed(search.database, _prefix(search, excluded)) if search.database is not None else None
+    database = Keyed(search.database, _prefix(search, explained)) if search.database is not None else None
     configured = settings(
         max_examples=search.max_examples, deadline=None, database=database, report_multiple_bugs=True,
         phases=(Phase.reuse, Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck),
         verbosity=Verbosity.quiet, print_blob=False,
     )
-    run = configured(with_seed(search.seed + number - 1)(given(sequences(universe, search.max_ops))(test)))
+    run = configured(with_seed(search.seed + number - 1)(given(sequences(UNIVERSE, search.max_ops))(test)))
     try:
         run()
         found.status = "nothing found"
@@ -191,63 +205,71 @@ def run_round(measure: Measure, universe: Sequence[Op], search: Search, number: 
         found.status = "found"
         log.debug("round %d ended with %s", number, type(exc).__name__)
     found.seconds = time.monotonic() - started
-    found.candidates = sorted(best.values(), key=lambda c: size(c.ops))
+    cut = found.status == "budget"
+    found.candidates = sorted((replace(c, shrunk=not cut) for c in best.values()), key=lambda c: size(c.ops))
     return found
 
 
-def _changed(ops: Iterable[Op]) -> frozenset[str]:
-    """The states a finding is about: those its ops change, or all its families when none changes."""
-    ops = tuple(ops)
-    return states(ops) or frozenset(state(family(op)) for op in ops)
+#: A round the budget cut short has its examples reduced op by op for this share of the budget more.
+GRACE = 0.25
 
 
-def merge(candidates: Iterable[Candidate], number: int, shrunk: bool) -> list[Finding]:
-    """One finding per set of changed states: the smallest example, the other signatures noted."""
-    by_cause: dict[frozenset[str], list[Candidate]] = {}
+def tighten(measure: Measure, c: Candidate, explained: Sequence[Candidate], deadline: float) -> Candidate:
+    """Leave out one op at a time while the signature still shows, unexplained, until no op can go
+    (then it is shrunk: 1-minimal) or the deadline passes."""
+    ops, comparison = c.ops, c.comparison
+    while time.monotonic() < deadline:
+        for i in range(len(ops)):
+            trial = repair(ops[:i] + ops[i + 1:])
+            if size(trial) >= size(ops) or time.monotonic() >= deadline:
+                continue
+            got = measure(trial)
+            if c.signature in unexplained(got.diffs, trial, explained):
+                ops, comparison = trial, got
+                break
+        else:
+            return replace(c, ops=ops, comparison=comparison, shrunk=True)
+    return replace(c, ops=ops, comparison=comparison, shrunk=False)
+
+
+def merge(candidates: Iterable[Candidate]) -> list[Finding]:
+    """One finding per set of changed states: the earliest round's smallest example, with the other
+    signatures as `also`; labelled by the probe mapping."""
+    by_states: dict[frozenset[str], list[Candidate]] = {}
     for c in candidates:
-        by_cause.setdefault(_changed(c.ops), []).append(c)
+        by_states.setdefault(changed(c.ops), []).append(c)
     findings = []
-    for group in by_cause.values():
-        group.sort(key=lambda c: size(c.ops))
+    for group in by_states.values():
+        group.sort(key=lambda c: (c.round, size(c.ops)))
         first = group[0]
         probes, unlisted = label(first.ops, first.comparison.diffs)
-        others = tuple(dict.fromkeys(c.signature for c in group[1:] if c.signature != first.signature))
-        findings.append(Finding(first.ops, first.comparison, first.signature, number, shrunk, probes, unlisted,
-                                also=others, found_after=min(c.found_after for c in group)))
-    return sorted(findings, key=lambda f: size(f.ops))
-
-
-def exclusions(findings: Iterable[Finding]) -> set[str]:
-    """States later rounds leave out: every state a finding changed (all of a finding's ops' when
-    none of them changes state)."""
-    out: set[str] = set()
-    for f in findings:
-        out |= _changed(f.ops)
-    return out
+        findings.append(Finding(first.ops, first.comparison, first.signature, first.round, first.shrunk, probes,
+                                unlisted, also=tuple(group[1:]), found_after=min(c.found_after for c in group)))
+    return sorted(findings, key=lambda f: (f.round, size(f.ops)))
 
 
 def discover(measure: Measure, search: Search) -> Discovery:
-    """Rounds until nothing new is found, nothing is left to vary, or the budget is spent."""
+    """Rounds until one finds nothing new or the budget is spent."""
     deadline = time.monotonic() + search.budget
-    findings: list[Finding] = []
+    explained: list[Candidate] = []
     rounds: list[Round] = []
-    excluded: set[str] = set()
+    stopped = "too many rounds"
     for number in range(1, 1000):
-        universe = [op for op in UNIVERSE if state(family(op)) not in excluded]
-        if not states(universe):
-            return Discovery(findings, rounds, "every state-changing op was part of a finding")
-        found = run_round(measure, universe, search, number, deadline, excluded)
+        found = run_round(measure, search, number, deadline, explained)
         rounds.append(found)
-        new = merge(found.candidates, number, shrunk=found.status != "budget")
-        findings += new
-        log.info("round %d: %d finding(s) in %d sequences, %.1f s%s", number, len(new), found.examples,
-                 found.seconds, " (budget spent)" if found.status == "budget" else "")
+        explained += found.candidates
+        log.info("round %d: %d new difference(s) in %d sequences, %.1f s%s", number, len(found.candidates),
+                 found.examples, found.seconds, " (budget spent)" if found.status == "budget" else "")
         if found.status == "budget":
-            return Discovery(findings, rounds, "the budget was spent")
-        if not new:
-            return Discovery(findings, rounds, f"round {number} found nothing in {found.examples} sequences")
-        excluded |= exclusions(new)
-    return Discovery(findings, rounds, "too many rounds")
+            grace = time.monotonic() + GRACE * search.budget
+            earlier = explained[: len(explained) - len(found.candidates)]
+            explained[len(earlier):] = [tighten(measure, c, earlier, grace) for c in found.candidates]
+            stopped = "the budget was spent"
+            break
+        if not found.candidates:
+            stopped = f"round {number} found nothing new in {found.examples} sequences"
+            break
+    return Discovery(merge(explained), rounds, stopped)
 
 
 def confirm(measure: Measure, findings: Iterable[Finding], tries: int = 2) -> Iterator[Finding]:
@@ -256,6 +278,6 @@ def confirm(measure: Measure, findings: Iterable[Finding], tries: int = 2) -> It
         again = 0
         for _ in range(tries):
             comparison = measure(f.ops)
-            if comparison.diffs and signature(comparison.diffs[0], f.ops) == f.signature:
+            if any(signature(d, f.ops) == f.signature for d in comparison.diffs):
                 again += 1
         yield replace(f, reproduced=(again + 1, tries + 1))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..verdicts import Verdict
 from .compare import Diff
 from .ops import SETTING, SETTINGS, Kind, Op
 
@@ -177,3 +178,11 @@ def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...
     if unlisted or not diffs or any(explains(c, diffs[0]) for c in found):
         return tuple(probes), unlisted
     return tuple(probes), (f"effect: {signature(diffs[0], ops)}",)
+
+
+def confirmed(probes: Sequence[str], unlisted: Sequence[str], verdicts: dict[str, Verdict]) -> tuple[str, ...]:
+    """`unlisted`, plus every mapped probe that does not report a problem on this cell (its own
+    scenario stays isolated there, so it does not show this finding): such a finding is new."""
+    missing = [f"{p}: its probe measured {verdicts.get(p, Verdict.SKIPPED)} here" for p in probes
+               if not verdicts.get(p, Verdict.SKIPPED).is_problem]
+    return (*unlisted, *missing)

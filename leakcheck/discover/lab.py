@@ -6,7 +6,7 @@ change of the Backend protocol (PgBouncer -> any pooler) touches only this modul
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +14,7 @@ from ..provision.base import Backend, Endpoint
 from ..provision.bouncer_ini import PoolMode, PoolSettings
 from ..provision.fixtures import APP_ROLE
 from ..provision.native import NativeBackend
-from ..verdicts import Route
+from ..verdicts import Driver, Route, Target, Verdict
 from ..versions import Version, parse_spec
 
 #: Pool settings per route: transaction mode with a pool of one (A and B share its one server
@@ -61,6 +61,16 @@ class Lab:
 
     def describe(self) -> list[str]:
         return list(self.backend.describe())
+
+    def probe_verdicts(self, ids: Iterable[str], driver: Driver) -> dict[str, Verdict]:
+        """What these probes measure on this cell (route, versions, driver): a finding is *known*
+        only where the probe it maps to really reports a problem here."""
+        from ..probes import PROBES
+        from ..runner import run_probe
+
+        wanted = set(ids)
+        target = Target(self.where.pg, self.where.pooler, self.where.route, driver)
+        return {p.id: run_probe(self.backend, p, target).verdict for p in PROBES if p.id in wanted}
 
 
 def resolve(backend: Backend, pg: str, pooler: str | None, route: Route) -> Lab:

@@ -74,12 +74,35 @@ def _observation(diff: Diff) -> list[str]:
     return [f"-- {what}:", _shown(diff)]
 
 
-def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int = 1) -> str:
-    """The finding as an interleaved psql script, each step's differences right below it."""
+def _steps(ops: Sequence[Op], diffs: Sequence[Diff], driver: Driver) -> list[str]:
+    """The interleaved steps, each one's differences right below it; the final snapshots only where
+    something differed, numbered on."""
     by_step: dict[int, list[Diff]] = {}
-    for d in f.diffs:
+    for d in diffs:
         by_step.setdefault(d.index, []).append(d)
     names = DriverNames(driver)
+    out: list[str] = []
+    for index, op in enumerate(ops):
+        out += ["", f"-- {index + 1}. {op.who}" + (": observe" if op.kind is Kind.OBSERVE else "")]
+        if op.kind is Kind.OBSERVE:
+            lines = [line for d in by_step.get(index, []) for line in _observation(d)]
+            out += lines or ["SELECT pg_backend_pid();  -- no difference"]
+            continue
+        for st in statements(op, DISPLAY):
+            out += _lines(op, st, names)
+        out += [_shown(d) for d in by_step.get(index, [])]
+    shown = len(ops)
+    for offset, who in enumerate(Who):
+        at_end = by_step.get(len(ops) + offset, [])
+        if at_end:
+            shown += 1
+            out += ["", f"-- {shown}. {who}: observe (end)"]
+            out += [line for d in at_end for line in _observation(d)]
+    return out
+
+
+def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int = 1) -> str:
+    """The finding as an interleaved psql script; then any other effect of the same state."""
     shrunk = "" if f.shrunk else " (the budget ended shrinking early: it may hold steps it does not need)"
     out = [
         f"-- leakcheck discover, finding {number} of {total}: {title(f)}",
@@ -90,23 +113,11 @@ def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int =
         "-- Outside BEGIN ... COMMIT each step ran in its own transaction block that began with the proof",
         "-- (SELECT pg_backend_pid(), backend_start), which changes nothing for these statements.",
         "-- Under a step: what that client observed through the pooler and directly (two sessions).",
+        *_steps(f.ops, f.diffs, driver),
     ]
-    for index, op in enumerate(f.ops):
-        out += ["", f"-- {index + 1}. {op.who}" + (": observe" if op.kind is Kind.OBSERVE else "")]
-        if op.kind is Kind.OBSERVE:
-            diffs = by_step.get(index, [])
-            out += [line for d in diffs for line in _observation(d)] or ["SELECT pg_backend_pid();  -- no difference"]
-            continue
-        for st in statements(op, DISPLAY):
-            out += _lines(op, st, names)
-        out += [_shown(d) for d in by_step.get(index, [])]
-    shown = len(f.ops)
-    for offset, who in enumerate(Who):
-        diffs = by_step.get(len(f.ops) + offset, [])
-        if diffs:  # the final snapshots: only where something differed, numbered on
-            shown += 1
-            out += ["", f"-- {shown}. {who}: observe (end)"]
-            out += [line for d in diffs for line in _observation(d)]
+    for other in f.also:
+        out += ["", f"-- Also, the same state shows as {other.signature} (through the pooler "
+                f"{other.comparison.subject_servers}):", *_steps(other.ops, other.comparison.diffs, driver)]
     return "\n".join(out) + "\n"
 
 

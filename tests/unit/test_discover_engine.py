@@ -8,8 +8,9 @@ import pytest
 from hypothesis.database import InMemoryExampleDatabase
 
 from leakcheck.discover.compare import Comparison, Diff
-from leakcheck.discover.engine import Search, _Keyed, discover, exclusions, merge, run_round
-from leakcheck.discover.ops import UNIVERSE, Kind, Op, Who
+from leakcheck.discover.engine import Candidate, Search, discover, first_unexplained, merge, run_round, tighten
+from leakcheck.discover.examples import Keyed
+from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.trace import Abort
 
 A, B = Who.A, Who.B
@@ -33,15 +34,25 @@ def test_discovery_shrinks_each_leak_to_its_one_op_and_stops_when_a_round_finds_
     assert sorted((len(f.ops), f.ops[0].kind) for f in found.findings) == [(1, Kind.PREPARE), (1, Kind.SET)]
     assert {f.ops[0].arg for f in found.findings if f.ops[0].kind is Kind.SET} == {"work_mem"}
     assert all(f.shrunk for f in found.findings)
-    assert found.stopped.startswith(f"round {len(found.rounds)} found nothing")
+    assert found.stopped.startswith(f"round {len(found.rounds)} found nothing new")
     labels = {f.ops[0].kind: (f.probes, f.unlisted) for f in found.findings}
     assert labels == {Kind.SET: ((), ("session:work_mem",)), Kind.PREPARE: (("sql_prepare",), ())}
 
 
-def test_a_later_round_leaves_out_every_op_that_changes_a_found_state() -> None:
-    first = run_round(leaky, UNIVERSE, SEARCH, 1, time.monotonic() + 60)
-    excluded = exclusions(merge(first.candidates, 1, True))
-    assert excluded and excluded <= {"session:work_mem", "sql_prepare"}
+def test_a_later_round_fails_only_on_differences_no_earlier_candidate_explains() -> None:
+    first = run_round(leaky, SEARCH, 1, time.monotonic() + 60)
+    assert first.candidates
+    for c in first.candidates:
+        assert first_unexplained(c.comparison.diffs, c.ops, first.candidates) is None
+        assert first_unexplained(c.comparison.diffs, c.ops, []) == c.signature
+
+
+def test_another_effect_of_a_found_state_is_still_unexplained() -> None:
+    seen = Candidate((Op(A, Kind.PROTOCOL, "p1"),), Comparison(()), "prepared statements")
+    collision = (Op(A, Kind.PROTOCOL, "p1"), Op(B, Kind.PROTOCOL, "p1"))
+    diffs = [Diff(1, B, "result:protocol", "error 42P05", "'lc_B_p1'"), Diff(3, B, "prepared", "x", "y")]
+    assert first_unexplained(diffs, collision, [seen]) == "prepared statements/protocol result"
+    assert first_unexplained(diffs[1:], collision, [seen]) is None
 
 
 def test_the_budget_ends_the_search_and_keeps_what_was_found() -> None:
@@ -52,6 +63,14 @@ def test_the_budget_ends_the_search_and_keeps_what_was_found() -> None:
     found = discover(slow, Search(seed=7, budget=0.5, max_examples=10_000, max_ops=6))
     assert found.stopped == "the budget was spent"
     assert found.rounds[-1].status == "budget"
+
+
+def test_an_example_the_budget_left_unshrunk_loses_every_op_it_does_not_need() -> None:
+    ops = (Op(A, Kind.OBSERVE), Op(B, Kind.SET, "work_mem"), Op(A, Kind.LOCK, "1"), Op(B, Kind.RESET_ALL))
+    cut = Candidate(ops, leaky(ops), "setting:work_mem", shrunk=False)
+    tight = tighten(leaky, cut, [], time.monotonic() + 10)
+    assert tight.ops == (Op(B, Kind.SET, "work_mem"),) and tight.shrunk
+    assert not tighten(leaky, cut, [], time.monotonic()).shrunk
 
 
 def test_a_harness_failure_stops_discovery_and_is_never_shrunk() -> None:
@@ -66,18 +85,17 @@ def test_a_harness_failure_stops_discovery_and_is_never_shrunk() -> None:
     assert len(calls) == 1
 
 
-def test_candidates_that_change_the_same_states_merge_into_the_smallest() -> None:
-    from leakcheck.discover.engine import Candidate
-
-    small = Candidate((Op(A, Kind.PREPARE, "s1"),), Comparison(()), "prepared statements")
-    big = Candidate((Op(A, Kind.PREPARE, "s1"), Op(B, Kind.EXECUTE, "s1")), Comparison(()), "prepared statements/x")
-    (finding,) = merge([big, small], 1, True)
-    assert finding.ops == small.ops and finding.also == ("prepared statements/x",)
+def test_candidates_that_change_the_same_states_merge_into_the_earliest_smallest() -> None:
+    small = Candidate((Op(A, Kind.PREPARE, "s1"),), Comparison(()), "prepared statements", round=1)
+    big = Candidate((Op(A, Kind.PREPARE, "s1"), Op(B, Kind.EXECUTE, "s1")), Comparison(()), "x", round=1)
+    later = Candidate((Op(B, Kind.PREPARE, "s2"),), Comparison(()), "y", round=2)
+    (finding,) = merge([later, big, small])
+    assert finding.ops == small.ops and finding.also == (big, later)
 
 
 def test_the_example_database_keeps_each_configuration_apart() -> None:
     inner = InMemoryExampleDatabase()
-    one, two = _Keyed(inner, b"one:"), _Keyed(inner, b"two:")
+    one, two = Keyed(inner, b"one:"), Keyed(inner, b"two:")
     one.save(b"k", b"v")
     assert list(one.fetch(b"k")) == [b"v"] and list(two.fetch(b"k")) == []
     one.move(b"k", b"j", b"v")
