@@ -99,7 +99,7 @@ def _checked(lab: Lab, findings: list[Finding], driver: Driver) -> list[Finding]
         return findings
     log.info("discover: running the probe(s) the findings map to: %s", ", ".join(sorted(ids)))
     verdicts = lab.probe_verdicts(ids, driver)
-    return [dataclasses.replace(f, unlisted=confirmed(f.probes, f.unlisted, verdicts)) for f in findings]
+    return [dataclasses.replace(f, unlisted=confirmed(f.ops, f.diffs, f.unlisted, verdicts)) for f in findings]
 
 
 def run(opts: o.Options) -> int:

@@ -9,7 +9,10 @@ What is normalized away, because it legitimately differs between a route and the
   a client sees is its text, which names its client and slot ('lc_A_p1') and is kept. SQL PREPARE
   names are the client's own and are kept;
 - error messages (they quote those names and pids): errors compare by SQLSTATE; messages are shown.
-Everything else compares as read, including NULL versus '' and the order of notifications.
+Left out: a statement refused on one side only because its transaction had already failed there
+(25P02): it follows from the earlier statement of that transaction that failed on that side only,
+which is a difference of its own. Everything else compares as read, including NULL versus '' and
+the order of notifications.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .render import DISPLAY, Names
 from .trace import Event, Trace
 
 PROTOCOL_NAME = "<protocol>"
+ABORTED = "error 25P02"  # in failed SQL transaction
 
 
 def canon(value: Any, names: Names) -> str:
@@ -89,7 +93,7 @@ def compare(subject: Trace, reference: Trace) -> list[Diff]:
         got, want = observed(mine, subject.names), observed(theirs, reference.names)
         for key in dict.fromkeys([*got, *want]):
             g, w = got.get(key, ("-", "-")), want.get(key, ("-", "-"))
-            if g[0] != w[0]:
+            if g[0] != w[0] and ABORTED not in (g[0], w[0]):
                 diffs.append(Diff(mine.index, mine.who, key, g[1], w[1]))
     return diffs
 

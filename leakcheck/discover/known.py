@@ -180,9 +180,19 @@ def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...
     return tuple(probes), (f"effect: {signature(diffs[0], ops)}",)
 
 
-def confirmed(probes: Sequence[str], unlisted: Sequence[str], verdicts: dict[str, Verdict]) -> tuple[str, ...]:
-    """`unlisted`, plus every mapped probe that does not report a problem on this cell (its own
-    scenario stays isolated there, so it does not show this finding): such a finding is new."""
-    missing = [f"{p}: its probe measured {verdicts.get(p, Verdict.SKIPPED)} here" for p in probes
-               if not verdicts.get(p, Verdict.SKIPPED).is_problem]
-    return (*unlisted, *missing)
+def confirmed(ops: Iterable[Op], diffs: Sequence[Diff], unlisted: Sequence[str],
+              verdicts: dict[str, Verdict]) -> tuple[str, ...]:
+    """What no probe lists, now that the mapped probes were measured on this cell: a finding whose
+    every cause has a probe stays known only if, for each cause, one of its probes reports a problem
+    there (a probe whose own scenario stays isolated on the cell does not show this finding)."""
+    if unlisted:
+        return tuple(unlisted)
+    missing = []
+    for cause in sorted(causes(ops)):
+        options = [PROBE_OF[cause]]
+        if cause == "protocol_prepare" and any(d.key == "prepared" for d in diffs):
+            options.append("prepared_disclosure")
+        if not any(verdicts.get(p, Verdict.SKIPPED).is_problem for p in options):
+            measured = ", ".join(f"{p} {verdicts.get(p, Verdict.SKIPPED)}" for p in options)
+            missing.append(f"{cause}: its probe measured {measured} here")
+    return tuple(missing)

@@ -50,12 +50,17 @@ class DriverNames:
 
 
 def _lines(op: Op, st: Statement, names: DriverNames) -> list[str]:
-    if st.via is Via.BOUND:
-        return [f"{st.sql} \\bind {' '.join(quote(p) for p in st.params)} \\g"]
-    if st.via is Via.PROTOCOL:
+    """psql 18 lines for a statement: a bound parameter as \\bind (unnamed, as psycopg sends it below
+    its prepare threshold), or, where the driver names it (protocol prepares; asyncpg's cache for every
+    bound query), as \\parse and \\bind_named with the driver's name."""
+    values = "".join(f" {quote(p)}" for p in st.params)
+    if st.via is Via.BOUND and names.driver is Driver.PSYCOPG:
+        return [f"{st.sql} \\bind{values} \\g"]
+    if st.via in (Via.PROTOCOL, Via.BOUND):
+        sql = f"{st.sql}, pg_backend_pid()" if st.via is Via.PROTOCOL else st.sql
         name, new = names.name(op.who, st.sql)
-        parse = [f"{st.sql}, pg_backend_pid() \\parse {name}"] if new else []
-        return [*parse, f"\\bind_named {name} \\g"]
+        parse = [f"{sql} \\parse {name}"] if new else []
+        return [*parse, f"\\bind_named {name}{values} \\g"]
     return [st.sql + ";"]
 
 

@@ -72,3 +72,9 @@ def test_an_unproven_step_or_a_reused_server_connection_is_a_problem() -> None:
     unproven = trace(ONE, Event(0, A, Op(A, Kind.SET, "work_mem")), proofs=(Proof(1, A, S1),))
     assert any("carries no proof" in p for p in proof_problems(unproven, set()))
     assert any("not fresh" in p for p in proof_problems(_proven(Route.TRANSACTION, S3, S3), {S3}))
+
+
+def test_a_step_refused_only_because_its_transaction_failed_earlier_is_left_out() -> None:
+    op = Op(A, Kind.SET_LOCAL, "work_mem")
+    mine = trace(ONE, Event(0, A, op, failure=Failure("25P02", "current transaction is aborted")))
+    assert compare(mine, trace(TWO, Event(0, A, op))) == []

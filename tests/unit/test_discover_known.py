@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from leakcheck.discover.compare import Diff
-from leakcheck.discover.known import PROBE_OF, causes, label, signature, state, states
+from leakcheck.discover.known import PROBE_OF, causes, confirmed, label, signature, state, states
 from leakcheck.discover.ops import UNIVERSE, Kind, Op, Who
 from leakcheck.probes import PROBES
+from leakcheck.verdicts import Verdict
 
 A, B = Who.A, Who.B
 
@@ -79,3 +80,18 @@ def test_a_finding_without_a_state_change_is_named_by_what_it_did() -> None:
 ])
 def test_signatures_group_observations_by_the_state_they_read(key: str, sig: str) -> None:
     assert signature(end(key, "x", "y"), (Op(A, Kind.OBSERVE),)) == sig
+
+
+def test_a_known_finding_stays_known_only_where_its_probe_reports_a_problem() -> None:
+    ops = (Op(A, Kind.SET, "application_name"),)
+    diffs = [end("setting:application_name", "'lc_app_a'", "''")]
+    assert confirmed(ops, diffs, (), {"application_name": Verdict.LEAKS}) == ()
+    assert confirmed(ops, diffs, (), {"application_name": Verdict.ISOLATED}) == (
+        "set:application_name: its probe measured application_name isolated here",)
+    assert confirmed(ops, diffs, ("session:x",), {}) == ("session:x",)
+
+
+def test_prepared_disclosure_confirms_a_protocol_statement_another_client_reads() -> None:
+    ops, diffs = (Op(A, Kind.PROTOCOL, "p1"),), [end("prepared", "['<protocol>=lc_A_p1']", "[]")]
+    verdicts = {"protocol_prepare": Verdict.ISOLATED, "prepared_disclosure": Verdict.LEAKS}
+    assert confirmed(ops, diffs, (), verdicts) == ()

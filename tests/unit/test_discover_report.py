@@ -61,11 +61,13 @@ def test_a_finding_prints_as_an_interleaved_script_with_each_difference_under_it
     assert script(PREPARED, "PostgreSQL 16.14, PgBouncer 1.24.1", Driver.PSYCOPG, 1, 2) == EXPECTED
 
 
-def test_a_bound_parameter_replays_with_psql_bind() -> None:
+def test_a_bound_parameter_replays_unnamed_for_psycopg_and_by_asyncpgs_cached_name() -> None:
     f = finding((Op(A, Kind.SET_CONFIG, "app.tenant", "session bound"),),
                 (Diff(2, B, "setting:app.tenant", "'tenant_a'", "NULL"),), probes=("rls_tenant",))
+    assert "SELECT set_config('app.tenant', $1, false) \\bind 'tenant_a' \\g\n" in script(f, "here", Driver.PSYCOPG)
     text = script(f, "here", Driver.ASYNCPG)
-    assert "SELECT set_config('app.tenant', $1, false) \\bind 'tenant_a' \\g\n" in text
+    assert ("SELECT set_config('app.tenant', $1, false) \\parse __asyncpg_stmt_1__\n"
+            "\\bind_named __asyncpg_stmt_1__ 'tenant_a' \\g\n") in text
     assert "-- 2. B: observe (end)\nSELECT current_setting('app.tenant', true);\n" in text
 
 
