@@ -3,10 +3,11 @@
 A difference has a *signature*: the state its observation reads and, for an op's result, the op
 (`setting:work_mem`, `prepared statements`, `prepared statements/protocol result`; known.signature).
 A sequence fails with an exception type per signature, so hypothesis keeps and shrinks one example
-per signature (its multiple-bug mode). Every candidate it shrinks *explains* its signature wherever
-the states it changed (known.states: SET x and set_config('x', ..., false) both change `session:x`)
-are present. The next round generates from every op again, but a sequence fails only on a
-difference no earlier candidate explains: the same leak never comes back, while another effect of
+per signature (its multiple-bug mode). Every candidate it shrinks *explains* its signature in any
+sequence that holds the kinds of state it changed (known.states, known.kind_of: SET x and
+set_config('x', ..., false) both change `session:x`, of kind `session`; the signature names x).
+The next round generates from every op again, but a sequence fails only on a difference no
+earlier candidate explains: the same leak never comes back, while another effect of
 a found state (B's `_pg3_0` colliding with A's, not just B seeing A's statement) or its interaction
 with another state (A's temp table making B's SET temp_buffers fail) still can. Rounds stop when one
 finds nothing or the budget is spent (a round cut short has its examples reduced op by op for a
@@ -29,7 +30,7 @@ from hypothesis.database import ExampleDatabase
 
 from .compare import Comparison, Diff
 from .examples import Keyed
-from .known import family, label, signature, state, states
+from .known import family, kind_of, label, signature, state, states
 from .ops import UNIVERSE, Op, repair
 from .strategy import sequences
 from .trace import Abort
@@ -92,7 +93,9 @@ class Candidate:
     shrunk: bool = True  # False: the budget ended its round before hypothesis finished shrinking
 
     def explains(self, sig: str, ops: Sequence[Op]) -> bool:
-        return sig == self.signature and changed(self.ops) <= present(ops)
+        """This signature, in a sequence holding every kind of state this candidate changed."""
+        held = {kind_of(s) for s in present(ops)}
+        return sig == self.signature and {kind_of(s) for s in changed(self.ops)} <= held
 
 
 def unexplained(diffs: Iterable[Diff], ops: Sequence[Op], explained: Sequence[Candidate]) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..verdicts import Verdict
+from ..verdicts import Scope, Verdict
 from .compare import Diff
 from .ops import SETTING, SETTINGS, Kind, Op
 
@@ -67,6 +67,13 @@ def states(ops: Iterable[Op]) -> frozenset[str]:
     return frozenset(state(c) for c in causes(ops))
 
 
+def kind_of(st: str) -> str:
+    """A state without the setting it is about (`session:work_mem` -> `session`): signatures name
+    the setting already, so an explanation needs only the kinds of state a sequence holds."""
+    head = st.split(":", 1)[0]
+    return head if head in ("session", "local", "reset") else st
+
+
 #: The probe a setting's session-level change belongs to (SET, or set_config(..., false)).
 SETTING_PROBES = {
     "statement_timeout": "statement_timeout", "lock_timeout": "lock_timeout",
@@ -108,6 +115,7 @@ EFFECTS: dict[str, frozenset[str]] = {
     "sequences": frozenset({"nextval", "lastval"}),
 }
 _SETTING_KINDS = frozenset({Kind.SET, Kind.SET_LOCAL, Kind.RESET, Kind.SET_CONFIG})
+_STATEMENT_ERRORS = ("error 42P05", "error 26000")  # duplicate / undefined prepared statement
 
 
 def signature(diff: Diff, ops: Sequence[Op]) -> str:
@@ -118,6 +126,8 @@ def signature(diff: Diff, ops: Sequence[Op]) -> str:
     if key.startswith(("setting:", "reported:")):
         return "setting:" + key.split(":", 1)[1]
     what = key.removeprefix("result:")
+    if key.startswith("result:") and any(side.startswith(_STATEMENT_ERRORS) for side in (diff.subject, diff.reference)):
+        return f"prepared statements/{what} result"  # a named statement exists already / is gone, whatever ran
     op = ops[diff.index] if diff.index < len(ops) else None
     if op is not None and key.startswith("result:") and op.kind in _SETTING_KINDS:
         return f"setting:{op.arg}/{op.kind} result"
@@ -164,8 +174,8 @@ def explains(cause: str, diff: Diff) -> bool:
 def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(probe ids near the finding, what no probe lists). Known when the second is empty: every
     cause is state a probe exercises, and one of those probes observes the first difference. Else
-    the states no probe lists are named (`session:work_mem`), or, when every cause has a probe but
-    none sees this effect, the effect (`effect: setting:temp_buffers/set_config result`)."""
+    the states no probe lists are named (`session:work_mem`), after the effect when no cause's own
+    observation shows the first difference (`effect: setting:temp_buffers/set_config result`)."""
     ops = tuple(ops)
     found = sorted(causes(ops))
     probes = [PROBE_OF[c] for c in found if c in PROBE_OF]
@@ -175,24 +185,36 @@ def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...
     if not found:  # only reads, resets or transaction control: name what it did
         return (), tuple(dict.fromkeys(family(op) for op in ops if op.kind is not Kind.OBSERVE)) or ("observe",)
     unlisted = tuple(sorted({state(c) for c in found if c not in PROBE_OF}))
-    if unlisted or not diffs or any(explains(c, diffs[0]) for c in found):
+    if not diffs or any(explains(c, diffs[0]) for c in found):
         return tuple(probes), unlisted
-    return tuple(probes), (f"effect: {signature(diffs[0], ops)}",)
+    return tuple(probes), (f"effect: {signature(diffs[0], ops)}", *unlisted)
+
+
+def _transaction_scoped(probe: str) -> bool:
+    from ..probes import PROBES
+
+    return any(p.id == probe and p.scope is Scope.TRANSACTION for p in PROBES)
 
 
 def confirmed(ops: Iterable[Op], diffs: Sequence[Diff], unlisted: Sequence[str],
               verdicts: dict[str, Verdict]) -> tuple[str, ...]:
-    """What no probe lists, now that the mapped probes were measured on this cell: a finding whose
-    every cause has a probe stays known only if, for each cause, one of its probes reports a problem
-    there (a probe whose own scenario stays isolated on the cell does not show this finding)."""
+    """What no probe lists, now that the mapped probes were measured on this cell. A finding whose
+    every cause has a probe stays known only where those probes show it: each session-scoped cause
+    needs one of its probes to report a problem on the cell, and some cause must. A transaction-scoped
+    cause (B's pg_try_advisory_xact_lock of a lock A's session holds) may be just how the leak of
+    another one is seen; alone, with its probe isolated, the finding is new."""
     if unlisted:
         return tuple(unlisted)
-    missing = []
+    missing, confirmed_any = [], False
     for cause in sorted(causes(ops)):
         options = [PROBE_OF[cause]]
         if cause == "protocol_prepare" and any(d.key == "prepared" for d in diffs):
             options.append("prepared_disclosure")
-        if not any(verdicts.get(p, Verdict.SKIPPED).is_problem for p in options):
+        if any(verdicts.get(p, Verdict.SKIPPED).is_problem for p in options):
+            confirmed_any = True
+        elif not all(_transaction_scoped(p) for p in options) or len(causes(ops)) == 1:
             measured = ", ".join(f"{p} {verdicts.get(p, Verdict.SKIPPED)}" for p in options)
             missing.append(f"{cause}: its probe measured {measured} here")
+    if not confirmed_any and not missing:
+        missing.append("no probe of its causes reports a problem here")
     return tuple(missing)

@@ -102,3 +102,13 @@ def test_the_example_database_keeps_each_configuration_apart() -> None:
     assert list(one.fetch(b"j")) == [b"v"]
     one.delete(b"j", b"v")
     assert list(inner.fetch(b"one:j")) == []
+
+
+def test_an_explanation_holds_for_any_setting_of_the_same_kind_when_the_signature_names_none() -> None:
+    collision = Candidate((Op(A, Kind.SET_CONFIG, "work_mem", "session bound"),
+                           Op(B, Kind.SET_CONFIG, "search_path", "session bound")), Comparison(()),
+                          "prepared statements/set_config result")
+    other = (Op(B, Kind.SET_CONFIG, "bytea_output", "session bound"), Op(A, Kind.SET, "TimeZone"))
+    assert collision.explains("prepared statements/set_config result", other)
+    assert not collision.explains("setting:TimeZone", other)
+    assert not collision.explains("prepared statements/set_config result", (Op(A, Kind.PROTOCOL, "p1"),))

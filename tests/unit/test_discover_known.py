@@ -95,3 +95,19 @@ def test_prepared_disclosure_confirms_a_protocol_statement_another_client_reads(
     ops, diffs = (Op(A, Kind.PROTOCOL, "p1"),), [end("prepared", "['<protocol>=lc_A_p1']", "[]")]
     verdicts = {"protocol_prepare": Verdict.ISOLATED, "prepared_disclosure": Verdict.LEAKS}
     assert confirmed(ops, diffs, (), verdicts) == ()
+
+
+def test_a_transaction_scoped_op_that_only_shows_another_clients_session_state_stays_known() -> None:
+    ops = (Op(A, Kind.LOCK, "1"), Op(B, Kind.XACT_LOCK, "1"))
+    diffs = [Diff(1, B, "result:xact_lock", "true", "false")]
+    verdicts = {"advisory_lock": Verdict.LEAKS, "advisory_xact_lock": Verdict.ISOLATED}
+    assert confirmed(ops, diffs, (), verdicts) == ()
+    alone = (Op(B, Kind.XACT_LOCK, "1"),)
+    assert confirmed(alone, diffs, (), verdicts) == (
+        "advisory_xact_lock: its probe measured advisory_xact_lock isolated here",)
+
+
+def test_a_result_failing_on_a_named_statement_is_about_prepared_statements_whatever_ran() -> None:
+    ops = (Op(A, Kind.SET_CONFIG, "work_mem", "session bound"), Op(B, Kind.SET_CONFIG, "search_path", "session bound"))
+    diff = Diff(1, B, "result:set_config", 'error 42P05: prepared statement "__asyncpg_stmt_1__" already exists', "x")
+    assert signature(diff, ops) == "prepared statements/set_config result"
