@@ -22,7 +22,7 @@ from . import options as o
 from .known import confirmed
 
 if TYPE_CHECKING:
-    from .engine import Finding
+    from .findings import Finding
     from .lab import Lab
 
 log = logging.getLogger(__name__)

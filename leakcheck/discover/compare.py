@@ -24,7 +24,7 @@ from typing import Any
 from ..verdicts import Route, ServerId
 from .ops import Who
 from .render import DISPLAY, Names
-from .trace import Event, Trace
+from .trace import Event, Failure, Trace
 
 PROTOCOL_NAME = "<protocol>"
 ABORTED = "error 25P02"  # in failed SQL transaction
@@ -84,13 +84,47 @@ class Diff:
     reference: str
 
 
+def closes(failure: Failure | None) -> bool:
+    """A failure after which the client's connection is gone: SQLSTATE class 08, or the driver's own
+    'connection is closed' (no SQLSTATE). Its statement, and the client's later ones, reached no server."""
+    if failure is None:
+        return False
+    return failure.sqlstate.startswith("08") or (failure.sqlstate == "?????" and "closed" in failure.message.lower())
+
+
+def ordinals(trace: Trace) -> dict[int, int]:
+    """Event index -> which server connection (1, 2, ...) of its client it ran on, by its proof."""
+    seen: dict[Who, list[ServerId]] = {}
+    at: dict[tuple[Who, int], ServerId] = {}
+    for proof in sorted(trace.proofs, key=lambda p: p.index):
+        at.setdefault((proof.who, proof.index), proof.server)
+        mine = seen.setdefault(proof.who, [])
+        if proof.server not in mine:
+            mine.append(proof.server)
+    out = {}
+    for event in trace.events:
+        server = at.get((event.who, event.proof_at)) if event.proof_at is not None else None
+        if server is not None:
+            out[event.index] = seen[event.who].index(server) + 1
+    return out
+
+
 def compare(subject: Trace, reference: Trace) -> list[Diff]:
-    """Every difference, in step order. Both traces ran the same ops, so events pair up one to one."""
+    """Every difference, in step order. Both traces ran the same ops, so events pair up one to one.
+    Which server connection of its client a step ran on is an observation too (`server connection`:
+    a pooler that closes the shared one moves the client to another, with none of its state)."""
     if len(subject.events) != len(reference.events):
         raise ValueError("the traces ran different sequences")
     diffs = []
+    on, on_ref = ordinals(subject), ordinals(reference)
     for mine, theirs in zip(subject.events, reference.events, strict=True):
         got, want = observed(mine, subject.names), observed(theirs, reference.names)
+        if mine.is_snapshot and (mine.failure is None) != (theirs.failure is None):
+            read = ("read", "read")  # a snapshot failed on one side only: one difference, not one per column
+            got, want = {"observe": got.get("observe", read)}, {"observe": want.get("observe", read)}
+        here, there = on.get(mine.index), on_ref.get(theirs.index)
+        if here is not None and there is not None and here != there:
+            diffs.append(Diff(mine.index, mine.who, "server connection", f"#{here}", f"#{there}"))
         for key in dict.fromkeys([*got, *want]):
             g, w = got.get(key, ("-", "-")), want.get(key, ("-", "-"))
             if g[0] != w[0] and ABORTED not in (g[0], w[0]):
@@ -117,21 +151,41 @@ def _servers(trace: Trace, who: Who) -> str:
 
 
 def proof_problems(trace: Trace, earlier: set[ServerId]) -> Iterator[str]:
-    """Why this trace does not prove what its route needs (nothing: it does). Transaction mode with a
-    pool of one: A and B on one server connection throughout; session mode and direct sessions: each
-    client on its own one throughout. Always: every step covered by a proof, and no server connection
-    that an earlier sequence used (every sequence starts from fresh server connections)."""
+    """Why this trace does not prove what its route needs (nothing: it does). Every step carries a
+    proof, except those of a client whose connection had closed (they reached no server). Transaction
+    mode with a pool of one: A and B on one server connection throughout, or on a fresh one only
+    right after a failure closed a connection (the pooler dropped the shared one). Session mode and
+    direct sessions: each client on its own one throughout. Never a server connection an earlier
+    sequence used (every sequence starts from fresh server connections)."""
+    gone: set[Who] = set()
     for event in trace.events:
-        if event.proof_at is None:
+        if event.proof_at is None and event.who not in gone and not closes(event.failure):
             what = str(event.op) if event.op else "final snapshot"
             yield f"step {event.index + 1} ({event.who}: {what}) carries no proof of its server connection"
+        if closes(event.failure):
+            gone.add(event.who)
     a, b = trace.servers(Who.A), trace.servers(Who.B)
     where = f"A on {_servers(trace, Who.A)}; B on {_servers(trace, Who.B)}"
     if trace.route is Route.TRANSACTION:
-        if len(a | b) != 1:
-            yield f"A and B did not share one server connection through the pool of one ({where})"
+        yield from _shared(trace, where)
     elif len(a) != 1 or len(b) != 1 or a == b:
         yield f"A and B did not each keep a server connection of their own ({where})"
     reused = sorted(str(s) for s in (a | b) & earlier)
     if reused:
         yield f"server connection(s) {', '.join(reused)} already served an earlier sequence: not fresh"
+
+
+def _shared(trace: Trace, where: str) -> Iterator[str]:
+    """One server connection at a time for both clients, a new one only after a closing failure."""
+    breaks = [e.index for e in trace.events if closes(e.failure)]
+    current: ServerId | None = None
+    used: set[ServerId] = set()
+    since = -1
+    for proof in sorted(trace.proofs, key=lambda p: p.index):
+        if proof.server == current:
+            continue
+        if current is not None and (proof.server in used or not any(since <= i < proof.index for i in breaks)):
+            yield f"A and B did not share one server connection through the pool of one ({where})"
+            return
+        current, since = proof.server, proof.index
+        used.add(proof.server)

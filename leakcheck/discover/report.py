@@ -7,12 +7,13 @@ from collections.abc import Iterable, Sequence
 
 from ..verdicts import Driver
 from .compare import Diff
-from .engine import Finding
+from .findings import Finding
 from .ops import Kind, Op, Who, quote
 from .render import DISPLAY, Statement, Via, column_sql, statements
 
 _DRIVER_SIDE = {
     "notifications": "the notifications {who}'s driver received",
+    "server connection": "which server connection {who} ran on (by its proof: pg_backend_pid(), backend_start)",
     "observe": "{who}'s snapshot of its session",
 }
 

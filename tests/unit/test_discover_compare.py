@@ -78,3 +78,28 @@ def test_a_step_refused_only_because_its_transaction_failed_earlier_is_left_out(
     op = Op(A, Kind.SET_LOCAL, "work_mem")
     mine = trace(ONE, Event(0, A, op, failure=Failure("25P02", "current transaction is aborted")))
     assert compare(mine, trace(TWO, Event(0, A, op))) == []
+
+
+def test_a_fresh_server_connection_right_after_a_closed_connection_is_proven_and_observed() -> None:
+    closed = Failure("08003", "connection was closed in the middle of operation")
+    events = (Event(0, A, Op(A, Kind.OBSERVE), proof_at=0), Event(1, B, Op(B, Kind.PROTOCOL, "p1"), failure=closed),
+              Event(2, A, None, proof_at=2), Event(3, B, None, failure=Failure("?????", "connection is closed")))
+    moved = trace(ONE, *events, proofs=(Proof(0, A, S1), Proof(2, A, S2)))
+    assert list(proof_problems(moved, set())) == []
+    still = trace(TWO, *events[:2], Event(2, A, None, proof_at=2), events[3], route=Route.DIRECT,
+                  proofs=(Proof(0, A, S1), Proof(2, A, S1)))
+    assert [(d.index, d.key, d.subject, d.reference) for d in compare(moved, still) if d.key == "server connection"] \
+        == [(2, "server connection", "#2", "#1")]
+
+
+def test_a_new_server_connection_without_a_closed_connection_before_it_is_a_problem() -> None:
+    events = (Event(0, A, None, proof_at=0), Event(1, B, None, proof_at=1), Event(2, A, None, proof_at=2))
+    back = trace(ONE, *events, proofs=(Proof(0, A, S1), Proof(1, B, S2), Proof(2, A, S1)))
+    assert any("did not share" in p for p in proof_problems(back, set()))
+
+
+def test_a_snapshot_that_failed_on_one_side_is_one_difference_not_one_per_column() -> None:
+    failed = trace(ONE, Event(0, B, None, failure=Failure("?????", "connection is closed")))
+    read = trace(TWO, Event(0, B, None, fields=(("setting:work_mem", "4MB"), ("temp", []))))
+    assert [(d.key, d.subject, d.reference) for d in compare(failed, read)] == [
+        ("observe", "error ?????: connection is closed", "read")]

@@ -8,8 +8,9 @@ import pytest
 from hypothesis.database import InMemoryExampleDatabase
 
 from leakcheck.discover.compare import Comparison, Diff
-from leakcheck.discover.engine import Candidate, Search, discover, first_unexplained, merge, run_round, tighten
+from leakcheck.discover.engine import Candidate, Search, discover, merge, run_round, tighten
 from leakcheck.discover.examples import Keyed
+from leakcheck.discover.findings import first_unexplained
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.trace import Abort
 

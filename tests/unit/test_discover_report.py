@@ -8,7 +8,7 @@ import pytest
 
 from leakcheck.discover import command
 from leakcheck.discover.compare import Comparison, Diff
-from leakcheck.discover.engine import Finding
+from leakcheck.discover.findings import Finding
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import parse_budget
 from leakcheck.discover.report import DriverNames, script, slug, summary
