@@ -10,9 +10,9 @@ What is normalized away, because it legitimately differs between a route and the
   names are the client's own and are kept;
 - error messages (they quote those names and pids): errors compare by SQLSTATE; messages are shown.
 Left out: a statement refused on one side only because its transaction had already failed there
-(25P02): it follows from the earlier statement of that transaction that failed on that side only,
-which is a difference of its own. Everything else compares as read, including NULL versus '' and
-the order of notifications.
+(25P02), and every later step of a client whose connection closed (SQLSTATE class 08, "connection
+is closed"): they follow from the earlier step that failed, which is a difference of its own.
+Everything else compares as read, including NULL versus '' and the order of notifications.
 """
 
 from __future__ import annotations
@@ -92,6 +92,15 @@ def closes(failure: Failure | None) -> bool:
     return failure.sqlstate.startswith("08") or (failure.sqlstate == "?????" and "closed" in failure.message.lower())
 
 
+def _closed_at(trace: Trace) -> dict[Who, int]:
+    """Each client's first step whose failure closed its connection."""
+    out: dict[Who, int] = {}
+    for event in trace.events:
+        if closes(event.failure):
+            out.setdefault(event.who, event.index)
+    return out
+
+
 def ordinals(trace: Trace) -> dict[int, int]:
     """Event index -> which server connection (1, 2, ...) of its client it ran on, by its proof."""
     seen: dict[Who, list[ServerId]] = {}
@@ -117,7 +126,11 @@ def compare(subject: Trace, reference: Trace) -> list[Diff]:
         raise ValueError("the traces ran different sequences")
     diffs = []
     on, on_ref = ordinals(subject), ordinals(reference)
+    closed = [_closed_at(subject), _closed_at(reference)]
+    gone = {who: min(c[who] for c in closed if who in c) for who in Who if any(who in c for c in closed)}
     for mine, theirs in zip(subject.events, reference.events, strict=True):
+        if mine.index > gone.get(mine.who, mine.index):
+            continue  # the client's connection closed earlier on one side: that step was the difference
         got, want = observed(mine, subject.names), observed(theirs, reference.names)
         if mine.is_snapshot and (mine.failure is None) != (theirs.failure is None):
             read = ("read", "read")  # a snapshot failed on one side only: one difference, not one per column
@@ -147,7 +160,9 @@ def servers_text(trace: Trace) -> str:
 
 
 def _servers(trace: Trace, who: Who) -> str:
-    return ", ".join(sorted(str(s) for s in trace.servers(who))) or "none"
+    """The client's server connections in the order it used them."""
+    order = dict.fromkeys(p.server for p in sorted(trace.proofs, key=lambda p: p.index) if p.who is who)
+    return " then ".join(str(s) for s in order) or "none"
 
 
 def proof_problems(trace: Trace, earlier: set[ServerId]) -> Iterator[str]:

@@ -79,10 +79,10 @@ class Runner:
         """Outside the client's transaction: a block that starts with the proof."""
         client = self.clients[who]
         await client.execute("BEGIN")
-        await self._identity(index, who)
         try:
+            await self._identity(index, who)
             value = await self._statements(index, who, sts)
-        except ServerError as exc:
+        except ServerError as exc:  # the block ends here, whatever failed, so no transaction stays open
             with contextlib.suppress(ServerError):
                 await client.execute("ROLLBACK")
             return Event(index, who, None, failure=_failure(exc))

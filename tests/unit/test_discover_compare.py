@@ -103,3 +103,13 @@ def test_a_snapshot_that_failed_on_one_side_is_one_difference_not_one_per_column
     read = trace(TWO, Event(0, B, None, fields=(("setting:work_mem", "4MB"), ("temp", []))))
     assert [(d.key, d.subject, d.reference) for d in compare(failed, read)] == [
         ("observe", "error ?????: connection is closed", "read")]
+
+
+def test_the_steps_after_a_client_lost_its_connection_are_left_out_but_the_step_that_lost_it_stays() -> None:
+    gone = Failure("08003", "connection was closed in the middle of operation")
+    later = Failure("?????", "connection is closed")
+    op = Op(A, Kind.SET, "TimeZone")
+    mine = trace(ONE, Event(0, A, Op(A, Kind.PROTOCOL, "p1"), failure=gone), Event(1, A, op, failure=later))
+    theirs = trace(TWO, Event(0, A, Op(A, Kind.PROTOCOL, "p1"), failure=Failure("26000", "does not exist")),
+                   Event(1, A, op))
+    assert [(d.index, d.key) for d in compare(mine, theirs)] == [(0, "result:protocol")]
