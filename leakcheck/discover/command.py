@@ -7,7 +7,6 @@ measure (a proof was missing or wrong, a server broke), 4 bad input (as every le
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import secrets
 import sys
@@ -22,7 +21,7 @@ from . import options as o
 from .known import confirmed
 
 if TYPE_CHECKING:
-    from .findings import Finding
+    from .findings import Candidate, Discovery, Finding
     from .lab import Lab
 
 log = logging.getLogger(__name__)
@@ -92,14 +91,22 @@ def _write(out: Path, stem: str, scripts: Sequence[tuple[str, str]]) -> list[Pat
     return written
 
 
-def _checked(lab: Lab, findings: list[Finding], driver: Driver) -> list[Finding]:
-    """Known only where the probes a finding maps to report a problem on this very cell."""
-    ids = {p for f in findings for p in f.probes}
+def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
+    """Every candidate labelled, then merged: known only where the probes it maps to report a
+    problem on this very cell (they run once each, now)."""
+    from . import engine
+
+    ids = {p for c in found.candidates for p in engine.mapped(c)[0]}
     if not ids:
-        return findings
+        return found.findings
     log.info("discover: running the probe(s) the findings map to: %s", ", ".join(sorted(ids)))
     verdicts = lab.probe_verdicts(ids, driver)
-    return [dataclasses.replace(f, unlisted=confirmed(f.ops, f.diffs, f.unlisted, verdicts)) for f in findings]
+
+    def checked(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        probes, unlisted = engine.mapped(c)
+        return probes, confirmed(c.ops, c.comparison.diffs, unlisted, verdicts)
+
+    return engine.merge(found.candidates, checked)
 
 
 def run(opts: o.Options) -> int:
@@ -129,7 +136,7 @@ def run(opts: o.Options) -> int:
                                 f"{first.subject} vs {first.reference}); nothing can be compared")
                 found = engine.discover(measure, engine.Search(seed, opts.budget, opts.max_examples, opts.max_ops,
                                                                database, stem))
-                findings = _checked(lab, list(engine.confirm(measure, found.findings)), opts.driver)
+                findings = list(engine.confirm(measure, _checked(lab, found, opts.driver)))
         except Abort as exc:
             print(f"leakcheck: error: discovery could not measure: {exc}", file=sys.stderr)
             return EXIT_UNMEASURED

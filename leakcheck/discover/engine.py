@@ -140,19 +140,29 @@ def tighten(measure: Measure, c: Candidate, explained: Sequence[Candidate], dead
     return replace(c, ops=ops, comparison=comparison, shrunk=False)
 
 
-def merge(candidates: Iterable[Candidate]) -> list[Finding]:
-    """One finding per set of changed states: the earliest round's smallest example, with the other
-    signatures as `also`; labelled by the probe mapping."""
-    by_states: dict[frozenset[str], list[Candidate]] = {}
+Labeller = Callable[[Candidate], tuple[tuple[str, ...], tuple[str, ...]]]
+
+
+def mapped(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A candidate's label by the probe mapping alone: (probe ids, what no probe lists)."""
+    return label(c.ops, c.comparison.diffs)
+
+
+def merge(candidates: Iterable[Candidate], labeller: Labeller = mapped) -> list[Finding]:
+    """One finding per set of changed states and label (known or new): the earliest round's smallest
+    example, with the others (other signatures of the same states) as `also`. A new effect of a
+    state is never hidden under a known finding of that state."""
+    groups: dict[tuple[frozenset[str], bool], list[tuple[Candidate, tuple[tuple[str, ...], tuple[str, ...]]]]] = {}
     for c in candidates:
-        by_states.setdefault(changed(c.ops), []).append(c)
+        probes, unlisted = labeller(c)
+        groups.setdefault((changed(c.ops), bool(probes) and not unlisted), []).append((c, (probes, unlisted)))
     findings = []
-    for group in by_states.values():
-        group.sort(key=lambda c: (c.round, size(c.ops)))
-        first = group[0]
-        probes, unlisted = label(first.ops, first.comparison.diffs)
+    for group in groups.values():
+        group.sort(key=lambda item: (item[0].round, size(item[0].ops)))
+        first, (probes, unlisted) = group[0]
         findings.append(Finding(first.ops, first.comparison, first.signature, first.round, first.shrunk, probes,
-                                unlisted, also=tuple(group[1:]), found_after=min(c.found_after for c in group)))
+                                unlisted, also=tuple(c for c, _ in group[1:]),
+                                found_after=min(c.found_after for c, _ in group)))
     return sorted(findings, key=lambda f: (f.round, size(f.ops)))
 
 
@@ -177,7 +187,7 @@ def discover(measure: Measure, search: Search) -> Discovery:
         if not found.candidates:
             stopped = f"round {number} found nothing new in {found.examples} sequences"
             break
-    return Discovery(merge(explained), rounds, stopped)
+    return Discovery(merge(explained), rounds, stopped, explained)
 
 
 def confirm(measure: Measure, findings: Iterable[Finding], tries: int = 2) -> Iterator[Finding]:

@@ -105,6 +105,7 @@ class Round:
 
 @dataclass
 class Discovery:
-    findings: list[Finding]
+    findings: list[Finding]  # merged and labelled by the probe mapping alone
     rounds: list[Round]
     stopped: str
+    candidates: list[Candidate] = field(default_factory=list)  # every round's, for merging again

@@ -113,3 +113,18 @@ def test_an_explanation_holds_for_any_setting_of_the_same_kind_when_the_signatur
     assert collision.explains("prepared statements/set_config result", other)
     assert not collision.explains("setting:TimeZone", other)
     assert not collision.explains("prepared statements/set_config result", (Op(A, Kind.PROTOCOL, "p1"),))
+
+
+def test_a_new_effect_of_a_state_is_its_own_finding_next_to_the_known_one() -> None:
+    seen = Candidate((Op(A, Kind.PROTOCOL, "p1"),), Comparison((Diff(2, B, "prepared", "x", "[]"),)),
+                     "prepared statements", round=1)
+    kicked = Candidate((Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.DISCARD, "ALL"), Op(A, Kind.PROTOCOL, "p1")),
+                       Comparison((Diff(2, A, "result:protocol", "error 08003", "error 26000"),)),
+                       "prepared statements/protocol result", round=2)
+
+    def probe_isolated_for_kicks(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return ("protocol_prepare",), (("protocol_prepare: isolated here",) if c is kicked else ())
+
+    known, new = merge([seen, kicked], probe_isolated_for_kicks)
+    assert (known.ops, known.unlisted, known.also) == (seen.ops, (), ())
+    assert (new.ops, new.unlisted) == (kicked.ops, ("protocol_prepare: isolated here",))
