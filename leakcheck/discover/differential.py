@@ -13,11 +13,10 @@ import contextlib
 from types import TracebackType
 
 from ..clients import Client, connect
-from ..provision.base import Endpoint
 from ..verdicts import Driver, Route, ServerId
 from .compare import Comparison, compare, proof_problems, servers_text
 from .execute import run_sequence
-from .lab import Lab
+from .lab import Endpoint, Lab
 from .ops import Op
 from .render import fresh_names
 from .trace import Abort, Trace

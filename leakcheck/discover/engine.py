@@ -144,8 +144,11 @@ Labeller = Callable[[Candidate], tuple[tuple[str, ...], tuple[str, ...]]]
 
 
 def mapped(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A candidate's label by the probe mapping alone: (probe ids, what no probe lists)."""
-    return label(c.ops, c.comparison.diffs)
+    """A candidate's label by the probe mapping alone, (probe ids, what no probe lists), judged on
+    the difference it was found for (its signature's), not on an earlier, already explained one."""
+    diffs = c.comparison.diffs
+    own = [d for d in diffs if signature(d, c.ops) == c.signature]
+    return label(c.ops, [*own[:1], *(d for d in diffs if d not in own[:1])])
 
 
 def merge(candidates: Iterable[Candidate], labeller: Labeller = mapped) -> list[Finding]:

@@ -19,6 +19,8 @@ from ..versions import Version, parse_spec
 
 #: Pool settings per route: transaction mode with a pool of one (A and B share its one server
 #: connection); session mode with two (each keeps its own), the negative control.
+__all__ = ["Endpoint", "Lab", "Where", "cache_dir", "open_lab", "resolve"]
+
 POOLS = {Route.TRANSACTION: PoolSettings(PoolMode.TRANSACTION, 1), Route.SESSION: PoolSettings(PoolMode.SESSION, 2)}
 LANE = "discover"
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis.database import InMemoryExampleDatabase
 
 from leakcheck.discover.compare import Comparison, Diff
-from leakcheck.discover.engine import Candidate, Search, discover, merge, run_round, tighten
+from leakcheck.discover.engine import Candidate, Search, discover, mapped, merge, run_round, tighten
 from leakcheck.discover.examples import Keyed
 from leakcheck.discover.findings import first_unexplained
 from leakcheck.discover.ops import Kind, Op, Who
@@ -128,3 +128,10 @@ def test_a_new_effect_of_a_state_is_its_own_finding_next_to_the_known_one() -> N
     known, new = merge([seen, kicked], probe_isolated_for_kicks)
     assert (known.ops, known.unlisted, known.also) == (seen.ops, (), ())
     assert (new.ops, new.unlisted) == (kicked.ops, ("protocol_prepare: isolated here",))
+
+
+def test_a_candidate_is_labelled_by_the_difference_it_was_found_for() -> None:
+    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(B, Kind.OBSERVE), Op(A, Kind.DISCARD, "ALL"))
+    diffs = (Diff(1, B, "prepared", "['<protocol>=lc_A_p1']", "[]"), Diff(4, B, "server connection", "#2", "#1"))
+    probes, unlisted = mapped(Candidate(ops, Comparison(diffs), "server connection"))
+    assert unlisted == ("effect: server connection",)
