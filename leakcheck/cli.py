@@ -3,6 +3,7 @@
 `leakcheck prepare`: resolve, fetch and build the servers a matrix needs, ahead of time.
 `leakcheck merge`: several runs' --results files as one report and one gate decision.
 `leakcheck fixtures`: the probes' test roles and tables in a running pooler's database (--pooled-dsn).
+`leakcheck discover`: search for session-state leaks no probe lists (hypothesis; see README).
 `leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
 
 Under pytest the matrix is `pytest --pg=16,18 --bouncer=1.24,1.26`.
@@ -20,6 +21,7 @@ import psycopg
 
 from . import cli_images, diff_cli, merge, preflight, progress, run_cli
 from .config import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS, Config, required_probes
+from .discover import command as discover
 from .errors import UsageError, one_line
 from .exits import EXIT_USAGE, guarded
 from .matrix_run import make_backend
@@ -63,11 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     fixtures.add_argument("--drop", action="store_true", help="remove them again")
     run_cli.add_parser(sub)
     diff_cli.add_parser(sub)
+    discovering = sub.add_parser("discover", help="search for session-state leaks no probe lists (exit 0: nothing "
+                                 "new, 1: new findings, 3: could not measure, 4: bad input)")
+    discover.add_arguments(discovering)
     cli_images.add_parsers(sub)
     args = parser.parse_args(argv)
     with progress.on_stderr():  # "leakcheck: fetching ..." lines; results go to stdout
         if args.command == "merge":
             return _merge(args)
+        if args.command == "discover":
+            return guarded(lambda: discover.run(discover.options(args)))
         if args.command in cli_images.COMMANDS:
             return cli_images.run(args)
         if args.command == "run":

@@ -120,3 +120,18 @@ def test_the_shared_control_of_a_dsn_run_drives_one_direct_session(
                                           "--drivers=asyncpg", "-k", "shared", "--results=r.json")
     result.assert_outcomes(passed=1, deselected=2)
     assert outcomes(pytester.path / "r.json") == {(Route.SHARED.value, "asyncpg", "custom_setting"): "leaks"}
+
+
+def test_discovery_runs_through_a_running_pooler_too(staging: tuple[str, str, Endpoint], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from leakcheck.discover import command
+    from leakcheck.discover.options import Options
+
+    pooled, direct, _ = staging
+    opts = Options(cell=(("leakcheck_pooled_dsn", pooled), ("leakcheck_direct_dsn", direct),
+                         ("leakcheck_dsn_name", "staging")), budget=3.0, seed=3, max_examples=200, out=tmp_path,
+                   database=None)
+    code = command.run(opts)
+    out = capsys.readouterr().out
+    assert "behind the running pooler dsn-staging" in out and code in (0, 1), out[-2000:]
+    assert list(tmp_path.glob("pg16.*-dsn-staging-psycopg-transaction-*.sql"))

@@ -1,0 +1,184 @@
+"""`leakcheck discover`: the arguments, and the run behind them (what the CLI calls).
+
+Exit codes: 0 nothing new (known findings only, or none), 1 new findings, 3 discovery could not
+measure (a proof was missing or wrong, a server broke), 4 bad input (as every leakcheck command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import FLAGS, LIST_OPTIONS, OPTIONS
+from ..errors import UsageError
+from ..verdicts import Driver, Route
+from . import options as o
+from .known import confirmed
+
+if TYPE_CHECKING:
+    from .findings import Candidate, Discovery, Finding
+    from .lab import Lab
+
+log = logging.getLogger(__name__)
+
+EXIT_NOTHING_NEW, EXIT_NEW, EXIT_UNMEASURED = 0, 1, 3
+FLAGS_BY_NAME = {flag: ini for ini, flag in FLAGS.items()}
+DEFAULT_OUT = "leakcheck-findings"
+
+
+#: The matrix's options that name discovery's one cell (their help texts are the matrix's).
+CELL_OPTIONS = ("--pg", "--bouncer", "--pooler", "--bouncer-ini", "--backend", "--pooled-dsn", "--direct-dsn",
+                "--dsn-name", "--pg-image", "--bouncer-image", "--odyssey-image", "--pgpool-image")
+CELL_LISTS = ("--bouncer-set", "--pooler-set")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    helps = {flag: (ini, text) for flag, ini, text, _ in OPTIONS}
+    for flag in CELL_OPTIONS:
+        ini, text = helps[flag]
+        parser.add_argument(flag, dest=ini, help=f"{text} (one cell: one value)")
+    lists = {flag: (ini, text) for flag, ini, text in LIST_OPTIONS}
+    for flag in CELL_LISTS:
+        ini, text = lists[flag]
+        parser.add_argument(flag, dest=ini, action="append", help=f"{text} (one value each: one cell)")
+    parser.add_argument("--driver", default="psycopg", help="psycopg or asyncpg (default psycopg)")
+    parser.add_argument("--route", default="transaction",
+                        help="transaction (the subject), session or direct (controls that must find nothing)")
+    parser.add_argument("--budget", default=o.DEFAULT_BUDGET,
+                        help=f"search time, e.g. 60s, 2m (default {o.DEFAULT_BUDGET})")
+    parser.add_argument("--seed", help="hypothesis seed (default: random, printed, so a run can be repeated)")
+    parser.add_argument("--max-examples", default=str(o.DEFAULT_MAX_EXAMPLES),
+                        help=f"sequences per round at most (default {o.DEFAULT_MAX_EXAMPLES})")
+    parser.add_argument("--max-ops", default=str(o.DEFAULT_MAX_OPS),
+                        help=f"ops per sequence (default {o.DEFAULT_MAX_OPS})")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"folder for one .sql file per finding, or none "
+                        f"(default {DEFAULT_OUT})")
+    parser.add_argument("--database", help="hypothesis example database folder, or none (default: "
+                        "discover/examples in leakcheck's cache)")
+
+
+def options(args: argparse.Namespace) -> o.Options:
+    route = Route(o.parse_choice(args.route, "--route", tuple(r.value for r in o.ROUTES)))
+    driver = Driver(o.parse_choice(args.driver, "--driver", tuple(d.value for d in Driver)))
+    cell: dict[str, str] = {}
+    for flag in (*CELL_OPTIONS, *CELL_LISTS):
+        ini = FLAGS_BY_NAME[flag]
+        value = getattr(args, ini, None)
+        if isinstance(value, list):
+            value = "\n".join(value)
+        if value is None:
+            continue
+        if flag in ("--pg", "--bouncer", "--pooler") and ("," in value or not value.strip()):
+            raise UsageError.bad_value(flag, value, "one version (discover measures one cell: run it per cell)")
+        cell[ini] = value
+    pooler = any(k in cell for k in ("leakcheck_bouncer", "leakcheck_pooler", "leakcheck_pooled_dsn"))
+    if "leakcheck_pg" not in cell and "leakcheck_pooled_dsn" not in cell:
+        raise UsageError("discover needs --pg (e.g. --pg=16), or --pooled-dsn for a running pooler")
+    if route is Route.DIRECT and pooler:
+        raise UsageError("--route=direct measures two direct sessions: leave out --bouncer, --pooler, --pooled-dsn")
+    if route is not Route.DIRECT and not pooler:
+        raise UsageError(f"--route={route} needs a pooler: --bouncer (e.g. --bouncer=1.24), --pooler or --pooled-dsn")
+    if not args.out.strip():
+        raise UsageError.empty("--out", "a folder, or none")
+    budget = o.parse_budget(args.budget)
+    seed = None if args.seed is None else o.parse_count(args.seed, "--seed", 0)
+    max_examples, max_ops = o.parse_count(args.max_examples, "--max-examples"), o.parse_count(args.max_ops, "--max-ops")
+    if args.database is None:
+        from .lab import cache_dir
+
+        database: Path | None = cache_dir() / "discover" / "examples"
+    else:
+        database = o.parse_database(args.database)
+    return o.Options(
+        cell=tuple(cell.items()), route=route, driver=driver, budget=budget, seed=seed,
+        max_examples=max_examples, max_ops=max_ops,
+        out=None if args.out == "none" else Path(args.out), database=database,
+    )
+
+
+def _write(out: Path, stem: str, scripts: Sequence[tuple[str, str]]) -> list[Path]:
+    """One file per finding, `<stem>-NN-<slug>.sql`; this configuration's earlier files go first."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(f"{stem}-[0-9][0-9]-*.sql"):
+        old.unlink()
+    written = []
+    for number, (name, text) in enumerate(scripts, 1):
+        path = out / f"{stem}-{number:02d}-{name}.sql"
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
+    """Every candidate labelled, then merged: known only where the probes it maps to report a
+    problem on this very cell (they run once each, now)."""
+    from . import engine
+
+    ids = {p for c in found.candidates for p in engine.mapped(c)[0]}
+    if not ids:
+        return found.findings
+    log.info("discover: running the probe(s) the findings map to: %s", ", ".join(sorted(ids)))
+    verdicts = lab.probe_verdicts(ids, driver)
+
+    def checked(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        probes, unlisted = engine.mapped(c)
+        return probes, confirmed(c.ops, c.comparison.diffs, unlisted, verdicts)
+
+    return engine.merge(found.candidates, checked)
+
+
+def run(opts: o.Options) -> int:
+    """Discover, print every finding's script and the summary, write the files; the exit code."""
+    try:
+        from hypothesis.database import DirectoryBasedExampleDatabase
+
+        from . import engine, report
+        from .differential import Differential
+        from .lab import open_lab
+        from .trace import Abort
+    except ImportError as exc:
+        raise UsageError(f"leakcheck discover needs hypothesis ({exc}): pip install 'leakcheck[discover]'") from None
+    seed = opts.seed if opts.seed is not None else secrets.randbelow(2**32)
+    database = DirectoryBasedExampleDatabase(opts.database) if opts.database is not None else None
+    started = time.monotonic()
+    with open_lab({**dict(opts.cell), "leakcheck_drivers": opts.driver.value}, opts.route) as lab:
+        where, stem = lab.where.describe(), _stem(lab, opts)
+        log.info("discover: %s, %s; budget %.0f s, seed %d (repeat with --seed=%d)", where, opts.driver, opts.budget,
+                 seed, seed)
+        try:
+            with Differential(lab, opts.driver) as measure:
+                baseline = measure(())
+                if baseline.diffs:
+                    first = baseline.diffs[0]
+                    raise Abort(f"the route and the reference differ before any op ({first.who} {first.key}: "
+                                f"{first.subject} vs {first.reference}); nothing can be compared")
+                found = engine.discover(measure, engine.Search(seed, opts.budget, opts.max_examples, opts.max_ops,
+                                                               database, stem))
+                findings = list(engine.confirm(measure, _checked(lab, found, opts.driver)))
+        except Abort as exc:
+            print(f"leakcheck: error: discovery could not measure: {exc}", file=sys.stderr)
+            return EXIT_UNMEASURED
+    scripts = [(report.slug(f), report.script(f, where, opts.driver, n, len(findings)))
+               for n, f in enumerate(findings, 1)]
+    for _, text in scripts:
+        print(text)
+    print(f"discover: {where}, {opts.driver}: {report.summary(findings)} "
+          f"({sum(r.examples for r in found.rounds)} sequences in {len(found.rounds)} round(s), "
+          f"{time.monotonic() - started:.0f} s; {found.stopped}; seed {seed})")
+    if opts.out is not None and findings:
+        files = _write(opts.out, stem, scripts)
+        print(f"discover: wrote {len(files)} file(s) to {opts.out}/ ({stem}-NN-*.sql)")
+    return EXIT_NEW if any(not f.known for f in findings) else EXIT_NOTHING_NEW
+
+
+def _stem(lab: Lab, opts: o.Options) -> str:
+    """What a run measured, as file names and example-database keys spell it."""
+    pooler = lab.where.pooler.label() if lab.where.pooler else ""
+    safe = "".join(ch if ch.isalnum() or ch in "._=-" else "_" for ch in pooler.replace("[", "_").rstrip("]"))
+    return f"pg{lab.where.pg}-{safe + '-' if safe else ''}{opts.driver}-{opts.route}"

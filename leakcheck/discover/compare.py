@@ -1,0 +1,206 @@
+"""Normalize two traces of one sequence, compare them, and check their proofs (pure).
+
+What is normalized away, because it legitimately differs between a route and the reference:
+- server identities (pid, backend_start): they are proofs, checked here, never compared;
+- each run's token and lock class: names map back to the display names (`lc<token>_s1` -> `lc_s1`);
+- the names of protocol-level prepared statements (`_pg3_0`, `__asyncpg_stmt_1__`, PgBouncer's
+  `PGBOUNCER_3`) become `<protocol>`: the name is the driver's or the pooler's choice (PgBouncer
+  1.21+ renames every statement it prepares), not the client's state; what tells whose statement
+  a client sees is its text, which names its client and slot ('lc_A_p1') and is kept. SQL PREPARE
+  names are the client's own and are kept;
+- error messages (they quote those names and pids): errors compare by SQLSTATE; messages are shown.
+Left out: a statement refused on one side only because its transaction had already failed there
+(25P02), and every later step of a client whose connection closed (SQLSTATE class 08, "connection
+is closed"): they follow from the earlier step that failed, which is a difference of its own.
+Everything else compares as read, including NULL versus '' and the order of notifications.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..verdicts import Route, ServerId
+from .ops import Who
+from .render import DISPLAY, Names
+from .trace import Event, Failure, Trace
+
+PROTOCOL_NAME = "<protocol>"
+ABORTED = "error 25P02"  # in failed SQL transaction
+
+
+def canon(value: Any, names: Names) -> str:
+    """A value as text a reader recognises: strings quoted (so '' differs from NULL), lists bracketed,
+    this run's names replaced by the display names."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(canon(v, names) for v in value) + "]"
+    if isinstance(value, str):
+        return "'" + value.replace(names.prefix, DISPLAY.prefix) + "'"
+    return str(value)
+
+
+def _prepared(entries: list[str], names: Names) -> list[str]:
+    """`name=text-label` entries of pg_prepared_statements, protocol-level names normalized."""
+    out = []
+    for entry in entries:
+        name, _, label = entry.partition("=")
+        shown = name.replace(names.prefix, DISPLAY.prefix) if name.startswith(names.prefix) else PROTOCOL_NAME
+        out.append(f"{shown}={label}")
+    return sorted(out)
+
+
+def observed(event: Event, names: Names) -> dict[str, tuple[str, str]]:
+    """key -> (compared text, shown text) of one event."""
+    if event.failure is not None:
+        key = "observe" if event.is_snapshot else f"result:{event.op.kind if event.op else '?'}"
+        shown = f"error {event.failure.sqlstate}: {event.failure.message}".replace(names.prefix, DISPLAY.prefix)
+        return {key: (f"error {event.failure.sqlstate}", shown)}
+    if not event.is_snapshot:
+        assert event.op is not None
+        text = canon(event.value, names)
+        return {f"result:{event.op.kind}": (text, text)}
+    out = {}
+    for key, value in event.fields:
+        if key == "prepared" and isinstance(value, list):
+            value = _prepared(value, names)
+        text = canon(value, names)
+        out[key] = (text, text)
+    return out
+
+
+@dataclass(frozen=True)
+class Diff:
+    """One thing a client observed differently through the route than in the reference."""
+
+    index: int  # the step (len(ops) and len(ops)+1: A's and B's final snapshots)
+    who: Who
+    key: str  # 'setting:work_mem', 'prepared', 'result:execute', ...
+    subject: str  # as shown (errors with their message)
+    reference: str
+
+
+def closes(failure: Failure | None) -> bool:
+    """A failure after which the client's connection is gone: SQLSTATE class 08, or the driver's own
+    'connection is closed' (no SQLSTATE). Its statement, and the client's later ones, reached no server."""
+    if failure is None:
+        return False
+    return failure.sqlstate.startswith("08") or (failure.sqlstate == "?????" and "closed" in failure.message.lower())
+
+
+def _closed_at(trace: Trace) -> dict[Who, int]:
+    """Each client's first step whose failure closed its connection."""
+    out: dict[Who, int] = {}
+    for event in trace.events:
+        if closes(event.failure):
+            out.setdefault(event.who, event.index)
+    return out
+
+
+def ordinals(trace: Trace) -> dict[int, int]:
+    """Event index -> which server connection (1, 2, ...) of its client it ran on, by its proof."""
+    seen: dict[Who, list[ServerId]] = {}
+    at: dict[tuple[Who, int], ServerId] = {}
+    for proof in sorted(trace.proofs, key=lambda p: p.index):
+        at.setdefault((proof.who, proof.index), proof.server)
+        mine = seen.setdefault(proof.who, [])
+        if proof.server not in mine:
+            mine.append(proof.server)
+    out = {}
+    for event in trace.events:
+        server = at.get((event.who, event.proof_at)) if event.proof_at is not None else None
+        if server is not None:
+            out[event.index] = seen[event.who].index(server) + 1
+    return out
+
+
+def compare(subject: Trace, reference: Trace) -> list[Diff]:
+    """Every difference, in step order. Both traces ran the same ops, so events pair up one to one.
+    Which server connection of its client a step ran on is an observation too (`server connection`:
+    a pooler that closes the shared one moves the client to another, with none of its state)."""
+    if len(subject.events) != len(reference.events):
+        raise ValueError("the traces ran different sequences")
+    diffs = []
+    on, on_ref = ordinals(subject), ordinals(reference)
+    closed = [_closed_at(subject), _closed_at(reference)]
+    gone = {who: min(c[who] for c in closed if who in c) for who in Who if any(who in c for c in closed)}
+    for mine, theirs in zip(subject.events, reference.events, strict=True):
+        if mine.index > gone.get(mine.who, mine.index):
+            continue  # the client's connection closed earlier on one side: that step was the difference
+        got, want = observed(mine, subject.names), observed(theirs, reference.names)
+        if mine.is_snapshot and (mine.failure is None) != (theirs.failure is None):
+            read = ("read", "read")  # a snapshot failed on one side only: one difference, not one per column
+            got, want = {"observe": got.get("observe", read)}, {"observe": want.get("observe", read)}
+        here, there = on.get(mine.index), on_ref.get(theirs.index)
+        if here is not None and there is not None and here != there:
+            diffs.append(Diff(mine.index, mine.who, "server connection", f"#{here}", f"#{there}"))
+        for key in dict.fromkeys([*got, *want]):
+            g, w = got.get(key, ("-", "-")), want.get(key, ("-", "-"))
+            if g[0] != w[0] and ABORTED not in (g[0], w[0]):
+                diffs.append(Diff(mine.index, mine.who, key, g[1], w[1]))
+    return diffs
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A sequence's differences, and where each route's clients ran (for the report)."""
+
+    diffs: tuple[Diff, ...]
+    subject_servers: str = ""  # e.g. "A and B on pid 4242"
+    reference_servers: str = ""  # e.g. "A on pid 4243, B on pid 4244"
+
+
+def servers_text(trace: Trace) -> str:
+    a, b = _servers(trace, Who.A), _servers(trace, Who.B)
+    return f"A and B on {a}" if a == b else f"A on {a}, B on {b}"
+
+
+def _servers(trace: Trace, who: Who) -> str:
+    """The client's server connections in the order it used them."""
+    order = dict.fromkeys(p.server for p in sorted(trace.proofs, key=lambda p: p.index) if p.who is who)
+    return " then ".join(str(s) for s in order) or "none"
+
+
+def proof_problems(trace: Trace, earlier: set[ServerId]) -> Iterator[str]:
+    """Why this trace does not prove what its route needs (nothing: it does). Every step carries a
+    proof, except those of a client whose connection had closed (they reached no server). Transaction
+    mode with a pool of one: A and B on one server connection throughout, or on a fresh one only
+    right after a failure closed a connection (the pooler dropped the shared one). Session mode and
+    direct sessions: each client on its own one throughout. Never a server connection an earlier
+    sequence used (every sequence starts from fresh server connections)."""
+    gone: set[Who] = set()
+    for event in trace.events:
+        if event.proof_at is None and event.who not in gone and not closes(event.failure):
+            what = str(event.op) if event.op else "final snapshot"
+            yield f"step {event.index + 1} ({event.who}: {what}) carries no proof of its server connection"
+        if closes(event.failure):
+            gone.add(event.who)
+    a, b = trace.servers(Who.A), trace.servers(Who.B)
+    where = f"A on {_servers(trace, Who.A)}; B on {_servers(trace, Who.B)}"
+    if trace.route is Route.TRANSACTION:
+        yield from _shared(trace, where)
+    elif len(a) != 1 or len(b) != 1 or a == b:
+        yield f"A and B did not each keep a server connection of their own ({where})"
+    reused = sorted(str(s) for s in (a | b) & earlier)
+    if reused:
+        yield f"server connection(s) {', '.join(reused)} already served an earlier sequence: not fresh"
+
+
+def _shared(trace: Trace, where: str) -> Iterator[str]:
+    """One server connection at a time for both clients, a new one only after a closing failure."""
+    breaks = [e.index for e in trace.events if closes(e.failure)]
+    current: ServerId | None = None
+    used: set[ServerId] = set()
+    since = -1
+    for proof in sorted(trace.proofs, key=lambda p: p.index):
+        if proof.server == current:
+            continue
+        if current is not None and (proof.server in used or not any(since <= i < proof.index for i in breaks)):
+            yield f"A and B did not share one server connection through the pool of one ({where})"
+            return
+        current, since = proof.server, proof.index
+        used.add(proof.server)

@@ -1,0 +1,85 @@
+"""One sequence through the route under test and through two direct sessions, compared.
+
+Both runs use fresh connections (and, through the pooler, a pool just emptied by KILL/RESUME),
+their own names, and run at the same time (nothing global is shared: channels, lock keys and
+object names carry each run's token). A run whose proofs do not show what its route needs, or
+that meets a server connection an earlier sequence used, stops discovery (`Abort`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+
+from ..clients import Client, connect
+from ..verdicts import Driver, Route, ServerId
+from .compare import Comparison, compare, proof_problems, servers_text
+from .execute import run_sequence
+from .lab import Endpoint, Lab
+from .ops import Op
+from .render import fresh_names
+from .trace import Abort, Trace
+
+#: Seconds one sequence may take on both routes, connections included.
+SEQUENCE_TIMEOUT = 30.0
+
+
+async def _close(*clients: Client) -> None:
+    for client in clients:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), 5)
+
+
+async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops: tuple[Op, ...]) -> Trace:
+    """The sequence with two fresh clients of one driver, each its own application."""
+    a = await connect(driver, "A", endpoint)
+    try:
+        b = await (lab.clients(a, lambda: connect(driver, "B", endpoint)) if route is not Route.DIRECT
+                   else connect(driver, "B", endpoint))
+    except BaseException:
+        await _close(a)
+        raise
+    try:
+        trace = await run_sequence(a, b, ops, Trace(route, fresh_names()))
+        if route is not Route.DIRECT:
+            await lab.done(a, b)
+        return trace
+    finally:
+        await _close(a, b)
+
+
+class Differential:
+    """Measures sequences on one lab with one driver; a context manager owning its event loop."""
+
+    def __init__(self, lab: Lab, driver: Driver, timeout: float = SEQUENCE_TIMEOUT) -> None:
+        self.lab, self.driver, self.timeout = lab, driver, timeout
+        self._seen: dict[Route, set[ServerId]] = {lab.where.route: set(), Route.DIRECT: set()}
+        self._loop = asyncio.Runner()
+
+    def __enter__(self) -> Differential:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._loop.close()
+
+    async def _both(self, ops: tuple[Op, ...], subject: Endpoint) -> tuple[Trace, Trace]:
+        route, direct = self.lab.where.route, self.lab.direct()
+        got = await asyncio.gather(run_on(self.lab, self.driver, subject, route, ops),
+                                   run_on(self.lab, self.driver, direct, Route.DIRECT, ops))
+        return got[0], got[1]
+
+    def __call__(self, ops: tuple[Op, ...]) -> Comparison:
+        try:
+            with self.lab.subject() as subject:
+                mine, reference = self._loop.run(asyncio.wait_for(self._both(ops, subject), self.timeout))
+        except TimeoutError:
+            raise Abort(f"a sequence did not finish within {self.timeout:.0f} s: {', '.join(map(str, ops))}") from None
+        problems = [f"{self.lab.where.route}: {p}" for p in proof_problems(mine, self._seen[mine.route])]
+        problems += [f"reference: {p}" for p in proof_problems(reference, self._seen[Route.DIRECT])]
+        if problems:
+            raise Abort(f"{'; '.join(problems)} (sequence: {', '.join(map(str, ops)) or 'none'})")
+        if not self.lab.running_pooler:  # a running pooler keeps its server connections (cleaned, not new)
+            self._seen[mine.route] |= mine.servers()
+        self._seen[Route.DIRECT] |= reference.servers()
+        return Comparison(tuple(compare(mine, reference)), servers_text(mine), servers_text(reference))

@@ -1,0 +1,204 @@
+"""Rounds of hypothesis searches for sequences whose route differs from the reference.
+
+A difference has a *signature*: the state its observation reads and, for an op's result, the op
+(`setting:work_mem`, `prepared statements`, `prepared statements/protocol result`; known.signature).
+A sequence fails with an exception type per signature, so hypothesis keeps and shrinks one example
+per signature (its multiple-bug mode). Every candidate it shrinks *explains* its signature in any
+sequence that holds the kinds of state it changed (known.states, known.kind_of: SET x and
+set_config('x', ..., false) both change `session:x`, of kind `session`; the signature names x).
+The next round generates from every op again, but a sequence fails only on a difference no
+earlier candidate explains: the same leak never comes back, while another effect of
+a found state (B's `_pg3_0` colliding with A's, not just B seeing A's statement) or its interaction
+with another state (A's temp table making B's SET temp_buffers fail) still can. Rounds stop when one
+finds nothing or the budget is spent (a round cut short has its examples reduced op by op for a
+quarter of the budget more: `tighten`). Candidates changing the same states are one finding, their
+other signatures shown with it. A harness failure (`Abort`) stops the run: it is never a finding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import ClassVar
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as with_seed
+
+from .compare import Comparison
+from .examples import Keyed
+from .findings import Candidate, Discovery, Finding, Round, Search, changed, first_unexplained, size, unexplained
+from .known import label, signature
+from .ops import UNIVERSE, Op, repair
+from .strategy import sequences
+from .trace import Abort
+
+__all__ = ["Candidate", "Discovery", "Finding", "Measure", "Round", "Search", "confirm", "discover", "merge",
+           "run_round", "tighten"]
+
+log = logging.getLogger(__name__)
+
+Measure = Callable[[tuple[Op, ...]], Comparison]
+
+#: Bump when ops, rendering or signatures change meaning: examples saved before are keyed apart.
+MODEL_VERSION = "discover-2"
+
+
+class Difference(Exception):
+    """A sequence whose route differed from the reference; one subclass per signature."""
+
+    signature: ClassVar[str] = ""
+
+
+_TYPES: dict[str, type[Difference]] = {}
+
+
+def difference_type(sig: str) -> type[Difference]:
+    """The exception type of a signature (hypothesis tells failures apart by type)."""
+    if sig not in _TYPES:
+        _TYPES[sig] = type(f"Difference[{sig}]", (Difference,), {"signature": sig})
+    return _TYPES[sig]
+
+
+class _OutOfTime(BaseException):
+    """The budget is spent: leaves hypothesis at once (it does not catch BaseException)."""
+
+
+def _prefix(search: Search, explained: Iterable[Candidate]) -> bytes:
+    known = sorted(f"{c.signature}@{','.join(sorted(changed(c.ops)))}" for c in explained)
+    text = "|".join([MODEL_VERSION, search.database_key, str(search.max_ops), *known])
+    return hashlib.sha256(text.encode()).hexdigest()[:16].encode() + b":"
+
+
+def run_round(measure: Measure, search: Search, number: int, deadline: float,
+              explained: Sequence[Candidate] = ()) -> Round:
+    """One hypothesis run: the smallest example seen per signature no earlier candidate explains."""
+    found = Round(number)
+    best: dict[str, Candidate] = {}
+    started = time.monotonic()
+    origin = deadline - search.budget  # when the search began
+
+    def test(ops: tuple[Op, ...]) -> None:
+        if time.monotonic() >= deadline:
+            raise _OutOfTime
+        found.examples += 1
+        try:
+            comparison = measure(ops)
+        except Exception as exc:  # noqa: BLE001 - a harness failure stops the run; hypothesis must not shrink it
+            raise Abort(f"the harness failed on {', '.join(map(str, ops))}: {type(exc).__name__}: {exc}") from exc
+        sig = first_unexplained(comparison.diffs, ops, explained)
+        if sig is not None:
+            first = best[sig].found_after if sig in best else time.monotonic() - origin
+            if sig not in best or size(ops) < size(best[sig].ops):
+                best[sig] = Candidate(ops, comparison, sig, number, first)
+            raise difference_type(sig)(f"{sig}: {', '.join(map(str, ops))}")
+
+    database = Keyed(search.database, _prefix(search, explained)) if search.database is not None else None
+    configured = settings(
+        max_examples=search.max_examples, deadline=None, database=database, report_multiple_bugs=True,
+        phases=(Phase.reuse, Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet, print_blob=False,
+    )
+    run = configured(with_seed(search.seed + number - 1)(given(sequences(UNIVERSE, search.max_ops))(test)))
+    try:
+        run()
+        found.status = "nothing found"
+    except _OutOfTime:
+        found.status = "budget"
+    except Exception as exc:  # noqa: BLE001 - hypothesis' report of the differences (one, or a group)
+        if not best:
+            raise
+        found.status = "found"
+        log.debug("round %d ended with %s", number, type(exc).__name__)
+    found.seconds = time.monotonic() - started
+    cut = found.status == "budget"
+    found.candidates = sorted((replace(c, shrunk=not cut) for c in best.values()), key=lambda c: size(c.ops))
+    return found
+
+
+#: A round the budget cut short has its examples reduced op by op for this share of the budget more.
+GRACE = 0.25
+
+
+def tighten(measure: Measure, c: Candidate, explained: Sequence[Candidate], deadline: float) -> Candidate:
+    """Leave out one op at a time while the signature still shows, unexplained, until no op can go
+    (then it is shrunk: 1-minimal) or the deadline passes."""
+    ops, comparison = c.ops, c.comparison
+    while time.monotonic() < deadline:
+        for i in range(len(ops)):
+            trial = repair(ops[:i] + ops[i + 1:])
+            if size(trial) >= size(ops) or time.monotonic() >= deadline:
+                continue
+            got = measure(trial)
+            if c.signature in unexplained(got.diffs, trial, explained):
+                ops, comparison = trial, got
+                break
+        else:
+            return replace(c, ops=ops, comparison=comparison, shrunk=True)
+    return replace(c, ops=ops, comparison=comparison, shrunk=False)
+
+
+Labeller = Callable[[Candidate], tuple[tuple[str, ...], tuple[str, ...]]]
+
+
+def mapped(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A candidate's label by the probe mapping alone, (probe ids, what no probe lists), judged on
+    the difference it was found for (its signature's), not on an earlier, already explained one."""
+    diffs = c.comparison.diffs
+    own = [d for d in diffs if signature(d, c.ops) == c.signature]
+    return label(c.ops, [*own[:1], *(d for d in diffs if d not in own[:1])])
+
+
+def merge(candidates: Iterable[Candidate], labeller: Labeller = mapped) -> list[Finding]:
+    """One finding per set of changed states and label (known or new): the earliest round's smallest
+    example, with the others (other signatures of the same states) as `also`. A new effect of a
+    state is never hidden under a known finding of that state."""
+    groups: dict[tuple[frozenset[str], bool], list[tuple[Candidate, tuple[tuple[str, ...], tuple[str, ...]]]]] = {}
+    for c in candidates:
+        probes, unlisted = labeller(c)
+        groups.setdefault((changed(c.ops), bool(probes) and not unlisted), []).append((c, (probes, unlisted)))
+    findings = []
+    for group in groups.values():
+        group.sort(key=lambda item: (item[0].round, size(item[0].ops)))
+        first, (probes, unlisted) = group[0]
+        findings.append(Finding(first.ops, first.comparison, first.signature, first.round, first.shrunk, probes,
+                                unlisted, also=tuple(c for c, _ in group[1:]),
+                                found_after=min(c.found_after for c, _ in group)))
+    return sorted(findings, key=lambda f: (f.round, size(f.ops)))
+
+
+def discover(measure: Measure, search: Search) -> Discovery:
+    """Rounds until one finds nothing new or the budget is spent."""
+    deadline = time.monotonic() + search.budget
+    explained: list[Candidate] = []
+    rounds: list[Round] = []
+    stopped = "too many rounds"
+    for number in range(1, 1000):
+        found = run_round(measure, search, number, deadline, explained)
+        rounds.append(found)
+        explained += found.candidates
+        log.info("round %d: %d new difference(s) in %d sequences, %.1f s%s", number, len(found.candidates),
+                 found.examples, found.seconds, " (budget spent)" if found.status == "budget" else "")
+        if found.status == "budget":
+            grace = time.monotonic() + GRACE * search.budget
+            earlier = explained[: len(explained) - len(found.candidates)]
+            explained[len(earlier):] = [tighten(measure, c, earlier, grace) for c in found.candidates]
+            stopped = "the budget was spent"
+            break
+        if not found.candidates:
+            stopped = f"round {number} found nothing new in {found.examples} sequences"
+            break
+    return Discovery(merge(explained), rounds, stopped, explained)
+
+
+def confirm(measure: Measure, findings: Iterable[Finding], tries: int = 2) -> Iterator[Finding]:
+    """Each finding run `tries` more times: how often the same signature comes back."""
+    for f in findings:
+        again = 0
+        for _ in range(tries):
+            comparison = measure(f.ops)
+            if any(signature(d, f.ops) == f.signature for d in comparison.diffs):
+                again += 1
+        yield replace(f, reproduced=(again + 1, tries + 1))

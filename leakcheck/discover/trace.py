@@ -1,0 +1,66 @@
+"""What one run of a sequence on one route recorded: each step's result, and every proof (pure data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..verdicts import Route, ServerId
+from .ops import Op, Who
+from .render import Names
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A statement's error: SQLSTATE (compared) and message (shown)."""
+
+    sqlstate: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"error {self.sqlstate} {self.message}".strip()
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step: an op's result (`value`, the first column of its last statement's first row), or a
+    snapshot's (`fields`: key -> value); `failure` when it failed. `op` is None for the final snapshots."""
+
+    index: int
+    who: Who
+    op: Op | None
+    value: Any = None
+    fields: tuple[tuple[str, Any], ...] = ()
+    failure: Failure | None = None
+    proof_at: int | None = None  # the index of the step whose proof covers this one (None: unproven)
+
+    @property
+    def is_snapshot(self) -> bool:
+        return self.op is None or self.op.kind == "observe"
+
+
+@dataclass(frozen=True)
+class Proof:
+    """A server identity a client's step ran on, read in that statement or its transaction block."""
+
+    index: int
+    who: Who
+    server: ServerId
+
+
+@dataclass
+class Trace:
+    """A route's run of one sequence: events in order (the ops, then A's and B's final snapshot)."""
+
+    route: Route
+    names: Names
+    events: list[Event] = field(default_factory=list)
+    proofs: list[Proof] = field(default_factory=list)
+
+    def servers(self, who: Who | None = None) -> set[ServerId]:
+        return {p.server for p in self.proofs if who is None or p.who is who}
+
+
+class Abort(BaseException):
+    """The harness could not measure (a proof is missing or wrong, a server broke, a step hung).
+    A BaseException, so hypothesis never takes it for a difference to shrink: the run stops."""

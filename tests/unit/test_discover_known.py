@@ -1,0 +1,113 @@
+"""Which probe explains a finding, and how differences are told apart (no servers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from leakcheck.discover.compare import Diff
+from leakcheck.discover.known import PROBE_OF, causes, confirmed, label, signature, state, states
+from leakcheck.discover.ops import UNIVERSE, Kind, Op, Who
+from leakcheck.probes import PROBES
+from leakcheck.verdicts import Verdict
+
+A, B = Who.A, Who.B
+
+
+def end(key: str, subject: str, reference: str, ops: int = 1, who: Who = B) -> Diff:
+    """A difference in `who`'s final snapshot."""
+    return Diff(ops + (who is B), who, key, subject, reference)
+
+
+def test_every_mapped_probe_exists() -> None:
+    assert set(PROBE_OF.values()) <= {p.id for p in PROBES}
+
+
+def test_every_state_changing_op_has_a_family() -> None:
+    assert causes(UNIVERSE) and all(":" in f or f.isidentifier() for f in causes(UNIVERSE))
+
+
+def test_set_and_session_set_config_change_the_same_state_and_local_ones_another() -> None:
+    assert state("set:work_mem") == state("set_config_session:bound:work_mem") == "session:work_mem"
+    assert state("set_local:work_mem") == state("set_config_local:work_mem") == "local:work_mem"
+    assert states([Op(A, Kind.SET, "work_mem"), Op(A, Kind.EXECUTE, "s1")]) == {"session:work_mem"}
+    assert state("temp_table:on_commit_delete_rows") == "temp_table" != state("temp_table:on_commit_drop")
+
+
+def test_a_tracked_setting_seen_with_the_other_clients_value_is_its_probes() -> None:
+    ops = (Op(A, Kind.SET, "statement_timeout"),)
+    assert label(ops, [end("setting:statement_timeout", "'111s'", "'0'")]) == (("statement_timeout",), ())
+
+
+def test_a_setting_no_probe_lists_is_new_by_its_state() -> None:
+    ops = (Op(A, Kind.SET_CONFIG, "work_mem", "session"),)
+    assert label(ops, [end("setting:work_mem", "'1111kB'", "'4MB'")]) == ((), ("session:work_mem",))
+
+
+def test_a_listed_cause_with_an_effect_its_probe_does_not_observe_is_new() -> None:
+    ops = (Op(B, Kind.SET_CONFIG, "app.tenant", "local"),)
+    probes, unlisted = label(ops, [end("setting:app.tenant", "''", "NULL", who=A)])
+    assert probes == ("rls_tenant_local",) and unlisted == ("effect: setting:app.tenant",)
+
+
+def test_an_op_result_of_a_setting_has_its_own_signature() -> None:
+    ops = (Op(A, Kind.CREATE_TEMP, "t1", "on commit drop"), Op(B, Kind.SET_CONFIG, "temp_buffers", "local"))
+    diff = Diff(1, B, "result:set_config", "error 22023: invalid value", "'2000kB'")
+    assert signature(diff, ops) == "setting:temp_buffers/set_config result"
+    assert label(ops, [diff])[1] == ("effect: setting:temp_buffers/set_config result",)
+
+
+def test_read_only_explains_a_write_refused_with_25006() -> None:
+    ops = (Op(A, Kind.SET, "default_transaction_read_only"), Op(B, Kind.CREATE_TEMP, "t1"))
+    diff = Diff(1, B, "result:create_temp", "error 25006: cannot execute", "NULL")
+    assert label(ops, [diff]) == (("read_only", "temp_table"), ())
+
+
+def test_another_clients_protocol_statement_text_is_also_prepared_disclosure() -> None:
+    ops = (Op(A, Kind.PROTOCOL, "p1"),)
+    got = label(ops, [end("prepared", "['<protocol>=lc_A_p1']", "[]")])
+    assert got == (("protocol_prepare", "prepared_disclosure"), ())
+
+
+def test_a_finding_without_a_state_change_is_named_by_what_it_did() -> None:
+    ops = (Op(B, Kind.RESET, "app.tenant"),)
+    assert label(ops, [end("setting:app.tenant", "''", "NULL", who=A)]) == ((), ("reset:app.tenant",))
+
+
+@pytest.mark.parametrize(("key", "sig"), [
+    ("setting:work_mem", "setting:work_mem"), ("reported:TimeZone", "setting:TimeZone"),
+    ("prepared", "prepared statements"), ("result:execute", "prepared statements/execute result"),
+    ("cursors", "cursors"), ("notifications", "listen/notify"), ("observe", "observe"),
+])
+def test_signatures_group_observations_by_the_state_they_read(key: str, sig: str) -> None:
+    assert signature(end(key, "x", "y"), (Op(A, Kind.OBSERVE),)) == sig
+
+
+def test_a_known_finding_stays_known_only_where_its_probe_reports_a_problem() -> None:
+    ops = (Op(A, Kind.SET, "application_name"),)
+    diffs = [end("setting:application_name", "'lc_app_a'", "''")]
+    assert confirmed(ops, diffs, (), {"application_name": Verdict.LEAKS}) == ()
+    assert confirmed(ops, diffs, (), {"application_name": Verdict.ISOLATED}) == (
+        "set:application_name: its probe measured application_name isolated here",)
+    assert confirmed(ops, diffs, ("session:x",), {}) == ("session:x",)
+
+
+def test_prepared_disclosure_confirms_a_protocol_statement_another_client_reads() -> None:
+    ops, diffs = (Op(A, Kind.PROTOCOL, "p1"),), [end("prepared", "['<protocol>=lc_A_p1']", "[]")]
+    verdicts = {"protocol_prepare": Verdict.ISOLATED, "prepared_disclosure": Verdict.LEAKS}
+    assert confirmed(ops, diffs, (), verdicts) == ()
+
+
+def test_a_transaction_scoped_op_that_only_shows_another_clients_session_state_stays_known() -> None:
+    ops = (Op(A, Kind.LOCK, "1"), Op(B, Kind.XACT_LOCK, "1"))
+    diffs = [Diff(1, B, "result:xact_lock", "true", "false")]
+    verdicts = {"advisory_lock": Verdict.LEAKS, "advisory_xact_lock": Verdict.ISOLATED}
+    assert confirmed(ops, diffs, (), verdicts) == ()
+    alone = (Op(B, Kind.XACT_LOCK, "1"),)
+    assert confirmed(alone, diffs, (), verdicts) == (
+        "advisory_xact_lock: its probe measured advisory_xact_lock isolated here",)
+
+
+def test_a_result_failing_on_a_named_statement_is_about_prepared_statements_whatever_ran() -> None:
+    ops = (Op(A, Kind.SET_CONFIG, "work_mem", "session bound"), Op(B, Kind.SET_CONFIG, "search_path", "session bound"))
+    diff = Diff(1, B, "result:set_config", 'error 42P05: prepared statement "__asyncpg_stmt_1__" already exists', "x")
+    assert signature(diff, ops) == "prepared statements/set_config result"
