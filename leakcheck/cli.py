@@ -20,11 +20,12 @@ from typing import NoReturn
 import psycopg
 
 from . import cli_images, diff_cli, merge, preflight, progress, run_cli
-from .config import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS, Config, required_probes
+from .config import Config, required_probes
 from .discover import command as discover
 from .errors import UsageError, one_line
 from .exits import EXIT_USAGE, guarded
 from .matrix_run import make_backend
+from .option_table import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS
 from .provision.external import check_dsn, redacted
 from .provision.fixtures import install
 from .reports import use_color

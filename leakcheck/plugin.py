@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from . import expectations, gather, preflight, progress, record, results, signals
-from .config import Config, add_options
+from .config import Config
 from .diff import compare, render_text, sides_measured
 from .errors import LeakcheckError
 from .judge import Kind
 from .matrix_run import MatrixRun
+from .option_table import add_options
 from .probes import Probe
 from .report import render_counts, render_legend, render_matrix
 from .reports import output

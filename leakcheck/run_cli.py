@@ -1,6 +1,6 @@
 """`leakcheck run`: the matrix without pytest, for people who do not use it.
 
-The same options (config.OPTIONS, one help text each), the same runner and lanes (matrix_run),
+The same options (option_table.OPTIONS, one help text each), the same runner and lanes (matrix_run),
 the same judging rule (judge.py, through merge.judge_all), the same reports and files, written by
 the same rules: only a run that ran to its end writes, each file in one step. Progress (fetching,
 building, starting, each cell as it finishes) goes to stderr; the report to stdout.
@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 from . import merge, preflight, record, results
-from .config import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS, Config
+from .config import Config
 from .matrix_run import MatrixRun
+from .option_table import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
 from .report import render_counts
 from .reports import output, use_color
 from .results import Results, canonical

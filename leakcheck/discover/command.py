@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import FLAGS, LIST_OPTIONS, OPTIONS
 from ..errors import UsageError
+from ..option_table import FLAGS, LIST_OPTIONS, OPTIONS
 from ..verdicts import Driver, Route
 from . import options as o
 from .known import confirmed

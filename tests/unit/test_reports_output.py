@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from leakcheck import cli, results
-from leakcheck.config import FLAGS, Config
+from leakcheck.config import Config
 from leakcheck.errors import UsageError
 from leakcheck.exits import EXIT_USAGE
+from leakcheck.option_table import FLAGS
 from leakcheck.reports import output
 from leakcheck.results import Results
 from leakcheck.verdicts import Fact, Outcome, Route, Verdict
