@@ -85,10 +85,14 @@ def plan(previous: Mapping[str, Expectation], outcomes: Iterable[Outcome]) -> Pl
 
 
 def _written_key(k: str, previous: Mapping[str, Expectation]) -> str:
-    """A file that holds this cell for every release of its driver keeps it that way; otherwise the
-    measured driver release is part of the key."""
+    """A file that holds this cell for every release of its driver (keys like `.../psycopg/probe`)
+    keeps it that way, also for a probe it has no entry for yet; otherwise the measured driver
+    release is part of the key."""
     anyone = expectations.any_driver_version(k)
-    return anyone if anyone in previous and k not in previous else k
+    if k in previous:
+        return k
+    cell = anyone.rsplit("/", 1)[0] + "/"
+    return anyone if anyone in previous or any(key.startswith(cell) for key in previous) else k
 
 
 def summary(path: Path, result: Plan) -> list[str]:

@@ -171,12 +171,30 @@ def explains(cause: str, diff: Diff) -> bool:
     return diff.key in OBSERVES.get(base, frozenset())
 
 
+def _discovered(ops: Sequence[Op], diffs: Sequence[Diff]) -> str | None:
+    """The probe written from an earlier discovery that shows this finding's first difference:
+    a custom setting's placeholder ('' where a session that never used it reads NULL), or
+    temp_buffers refused after another client's temp table."""
+    if not diffs:
+        return None
+    first = diffs[0]
+    if first.key.startswith("setting:") and "." in first.key and {first.subject, first.reference} == {"''", "NULL"}:
+        return "custom_setting_placeholder"
+    if signature(first, ops).startswith("setting:temp_buffers/") and any(
+            op.kind is Kind.CREATE_TEMP for op in ops) and "22023" in first.subject + first.reference:
+        return "temp_buffers_blocked"
+    return None
+
+
 def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(probe ids near the finding, what no probe lists). Known when the second is empty: every
     cause is state a probe exercises, and one of those probes observes the first difference. Else
     the states no probe lists are named (`session:work_mem`), after the effect when no cause's own
     observation shows the first difference (`effect: setting:temp_buffers/set_config result`)."""
     ops = tuple(ops)
+    written = _discovered(ops, diffs)
+    if written is not None:
+        return (written,), ()
     found = sorted(causes(ops))
     probes = [PROBE_OF[c] for c in found if c in PROBE_OF]
     if "protocol_prepare" in found and any(d.key == "prepared" for d in diffs):
@@ -205,6 +223,10 @@ def confirmed(ops: Iterable[Op], diffs: Sequence[Diff], unlisted: Sequence[str],
     another one is seen; alone, with its probe isolated, the finding is new."""
     if unlisted:
         return tuple(unlisted)
+    written = _discovered(tuple(ops), diffs)
+    if written is not None:
+        shown = verdicts.get(written, Verdict.SKIPPED)
+        return () if shown.is_problem else (f"{written}: its probe measured {shown} here",)
     missing, confirmed_any = [], False
     for cause in sorted(causes(ops)):
         options = [PROBE_OF[cause]]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from . import listen, locks, objects, prepared, security, settings
+from . import discovered, listen, locks, objects, prepared, security, settings
 from .base import Probe, Scenario
 
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + security.PROBES
+    + discovered.PROBES
 )
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]

@@ -217,6 +217,22 @@ def client_encoding(o: Outcome, c: Cell) -> str:
             "a pooled connection.")
 
 
+def temp_buffers_blocked(o: Outcome, c: Cell) -> str | None:
+    if o.verdict is Verdict.LEAKS:
+        return ("Set `temp_buffers` per role (`ALTER ROLE app SET temp_buffers = ...`) or at connect time, never "
+                "with a session `SET` after the server connection may have held another client's temp table (22023); "
+                "prefer no temp tables across transactions (`ON COMMIT DROP`).")
+    return None
+
+
+def custom_setting_placeholder(o: Outcome, c: Cell) -> str | None:
+    if o.verdict is Verdict.LEAKS:
+        return ("Write policies and code that read a custom setting to treat `''` like NULL "
+                "(`nullif(current_setting('app.tenant', true), '')`): once any client on a server connection used "
+                "the name, it stays defined there, empty, for every later client.")
+    return None
+
+
 RULES: dict[str, Rule] = {
     "statement_timeout": _per_transaction("statement_timeout", "SET LOCAL statement_timeout = '5s'"),
     "lock_timeout": _per_transaction("lock_timeout", "SET LOCAL lock_timeout = '1s'"),
@@ -247,4 +263,6 @@ RULES: dict[str, Rule] = {
     "replication_role": replication_role,
     "idle_in_transaction_timeout": idle_in_transaction_timeout,
     "client_encoding": client_encoding,
+    "temp_buffers_blocked": temp_buffers_blocked,
+    "custom_setting_placeholder": custom_setting_placeholder,
 }

@@ -44,16 +44,24 @@ def test_a_setting_no_probe_lists_is_new_by_its_state() -> None:
 
 
 def test_a_listed_cause_with_an_effect_its_probe_does_not_observe_is_new() -> None:
-    ops = (Op(B, Kind.SET_CONFIG, "app.tenant", "local"),)
-    probes, unlisted = label(ops, [end("setting:app.tenant", "''", "NULL", who=A)])
+    ops = (Op(B, Kind.SET_CONFIG, "app.tenant", "local"), Op(A, Kind.OBSERVE))
+    probes, unlisted = label(ops, [end("setting:app.tenant", "'unexpected'", "NULL", who=A)])
     assert probes == ("rls_tenant_local",) and unlisted == ("effect: setting:app.tenant",)
+
+
+def test_a_placeholder_found_by_discovery_is_now_its_probe_custom_setting_placeholder() -> None:
+    ops = (Op(B, Kind.SET_CONFIG, "app.tenant", "local"),)
+    assert label(ops, [end("setting:app.tenant", "''", "NULL", who=A)]) == (("custom_setting_placeholder",), ())
 
 
 def test_an_op_result_of_a_setting_has_its_own_signature() -> None:
     ops = (Op(A, Kind.CREATE_TEMP, "t1", "on commit drop"), Op(B, Kind.SET_CONFIG, "temp_buffers", "local"))
     diff = Diff(1, B, "result:set_config", "error 22023: invalid value", "'2000kB'")
     assert signature(diff, ops) == "setting:temp_buffers/set_config result"
-    assert label(ops, [diff])[1] == ("effect: setting:temp_buffers/set_config result",)
+    # found by discovery, now a probe of its own
+    assert label(ops, [diff]) == (("temp_buffers_blocked",), ())
+    other = Diff(1, B, "result:set_config", "error 42501: permission denied", "'2000kB'")
+    assert label(ops, [other])[1] == ("effect: setting:temp_buffers/set_config result",)
 
 
 def test_read_only_explains_a_write_refused_with_25006() -> None:
@@ -69,8 +77,8 @@ def test_another_clients_protocol_statement_text_is_also_prepared_disclosure() -
 
 
 def test_a_finding_without_a_state_change_is_named_by_what_it_did() -> None:
-    ops = (Op(B, Kind.RESET, "app.tenant"),)
-    assert label(ops, [end("setting:app.tenant", "''", "NULL", who=A)]) == ((), ("reset:app.tenant",))
+    ops = (Op(B, Kind.RESET, "work_mem"),)
+    assert label(ops, [end("setting:work_mem", "'64kB'", "'4MB'", who=A)]) == ((), ("reset:work_mem",))
 
 
 @pytest.mark.parametrize(("key", "sig"), [
@@ -111,3 +119,16 @@ def test_a_result_failing_on_a_named_statement_is_about_prepared_statements_what
     ops = (Op(A, Kind.SET_CONFIG, "work_mem", "session bound"), Op(B, Kind.SET_CONFIG, "search_path", "session bound"))
     diff = Diff(1, B, "result:set_config", 'error 42P05: prepared statement "__asyncpg_stmt_1__" already exists', "x")
     assert signature(diff, ops) == "prepared statements/set_config result"
+
+
+def test_findings_that_became_probes_are_known_by_those_probes() -> None:
+    from leakcheck.discover.compare import Diff
+    from leakcheck.discover.known import confirmed, label
+    from leakcheck.discover.ops import Kind, Op, Who
+    from leakcheck.verdicts import Verdict
+
+    ops = (Op(Who.A, Kind.RESET, "app.tenant"),)
+    placeholder = Diff(1, Who.B, "setting:app.tenant", "''", "NULL")
+    assert label(ops, [placeholder]) == (("custom_setting_placeholder",), ())
+    assert confirmed(ops, [placeholder], (), {"custom_setting_placeholder": Verdict.LEAKS}) == ()
+    assert confirmed(ops, [placeholder], (), {"custom_setting_placeholder": Verdict.ISOLATED}) != ()

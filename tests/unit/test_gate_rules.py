@@ -107,3 +107,10 @@ def test_a_re_record_keeps_a_reason_while_the_verdict_stays_and_drops_it_when_it
     assert plan.verdicts[KEY] == Expectation(Verdict.LEAKS, "accepted")
     assert plan.verdicts[KEY.replace("search_path", "temp_table")] == Expectation(Verdict.ISOLATED)
     assert any("reasons were dropped" in line for line in record.summary(Path("m.toml"), plan))
+
+
+def test_a_new_probe_is_recorded_in_the_form_the_file_holds_its_cell_in() -> None:
+    anyone = {"pg16/pgbouncer1.24/psycopg/timezone": Expectation(Verdict.ISOLATED)}
+    plan = record.plan(anyone, [measured(Verdict.LEAKS)])  # search_path: no entry yet
+    assert "pg16/pgbouncer1.24/psycopg/search_path" in plan.verdicts
+    assert record.plan({}, [measured(Verdict.LEAKS)]).verdicts.keys() == {KEY}

@@ -1,0 +1,47 @@
+"""Probes that came from `leakcheck discover`: leaks no probe listed until discovery found them."""
+
+from __future__ import annotations
+
+from ..errors import ProbeError
+from ..verdicts import Observation
+from .base import Probe, Scenario, probe
+from .settings import setting
+
+
+@probe("temp_buffers_blocked", "A's temp table stops B's SET temp_buffers (found by leakcheck discover)")
+async def temp_buffers_blocked(s: Scenario) -> Observation:
+    table = s.name("tmpbuf")
+    # A: uses a temp table; from then on its session refuses a temp_buffers change (22023).
+    made = await s.run(s.a, "CREATE TEMP TABLE", f"CREATE TEMP TABLE {table} AS SELECT 1 AS v",
+                       f"SELECT count(*) FROM {table}")
+    if made.failed:
+        raise ProbeError(f"A could not create and read a temp table ({made}); nothing was exercised")
+    # B: never touched a temp table, so its change must work and read back.
+    tried = await s.run(s.b, "SET temp_buffers", "SET temp_buffers = '2000kB'", f"SELECT {setting('temp_buffers')}")
+    mine = await s.observe(s.a, "to_regclass", f"to_regclass('pg_temp.{table}')::text")
+    return Observation(
+        evidence=f"A: CREATE TEMP TABLE {table}, read it. B's SET temp_buffers = '2000kB' gave {tried} (22023: "
+        f"another session's temp table was used). A's table resolves as {mine!r}",
+        leaked=tried.state("22023"),
+        lost=mine is None,
+        broke=str(tried) if tried.failed and not tried.state("22023") else None,
+    )
+
+
+@probe("custom_setting_placeholder", "a custom setting another client only RESET or set locally: B finds it "
+       "defined ('' instead of NULL) (found by leakcheck discover)")
+async def custom_setting_placeholder(s: Scenario) -> Observation:
+    name = f"leakcheck.{s.name('ph')}"  # unique: only this probe's A can have defined it
+    # A: sets it for one transaction only (set_config(..., true)), as an RLS tenant often is, and
+    # RESETs it: nothing of its value survives; the placeholder the server made for it does.
+    await s.change(s.a, "set_config local", f"SELECT set_config('{name}', 'tenant_a', true)", f"RESET {name}")
+    # B: never used the name: current_setting(name, true) must be NULL (a policy's coalesce() sees it).
+    seen = await s.observe(s.b, f"read {name}", f"current_setting('{name}', true)")
+    return Observation(
+        evidence=f"A: set_config('{name}', 'tenant_a', true), RESET {name}. B's current_setting('{name}', true) "
+        f"is {seen!r} (NULL in a session where nobody used it)",
+        leaked=seen is not None,
+    )
+
+
+PROBES: tuple[Probe, ...] = (temp_buffers_blocked, custom_setting_placeholder)
