@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     prepare = sub.add_parser("prepare", help="fetch/build and cache PostgreSQL and PgBouncer binaries")
     prepare.add_argument("--pg", default=DEFAULT_PG, help=f"PostgreSQL versions (default {DEFAULT_PG})")
-    prepare.add_argument("--bouncer", default=DEFAULT_BOUNCER, help=f"PgBouncer versions (default {DEFAULT_BOUNCER})")
+    prepare.add_argument("--bouncer", help=f"PgBouncer versions (default {DEFAULT_BOUNCER} when no --pooler is given)")
+    prepare.add_argument("--pooler", help="poolers as KIND:VERSION, e.g. odyssey:1.5,pgpool:4.3 (as for the matrix)")
     prepare.add_argument("--backend", default="native", help="native or containers (default native)")
     merging = sub.add_parser("merge", help="merge --results files of several runs into one report and one gate "
                              "decision (exit 0: all passed, 1: some failed, 4: bad input)")
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    config = Config.for_prepare(args.pg, args.bouncer, args.backend)
+    config = Config.for_prepare(args.pg, args.bouncer, args.backend, args.pooler)
     preflight.check_environment(os.environ)  # LEAKCHECK_* variables, before anything is fetched
     preflight.check_paths(config)
     preflight.check_temp_folder(os.environ, 0)

@@ -81,15 +81,15 @@ class Config:
         return tuple(spec for kind, spec in self.poolers if kind is PoolerKind.PGBOUNCER)
 
     @classmethod
-    def for_prepare(cls, pg: str, bouncer: str, backend: str) -> Config:
+    def for_prepare(cls, pg: str, bouncer: str | None, backend: str, pooler: str | None = None) -> Config:
         """What `leakcheck prepare` needs: the versions and the backend, validated like the options."""
-        raw: dict[str, str | None] = {"leakcheck_pg": pg, "leakcheck_bouncer": bouncer, "leakcheck_backend": backend}
+        raw: dict[str, str | None] = {"leakcheck_pg": pg, "leakcheck_bouncer": bouncer, "leakcheck_backend": backend,
+                                      "leakcheck_pooler": pooler}
         pg = _given(raw, "leakcheck_pg", "PostgreSQL versions such as 16,18") or DEFAULT_PG
-        bouncer = _given(raw, "leakcheck_bouncer", "PgBouncer versions such as 1.24,1.26") or DEFAULT_BOUNCER
         backend = _given(raw, "leakcheck_backend", "native, containers or auto") or "native"
         if backend.strip().lower() not in ("native", "containers", "auto"):
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
-        poolers = tuple((PoolerKind.PGBOUNCER, spec) for spec in parse_spec_list(bouncer, "--bouncer"))
+        poolers = _poolers(raw)
         return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
                    drivers=tuple(Driver), probes=select(None), controls=False, backend=backend.strip().lower(),
                    expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
