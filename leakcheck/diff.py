@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .axes import KIND_NAMES
 from .errors import UsageError
 from .reports.advice import advice
+from .reports.markdown import md_advice, md_text
 from .target import Driver, PoolerKind, Route, Setting, config_stem
 from .verdicts import Outcome, Verdict
 from .versions import Version
@@ -144,17 +145,14 @@ def render_markdown(changes: Sequence[Change], same: int, before: Cell, after: C
             worse = c.after is not None and c.after.verdict.is_problem and (
                 c.before is None or c.before.verdict is Verdict.ISOLATED)
             after_cell = f"**{_said(c.after)}**" if worse else _said(c.after)
-            lines.append(f"| {c.probe}{' (security)' if c.security else ''} | {c.driver.value} | "
+            lines.append(f"| {md_text(c.probe)}{' (security)' if c.security else ''} | {c.driver.value} | "
                          f"{_said(c.before)} | {after_cell} |")
         lines.append("")
         for c in changes:
             hint = advice(c.after) if c.after is not None else None
-            body = [f"before: {_escape(c.before.evidence)}" if c.before else "before: not measured",
-                    f"after: {_escape(c.after.evidence)}" if c.after else "after: not measured",
-                    *([f"advice: {hint}"] if hint else [])]
+            body = [f"before: {md_text(c.before.evidence)}" if c.before else "before: not measured",
+                    f"after: {md_text(c.after.evidence)}" if c.after else "after: not measured",
+                    *([f"advice: {md_advice(hint)}"] if hint else [])]
             lines += [f"<details><summary>{c.probe} ({c.driver.value})</summary>", "", *body, "", "</details>"]
     return "\n".join(lines).rstrip() + "\n"
 
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")

@@ -8,9 +8,7 @@ rendered by the same functions as for the native backend.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..errors import ProvisionError, UsageError
+from ..errors import UsageError
 from ..target import PoolerKind
 from ..versions import Spec, Version
 from .base import DBNAME, USER
@@ -89,26 +87,3 @@ def pgpool_files(
         f"{CONFIG_DIR}/pool_hba.conf": render_pool_hba(layout).encode(),
         f"{CONFIG_DIR}/pcp.conf": render_pcp_conf(USER, password).encode(),
     }
-
-
-def odyssey_build_args(base_image: str, deb_version: str = "") -> dict[str, str]:
-    """docker/odyssey's build args: a Debian image whose suite has odyssey (sid), its Debian version."""
-    return {"BASE_IMAGE": base_image, "ODYSSEY_DEB_VERSION": deb_version}
-
-
-def pgpool_build_args(base_image: str, deb_version: str = "") -> dict[str, str]:
-    """docker/pgpool's build args: a Debian image (bookworm 4.3.5, trixie 4.6.1, sid 4.7.3), its Debian version."""
-    return {"BASE_IMAGE": base_image, "PGPOOL_DEB_VERSION": deb_version}
-
-
-def dockerfile(pooler: str) -> Path:
-    """docker/<pooler>/Dockerfile (odyssey, pgpool): packaged as leakcheck/_docker/..., or in a source checkout."""
-    here = Path(__file__).resolve()
-    candidates = [here.parents[1] / "_docker" / pooler / "Dockerfile",
-                  here.parents[2] / "docker" / pooler / "Dockerfile"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise ProvisionError(
-        f"leakcheck's {pooler} Dockerfile is missing (looked at {', '.join(map(str, candidates))}): reinstall leakcheck"
-    )

@@ -61,4 +61,17 @@ def test_settings_must_match_for_an_outcome_to_belong_to_a_cell() -> None:
     assert [(c.before and c.before.verdict, c.after and c.after.verdict) for c in changes] == [
         (Verdict.BREAKS, Verdict.ISOLATED)]
     md = render_markdown(changes, 0, before, after)
-    assert "| protocol_prepare | psycopg | breaks | isolated |" in md and "<details>" in md
+    assert "| protocol\\_prepare | psycopg | breaks | isolated |" in md and "<details>" in md
+
+
+def test_the_markdown_diff_makes_evidence_inert() -> None:
+    hostile = "</details><script>alert(1)</script> | *bold* `code`"
+    outcomes = [make("search_path", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.ISOLATED, "fine",
+                     driver_version="3.3.9"),
+                make("search_path", "16.14", "1.26.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, hostile,
+                     driver_version="3.3.9")]
+    before, after = parse_cell("pg16/pgbouncer1.24"), parse_cell("pg16/pgbouncer1.26")
+    changes, _ = compare(outcomes, before, after)
+    md = render_markdown(changes, 0, before, after)
+    assert "<script>" not in md and "</details><" not in md.replace("</details>\n", "")
+    assert r"\<script\>" in md and r"\| \*bold\* \`code\`" in md

@@ -115,12 +115,6 @@ def test_the_container_commands_name_the_copied_files() -> None:
     assert reset[:2] == ("sh", "-c") and reset[2].startswith("n=2; parent=1; ")
 
 
-def test_the_build_args_name_the_debian_version() -> None:
-    assert pc.odyssey_build_args("leakcheck-local/debian:sid", "1.5.2-1") == {
-        "BASE_IMAGE": "leakcheck-local/debian:sid", "ODYSSEY_DEB_VERSION": "1.5.2-1"}
-    assert pc.pgpool_build_args("debian:bookworm-slim")["PGPOOL_DEB_VERSION"] == ""
-
-
 def test_pgpool_runs_one_connection_child_per_place_in_the_pool_unless_num_init_children_is_set() -> None:
     from leakcheck.provision.pgpool_process import children
 
