@@ -147,10 +147,7 @@ class BouncerProcess:
         for stale in ("pgbouncer.log", "pgbouncer.pid"):
             (tmp / stale).unlink(missing_ok=True)
         (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout, self.extra, self.team))
-        users = tmp / "users.txt"
-        users.touch(0o600)
-        users.write_text(render_auth_file(self.credentials))
-        self.user.chown(users)
+        self.user.write_private(tmp / "users.txt", render_auth_file(self.credentials))
         what = f"PgBouncer {self.version} ({' '.join(self.binary.argv)})"
         # stdout+stderr go to pgbouncer.out: also what precedes the logfile.
         self._process = ServerProcess(what, [*self.binary.argv, str(tmp / "pgbouncer.ini")], self.user, tmp,

@@ -68,9 +68,7 @@ class OdysseyProcess(PoolerProcess):
             dbname=self.endpoint().dbname, admin=self.endpoint().user, credentials=self.credentials,
         )
         conf = tmp / self.config
-        conf.touch(0o600)
-        conf.write_text(render_odyssey_conf(self.settings, self.extra, layout))
-        self.user.chown(conf)
+        self.user.write_private(conf, render_odyssey_conf(self.settings, self.extra, layout))
         return [str(conf)]
 
     def _ready(self) -> str | None:

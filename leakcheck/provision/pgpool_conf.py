@@ -118,6 +118,20 @@ def render_pcp_conf(user: str, password: str) -> str:
     return f"{user}:{hashlib.md5(password.encode()).hexdigest()}\n"
 
 
+def render_files(
+    settings: PoolSettings, extra: tuple[Setting, ...], layout: PgpoolLayout,
+    credentials: tuple[tuple[str, str], ...], admin: tuple[str, str],
+) -> dict[str, str]:
+    """Every file pgpool-II is started with, by name: pgpool.conf, pool_passwd, pool_hba.conf, pcp.conf
+    (PCP's one user is `admin`, a (user, password) pair)."""
+    return {
+        "pgpool.conf": render_pgpool_conf(settings, extra, layout),
+        "pool_passwd": render_pool_passwd(credentials),
+        "pool_hba.conf": render_pool_hba(layout),
+        "pcp.conf": render_pcp_conf(*admin),
+    }
+
+
 def start_error(log: str) -> str | None:
     """pgpool-II's own reason for not starting (its last FATAL or ERROR line), on one line, if it logged one.
 

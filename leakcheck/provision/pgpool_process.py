@@ -32,15 +32,7 @@ import psycopg
 from ..errors import StartError, one_line
 from .base import Endpoint
 from .bouncer_ini import PoolSettings
-from .pgpool_conf import (
-    PgpoolLayout,
-    bind_failure,
-    render_pcp_conf,
-    render_pgpool_conf,
-    render_pool_hba,
-    render_pool_passwd,
-    start_error,
-)
+from .pgpool_conf import PgpoolLayout, bind_failure, render_files, start_error
 from .pooler_process import PoolerProcess, Settings
 from .proc_sockets import idle_children
 
@@ -145,17 +137,9 @@ class PgpoolProcess(PoolerProcess):
             server_host=self.server_host, server_port=self.server_port,
         )
         admin = self.endpoint()
-        files = {
-            self.config: render_pgpool_conf(self.settings, self.extra, layout),
-            "pool_passwd": render_pool_passwd(self.credentials),
-            "pool_hba.conf": render_pool_hba(layout),
-            "pcp.conf": render_pcp_conf(admin.user, admin.password),
-        }
+        files = render_files(self.settings, self.extra, layout, self.credentials, (admin.user, admin.password))
         for name in ("pgpool.pid", "pgpool_status"):
             (tmp / name).unlink(missing_ok=True)
         for name, text in files.items():
-            path = tmp / name
-            path.touch(0o600)
-            path.write_text(text)
-            self.user.chown(path)
+            self.user.write_private(tmp / name, text)
         return ["-n", "-f", str(tmp / self.config), "-F", str(tmp / "pcp.conf"), "-a", str(tmp / "pool_hba.conf")]

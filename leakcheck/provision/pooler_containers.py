@@ -15,7 +15,7 @@ from .base import DBNAME, USER
 from .bouncer_ini import PoolSettings
 from .containers_images import CONFIG_DIR, PG_ALIAS, PG_PORT
 from .odyssey_conf import OdysseyLayout, render_odyssey_conf
-from .pgpool_conf import PgpoolLayout, render_pcp_conf, render_pgpool_conf, render_pool_hba, render_pool_passwd
+from .pgpool_conf import PgpoolLayout, render_files
 
 Settings = tuple[tuple[str, str], ...]
 Credentials = tuple[tuple[str, str], ...]
@@ -80,10 +80,6 @@ def pgpool_files(
         version=version, port=POOLER_PORT, run_dir=PGPOOL_RUN_DIR, pool_passwd=f"{CONFIG_DIR}/pool_passwd",
         server_host=PG_ALIAS, server_port=PG_PORT, listen_addresses="0.0.0.0", clients="0.0.0.0/0",
     )
-    password = dict(credentials).get(USER, "")
-    return {
-        f"{CONFIG_DIR}/pgpool.conf": render_pgpool_conf(settings, extra, layout).encode(),
-        f"{CONFIG_DIR}/pool_passwd": render_pool_passwd(credentials).encode(),
-        f"{CONFIG_DIR}/pool_hba.conf": render_pool_hba(layout).encode(),
-        f"{CONFIG_DIR}/pcp.conf": render_pcp_conf(USER, password).encode(),
-    }
+    admin = (USER, dict(credentials).get(USER, ""))
+    files = render_files(settings, extra, layout, credentials, admin)
+    return {f"{CONFIG_DIR}/{name}": text.encode() for name, text in files.items()}

@@ -169,6 +169,13 @@ class ServerUser:
         if not self.is_self:
             os.chown(path, self.uid, self.gid)
 
+    def write_private(self, path: Path, text: str) -> None:
+        """Write a file only the server user may read (it holds passwords), owned by that user."""
+        path.touch(0o600)
+        path.chmod(0o600)
+        path.write_text(text)
+        self.chown(path)
+
     def chown_tree(self, root: Path) -> None:
         """chown -R (links themselves, never their targets) when the server user is not ourselves."""
         if self.is_self:
