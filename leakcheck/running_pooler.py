@@ -49,12 +49,17 @@ async def check_needs(probe: Probe, client: Client) -> None:
     """NotApplicable when the database lacks what the probe uses (checked by a query, not assumed)."""
     if not probe.fixtures and probe.login != Login.SUPERUSER:
         return
-    (present, superuser), = [tuple(r[:2]) for r in await client.query(
-        f"SELECT {PRESENT}, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)")]
+    (present, superuser, bypass), = [tuple(r[:3]) for r in await client.query(
+        f"SELECT {PRESENT}, r.rolsuper, r.rolbypassrls FROM pg_roles r WHERE r.rolname = current_user")]
     if probe.fixtures and not present:
         raise NotApplicable("this probe uses leakcheck's test roles and tables, which this database does not "
                             "have: create them with `leakcheck fixtures --dsn=URI` as a superuser (README: "
                             "a running pooler by DSN)")
+    if probe.fixtures and probe.login == Login.APP and (superuser or bypass):
+        # Row security and grants do not apply to such a role: B would see rows or rights as a "leak".
+        raise NotApplicable("this probe logs in as an application role (no superuser, no BYPASSRLS), and the "
+                            f"--pooled-dsn user is {'a superuser' if superuser else 'BYPASSRLS'}: give an "
+                            "application role's DSN (`leakcheck fixtures --dsn=URI --role=ROLE` prepares it)")
     if probe.login == Login.SUPERUSER and not superuser:
         raise NotApplicable("this probe needs a superuser login (SET SESSION AUTHORIZATION) and the --pooled-dsn "
                             "user is none")

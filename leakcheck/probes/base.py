@@ -21,11 +21,9 @@ from ..verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 #: How many transactions B may open to be handed A's server connection (a_on_another_server).
 PLACEMENT_TRIES = 10
 
-#: How many transactions B may open to be handed A's server connection (a_on_another_server).
-PLACEMENT_TRIES = 10
-
-#: The identity columns appended to every observation. Epoch seconds: TimeZone/DateStyle-proof.
-IDENTITY = ("pg_backend_pid(), (SELECT extract(epoch FROM backend_start)::text "
+#: The identity columns appended to every observation. Epoch microseconds as an integer: proof
+#: against TimeZone, DateStyle and extra_float_digits (a float's text before PostgreSQL 14).
+IDENTITY = ("pg_backend_pid(), (SELECT (extract(epoch FROM backend_start) * 1000000)::bigint::text "
             "FROM pg_stat_get_activity(pg_backend_pid()))")
 
 
@@ -81,6 +79,9 @@ class Scenario:
         return f"lc_{stem}_{self.token}"
 
     def _prove(self, client: Client, step: str, pid: Any, started: Any) -> None:
+        if started is None:  # pid alone is no proof: pids are reused
+            raise ProbeError(f"{client.label}'s backend_start is not visible to its role at {step!r}, so its server "
+                             "connection cannot be proven: grant it pg_read_all_stats (leakcheck fixtures does)")
         slot = self._slot.get(client.label, Slot.HOME)
         self.proofs.append(Proof(step, client.label, ServerId(int(pid), str(started)), slot))
 
@@ -148,16 +149,18 @@ class Scenario:
         a_last = next((p.server for p in reversed(self.proofs) if p.client == self.a.label), None)
         if self.route is not Route.TRANSACTION or self.placement_promised:
             a_last = None  # the controls have sessions of their own; PgBouncer's choice the proofs check
+        handed: list[str] = []
         for _ in range(PLACEMENT_TRIES):
             await self.b.execute("BEGIN")
             (pid, started), = [r[:2] for r in await self.b.query(f"SELECT {IDENTITY}")]
             if a_last is None or ServerId(int(pid), str(started)) == a_last:
                 break
+            handed.append(str(ServerId(int(pid), str(started))))
             await attempt(self.b.execute("COMMIT"))
         else:
             raise NotApplicable(f"B could not claim A's server connection ({a_last}) in {PLACEMENT_TRIES} "
-                                "transactions: the pooler hands out servers in its own order, so A cannot be "
-                                "moved to another one as this probe needs")
+                                f"transactions (B was handed {', '.join(sorted(set(handed)))}): the pooler hands "
+                                "out servers in its own order, so A cannot be moved to another one as this probe needs")
         try:
             await self.observe(self.b, "holds A's server", "1")
             self._slot[self.a.label] = Slot.AWAY

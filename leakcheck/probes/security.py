@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 
-from ..errors import ProbeError
+from ..errors import NotApplicable, ProbeError
 from ..verdicts import Observation, Scope
 from .base import Attempt, Login, Probe, Scenario, attempt, probe
 from .settings import lit, setting
@@ -182,13 +182,10 @@ async def lock_timeout(s: Scenario) -> Observation:
     # own statement_timeout (B's own setting is the answer; the wait only shows the effect).
     waited = Attempt("not run")
     if b_seen == "10ms":
-        c = await s.c()
-        await c.execute(f"SELECT pg_advisory_lock({key})")
         try:
-            waited = await s.run(s.b, "wait for C's lock", "SET LOCAL statement_timeout = '150ms'",
-                                 f"SELECT pg_advisory_xact_lock({key})::text")
-        finally:
-            await attempt(c.execute(f"SELECT pg_advisory_unlock({key})"))
+            waited = await _wait_for_a_lock_c_holds(s, key)
+        except NotApplicable as missing:  # no direct session (a DSN without --direct-dsn): B's read decides
+            waited = Attempt(f"not run: {missing}")
     mine = await s.observe(s.a, "read lock_timeout", setting("lock_timeout"))
     return Observation(
         evidence=f"A: SET lock_timeout='10ms'. B read {b_seen!r}; B's wait for a lock C held gave {waited} "
@@ -197,6 +194,17 @@ async def lock_timeout(s: Scenario) -> Observation:
         lost=mine != "10ms",
         broke=str(waited) if waited.failed and not (waited.state("55P03") or waited.state("57014")) else None,
     )
+
+
+async def _wait_for_a_lock_c_holds(s: Scenario, key: int) -> Attempt:
+    """C (a direct session) holds an advisory lock; B waits for it, bounded by its own 150ms statement_timeout."""
+    c = await s.c()
+    await c.execute(f"SELECT pg_advisory_lock({key})")
+    try:
+        return await s.run(s.b, "wait for C's lock", "SET LOCAL statement_timeout = '150ms'",
+                           f"SELECT pg_advisory_xact_lock({key})::text")
+    finally:
+        await attempt(c.execute(f"SELECT pg_advisory_unlock({key})"))
 
 
 @probe("idle_in_transaction_timeout", "SET idle_in_transaction_session_timeout (is B's session ended?)",
@@ -210,22 +218,31 @@ async def idle_in_transaction_timeout(s: Scenario) -> Observation:
     # timeout, its next statement fails (B's own setting is the answer; this shows the effect).
     went_on = Attempt("not run")
     if b_seen == "50ms":
-        began = await attempt(s.b.execute("BEGIN"))
-        # On a loaded machine B may be ended before its first statement in the block: that is the
-        # effect itself, not a harness failure (B's proof above still holds).
-        proven = await attempt(s.observe(s.b, "began", "1")) if not began.failed else began
-        if proven.failed:
-            went_on = proven
-        else:
-            await asyncio.sleep(0.15)
-            went_on = await attempt(s.b.query("SELECT 1"))
-        await attempt(s.b.execute("ROLLBACK"))
+        try:
+            went_on = await _idle_in_a_block(s)
+        except NotApplicable as refused:  # statement mode: B's read above is the (proven) answer
+            went_on = Attempt(f"not run, the pooler refused the block: {refused}")
     return Observation(
         evidence=f"A: set_config('idle_in_transaction_session_timeout', '50ms', false) gave {mine!r}. "
         f"B read {b_seen!r}; "
         f"after idling 0.15 s in a transaction B's next statement gave {went_on}",
         leaked=b_seen == "50ms" or went_on.failed,
     )
+
+
+async def _idle_in_a_block(s: Scenario) -> Attempt:
+    """B opens a transaction, idles 0.15 s in it, and goes on: what its next statement gave."""
+    began = await attempt(s.b.execute("BEGIN"))
+    # On a loaded machine B may be ended before its first statement in the block: that is the
+    # effect itself, not a harness failure (B's proof above still holds).
+    proven = await attempt(s.observe(s.b, "began", "1")) if not began.failed else began
+    if proven.failed:
+        went_on = proven
+    else:
+        await asyncio.sleep(0.15)
+        went_on = await attempt(s.b.query("SELECT 1"))
+    await attempt(s.b.execute("ROLLBACK"))
+    return went_on
 
 
 @probe("client_encoding", "SET client_encoding (does B get bytes its driver cannot read?)", security=True)

@@ -65,6 +65,19 @@ def test_a_running_pooler_gives_the_verdicts_of_the_same_pooler_leakcheck_starts
     assert {v for (route, _, _), v in measured.items() if route == "direct"} <= {"isolated", "not_applicable"}
 
 
+def test_an_application_role_probe_through_a_superusers_dsn_is_not_applicable(
+    pytester: pytest.Pytester, staging: tuple[str, str, Endpoint]
+) -> None:
+    _, _, direct = staging
+    app, superuser = (f"{role}:{direct.as_user(role).password}@" for role in (APP_ROLE, USER))
+    pooled = staging[0].replace(app, superuser, 1)  # the same pooler, as the superuser
+    assert pooled != staging[0]
+    result = pytester.runpytest_inprocess(f"--pooled-dsn={pooled}", "--probes=rls_tenant", "--drivers=psycopg",
+                                          "--controls=no", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*logs in as an application role (no superuser, no BYPASSRLS)*a superuser*"])
+
+
 def test_a_dsn_where_clients_never_share_a_server_is_an_error_that_says_so(
     pytester: pytest.Pytester, staging: tuple[str, str, Endpoint]
 ) -> None:

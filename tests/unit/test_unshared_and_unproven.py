@@ -1,0 +1,56 @@
+"""When different server connections for A and B mean "not applicable", and when they stay an error."""
+
+from __future__ import annotations
+
+from leakcheck.probes import PROBES
+from leakcheck.runner import never_shared
+from leakcheck.verdicts import Driver, Proof, Route, ServerId, Target
+from leakcheck.versions import Version
+
+from .outcomes import pooler
+
+PROBE = next(p for p in PROBES if p.id == "statement_timeout")
+
+
+def target(kind: str, version: str, settings: tuple[tuple[str, str], ...] = ()) -> Target:
+    return Target(Version.parse("16.14"), pooler(kind, version, settings), Route.TRANSACTION, Driver("psycopg"))
+
+
+def proofs(*steps: tuple[str, int]) -> tuple[Proof, ...]:
+    return tuple(Proof(f"step {i}", who, ServerId(pid, f"{pid}000")) for i, (who, pid) in enumerate(steps))
+
+
+def test_pgpool_giving_a_and_b_one_server_each_is_not_applicable_with_both_pids() -> None:
+    said = never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1), ("B", 2), ("A", 1)))
+    assert said is not None and "A on pid 1; B on pid 2" in said
+
+
+def test_a_client_that_changed_servers_in_session_mode_stays_an_error() -> None:
+    assert never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1), ("B", 3), ("A", 2))) is None
+    assert never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1), ("B", 3), ("B", 4))) is None
+
+
+def test_sharing_or_a_missing_client_is_never_not_applicable() -> None:
+    assert never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1), ("B", 1))) is None
+    assert never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1))) is None
+
+
+def test_in_transaction_mode_different_servers_are_a_harness_failure() -> None:
+    assert never_shared(PROBE, target("pgbouncer", "1.24.1"), proofs(("A", 1), ("B", 2))) is None
+
+
+def test_a_proof_without_backend_start_is_an_error_not_a_proof() -> None:
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    import pytest
+
+    from leakcheck.errors import ProbeError
+    from leakcheck.probes.base import Scenario
+
+    a: Any = SimpleNamespace(label="A")
+    s = Scenario(a=cast(Any, a), b=cast(Any, SimpleNamespace(label="B")), route=Route.TRANSACTION)
+    with pytest.raises(ProbeError, match="backend_start is not visible"):
+        s._prove(a, "read", 7, None)
+    s._prove(a, "read", 7, "1733000000000000")
+    assert s.proofs == [Proof("read", "A", ServerId(7, "1733000000000000"))]
