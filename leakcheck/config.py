@@ -10,6 +10,7 @@ import pytest
 from . import matrix_file
 from .axes import Axis, check_distinct, parse_axis, parse_poolers
 from .diff import Cell, parse_cell
+from .distinct_paths import EXPECT, check_own_files
 from .errors import UsageError
 from .option_table import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
 from .probes import Probe, select
@@ -102,7 +103,7 @@ class Config:
         without the matrix is an error (it would do nothing, silently).
         """
         raw = {ini: _raw(config, ini) for ini in FLAGS}
-        settings = cls.from_strings(raw)
+        settings = cls.from_strings(raw, junitxml=getattr(config.option, "xmlpath", None))
         if all(raw[key] is None for key in MATRIX_SWITCHES):
             idle = [flag for ini, flag in FLAGS.items() if config.getoption(ini) is not None]
             if idle:
@@ -114,9 +115,10 @@ class Config:
         return settings
 
     @classmethod
-    def from_strings(cls, raw: dict[str, str | None]) -> Config:
+    def from_strings(cls, raw: dict[str, str | None], junitxml: str | Path | None = None) -> Config:
         """Validate option values; a key missing or None takes its default, a blank value is an error.
-        A --matrix file gives the values not given here."""
+        A --matrix file gives the values not given here. `junitxml`: that report's path, checked with the
+        other files the run writes."""
         matrix = _given(raw, "leakcheck_matrix", "the path of a matrix file such as matrices/upgrade.toml")
         if matrix is not None:
             raw = {**matrix_file.load(Path(matrix)), **{k: v for k, v in raw.items() if v is not None}}
@@ -156,6 +158,10 @@ class Config:
         odyssey_image = _given(raw, "leakcheck_odyssey_image", "an image template such as registry/odyssey:{version}")
         pgpool_image = _given(raw, "leakcheck_pgpool_image", "an image template such as registry/pgpool:{version}")
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
+        check_own_files({"--record": record, "--results": results, "--report-html": report_html,
+                         "--report-md": report_md, "--junitxml": junitxml},
+                        {EXPECT: expect, "the --matrix file": matrix, "the --bouncer-ini file": bouncer_ini},
+                        may_rewrite=("--record", EXPECT) if update == "yes" else None)
         pooled, direct, name = _dsns(raw)
         poolers = _poolers(raw) if pooled is None else ()
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}

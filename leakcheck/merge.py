@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import expectations, record
+from .distinct_paths import EXPECT, check_own_files
 from .errors import UsageError
 from .expectations import Expectation
 from .judge import Judgement, Kind, Policy, judge
@@ -119,6 +120,10 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
     --report-md targets) is checked before anything is printed or written: a problem is a
     UsageError (exit 4 in the CLI).
     """
+    check_own_files({"--record": record_to, "--junitxml": junit_to, "--report-html": report_html,
+                     "--report-md": report_md},
+                    {EXPECT: expect, **{f"a results file being merged ({p})": p for p in paths}},
+                    may_rewrite=("--record", EXPECT))
     merged = combine([(str(p), load(p)) for p in paths])
     expected = expectations.load(expect) if expect is not None else None
     if record_to is not None:

@@ -51,7 +51,7 @@ def raw_options(args: argparse.Namespace) -> dict[str, str | None]:
 
 
 def main(args: argparse.Namespace) -> int:
-    config = Config.from_strings(raw_options(args))
+    config = Config.from_strings(raw_options(args), junitxml=args.junitxml)
     run = MatrixRun(config)
     run.expected = preflight.check(config, run.choice[0]).expected  # every input, before any server
     if config.results is not None:
