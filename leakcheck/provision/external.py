@@ -10,6 +10,7 @@ pooler run one at a time. Probes create only temporary or uniquely named objects
 from __future__ import annotations
 
 import contextlib
+import re
 import urllib.parse
 from collections.abc import Iterator
 from types import TracebackType
@@ -27,24 +28,30 @@ _SCHEMES = ("postgresql", "postgres")
 
 def check_dsn(dsn: str, option: str) -> str:
     """A postgresql:// URI (both drivers read that form); a one-line UsageError otherwise."""
-    parts = urllib.parse.urlsplit(dsn.strip())
+    example = "give one such as postgresql://app:PASSWORD@pooler.staging:6432/appdb"
+    try:
+        parts = urllib.parse.urlsplit(dsn.strip())
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError as exc:
+        raise UsageError(f"{option}: {redacted(dsn)!r} is not a valid URI ({exc}); {example}") from None
     if parts.scheme not in _SCHEMES or not (parts.hostname or "host=" in parts.query):
-        raise UsageError(f"{option}: {redacted(dsn)!r} is not a postgresql:// URI; give one such as "
-                         "postgresql://app:PASSWORD@pooler.staging:6432/appdb")
+        raise UsageError(f"{option}: {redacted(dsn)!r} is not a postgresql:// URI; {example}")
     return dsn.strip()
 
 
+#: A password in a URI's user info, in its query (`?password=`), or as a `password=` keyword.
+_SECRETS = (re.compile(r"(://[^/?#@:]*:)[^/?#@]*(@)"), re.compile(r"((?:^|[?&\s])password=)('[^']*'|[^&\s]*)"))
+
+
 def redacted(dsn: str) -> str:
-    """The DSN without its password, for messages and reports."""
-    parts = urllib.parse.urlsplit(dsn)
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    """The DSN without its password, for messages and reports (any text: it never raises)."""
+    for secret in _SECRETS:
+        dsn = secret.sub(lambda m: m.group(1) + "***" + (m.group(2) if m.group(2) == "@" else ""), dsn)
+    return dsn
 
 
 def default_name(dsn: str) -> str:
-    """A name for the pooler in ids and keys: its host (and port)."""
+    """A name for the pooler in ids and keys: its host (and port); the DSN was checked (check_dsn)."""
     parts = urllib.parse.urlsplit(dsn)
     host = (parts.hostname or "pooler").replace(".", "_")
     return f"{host}_{parts.port}" if parts.port else host

@@ -23,3 +23,16 @@ def test_a_password_is_never_shown() -> None:
 
 def test_a_running_pooler_is_named_after_its_host_and_port() -> None:
     assert default_name("postgresql://app:pw@pgbouncer.staging:6432/db") == "pgbouncer_staging_6432"
+
+
+@pytest.mark.parametrize("dsn", ["postgresql://u:secret@[::1", "postgresql://u:secret@host:abc/db"])
+def test_a_uri_python_cannot_read_is_a_one_line_error_without_its_password(dsn: str) -> None:
+    with pytest.raises(UsageError, match="is not a valid URI") as raised:
+        check_dsn(dsn, "--pooled-dsn")
+    assert "secret" not in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("dsn", ["postgresql://u@h/db?sslmode=require&password=secret",
+                                 "host=h password=secret user=u", "host=h password='se cret' user=u"])
+def test_a_password_in_the_query_or_as_a_keyword_is_redacted_too(dsn: str) -> None:
+    assert "secret" not in redacted(dsn) and "password=***" in redacted(dsn)
