@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from .provision.external import check_dsn, default_name
 from .provision.pooler_containers import missing_image
 from .target import PoolerKind
 from .verdicts import Driver
-from .versions import Spec, parse_spec_list
+from .versions import Spec, Version, parse_spec_list
 
 
 def _raw(config: pytest.Config, ini: str) -> str | None:
@@ -162,8 +163,11 @@ class Config:
                          "--report-md": report_md, "--junitxml": junitxml},
                         {EXPECT: expect, "the --matrix file": matrix, "the --bouncer-ini file": bouncer_ini},
                         may_rewrite=("--record", EXPECT) if update == "yes" else None)
+        probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"))
         pooled, direct, name = _dsns(raw)
         poolers = _poolers(raw) if pooled is None else ()
+        if diff is not None and pooled is None:
+            _diff_in_matrix(diff, parse_spec_list(pg, "--pg"), poolers)
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
         missing = [(kind, spec) for kind, spec in poolers if kind in images and images[kind] is None]
         if backend == "containers" and missing:
@@ -175,7 +179,7 @@ class Config:
             pg=parse_spec_list(pg, "--pg"),
             poolers=poolers,
             drivers=_drivers(get("leakcheck_drivers", "psycopg, asyncpg or both")),
-            probes=_probes(get("leakcheck_probes", "probe ids separated by commas, or all")),
+            probes=probes,
             controls=controls == "yes",
             backend=backend,
             expect=Path(expect) if expect is not None else None,
@@ -188,7 +192,7 @@ class Config:
             axes=_axes(raw, poolers),
             bouncer_ini=bouncer_ini,
             pooled_dsn=pooled, direct_dsn=direct, dsn_name=name,
-            require=required_probes(_given(raw, "leakcheck_require", "probe ids separated by commas, or security")),
+            require=_required_among(raw, probes),
             update=update == "yes",
             diff=_diff(raw),
             report_html=Path(report_html) if report_html is not None else None,
@@ -278,6 +282,33 @@ def _diff_matrix(raw: dict[str, str | None], diff: tuple[Cell, Cell]) -> dict[st
     return {"leakcheck_pg": pgs, "leakcheck_pooler": poolers}
 
 
+def _diff_in_matrix(diff: tuple[Cell, Cell], pgs: Sequence[Spec], poolers: tuple[tuple[PoolerKind, Spec], ...]) -> None:
+    """Both --diff sides among the versions the matrix runs (before any server starts)."""
+    def overlap(version: Version, spec: Spec) -> bool:
+        return spec.version is None or version.matches(spec.version) or spec.version.matches(version)
+
+    for cell in diff:
+        if not (any(overlap(cell.pg, p) for p in pgs)
+                and any(kind is cell.kind and overlap(cell.version, spec) for kind, spec in poolers)):
+            raise UsageError(f"--diff: {cell.raw} is not in the matrix this run measures: add its versions "
+                             "(--pg, --bouncer or --pooler), or give --diff alone to run just its two cells")
+
+
+def _required_among(raw: dict[str, str | None], probes: Sequence[Probe]) -> frozenset[str] | None:
+    """--require, where a probe named there must be among those the run measures (else the gate could
+    pass on a probe it never ran); `security` and `all` mean those of the selection."""
+    text = _given(raw, "leakcheck_require", "probe ids separated by commas, or security")
+    required = required_probes(text)
+    if text is None or required is None:
+        return None
+    chosen = {p.id for p in probes}
+    named = [n for n in _items(text, "--require", "probe ids") if n not in ("security", "all") and n not in chosen]
+    if named:
+        raise UsageError(f"--require={text} names {', '.join(named)}, which --probes does not run: add "
+                         f"{'it' if len(named) == 1 else 'them'} to --probes (or drop --probes to run all)")
+    return required
+
+
 def required_probes(raw: str | None) -> frozenset[str] | None:
     """--require's probe ids; `security` stands for every security probe, `all` for every probe."""
     if raw is None:
@@ -290,7 +321,7 @@ def required_probes(raw: str | None) -> frozenset[str] | None:
         elif name == "all":
             out |= {p.id for p in select(None)}
         else:
-            out |= {p.id for p in select(name)}  # an unknown id is a UsageError listing the known ones
+            out |= {p.id for p in select(name, "--require")}  # an unknown id: a UsageError listing the known ones
     return frozenset(out)
 
 

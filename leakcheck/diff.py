@@ -107,6 +107,14 @@ def sides_measured(outcomes: Sequence[Outcome], cells: Sequence[Cell]) -> list[C
     return [c for c in cells if not any(c.matches(o) for o in outcomes)]
 
 
+def run_diff_lines(outcomes: Sequence[Outcome], before: Cell, after: Cell) -> list[str]:
+    """What a run with --diff=BEFORE..AFTER prints after its matrix: the diff, and each side it missed."""
+    changes, same = compare(outcomes, before, after)
+    lines = render_text(changes, same, before, after).splitlines()
+    return lines + [f"leakcheck: the run measured nothing of {cell.raw}: add it to the matrix"
+                    for cell in sides_measured(outcomes, [before, after])]
+
+
 def grouped(changes: Sequence[Change]) -> list[tuple[Change, list[Driver]]]:
     """Changes that differ only by driver, as one (the first driver's, with every driver named)."""
     out: dict[tuple[str, str, str], tuple[Change, list[Driver]]] = {}

@@ -1,4 +1,5 @@
-"""How a `leakcheck` command ends: one line and exit code 4 for a LeakcheckError, 130 when interrupted."""
+"""How a `leakcheck` command ends: one line and exit code 4 for a LeakcheckError, 1 for a file it could
+not read or write, 130 when interrupted."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from . import signals
 from .errors import LeakcheckError
 
 EXIT_USAGE = 4  # as pytest's (and the plugin's): a value that cannot be understood or obtained
+EXIT_FILE = 1  # the command ran, but a file it had to read or write failed (a full disk, a permission)
 EXIT_INTERRUPTED = 130
 
 
@@ -20,6 +22,11 @@ def guarded(body: Callable[[], int]) -> int:
     except LeakcheckError as exc:
         print(f"leakcheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"leakcheck: error: could not use{where}: {exc.strerror or exc}; check the path and the disk",
+              file=sys.stderr)
+        return EXIT_FILE
     except KeyboardInterrupt:
         print("leakcheck: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -81,7 +81,9 @@ def _text(value: Any, where: str) -> str:
         return str(value)
     if isinstance(value, list) and value and all(isinstance(v, (int, str)) for v in value):
         return _joined([str(v) for v in value])
-    raise UsageError(f"{where} is {value!r}: give a text, a number, true/false, or a list of texts")
+    hint = " (a version is a text: quote it, e.g. \"1.24\")" if isinstance(value, float) or (
+        isinstance(value, list) and any(isinstance(v, float) for v in value)) else ""
+    raise UsageError(f"{where} is {value!r}: give a text, a number, true/false, or a list of texts{hint}")
 
 
 def _joined(values: list[str]) -> str:
@@ -104,8 +106,14 @@ def _poolers(entries: Any, folder: Path, where: str) -> tuple[str, str, str]:
                              f"unknown: {', '.join(sorted(unknown)) or 'none'}")
         kind = _text(entry["kind"], f"{here} kind")
         versions = entry["versions"] if isinstance(entry["versions"], list) else [entry["versions"]]
+        if not versions:
+            raise UsageError(f"{here}: versions is empty; give at least one, e.g. versions = [\"1.24\"]")
         items += [f"{kind}:{_text(v, f'{here} versions')}" for v in versions]
-        for name, values in dict(entry.get("settings", {})).items():
+        settings = entry.get("settings", {})
+        if not isinstance(settings, dict):
+            raise UsageError(f"{here}: settings is {settings!r}; give a table such as "
+                             "settings = { max_prepared_statements = [0, 200] }")
+        for name, values in settings.items():
             axes.append(f"{kind}:{name}={_text(values if isinstance(values, list) else [values], f'{here} {name}')}")
         if "ini" in entry:
             if kind != "pgbouncer" or ini:

@@ -12,7 +12,7 @@ import pytest
 
 from . import expectations, gather, preflight, progress, record, results, signals
 from .config import Config
-from .diff import compare, render_text, sides_measured
+from .diff import run_diff_lines
 from .errors import LeakcheckError
 from .judge import Kind
 from .matrix_run import MatrixRun
@@ -253,10 +253,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     for line in config.stash.get(RECORDED, []):
         terminalreporter.write_line(f"leakcheck: {line}")
     if run.config.diff is not None and outcomes:
-        before, after = run.config.diff
-        changes, same = compare(outcomes, before, after)
         terminalreporter.write_sep("=", "leakcheck diff")
-        for line in render_text(changes, same, before, after).splitlines():
+        for line in run_diff_lines(outcomes, *run.config.diff):
             terminalreporter.write_line(line)
-        for cell in sides_measured(outcomes, [before, after]):
-            terminalreporter.write_line(f"leakcheck: the run measured nothing of {cell.raw}: add it to the matrix")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import merge, preflight, record, results
 from .config import Config
+from .diff import run_diff_lines
 from .matrix_run import MatrixRun
 from .option_table import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
 from .report import render_counts
@@ -91,6 +92,8 @@ def finish(run: MatrixRun, outcomes: list[Outcome], junit_to: Path | None) -> in
     judged = merge.judge_all(measured, run.expected, config.require, config.update)
     for line in merge.report(judged, "leakcheck run", use_color(sys.stdout, os.environ)):
         print(line)
+    if config.diff is not None and outcomes:
+        print("\n".join(["", *run_diff_lines(outcomes, *config.diff)]))
     lines: list[str] = []
     written = True
     if config.record is not None:

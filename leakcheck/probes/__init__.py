@@ -14,15 +14,15 @@ PROBES: tuple[Probe, ...] = (
 __all__ = ["PROBES", "Probe", "Scenario", "select"]
 
 
-def select(ids: str | None) -> tuple[Probe, ...]:
+def select(ids: str | None, option: str = "--probes") -> tuple[Probe, ...]:
     """The probes named in a comma separated list (all when None), in registry order."""
     if ids is None or ids.strip() in ("", "all"):
         return PROBES
     wanted = [i.strip() for i in ids.split(",")]
     if not all(wanted):
-        raise UsageError(f"--probes={ids!r} has an empty item; give probe ids separated by commas, or all")
+        raise UsageError(f"{option}={ids!r} has an empty item; give probe ids separated by commas, or all")
     known = {p.id for p in PROBES}
     unknown = [i for i in wanted if i not in known]
     if unknown:
-        raise UsageError(f"--probes: unknown probe id(s) {', '.join(unknown)}; known ids: {', '.join(sorted(known))}")
+        raise UsageError(f"{option}: unknown probe id(s) {', '.join(unknown)}; known ids: {', '.join(sorted(known))}")
     return tuple(p for p in PROBES if p.id in wanted)

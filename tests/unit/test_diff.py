@@ -75,3 +75,22 @@ def test_the_markdown_diff_makes_evidence_inert() -> None:
     md = render_markdown(changes, 0, before, after)
     assert "<script>" not in md and "</details><" not in md.replace("</details>\n", "")
     assert r"\<script\>" in md and r"\| \*bold\* \`code\`" in md
+
+
+def test_a_diff_side_the_matrix_does_not_run_is_refused_before_any_server_starts() -> None:
+    from leakcheck.config import Config
+
+    diff = "pg16/pgbouncer1.24..pg18/pgbouncer1.26"
+    with pytest.raises(UsageError, match="pg18/pgbouncer1.26 is not in the matrix"):
+        Config.from_strings({"leakcheck_pg": "16", "leakcheck_bouncer": "1.24", "leakcheck_diff": diff})
+    assert Config.from_strings({"leakcheck_pg": "16.14,18", "leakcheck_bouncer": "1.24.1,1.26",
+                                "leakcheck_diff": diff}).diff is not None
+    assert Config.from_strings({"leakcheck_diff": diff}).diff is not None  # alone: it runs its two cells
+
+
+def test_a_runs_diff_names_the_side_it_did_not_measure() -> None:
+    from leakcheck.diff import run_diff_lines
+
+    outcomes = [side("1.24.1", "search_path", Verdict.LEAKS)]
+    lines = run_diff_lines(outcomes, parse_cell("pg16/pgbouncer1.24"), parse_cell("pg16/pgbouncer1.26"))
+    assert lines[-1] == "leakcheck: the run measured nothing of pg16/pgbouncer1.26: add it to the matrix"

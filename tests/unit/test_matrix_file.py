@@ -6,7 +6,7 @@ import pytest
 
 from leakcheck.config import Config
 from leakcheck.errors import UsageError
-from leakcheck.matrix_file import load
+from leakcheck.matrix_file import load, parse
 from leakcheck.target import PoolerKind
 
 MATRIX = """\
@@ -68,3 +68,14 @@ def test_the_example_matrix_file_in_matrices_is_a_valid_matrix() -> None:
     config = Config.from_strings({"leakcheck_matrix": str(path)})
     assert [str(s) for s in config.pg] == ["16", "18"] and config.expect == path.parent / "native-bookworm.json"
     assert config.require == frozenset({"protocol_prepare", "client_encoding"})
+
+
+@pytest.mark.parametrize(("entry", "said"), [
+    ({"kind": "pgbouncer", "versions": []}, "versions is empty"),
+    ({"kind": "pgbouncer", "versions": ["1.24"], "settings": "x"}, "settings is 'x'; give a table"),
+    ({"kind": "pgbouncer", "versions": ["1.24"], "settings": ["a", "b"]}, "settings is .*give a table"),
+    ({"kind": "pgbouncer", "versions": [1.24]}, 'quote it, e.g. "1.24"'),
+])
+def test_a_pooler_entry_of_the_wrong_shape_is_one_line_naming_it(entry: dict[str, object], said: str) -> None:
+    with pytest.raises(UsageError, match=said):
+        parse({"pooler": [entry]}, Path("."), "m.toml")

@@ -111,3 +111,14 @@ def test_merge_refuses_a_bad_report_path_before_printing_anything(tmp_path: Path
     assert cli.main(["merge", str(path), f"--report-md={tmp_path}"]) == EXIT_USAGE
     captured = capsys.readouterr()
     assert captured.out == "" and f"--report-md: {tmp_path} is a folder" in captured.err
+
+
+def test_a_file_a_command_cannot_write_ends_it_with_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    from leakcheck.exits import guarded
+
+    def full_disk() -> int:
+        raise OSError(28, "No space left on device", "findings/x.sql")
+
+    assert guarded(full_disk) == 1
+    assert capsys.readouterr().err == ("leakcheck: error: could not use findings/x.sql: No space left on device; "
+                                       "check the path and the disk\n")

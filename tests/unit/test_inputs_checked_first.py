@@ -1,4 +1,5 @@
-"""No file a run writes may be another file it writes, or one it reads (the gate file above all)."""
+"""Inputs that would make a run mislead, refused before it starts (an output over another file, a gate
+on a probe it does not measure)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,13 @@ def test_a_symlink_to_an_input_is_the_same_file(tmp_path: Path) -> None:
     (tmp_path / "link.html").symlink_to(tmp_path / "team.ini")
     with pytest.raises(UsageError, match="the --bouncer-ini file"):
         check_own_files({"--report-html": tmp_path / "link.html"}, {"the --bouncer-ini file": tmp_path / "team.ini"})
+
+
+def test_a_required_probe_the_run_does_not_measure_is_refused() -> None:
+    with pytest.raises(UsageError, match="--require=search_path names search_path, which --probes does not run"):
+        Config.from_strings({"leakcheck_pg": "16", "leakcheck_probes": "timezone", "leakcheck_require": "search_path"})
+    with pytest.raises(UsageError, match="--require: unknown probe id"):
+        Config.from_strings({"leakcheck_pg": "16", "leakcheck_require": "nope"})
+    settings = Config.from_strings({"leakcheck_pg": "16", "leakcheck_probes": "timezone,read_only",
+                                    "leakcheck_require": "security"})
+    assert settings.require is not None and "read_only" in settings.require
