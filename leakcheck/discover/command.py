@@ -128,7 +128,7 @@ def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
 
     def checked(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
         probes, unlisted = engine.mapped(c)
-        return probes, confirmed(c.ops, c.comparison.diffs, unlisted, verdicts)
+        return probes, confirmed(c.ops, probes, unlisted, verdicts)
 
     return engine.merge(found.candidates, checked)
 
