@@ -124,7 +124,13 @@ def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
     if not ids:
         return found.findings
     log.info("discover: running the probe(s) the findings map to: %s", ", ".join(sorted(ids)))
-    verdicts = lab.probe_verdicts(ids, driver)
+    try:
+        verdicts = lab.probe_verdicts(ids, driver)
+    except Exception as exc:  # noqa: BLE001 - a harness failure: exit 3, like the searches'
+        from ..errors import one_line
+        from .trace import Abort
+
+        raise Abort(f"the probe(s) {', '.join(sorted(ids))} failed: {type(exc).__name__}: {one_line(exc)}") from exc
 
     def checked(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
         probes, unlisted = engine.mapped(c)

@@ -33,10 +33,10 @@ from .findings import Candidate, Discovery, Finding, Round, Search, changed, fir
 from .known import label, signature
 from .ops import UNIVERSE, Op, repair
 from .strategy import sequences
-from .trace import Abort
+from .trace import harness_failed
 
 __all__ = ["Candidate", "Discovery", "Finding", "Measure", "Round", "Search", "confirm", "discover", "merge",
-           "run_round", "tighten"]
+           "measured", "run_round", "tighten"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,14 @@ def _prefix(search: Search, explained: Iterable[Candidate]) -> bytes:
     return hashlib.sha256(text.encode()).hexdigest()[:16].encode() + b":"
 
 
+def measured(measure: Measure, ops: tuple[Op, ...]) -> Comparison:
+    """One measurement; a harness failure is an `Abort` (it stops the run; hypothesis never shrinks it)."""
+    try:
+        return measure(ops)
+    except Exception as exc:  # noqa: BLE001 - Abort is a BaseException and passes through
+        raise harness_failed(ops, exc) from exc
+
+
 def run_round(measure: Measure, search: Search, number: int, deadline: float,
               explained: Sequence[Candidate] = ()) -> Round:
     """One hypothesis run: the smallest example seen per signature no earlier candidate explains."""
@@ -84,10 +92,7 @@ def run_round(measure: Measure, search: Search, number: int, deadline: float,
         if time.monotonic() >= deadline:
             raise _OutOfTime
         found.examples += 1
-        try:
-            comparison = measure(ops)
-        except Exception as exc:  # noqa: BLE001 - a harness failure stops the run; hypothesis must not shrink it
-            raise Abort(f"the harness failed on {', '.join(map(str, ops))}: {type(exc).__name__}: {exc}") from exc
+        comparison = measured(measure, ops)
         sig = first_unexplained(comparison.diffs, ops, explained)
         if sig is not None:
             first = best[sig].found_after if sig in best else time.monotonic() - origin
@@ -131,7 +136,7 @@ def tighten(measure: Measure, c: Candidate, explained: Sequence[Candidate], dead
             trial = repair(ops[:i] + ops[i + 1:])
             if size(trial) >= size(ops) or time.monotonic() >= deadline:
                 continue
-            got = measure(trial)
+            got = measured(measure, trial)
             if c.signature in unexplained(got.diffs, trial, explained):
                 ops, comparison = trial, got
                 break
@@ -198,7 +203,7 @@ def confirm(measure: Measure, findings: Iterable[Finding], tries: int = 2) -> It
     for f in findings:
         again = 0
         for _ in range(tries):
-            comparison = measure(f.ops)
+            comparison = measured(measure, f.ops)
             if any(signature(d, f.ops) == f.signature for d in comparison.diffs):
                 again += 1
         yield replace(f, reproduced=(again + 1, tries + 1))
