@@ -71,3 +71,12 @@ def test_a_baseline_that_cannot_be_measured_exits_3_with_one_line(
     err = capsys.readouterr().err
     assert code == command.EXIT_UNMEASURED
     assert err.count("\n") == 1 and err.startswith("leakcheck: error: discovery could not measure: the harness failed")
+
+
+def test_the_printed_cell_names_pgbouncer_and_its_pool_size_as_the_readme_does() -> None:
+    from leakcheck.provision.bouncer_ini import PoolSettings
+    from leakcheck.target import Pooler, PoolerKind
+
+    where = lab.Where(Version.parse("16.14"), Pooler(PoolerKind.PGBOUNCER, Version.parse("1.24.1")),
+                      Route.TRANSACTION, PoolSettings())
+    assert where.describe() == "PostgreSQL 16.14, PgBouncer 1.24.1 (pool_mode=transaction, default_pool_size=1)"
