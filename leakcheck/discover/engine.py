@@ -10,8 +10,9 @@ The next round generates from every op again, but a sequence fails only on a dif
 earlier candidate explains: the same leak never comes back, while another effect of
 a found state (B's `_pg3_0` colliding with A's, not just B seeing A's statement) or its interaction
 with another state (A's temp table making B's SET temp_buffers fail) still can. Rounds stop when one
-finds nothing or the budget is spent (a round cut short has its examples reduced op by op for a
-quarter of the budget more: `tighten`). Candidates changing the same states are one finding, their
+finds nothing or the budget is spent. Every round's candidates are then reduced op by op while
+their signature still shows (`tighten`: 1-minimal), a round the budget cut short for a quarter of
+the budget more. Candidates changing the same states are one finding, their
 other signatures shown with it. A harness failure (`Abort`) stops the run: it is never a finding.
 """
 
@@ -118,8 +119,8 @@ def run_round(measure: Measure, search: Search, number: int, deadline: float,
         found.status = "found"
         log.debug("round %d ended with %s", number, type(exc).__name__)
     found.seconds = time.monotonic() - started
-    cut = found.status == "budget"
-    found.candidates = sorted((replace(c, shrunk=not cut) for c in best.values()), key=lambda c: size(c.ops))
+    # Not yet known to be 1-minimal (hypothesis' shrinking may have stopped, or the budget cut it): tighten.
+    found.candidates = sorted((replace(c, shrunk=False) for c in best.values()), key=lambda c: size(c.ops))
     return found
 
 
@@ -186,10 +187,13 @@ def discover(measure: Measure, search: Search) -> Discovery:
         explained += found.candidates
         log.info("round %d: %d new difference(s) in %d sequences, %.1f s%s", number, len(found.candidates),
                  found.examples, found.seconds, " (budget spent)" if found.status == "budget" else "")
+        # Every candidate is reduced op by op before it explains anything (hypothesis' shrink is
+        # shortlex, not 1-minimal); a round the budget cut gets the grace period for it.
+        until = time.monotonic() + GRACE * search.budget if found.status == "budget" else deadline
+        earlier = explained[: len(explained) - len(found.candidates)]
+        found.candidates = [tighten(measure, c, earlier, until) for c in found.candidates]
+        explained[len(earlier):] = found.candidates
         if found.status == "budget":
-            grace = time.monotonic() + GRACE * search.budget
-            earlier = explained[: len(explained) - len(found.candidates)]
-            explained[len(earlier):] = [tighten(measure, c, earlier, grace) for c in found.candidates]
             stopped = "the budget was spent"
             break
         if not found.candidates:
