@@ -11,7 +11,6 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,7 @@ from ..option_table import FLAGS, LIST_OPTIONS, OPTIONS
 from ..verdicts import Driver, Route
 from . import options as o
 from .known import confirmed
+from .output import parse_out, write
 
 if TYPE_CHECKING:
     from .findings import Candidate, Discovery, Finding
@@ -84,8 +84,6 @@ def options(args: argparse.Namespace) -> o.Options:
         raise UsageError("--route=direct measures two direct sessions: leave out --bouncer, --pooler, --pooled-dsn")
     if route is not Route.DIRECT and not pooler:
         raise UsageError(f"--route={route} needs a pooler: --bouncer (e.g. --bouncer=1.24), --pooler or --pooled-dsn")
-    if not args.out.strip():
-        raise UsageError.empty("--out", "a folder, or none")
     budget = o.parse_budget(args.budget)
     seed = None if args.seed is None else o.parse_count(args.seed, "--seed", 0)
     max_examples, max_ops = o.parse_count(args.max_examples, "--max-examples"), o.parse_count(args.max_ops, "--max-ops")
@@ -98,21 +96,8 @@ def options(args: argparse.Namespace) -> o.Options:
     return o.Options(
         cell=tuple(cell.items()), route=route, driver=driver, budget=budget, seed=seed,
         max_examples=max_examples, max_ops=max_ops,
-        out=None if args.out == "none" else Path(args.out), database=database,
+        out=parse_out(args.out), database=database,
     )
-
-
-def _write(out: Path, stem: str, scripts: Sequence[tuple[str, str]]) -> list[Path]:
-    """One file per finding, `<stem>-NN-<slug>.sql`; this configuration's earlier files go first."""
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob(f"{stem}-[0-9][0-9]-*.sql"):
-        old.unlink()
-    written = []
-    for number, (name, text) in enumerate(scripts, 1):
-        path = out / f"{stem}-{number:02d}-{name}.sql"
-        path.write_text(text)
-        written.append(path)
-    return written
 
 
 def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
@@ -124,11 +109,17 @@ def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
     if not ids:
         return found.findings
     log.info("discover: running the probe(s) the findings map to: %s", ", ".join(sorted(ids)))
-    verdicts = lab.probe_verdicts(ids, driver)
+    try:
+        verdicts = lab.probe_verdicts(ids, driver)
+    except Exception as exc:  # noqa: BLE001 - a harness failure: exit 3, like the searches'
+        from ..errors import one_line
+        from .trace import Abort
+
+        raise Abort(f"the probe(s) {', '.join(sorted(ids))} failed: {type(exc).__name__}: {one_line(exc)}") from exc
 
     def checked(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
         probes, unlisted = engine.mapped(c)
-        return probes, confirmed(c.ops, c.comparison.diffs, unlisted, verdicts)
+        return probes, confirmed(c.ops, probes, unlisted, verdicts)
 
     return engine.merge(found.candidates, checked)
 
@@ -171,9 +162,10 @@ def run(opts: o.Options) -> int:
     print(f"discover: {where}, {opts.driver}: {report.summary(findings)} "
           f"({sum(r.examples for r in found.rounds)} sequences in {len(found.rounds)} round(s), "
           f"{time.monotonic() - started:.0f} s; {found.stopped}; seed {seed})")
-    if opts.out is not None and findings:
-        files = _write(opts.out, stem, scripts)
-        print(f"discover: wrote {len(files)} file(s) to {opts.out}/ ({stem}-NN-*.sql)")
+    if opts.out is not None:
+        files, removed = write(opts.out, stem, scripts)
+        print(f"discover: wrote {len(files)} file(s) to {opts.out}/ ({stem}-NN-*.sql)"
+              + (f", removed {len(removed)} earlier one(s)" if removed else ""))
     return EXIT_NEW if any(not f.known for f in findings) else EXIT_NOTHING_NEW
 
 

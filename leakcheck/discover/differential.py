@@ -19,7 +19,7 @@ from .execute import run_sequence
 from .lab import Endpoint, Lab
 from .ops import Op
 from .render import fresh_names
-from .trace import Abort, Trace
+from .trace import Abort, Trace, harness_failed
 
 #: Seconds one sequence may take on both routes, connections included.
 SEQUENCE_TIMEOUT = 30.0
@@ -70,6 +70,14 @@ class Differential:
         return got[0], got[1]
 
     def __call__(self, ops: tuple[Op, ...]) -> Comparison:
+        """The sequence's comparison; any failure to measure it (a server that would not start, a
+        connection refused, a proof missing) is an `Abort`, never a difference or a traceback."""
+        try:
+            return self._measure(ops)
+        except Exception as exc:  # noqa: BLE001 - Abort is a BaseException and passes through
+            raise harness_failed(ops, exc) from exc
+
+    def _measure(self, ops: tuple[Op, ...]) -> Comparison:
         try:
             with self.lab.subject() as subject:
                 mine, reference = self._loop.run(asyncio.wait_for(self._both(ops, subject), self.timeout))

@@ -10,8 +10,9 @@ The next round generates from every op again, but a sequence fails only on a dif
 earlier candidate explains: the same leak never comes back, while another effect of
 a found state (B's `_pg3_0` colliding with A's, not just B seeing A's statement) or its interaction
 with another state (A's temp table making B's SET temp_buffers fail) still can. Rounds stop when one
-finds nothing or the budget is spent (a round cut short has its examples reduced op by op for a
-quarter of the budget more: `tighten`). Candidates changing the same states are one finding, their
+finds nothing or the budget is spent. Every round's candidates are then reduced op by op while
+their signature still shows (`tighten`: 1-minimal), a round the budget cut short for a quarter of
+the budget more. Candidates changing the same states are one finding, their
 other signatures shown with it. A harness failure (`Abort`) stops the run: it is never a finding.
 """
 
@@ -33,10 +34,10 @@ from .findings import Candidate, Discovery, Finding, Round, Search, changed, fir
 from .known import label, signature
 from .ops import UNIVERSE, Op, repair
 from .strategy import sequences
-from .trace import Abort
+from .trace import harness_failed
 
 __all__ = ["Candidate", "Discovery", "Finding", "Measure", "Round", "Search", "confirm", "discover", "merge",
-           "run_round", "tighten"]
+           "measured", "run_round", "tighten"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,14 @@ def _prefix(search: Search, explained: Iterable[Candidate]) -> bytes:
     return hashlib.sha256(text.encode()).hexdigest()[:16].encode() + b":"
 
 
+def measured(measure: Measure, ops: tuple[Op, ...]) -> Comparison:
+    """One measurement; a harness failure is an `Abort` (it stops the run; hypothesis never shrinks it)."""
+    try:
+        return measure(ops)
+    except Exception as exc:  # noqa: BLE001 - Abort is a BaseException and passes through
+        raise harness_failed(ops, exc) from exc
+
+
 def run_round(measure: Measure, search: Search, number: int, deadline: float,
               explained: Sequence[Candidate] = ()) -> Round:
     """One hypothesis run: the smallest example seen per signature no earlier candidate explains."""
@@ -84,10 +93,7 @@ def run_round(measure: Measure, search: Search, number: int, deadline: float,
         if time.monotonic() >= deadline:
             raise _OutOfTime
         found.examples += 1
-        try:
-            comparison = measure(ops)
-        except Exception as exc:  # noqa: BLE001 - a harness failure stops the run; hypothesis must not shrink it
-            raise Abort(f"the harness failed on {', '.join(map(str, ops))}: {type(exc).__name__}: {exc}") from exc
+        comparison = measured(measure, ops)
         sig = first_unexplained(comparison.diffs, ops, explained)
         if sig is not None:
             first = best[sig].found_after if sig in best else time.monotonic() - origin
@@ -113,8 +119,8 @@ def run_round(measure: Measure, search: Search, number: int, deadline: float,
         found.status = "found"
         log.debug("round %d ended with %s", number, type(exc).__name__)
     found.seconds = time.monotonic() - started
-    cut = found.status == "budget"
-    found.candidates = sorted((replace(c, shrunk=not cut) for c in best.values()), key=lambda c: size(c.ops))
+    # Not yet known to be 1-minimal (hypothesis' shrinking may have stopped, or the budget cut it): tighten.
+    found.candidates = sorted((replace(c, shrunk=False) for c in best.values()), key=lambda c: size(c.ops))
     return found
 
 
@@ -131,7 +137,7 @@ def tighten(measure: Measure, c: Candidate, explained: Sequence[Candidate], dead
             trial = repair(ops[:i] + ops[i + 1:])
             if size(trial) >= size(ops) or time.monotonic() >= deadline:
                 continue
-            got = measure(trial)
+            got = measured(measure, trial)
             if c.signature in unexplained(got.diffs, trial, explained):
                 ops, comparison = trial, got
                 break
@@ -181,10 +187,13 @@ def discover(measure: Measure, search: Search) -> Discovery:
         explained += found.candidates
         log.info("round %d: %d new difference(s) in %d sequences, %.1f s%s", number, len(found.candidates),
                  found.examples, found.seconds, " (budget spent)" if found.status == "budget" else "")
+        # Every candidate is reduced op by op before it explains anything (hypothesis' shrink is
+        # shortlex, not 1-minimal); a round the budget cut gets the grace period for it.
+        until = time.monotonic() + GRACE * search.budget if found.status == "budget" else deadline
+        earlier = explained[: len(explained) - len(found.candidates)]
+        found.candidates = [tighten(measure, c, earlier, until) for c in found.candidates]
+        explained[len(earlier):] = found.candidates
         if found.status == "budget":
-            grace = time.monotonic() + GRACE * search.budget
-            earlier = explained[: len(explained) - len(found.candidates)]
-            explained[len(earlier):] = [tighten(measure, c, earlier, grace) for c in found.candidates]
             stopped = "the budget was spent"
             break
         if not found.candidates:
@@ -198,7 +207,7 @@ def confirm(measure: Measure, findings: Iterable[Finding], tries: int = 2) -> It
     for f in findings:
         again = 0
         for _ in range(tries):
-            comparison = measure(f.ops)
+            comparison = measured(measure, f.ops)
             if any(signature(d, f.ops) == f.signature for d in comparison.diffs):
                 again += 1
         yield replace(f, reproduced=(again + 1, tries + 1))

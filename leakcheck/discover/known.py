@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from ..verdicts import Scope, Verdict
 from .compare import Diff
-from .ops import SETTING, SETTINGS, Kind, Op
+from .ops import SETTING, SETTINGS, Kind, Op, Who
 
 #: Kinds whose op creates or changes session state: a finding's possible causes.
 STATE_KINDS = frozenset({
@@ -151,59 +151,86 @@ OBSERVES: dict[str, frozenset[str]] = {
 }
 
 
-def _values(name: str) -> set[str]:
+def _other(who: Who) -> Who:
+    return Who.B if who is Who.A else Who.A
+
+
+#: Kinds of op that give a setting a client's own value (SETTING: A's, B's, or the alternative).
+_VALUE_KINDS = frozenset({Kind.SET, Kind.SET_LOCAL, Kind.SET_CONFIG})
+
+
+def _values_of(who: Who, name: str, ops: Sequence[Op]) -> set[str]:
+    """The values `who`'s ops give the setting `name` (its SETTING value, or the alternative)."""
     s = SETTING.get(name)
-    return {s.a, s.b, *([s.alt] if s.alt is not None else [])} if s else set()
+    if s is None:
+        return set()
+    return {s.value(who, op.variant == "alt") for op in ops if op.who is who and op.kind in _VALUE_KINDS
+            and op.arg == name}
 
 
-def explains(cause: str, diff: Diff) -> bool:
+def explains(cause: str, diff: Diff, ops: Sequence[Op]) -> bool:
     """Would the probe of this cause see this difference? A setting's probe reads the setting (or what
-    the driver was told) and sees one client's value where the other's belongs; read_only's sees
-    writes refused (25006). Other probes read their own observations (OBSERVES)."""
+    the driver was told) and sees, through the pooler, the value the *other* client gave it (a client
+    losing its own value is another effect); read_only's sees the client's writes refused (25006)
+    through the pooler only, after the other client set it. Other probes read their own observations
+    (OBSERVES)."""
     kind, _, name = state(cause).partition(":")
     if kind in ("session", "local"):
         name = name.removesuffix(":alt")
-        if name == "default_transaction_read_only" and "25006" in diff.subject + diff.reference:
+        theirs = _values_of(_other(diff.who), name, ops)
+        if name == "default_transaction_read_only" and theirs and "25006" in diff.subject \
+                and "25006" not in diff.reference:
             return True
-        shown = {diff.subject.strip("'"), diff.reference.strip("'")}
-        return diff.key in (f"setting:{name}", f"reported:{name}") and bool(shown & _values(name))
+        return diff.key in (f"setting:{name}", f"reported:{name}") and diff.subject.strip("'") in theirs
     base = cause.split(":")[0]
     return diff.key in OBSERVES.get(base, frozenset())
 
 
-def _discovered(ops: Sequence[Op], diffs: Sequence[Diff]) -> str | None:
-    """The probe written from an earlier discovery that shows this finding's first difference:
-    a custom setting's placeholder ('' where a session that never used it reads NULL), or
-    temp_buffers refused after another client's temp table."""
-    if not diffs:
-        return None
-    first = diffs[0]
-    if first.key.startswith("setting:") and "." in first.key and {first.subject, first.reference} == {"''", "NULL"}:
-        return "custom_setting_placeholder"
-    if signature(first, ops).startswith("setting:temp_buffers/") and any(
-            op.kind is Kind.CREATE_TEMP for op in ops) and "22023" in first.subject + first.reference:
+#: The probes written from earlier discoveries (probes/discovered.py).
+DISCOVERED = frozenset({"custom_setting_placeholder", "temp_buffers_blocked"})
+
+
+def _discovered(ops: Sequence[Op], first: Diff) -> str | None:
+    """The probe written from an earlier discovery that shows this first difference, in its direction
+    and with the other client's op behind it: a custom setting's placeholder ('' through the pooler
+    where the direct session reads NULL) when only the other client used the name, or the client's
+    temp_buffers change refused (22023) through the pooler only after the other client made a temp table."""
+    other = _other(first.who)
+    if first.key.startswith("setting:") and "." in first.key and (first.subject, first.reference) == ("''", "NULL"):
+        name = first.key.removeprefix("setting:")
+        users = {op.who for op in ops if op.arg == name and op.kind is not Kind.OBSERVE}
+        return "custom_setting_placeholder" if users == {other} else None
+    own = ops[first.index] if first.index < len(ops) else None
+    if (own is not None and own.who is first.who and signature(first, ops).startswith("setting:temp_buffers/")
+            and "22023" in first.subject and "22023" not in first.reference
+            and any(op.kind is Kind.CREATE_TEMP and op.who is other for op in ops[:first.index])):
         return "temp_buffers_blocked"
     return None
 
 
+def _disclosure(found: Iterable[str], diffs: Sequence[Diff]) -> bool:
+    """Another client's protocol-level statement read in pg_prepared_statements: prepared_disclosure's."""
+    return "protocol_prepare" in found and any(d.key == "prepared" for d in diffs)
+
+
 def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(probe ids near the finding, what no probe lists). Known when the second is empty: every
-    cause is state a probe exercises, and one of those probes observes the first difference. Else
-    the states no probe lists are named (`session:work_mem`), after the effect when no cause's own
-    observation shows the first difference (`effect: setting:temp_buffers/set_config result`)."""
+    cause is state a probe exercises, and one of those probes observes the first difference (or,
+    with no unlisted cause, a probe written from an earlier discovery does). Else the states no probe
+    lists are named (`session:work_mem`), after the effect when no cause's own observation shows the
+    first difference (`effect: setting:temp_buffers/set_config result`)."""
     ops = tuple(ops)
-    written = _discovered(ops, diffs)
+    found = sorted(causes(ops))
+    unlisted = tuple(sorted({state(c) for c in found if c not in PROBE_OF}))
+    written = _discovered(ops, diffs[0]) if diffs and not unlisted else None
     if written is not None:
         return (written,), ()
-    found = sorted(causes(ops))
-    probes = [PROBE_OF[c] for c in found if c in PROBE_OF]
-    if "protocol_prepare" in found and any(d.key == "prepared" for d in diffs):
-        probes.append("prepared_disclosure")
-    probes = list(dict.fromkeys(probes))
     if not found:  # only reads, resets or transaction control: name what it did
         return (), tuple(dict.fromkeys(family(op) for op in ops if op.kind is not Kind.OBSERVE)) or ("observe",)
-    unlisted = tuple(sorted({state(c) for c in found if c not in PROBE_OF}))
-    if not diffs or any(explains(c, diffs[0]) for c in found):
+    probes = [PROBE_OF[c] for c in found if c in PROBE_OF] + (["prepared_disclosure"] if _disclosure(found, diffs)
+                                                               else [])
+    probes = list(dict.fromkeys(probes))
+    if not diffs or any(explains(c, diffs[0], ops) for c in found):
         return tuple(probes), unlisted
     return tuple(probes), (f"effect: {signature(diffs[0], ops)}", *unlisted)
 
@@ -214,27 +241,27 @@ def _transaction_scoped(probe: str) -> bool:
     return any(p.id == probe and p.scope is Scope.TRANSACTION for p in PROBES)
 
 
-def confirmed(ops: Iterable[Op], diffs: Sequence[Diff], unlisted: Sequence[str],
+def confirmed(ops: Iterable[Op], probes: Sequence[str], unlisted: Sequence[str],
               verdicts: dict[str, Verdict]) -> tuple[str, ...]:
-    """What no probe lists, now that the mapped probes were measured on this cell. A finding whose
-    every cause has a probe stays known only where those probes show it: each session-scoped cause
-    needs one of its probes to report a problem on the cell, and some cause must. A transaction-scoped
-    cause (B's pg_try_advisory_xact_lock of a lock A's session holds) may be just how the leak of
-    another one is seen; alone, with its probe isolated, the finding is new."""
+    """What no probe lists, now that the probes `label` gave were measured on this cell. A finding
+    whose every cause has a probe stays known only where those probes show it: each session-scoped
+    cause needs one of its probes to report a problem on the cell, and some cause must (a probe
+    written from an earlier discovery stands alone). A transaction-scoped cause (B's
+    pg_try_advisory_xact_lock of a lock A's session holds) may be just how the leak of another one
+    is seen; alone, with its probe isolated, the finding is new."""
     if unlisted:
         return tuple(unlisted)
-    written = _discovered(tuple(ops), diffs)
-    if written is not None:
-        shown = verdicts.get(written, Verdict.SKIPPED)
-        return () if shown.is_problem else (f"{written}: its probe measured {shown} here",)
+    if len(probes) == 1 and probes[0] in DISCOVERED:
+        shown = verdicts.get(probes[0], Verdict.SKIPPED)
+        return () if shown.is_problem else (f"{probes[0]}: its probe measured {shown} here",)
+    found = sorted(causes(ops))
     missing, confirmed_any = [], False
-    for cause in sorted(causes(ops)):
-        options = [PROBE_OF[cause]]
-        if cause == "protocol_prepare" and any(d.key == "prepared" for d in diffs):
-            options.append("prepared_disclosure")
+    for cause in found:
+        options = [PROBE_OF[cause], *(["prepared_disclosure"] if cause == "protocol_prepare"
+                                      and "prepared_disclosure" in probes else [])]
         if any(verdicts.get(p, Verdict.SKIPPED).is_problem for p in options):
             confirmed_any = True
-        elif not all(_transaction_scoped(p) for p in options) or len(causes(ops)) == 1:
+        elif not all(_transaction_scoped(p) for p in options) or len(found) == 1:
             measured = ", ".join(f"{p} {verdicts.get(p, Verdict.SKIPPED)}" for p in options)
             missing.append(f"{cause}: its probe measured {measured} here")
     if not confirmed_any and not missing:

@@ -48,8 +48,11 @@ class Where:
             return f"PostgreSQL {self.pg}, two direct sessions"
         if self.pooler.kind is PoolerKind.DSN:
             return f"PostgreSQL {self.pg} behind the running pooler {self.pooler.label()} (--pooled-dsn)"
-        return (f"PostgreSQL {self.pg}, {self.pooler.kind.product} {self.pooler.label()} "
-                f"(pool_mode={self.settings.mode.value}, pool size {self.settings.pool_size})")
+        size = self.settings.pool_size  # PgBouncer's setting by its name, as the README shows it
+        pool = f"default_pool_size={size}" if self.pooler.kind is PoolerKind.PGBOUNCER else f"pool size {size}"
+        named = self.pooler.label().removeprefix(self.pooler.kind.value)  # `PgBouncer 1.24.1[...]`
+        return (f"PostgreSQL {self.pg}, {self.pooler.kind.product} {named} "
+                f"(pool_mode={self.settings.mode.value}, {pool})")
 
 
 def pool_for(pooler: Pooler, route: Route) -> PoolSettings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import one_line
 from ..verdicts import Route, ServerId
 from .ops import Op, Who
 from .render import Names
@@ -64,3 +65,9 @@ class Trace:
 class Abort(BaseException):
     """The harness could not measure (a proof is missing or wrong, a server broke, a step hung).
     A BaseException, so hypothesis never takes it for a difference to shrink: the run stops."""
+
+
+def harness_failed(ops: tuple[Op, ...], exc: Exception) -> Abort:
+    """The `Abort` for a measurement that raised: one line naming the sequence and the error."""
+    return Abort(f"the harness failed on {', '.join(map(str, ops)) or 'no ops'}: {type(exc).__name__}: "
+                 f"{one_line(exc)}")

@@ -7,6 +7,9 @@ from ..verdicts import Observation
 from .base import Probe, Scenario, probe
 from .settings import setting
 
+#: B's temp_buffers (a value no default has, so B reads back its own).
+WANTED = "2000kB"
+
 
 @probe("temp_buffers_blocked", "A's temp table stops B's SET temp_buffers (found by leakcheck discover)")
 async def temp_buffers_blocked(s: Scenario) -> Observation:
@@ -16,15 +19,22 @@ async def temp_buffers_blocked(s: Scenario) -> Observation:
                        f"SELECT count(*) FROM {table}")
     if made.failed:
         raise ProbeError(f"A could not create and read a temp table ({made}); nothing was exercised")
-    # B: never touched a temp table, so its change must work and read back.
-    tried = await s.run(s.b, "SET temp_buffers", "SET temp_buffers = '2000kB'", f"SELECT {setting('temp_buffers')}")
+    # B: never touched a temp table, so its change must work and read back as B set it.
+    tried = await s.run(s.b, "SET temp_buffers", f"SET temp_buffers = '{WANTED}'", f"SELECT {setting('temp_buffers')}")
     mine = await s.observe(s.a, "to_regclass", f"to_regclass('pg_temp.{table}')::text")
+    blocked = tried.state("22023")
+    if blocked:
+        said = f"failed: {tried} (22023: another session's temp table was used)"
+    elif tried.failed:
+        said = f"failed: {tried}"
+    else:
+        said = f"read back {tried.value!r}" + ("" if tried.value == WANTED else f", not {WANTED!r}")
     return Observation(
-        evidence=f"A: CREATE TEMP TABLE {table}, read it. B's SET temp_buffers = '2000kB' gave {tried} (22023: "
-        f"another session's temp table was used). A's table resolves as {mine!r}",
-        leaked=tried.state("22023"),
+        evidence=f"A: CREATE TEMP TABLE {table}, read it. B's SET temp_buffers = '{WANTED}' {said}. "
+        f"A's table resolves as {mine!r}",
+        leaked=blocked,
         lost=mine is None,
-        broke=str(tried) if tried.failed and not tried.state("22023") else None,
+        broke=None if blocked or (not tried.failed and tried.value == WANTED) else f"B's SET temp_buffers {said}",
     )
 
 

@@ -135,3 +135,10 @@ def test_a_candidate_is_labelled_by_the_difference_it_was_found_for() -> None:
     diffs = (Diff(1, B, "prepared", "['<protocol>=lc_A_p1']", "[]"), Diff(4, B, "server connection", "#2", "#1"))
     probes, unlisted = mapped(Candidate(ops, Comparison(diffs), "server connection"))
     assert unlisted == ("effect: server connection",)
+
+
+def test_a_round_claims_no_candidate_shrunk_until_tighten_found_no_op_to_leave_out() -> None:
+    first = run_round(leaky, SEARCH, 1, time.monotonic() + 60)
+    assert first.candidates and not any(c.shrunk for c in first.candidates)
+    found = discover(leaky, SEARCH)
+    assert all(c.shrunk for c in found.candidates) and all(len(c.ops) == 1 for c in found.candidates)

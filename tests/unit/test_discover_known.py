@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leakcheck.discover.compare import Diff
-from leakcheck.discover.known import PROBE_OF, causes, confirmed, label, signature, state, states
+from leakcheck.discover.known import DISCOVERED, PROBE_OF, causes, confirmed, label, signature, state, states
 from leakcheck.discover.ops import UNIVERSE, Kind, Op, Who
 from leakcheck.probes import PROBES
 from leakcheck.verdicts import Verdict
@@ -20,6 +20,12 @@ def end(key: str, subject: str, reference: str, ops: int = 1, who: Who = B) -> D
 
 def test_every_mapped_probe_exists() -> None:
     assert set(PROBE_OF.values()) <= {p.id for p in PROBES}
+
+
+def test_the_probes_written_from_discoveries_are_the_ones_known_labels_them_by() -> None:
+    from leakcheck.probes.discovered import PROBES as WRITTEN
+
+    assert {p.id for p in WRITTEN} == DISCOVERED
 
 
 def test_every_state_changing_op_has_a_family() -> None:
@@ -93,25 +99,25 @@ def test_signatures_group_observations_by_the_state_they_read(key: str, sig: str
 def test_a_known_finding_stays_known_only_where_its_probe_reports_a_problem() -> None:
     ops = (Op(A, Kind.SET, "application_name"),)
     diffs = [end("setting:application_name", "'lc_app_a'", "''")]
-    assert confirmed(ops, diffs, (), {"application_name": Verdict.LEAKS}) == ()
-    assert confirmed(ops, diffs, (), {"application_name": Verdict.ISOLATED}) == (
+    assert confirmed(ops, *label(ops, diffs), {"application_name": Verdict.LEAKS}) == ()
+    assert confirmed(ops, *label(ops, diffs), {"application_name": Verdict.ISOLATED}) == (
         "set:application_name: its probe measured application_name isolated here",)
-    assert confirmed(ops, diffs, ("session:x",), {}) == ("session:x",)
+    assert confirmed(ops, (), ("session:x",), {}) == ("session:x",)
 
 
 def test_prepared_disclosure_confirms_a_protocol_statement_another_client_reads() -> None:
     ops, diffs = (Op(A, Kind.PROTOCOL, "p1"),), [end("prepared", "['<protocol>=lc_A_p1']", "[]")]
     verdicts = {"protocol_prepare": Verdict.ISOLATED, "prepared_disclosure": Verdict.LEAKS}
-    assert confirmed(ops, diffs, (), verdicts) == ()
+    assert confirmed(ops, *label(ops, diffs), verdicts) == ()
 
 
 def test_a_transaction_scoped_op_that_only_shows_another_clients_session_state_stays_known() -> None:
     ops = (Op(A, Kind.LOCK, "1"), Op(B, Kind.XACT_LOCK, "1"))
     diffs = [Diff(1, B, "result:xact_lock", "true", "false")]
     verdicts = {"advisory_lock": Verdict.LEAKS, "advisory_xact_lock": Verdict.ISOLATED}
-    assert confirmed(ops, diffs, (), verdicts) == ()
+    assert confirmed(ops, *label(ops, diffs), verdicts) == ()
     alone = (Op(B, Kind.XACT_LOCK, "1"),)
-    assert confirmed(alone, diffs, (), verdicts) == (
+    assert confirmed(alone, *label(alone, diffs), verdicts) == (
         "advisory_xact_lock: its probe measured advisory_xact_lock isolated here",)
 
 
@@ -130,5 +136,59 @@ def test_findings_that_became_probes_are_known_by_those_probes() -> None:
     ops = (Op(Who.A, Kind.RESET, "app.tenant"),)
     placeholder = Diff(1, Who.B, "setting:app.tenant", "''", "NULL")
     assert label(ops, [placeholder]) == (("custom_setting_placeholder",), ())
-    assert confirmed(ops, [placeholder], (), {"custom_setting_placeholder": Verdict.LEAKS}) == ()
-    assert confirmed(ops, [placeholder], (), {"custom_setting_placeholder": Verdict.ISOLATED}) != ()
+    assert confirmed(ops, *label(ops, [placeholder]), {"custom_setting_placeholder": Verdict.LEAKS}) == ()
+    assert confirmed(ops, *label(ops, [placeholder]), {"custom_setting_placeholder": Verdict.ISOLATED}) != ()
+
+
+def test_a_placeholder_next_to_a_state_no_probe_lists_is_new_by_that_state() -> None:
+    ops = (Op(A, Kind.SET_CONFIG, "app.tenant", "local"), Op(A, Kind.SET, "work_mem"))
+    diffs = [end("setting:app.tenant", "''", "NULL", ops=2), end("setting:work_mem", "'1111kB'", "'4MB'", ops=2)]
+    probes, unlisted = label(ops, diffs)
+    assert "session:work_mem" in unlisted
+    assert "session:work_mem" in confirmed(ops, probes, unlisted, {"custom_setting_placeholder": Verdict.LEAKS})
+
+
+def test_a_client_losing_its_own_custom_setting_is_not_the_placeholder_leak() -> None:
+    ops = (Op(A, Kind.SET_CONFIG, "app.tenant", "session"),)
+    diffs = [end("setting:app.tenant", "NULL", "''", who=A)]
+    probes, unlisted = label(ops, diffs)
+    assert "custom_setting_placeholder" not in probes and unlisted == ("effect: setting:app.tenant",)
+    assert confirmed(ops, probes, unlisted, {"custom_setting_placeholder": Verdict.LEAKS}) != ()
+
+
+def test_a_placeholder_only_in_the_direct_session_is_not_the_placeholder_leak() -> None:
+    ops = (Op(A, Kind.RESET, "app.tenant"),)
+    probes, unlisted = label(ops, [end("setting:app.tenant", "NULL", "''")])
+    assert probes == () and confirmed(ops, probes, unlisted, {"custom_setting_placeholder": Verdict.LEAKS}) != ()
+
+
+def test_temp_buffers_refused_only_in_the_direct_session_is_not_temp_buffers_blocked() -> None:
+    ops = (Op(A, Kind.CREATE_TEMP, "t1"), Op(B, Kind.SET, "temp_buffers"))
+    diff = Diff(1, B, "result:set", "NULL", "error 22023: invalid value")
+    probes, unlisted = label(ops, [diff])
+    assert probes == ("temp_table",) and unlisted == ("effect: setting:temp_buffers/set result", "session:temp_buffers")
+    assert confirmed(ops, probes, unlisted, {"temp_buffers_blocked": Verdict.LEAKS}) != ()
+
+
+def test_temp_buffers_refused_after_the_clients_own_temp_table_is_not_temp_buffers_blocked() -> None:
+    ops = (Op(B, Kind.CREATE_TEMP, "t1"), Op(B, Kind.SET_CONFIG, "temp_buffers", "local"))
+    diff = Diff(1, B, "result:set_config", "error 22023: invalid value", "'2000kB'")
+    probes, unlisted = label(ops, [diff])
+    assert "temp_buffers_blocked" not in probes
+    assert confirmed(ops, probes, unlisted, {"temp_buffers_blocked": Verdict.LEAKS}) != ()
+
+
+def test_a_client_reading_back_the_default_instead_of_its_own_value_is_not_its_settings_leak() -> None:
+    ops = (Op(A, Kind.SET, "statement_timeout"),)
+    diffs = [end("setting:statement_timeout", "'0'", "'111s'", who=A)]
+    probes, unlisted = label(ops, diffs)
+    assert probes == ("statement_timeout",) and unlisted == ("effect: setting:statement_timeout",)
+    assert confirmed(ops, probes, unlisted, {"statement_timeout": Verdict.LEAKS}) != ()
+
+
+def test_a_client_reading_its_own_value_where_the_other_set_one_is_not_a_leak_of_the_others() -> None:
+    ops = (Op(A, Kind.SET, "statement_timeout"), Op(B, Kind.SET, "statement_timeout"))
+    diffs = [end("setting:statement_timeout", "'222s'", "'0'", ops=2)]
+    assert label(ops, diffs)[1] == ("effect: setting:statement_timeout",)
+    leaked = [end("setting:statement_timeout", "'111s'", "'222s'", ops=2)]
+    assert label(ops, leaked) == (("statement_timeout",), ())

@@ -1,0 +1,50 @@
+"""The probes discovery found, against a stand-in scenario (no servers): what their evidence claims."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from leakcheck.clients import ServerError
+from leakcheck.probes.base import Attempt
+from leakcheck.probes.discovered import temp_buffers_blocked
+from leakcheck.verdicts import Observation
+
+
+class Stage:
+    """A scenario whose B gets `tried` for its SET temp_buffers; A's table always resolves."""
+
+    a, b = "A", "B"
+
+    def __init__(self, tried: Attempt) -> None:
+        self.tried = tried
+
+    def name(self, base: str) -> str:
+        return f"lc_{base}"
+
+    async def run(self, client: str, step: str, *statements: str) -> Attempt:
+        return Attempt(1) if client == "A" else self.tried
+
+    async def observe(self, client: str, step: str, expr: str) -> Any:
+        return "lc_tmpbuf"
+
+
+def measured(tried: Attempt) -> Observation:
+    return asyncio.run(temp_buffers_blocked.body(Stage(tried)))  # type: ignore[arg-type]
+
+
+def test_temp_buffers_blocked_blames_another_sessions_temp_table_only_when_22023_was_seen() -> None:
+    blocked = measured(Attempt(error=ServerError("22023", "invalid value for parameter")))
+    assert blocked.leaked and blocked.broke is None and "another session's temp table" in blocked.evidence
+    fine = measured(Attempt("2000kB"))
+    assert not fine.leaked and fine.broke is None and "22023" not in fine.evidence
+    assert "read back '2000kB'" in fine.evidence
+
+
+@pytest.mark.parametrize("tried", [Attempt("8MB"), Attempt(error=ServerError("42501", "permission denied"))])
+def test_temp_buffers_blocked_reports_a_change_that_failed_otherwise_or_read_back_wrong_as_broken(
+        tried: Attempt) -> None:
+    seen = measured(tried)
+    assert not seen.leaked and seen.broke is not None and "another session's" not in seen.evidence
