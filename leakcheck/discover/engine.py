@@ -111,17 +111,37 @@ def run_round(measure: Measure, search: Search, number: int, deadline: float,
     try:
         run()
         found.status = "nothing found"
-    except _OutOfTime:
-        found.status = "budget"
-    except Exception as exc:  # noqa: BLE001 - hypothesis' report of the differences (one, or a group)
-        if not best:
-            raise
-        found.status = "found"
+    except BaseException as exc:  # noqa: BLE001 - sorted by round_status, which re-raises what is not ours
+        found.status = round_status(exc, found_any=bool(best))
         log.debug("round %d ended with %s", number, type(exc).__name__)
     found.seconds = time.monotonic() - started
     # Not yet known to be 1-minimal (hypothesis' shrinking may have stopped, or the budget cut it): tighten.
     found.candidates = sorted((replace(c, shrunk=False) for c in best.values()), key=lambda c: size(c.ops))
     return found
+
+
+def round_status(exc: BaseException, found_any: bool) -> str:
+    """How a round ended, from what hypothesis raised: "budget" (out of time), "found" (differences,
+    alone or in a group, possibly with the budget's end); anything else (an Abort, Ctrl-C, a bug) is raised."""
+    if isinstance(exc, _OutOfTime):
+        return "budget"
+    if isinstance(exc, BaseExceptionGroup):
+        others = exc.split((Difference, _OutOfTime))[1]
+        if others is not None:
+            raise next(_leaves(others)) from exc
+        return "found" if found_any else "budget"
+    if isinstance(exc, Difference) or (isinstance(exc, Exception) and found_any):
+        return "found"
+    raise exc
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    """The exceptions in a (nested) group."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
 
 
 #: A round the budget cut short has its examples reduced op by op for this share of the budget more.

@@ -142,3 +142,26 @@ def test_a_round_claims_no_candidate_shrunk_until_tighten_found_no_op_to_leave_o
     assert first.candidates and not any(c.shrunk for c in first.candidates)
     found = discover(leaky, SEARCH)
     assert all(c.shrunk for c in found.candidates) and all(len(c.ops) == 1 for c in found.candidates)
+
+
+def test_a_round_ending_in_a_group_of_differences_and_the_budget_counts_as_found() -> None:
+    from leakcheck.discover.engine import _OutOfTime, difference_type, round_status
+
+    leak = difference_type("session:work_mem")("session:work_mem: A: SET work_mem")
+    assert round_status(BaseExceptionGroup("two", [leak, _OutOfTime()]), found_any=True) == "found"
+    assert round_status(ExceptionGroup("one", [leak]), found_any=True) == "found"
+    assert round_status(_OutOfTime(), found_any=True) == "budget"
+
+
+def test_an_abort_or_ctrl_c_inside_a_group_is_raised_not_taken_for_a_finding() -> None:
+    from leakcheck.discover.engine import _OutOfTime, difference_type, round_status
+
+    leak = difference_type("session:work_mem")("x")
+    with pytest.raises(Abort):
+        round_status(BaseExceptionGroup("mixed", [leak, Abort("B's proof is missing")]), found_any=True)
+    with pytest.raises(KeyboardInterrupt):
+        round_status(KeyboardInterrupt(), found_any=True)
+    with pytest.raises(RuntimeError):
+        round_status(RuntimeError("a bug"), found_any=False)
+    with pytest.raises(ValueError):
+        round_status(BaseExceptionGroup("bug", [_OutOfTime(), ValueError("a bug")]), found_any=True)
