@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import psycopg
 
@@ -14,16 +13,13 @@ from ..versions import Version
 from . import admin
 from .base import DBNAME, USER, Binary, Endpoint
 from .bouncer_ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
-from .owner import create, fresh_name
-from .process import ServerProcess
-from .strays import stop_servers_in
-from .system import PortClash, ServerUser, free_port, start_retrying_port_clash
+from .pooler_process import PoolerProcess
+from .system import ServerUser
 from .team_ini import TeamIni
 
 HOST = "127.0.0.1"
 READY_TIMEOUT = 15.0
 STOP_TIMEOUT = 3.0
-_PORT_ATTEMPTS = 3
 
 
 def shutdown_signal(version: Version) -> signal.Signals:
@@ -31,7 +27,7 @@ def shutdown_signal(version: Version) -> signal.Signals:
     return signal.SIGQUIT if version >= Version((1, 23)) else signal.SIGTERM
 
 
-class BouncerProcess:
+class BouncerProcess(PoolerProcess):
     """A PgBouncer (own temp dir, ini, port) for as long as the `with` lasts; `reset()` closes every
     server connection so the next user starts from fresh ones.
 
@@ -39,28 +35,19 @@ class BouncerProcess:
     leaving stops it (immediate shutdown, then SIGKILL) and removes its temp dir, whatever happened.
     """
 
-    host = HOST
+    name = "pgbouncer"
+    title = "PgBouncer"
+    config = "pgbouncer.ini"
+    ready_timeout = READY_TIMEOUT
+    stop_timeout = STOP_TIMEOUT
 
     def __init__(
         self, binary: Binary, settings: PoolSettings, server: Endpoint, user: ServerUser,
         extra: tuple[Setting, ...] = (), team: TeamIni | None = None,
     ) -> None:
-        self.binary, self.settings, self.user = binary, settings, user
-        self.extra, self.team = extra, team
-        self.server_host, self.server_port, self.credentials = server.host, server.port, server.credentials
-        self.port = 0
-        self.tmpdir: Path | None = None
-        self._process: ServerProcess | None = None
+        super().__init__(binary, settings, extra, server, user)
+        self.team = team
         self._console: psycopg.Connection[Any] | None = None
-        self._last_log = ""
-
-    @property
-    def version(self) -> Version:
-        return self.binary.version
-
-    def endpoint(self) -> Endpoint:
-        """Where clients connect: the `leakcheck` database through this PgBouncer."""
-        return Endpoint(HOST, self.port, credentials=self.credentials)
 
     def reset(self) -> None:
         """KILL/RESUME on the admin console: no server connection survives to the next probe.
@@ -74,71 +61,10 @@ class BouncerProcess:
             self._console = None
             raise
 
-    def running(self) -> bool:
-        return self._process is not None and self._process.running()
+    def _stop_signal(self) -> signal.Signals:
+        return shutdown_signal(self.version)
 
-    def log_text(self) -> str:
-        """Everything PgBouncer logged so far (kept after exit)."""
-        if self.tmpdir is None:
-            return self._last_log
-        try:
-            return (self.tmpdir / "pgbouncer.out").read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def __enter__(self) -> Self:
-        try:
-            self.spawn()
-            self.finish()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def spawn(self) -> None:
-        """Its temp dir (marked: a later run sweeps it if we are killed) and the process, not yet
-        waited for: several PgBouncers can then get ready at once. From the main thread."""
-        self.tmpdir = fresh_name(f"leakcheck-pgbouncer{self.version}-")
-        create(self.tmpdir)
-        self.user.chown(self.tmpdir)
-        self._spawn()
-
-    def finish(self) -> None:
-        """Wait until the spawned PgBouncer answers; a lost port is retried on another."""
-        assert self._process is not None
-        try:
-            try:
-                self._process.wait(lambda: admin.answers(self.endpoint()), READY_TIMEOUT, self._hint())
-            except PortClash:
-                self._stop()
-                start_retrying_port_clash(self._start, self._stop, _PORT_ATTEMPTS - 1)
-        except BaseException:
-            if self.tmpdir is not None:
-                # A signal inside Popen, after the exec: a PgBouncer runs that _stop does not know of.
-                stop_servers_in(self.tmpdir)
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._stop()
-        finally:
-            if self.tmpdir is not None:
-                self._last_log = self.log_text()
-                shutil.rmtree(self.tmpdir, ignore_errors=True)
-                self.tmpdir = None
-
-    def _hint(self) -> str:
-        return f"It ran as user {self.user.name} with {self.tmpdir}/pgbouncer.ini."
-
-    def _start(self) -> None:
-        self._spawn()
-        assert self._process is not None
-        self._process.wait(lambda: admin.answers(self.endpoint()), READY_TIMEOUT, self._hint())
-
-    def _spawn(self) -> None:
-        assert self.tmpdir is not None
-        tmp = self.tmpdir
-        self.port = free_port()
+    def _write_files(self, tmp: Path) -> list[str]:
         layout = BouncerLayout(
             listen_port=self.port, server_host=self.server_host, server_port=self.server_port, dbname=DBNAME,
             user=USER, auth_file=str(tmp / "users.txt"), logfile=str(tmp / "pgbouncer.log"),
@@ -148,18 +74,17 @@ class BouncerProcess:
             (tmp / stale).unlink(missing_ok=True)
         (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout, self.extra, self.team))
         self.user.write_private(tmp / "users.txt", render_auth_file(self.credentials))
-        what = f"PgBouncer {self.version} ({' '.join(self.binary.argv)})"
         # stdout+stderr go to pgbouncer.out: also what precedes the logfile.
-        self._process = ServerProcess(what, [*self.binary.argv, str(tmp / "pgbouncer.ini")], self.user, tmp,
-                                      tmp / "pgbouncer.out", stop_signal=shutdown_signal(self.version),
-                                      stop_timeout=STOP_TIMEOUT)
-        self._process.spawn()
+        return [str(tmp / "pgbouncer.ini")]
+
+    def _wait(self) -> None:
+        """Until its admin console answers; the process's own wait reads PgBouncer's reason from its log."""
+        assert self._process is not None
+        self._process.wait(lambda: admin.answers(self.endpoint()), self.ready_timeout, self._hint())
 
     def _stop(self) -> None:
         """Immediate shutdown; SIGKILL after STOP_TIMEOUT. Safe to call at any point, more than once."""
         console, self._console = self._console, None
         if console is not None:
             console.close()
-        process, self._process = self._process, None
-        if process is not None:
-            process.stop()
+        super()._stop()

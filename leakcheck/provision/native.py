@@ -57,7 +57,7 @@ class NativeBackend:
         self._pgs: dict[Version, PgInstall] = {}
         self._binaries: dict[tuple[PoolerKind, Version], Binary] = {}
         self._servers: dict[Version, PgServer] = {}
-        self._poolers: dict[PoolerKey, BouncerProcess | PoolerProcess] = {}
+        self._poolers: dict[PoolerKey, PoolerProcess] = {}
         self._lock = threading.RLock()  # lanes run in threads; servers start from the main thread
         self._stack = contextlib.ExitStack()
         self._user: ServerUser | None = None
@@ -101,7 +101,7 @@ class NativeBackend:
         self._binaries.setdefault((kind, binary.version), binary)
         return binary.version
 
-    def _process(self, pooler: Pooler, settings: PoolSettings, server: Endpoint) -> BouncerProcess | PoolerProcess:
+    def _process(self, pooler: Pooler, settings: PoolSettings, server: Endpoint) -> PoolerProcess:
         assert pooler.version is not None
         binary = self._binaries[(pooler.kind, pooler.version)]
         if pooler.kind is PoolerKind.ODYSSEY:
@@ -143,7 +143,7 @@ class NativeBackend:
                 with contextlib.suppress(Exception):
                     server.launch()
                     self._servers[server.version] = server
-            spawned: list[tuple[PoolerKey, BouncerProcess | PoolerProcess]] = []
+            spawned: list[tuple[PoolerKey, PoolerProcess]] = []
             for key in dict.fromkeys(poolers):
                 pg, pooler, settings, _ = key
                 known = pooler.version is not None and (pooler.kind, pooler.version) in self._binaries

@@ -1,10 +1,10 @@
 """What every pooler process has in common (Odyssey, pgpool-II): a marked temp dir, one program run
 as the server user, readiness, a port lost to a race retried on another, a stop that leaves nothing.
 
-A subclass writes its files and says when it is ready, how it reports a failed start, and how it
-resets (`reset()`: the next use starts from fresh server connections). Same interface as
-BouncerProcess: `__enter__`/`__exit__`, `spawn()` then `finish()`, `endpoint()`, `reset()`,
-`running()`, `log_text()`.
+A subclass (PgBouncer, Odyssey, pgpool-II) writes its files and says when it is ready, how it reports
+a failed start, and how it resets (`reset()`: the next use starts from fresh server connections). The
+interface: `__enter__`/`__exit__`, `spawn()` then `finish()`, `endpoint()`, `reset()`, `running()`,
+`log_text()`.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def exit_reason(code: int) -> str:
 class PoolerProcess:
     """One pooler program in front of one PostgreSQL, for as long as the `with` lasts."""
 
-    name: ClassVar[str]  # the program: odyssey, pgpool (also in its temp dir's name)
-    title: ClassVar[str]  # for messages: Odyssey, pgpool-II
+    name: ClassVar[str]  # the program: pgbouncer, odyssey, pgpool (also in its temp dir's name)
+    title: ClassVar[str]  # for messages: PgBouncer, Odyssey, pgpool-II
     config: ClassVar[str]  # its main config file, for messages
     stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
     death_signal: ClassVar[signal.Signals] = signal.SIGKILL
@@ -181,12 +181,16 @@ class PoolerProcess:
     def _hint(self) -> str:
         return f"It ran as user {self.user.name} with {self.tmpdir}/{self.config}."
 
+    def _stop_signal(self) -> signal.Signals:
+        """Its immediate shutdown (PgBouncer's depends on its version)."""
+        return self.stop_signal
+
     def _spawn(self) -> None:
         assert self.tmpdir is not None
         tail = self._write_files(self.tmpdir)
         self._process = ServerProcess(
             self.what, [*self.binary.argv, *tail], self.user, self.tmpdir, self.tmpdir / f"{self.name}.out",
-            stop_signal=self.stop_signal, stop_timeout=self.stop_timeout, death_signal=self.death_signal,
+            stop_signal=self._stop_signal(), stop_timeout=self.stop_timeout, death_signal=self.death_signal,
         )
         self._process.spawn()
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from leakcheck.errors import ProvisionError, StartError, UsageError
-from leakcheck.provision import bouncer_process, system
+from leakcheck.provision import pooler_process, system
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.bouncer_binaries import resolve_bouncer
 from leakcheck.provision.bouncer_build import program_version
@@ -77,7 +77,7 @@ def test_a_port_taken_before_pgbouncer_binds_it_is_retried_on_another(
         busy = taken.getsockname()[1]
         ports = iter([busy])
         real_free_port = system.free_port
-        monkeypatch.setattr(bouncer_process, "free_port", lambda: next(ports, None) or real_free_port())
+        monkeypatch.setattr(pooler_process, "free_port", lambda: next(ports, None) or real_free_port())
         with BouncerProcess(_resolve("1.26"), PoolSettings(), postgres.endpoint(), user) as bouncer:
             assert bouncer.port != busy
             with psycopg.connect(bouncer.endpoint().conninfo(), autocommit=True) as conn:
