@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..errors import ProvisionError
 from ..versions import Version
-from .bouncer_binaries import choose_debian, debian_upstream
 from .debian import SUITES, DebianArchive
+from .debian_programs import choose_debian, debian_upstream
 
 log = logging.getLogger(__name__)
 

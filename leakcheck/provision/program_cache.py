@@ -7,15 +7,20 @@ names the program and the version its cache folder (or the user) says.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import LeakcheckError, ProvisionError, UsageError
-from ..versions import Version
+from ..versions import Spec, Version
 from .base import Binary
 from .bouncer_build import check_program, stored_argv, stored_origin
 from .programs import Program
+from .system import file_lock, share_folder, unwritable
+
+log = logging.getLogger(__name__)
 
 
 def given_program(program: Program, path: Path, option: str) -> Binary:
@@ -105,3 +110,44 @@ def clear_leftovers(store: Path, broken_again: list[tuple[Path, str]]) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
     for folder, _why in broken_again:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+#: A way to put `wanted` into the store: (wanted, store, attempts) -> the binary, or None (why in attempts).
+Source = Callable[[Version, Path, list[str]], Binary | None]
+
+UNWRITABLE_HINT = ("Set LEAKCHECK_CACHE to a folder this user can write (or have the cache's owner run "
+                   "`leakcheck prepare`)")
+
+
+def resolve_in_store(program: Program, spec: Spec, cache: Path, option: str, sources: Sequence[Source], hint: str,
+                     *, making: str = "fetching", again: str = "fetching it again") -> Binary:
+    """`program` at spec's path, else of spec's version from the cache or the machine, else from the
+    first of `sources` that gives one (under the store's lock); ProvisionError listing every attempt.
+    Every binary is checked by running it (`--version`); a cached one that fails is made `again`."""
+    if spec.path is not None:
+        return given_program(program, spec.path, f"{option}={spec.raw or spec.path}")
+    assert spec.version is not None
+    wanted = spec.version
+    store = cache / program.store
+    attempts: list[str] = []
+    broken: list[tuple[Path, str]] = []
+    found = in_cache(wanted, store, program, attempts, broken) or on_path(wanted, program, attempts)
+    if found:
+        return found
+    problem = unwritable(store)
+    if problem:
+        attempts.append(f"{making} into {store} (cannot write there: {problem})")
+        raise ProvisionError.nothing_worked(f"{program.title} {spec}", attempts, UNWRITABLE_HINT)
+    for folder, why in broken:
+        log.info(f"cached {program.title} {folder.name} in {folder} {why}; {again}")
+    store.mkdir(parents=True, exist_ok=True)
+    share_folder(store)
+    with file_lock(store / ".lock"):
+        still_broken: list[tuple[Path, str]] = []
+        found = in_cache(wanted, store, program, [], still_broken)  # another process may have just made it
+        clear_leftovers(store, still_broken)  # we hold the lock: nobody uses them; a new one replaces them
+        for source in sources:
+            found = found or source(wanted, store, attempts)
+    if found:
+        return found
+    raise ProvisionError.nothing_worked(f"{program.title} {spec}", attempts, hint)

@@ -22,13 +22,21 @@ import pytest
 from leakcheck import cli
 from leakcheck.errors import LeakcheckError, UsageError
 from leakcheck.provision import banners
-from leakcheck.provision.bouncer_binaries import cached_binary, resolve_bouncer
+from leakcheck.provision.base import Binary
+from leakcheck.provision.bouncer_binaries import resolve_bouncer
 from leakcheck.provision.bouncer_build import check_program
 from leakcheck.provision.pg_binaries import PgInstall, cached_problem, resolve_pg
+from leakcheck.provision.program_cache import cached_binary as cached_program
+from leakcheck.provision.programs import PGBOUNCER
 from leakcheck.provision.system import cache_root, make_world_readable, server_user
 from leakcheck.versions import Version, parse_spec
 
 pytestmark = pytest.mark.integration
+
+
+def cached_binary(folder: Path, version: Version) -> tuple[Binary | None, str]:
+    """A cached pgbouncer folder's binary if it runs and reports that folder's version, else why not."""
+    return cached_program(folder, version, PGBOUNCER)
 
 
 def _bouncer(raw: str) -> tuple[str, ...]:

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leakcheck.provision.bouncer_binaries import choose_debian, debian_upstream
 from leakcheck.provision.bouncer_build import build_failure
 from leakcheck.provision.bouncer_process import shutdown_signal
 from leakcheck.provision.debian import (
@@ -21,6 +20,7 @@ from leakcheck.provision.debian import (
     parse_stanzas,
     upstream_of,
 )
+from leakcheck.provision.debian_programs import choose_debian, debian_upstream
 from leakcheck.versions import Version
 
 MADISON = """\
