@@ -19,6 +19,18 @@ def _names(marker: str, driver_names_only: bool = False) -> str:
     return f"ARRAY(SELECT name FROM pg_prepared_statements WHERE statement LIKE {pattern}{only} ORDER BY name)"
 
 
+async def _run_and_read_names(s: Scenario, step: str, marker: str) -> tuple[Attempt, list[str]]:
+    """A's prepared run and a look at its server's statements, in one transaction: one server, and no
+    pooler reset (server_reset_query_always) in between. No names when the run failed."""
+    await s.a.execute("BEGIN")
+    try:
+        run = await s.prepared(s.a, step, f"'{marker}'::text")
+        names = [] if run.failed else list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
+    finally:
+        await attempt(s.a.execute("ROLLBACK" if run.failed else "COMMIT"))
+    return run, names
+
+
 async def _prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
     """A proves its server, then runs `SELECT marker` twice its driver's prepared way. A failure is
     returned (a break, proven by A's first proof); a run that was not really prepared is an error."""
@@ -26,14 +38,7 @@ async def _prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
     run = await s.prepared(s.a, "prepared run", f"'{marker}'::text")
     if run.failed:
         return run, []
-    # The second run and the look at the server's statements in one transaction: one server, and no
-    # reset of a pooler (server_reset_query_always) in between.
-    await s.a.execute("BEGIN")
-    try:
-        run = await s.prepared(s.a, "prepared run", f"'{marker}'::text")
-        names = [] if run.failed else list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
-    finally:
-        await attempt(s.a.execute("ROLLBACK" if run.failed else "COMMIT"))
+    run, names = await _run_and_read_names(s, "prepared run", marker)
     if run.failed:
         return run, []
     if not names:
@@ -79,12 +84,7 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
         # "Works" needs proof it ran prepared there too, not as a plain query (read in the same
         # transaction: one server, no pooler reset in between); a failed run, a proof that A really
         # was elsewhere.
-        await s.a.execute("BEGIN")
-        try:
-            again = await s.prepared(s.a, "prepared run elsewhere", f"'{marker}'::text")
-            there = [] if again.failed else list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
-        finally:
-            await attempt(s.a.execute("ROLLBACK" if again.failed else "COMMIT"))
+        again, there = await _run_and_read_names(s, "prepared run elsewhere", marker)
         visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names_only=True))
     if not again.failed and not there:
         raise ProbeError("A's statement ran on the other server connection without being prepared there; "

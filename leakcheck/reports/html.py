@@ -9,7 +9,6 @@ carry stable hooks for tests and scripts: `data-testid="cell"`, `data-probe`, `d
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Iterable
 
 from ..probes import PROBES
@@ -18,10 +17,9 @@ from .advice import advice
 from .grid import SHARED_RULE, Grid, control_grids, pooled_grids
 from .html_assets import CSP, CSS, JS
 from .terminal import render_counts
-from .words import FACT_MEANING, MEANING, MISSING, SECURITY, SUFFIX, cell, word
+from .words import FACT_MEANING, MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, word
 
 _STATE = {p.id: p.state for p in PROBES}
-_CODE = re.compile(r"`([^`]*)`")
 
 
 def esc(text: object) -> str:
@@ -31,12 +29,7 @@ def esc(text: object) -> str:
 
 def advice_html(text: str) -> str:
     """Advice (code between backticks) as escaped HTML with <code> spans."""
-    out, last = [], 0
-    for m in _CODE.finditer(text):
-        out += [esc(text[last:m.start()]), f"<code>{esc(m.group(1))}</code>"]
-        last = m.end()
-    out.append(esc(text[last:]))
-    return "".join(out)
+    return code_spans(text, esc, lambda code: f"<code>{esc(code)}</code>")
 
 
 def _article(key: str, grid_title: str, o: Outcome) -> str:

@@ -17,7 +17,7 @@ from ..verdicts import Outcome, Route, Verdict
 from .advice import advice
 from .grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
 from .terminal import render_counts
-from .words import MEANING, MISSING, SECURITY, SUFFIX, cell, flagged, word
+from .words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, flagged, word
 
 #: Characters of one comment, below GitHub's 65,536 with room to spare.
 LIMIT = 60_000
@@ -28,7 +28,6 @@ _NOTE_ROOM = 400
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
 _SPACE = re.compile(r"\s+")
-_CODE = re.compile(r"`([^`]*)`")
 
 
 def md_text(text: str) -> str:
@@ -40,12 +39,7 @@ def md_text(text: str) -> str:
 
 def md_advice(text: str) -> str:
     """Advice text (code between backticks) as Markdown: code spans kept, the rest escaped."""
-    out, last = [], 0
-    for m in _CODE.finditer(text):
-        out += [md_text(text[last:m.start()]), f"`{m.group(1)}`"]
-        last = m.end()
-    out.append(md_text(text[last:]))
-    return "".join(out)
+    return code_spans(text, md_text, lambda code: f"`{code}`")
 
 
 def _verdict_cell(o: Outcome | None) -> str:

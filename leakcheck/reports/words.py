@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from ..verdicts import Fact, Outcome, Verdict
+
+_CODE = re.compile(r"`([^`]*)`")
+
+
+def code_spans(text: str, plain: Callable[[str], str], code: Callable[[str], str]) -> str:
+    """Advice text (code between backticks) with its plain parts and its code spans each rendered."""
+    out, last = [], 0
+    for m in _CODE.finditer(text):
+        out += [plain(text[last:m.start()]), code(m.group(1))]
+        last = m.end()
+    out.append(plain(text[last:]))
+    return "".join(out)
 
 _WORD = {
     Verdict.ISOLATED: "isolated",
