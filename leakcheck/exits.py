@@ -18,7 +18,9 @@ def guarded(body: Callable[[], int]) -> int:
     """Run a command's body; SIGTERM, SIGHUP and SIGQUIT clean up like Ctrl-C while it runs."""
     restore = signals.install()
     try:
-        return body()
+        code = body()
+        signals.check()  # an interrupt something swallowed still ends the command as interrupted
+        return code
     except LeakcheckError as exc:
         print(f"leakcheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

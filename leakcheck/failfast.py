@@ -1,4 +1,4 @@
-"""A server that failed to start once is not started again for every later test of its cell.
+"""A server that failed to start or stopped answering once is not tried again for every later test of its cell.
 
 The first failure reaches its test in full (the server's log tail); later tests of that
 PostgreSQL version, or of that (PostgreSQL, PgBouncer) cell, fail at once with one short line
@@ -103,7 +103,7 @@ class FailFast:
     def _check(self, key: tuple[str, ...], what: str) -> None:
         first = self._failed.get(key)
         if first is not None:
-            raise NotAvailable(f"{what} is not available: it failed to start in {first}")
+            raise NotAvailable(f"{what} is not available: it failed in {first}")
 
     def _raise_remembered(self, key: tuple[str, ...], exc: Exception) -> NoReturn:
         """Remember the first failure of `key`, then raise it (shortened when huge)."""

@@ -13,7 +13,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from . import signals
 from .probes import Probe
@@ -22,6 +22,8 @@ from .runner import is_running_pooler, pool_settings, pooler_lane, run_probe
 from .verdicts import Outcome, ServerId, Target, Verdict
 
 LaneKey = tuple[object, ...]
+#: Seconds a stopped run waits for its lanes' running probes before it stops the servers under them.
+CLOSE_GRACE = 2.0
 Work = tuple[Probe, Target]
 
 
@@ -48,6 +50,7 @@ class Lanes:
         self._futures: dict[tuple[str, str], Future[Outcome]] = {}
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
+        self._lanes: list[Future[None]] = []
 
     def start(self, work: Sequence[Work]) -> None:
         try:
@@ -69,16 +72,20 @@ class Lanes:
             warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
         self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="leakcheck-lane")
         for key, items in lanes.items():
-            self._pool.submit(self._run_lane, items, warm[key])
+            self._lanes.append(self._pool.submit(self._run_lane, items, warm[key]))
 
     def result(self, probe: Probe, target: Target) -> Outcome:
+        signals.check()  # a swallowed Ctrl-C ends the run here, at the next test
         return self._futures[self._key(probe, target)].result()
 
     def close(self) -> None:
-        """Let no lane start another probe; wait for the running ones (each bounded by its timeout)."""
+        """Let no lane start another probe; wait for the running ones, CLOSE_GRACE seconds at most when
+        interrupted (the servers are stopped next, which ends a probe stuck on a hung one), else each
+        bounded by its timeout."""
         self._stop.set()
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            wait(self._lanes, timeout=CLOSE_GRACE if signals.received() else None)
 
     def _key(self, probe: Probe, target: Target) -> tuple[str, str]:
         return probe.id, target.test_id(probe.id)

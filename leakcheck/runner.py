@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterator
 
 from . import running_pooler
 from .clients import Client, connect
-from .errors import NotApplicable, ProvisionError
+from .errors import LeakcheckError, NotApplicable, ProvisionError, one_line
 from .probes.base import Login, Probe, Scenario
 from .provision import team_ini
+from .provision.admin import query_postgres
 from .provision.base import USER, Backend, Endpoint
 from .provision.bouncer_ini import PoolMode, PoolSettings
 from .provision.fixtures import APP_ROLE
@@ -145,8 +146,10 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             security=probe.security,
         )
 
+    used: list[Endpoint] = []
     try:
         with _endpoint(backend, probe, target) as endpoint:
+            used.append(endpoint)
             if not is_running_pooler(target):
                 backend.postgres(target.pg)  # started before the clients connect
 
@@ -155,7 +158,8 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
 
             measured = asyncio.run(asyncio.wait_for(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT))
     except TimeoutError:
-        return outcome(Verdict.ERROR, f"the probe did not finish within {PROBE_TIMEOUT:.0f} s")
+        silent = who_stopped(backend, target, used[0] if used else None)
+        return outcome(Verdict.ERROR, f"the probe did not finish within {PROBE_TIMEOUT:.0f} s: {silent}")
     except NotApplicable as exc:
         return outcome(Verdict.NOT_APPLICABLE, str(exc))
     except Exception as exc:  # noqa: BLE001 - the harness reports any failure as an error outcome
@@ -175,6 +179,27 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
     if unshared is not None:
         return outcome(Verdict.NOT_APPLICABLE, unshared)
     return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+
+
+def who_stopped(backend: Backend, target: Target, endpoint: Endpoint | None) -> str:
+    """After a probe's timeout, which server it used does not answer a `SELECT 1` (connect and query
+    each bounded, see provision/admin.py): its PostgreSQL first, then the pooler in front of it."""
+    checks: list[tuple[str, Endpoint]] = []
+    if not is_running_pooler(target):
+        try:
+            direct = backend.postgres(target.pg)
+        except (LeakcheckError, OSError) as exc:
+            return one_line(exc, 300)
+        checks.append((f"PostgreSQL {target.pg} at {direct.host}:{direct.port}", direct))
+    if endpoint is not None and target.pooler is not None and target.route in (Route.TRANSACTION, Route.SESSION):
+        checks.append((f"{target.pooler.kind.product} {target.pooler.label()} at {endpoint.host}:{endpoint.port}",
+                       endpoint))
+    for what, where in checks:
+        try:
+            query_postgres(where)
+        except Exception as exc:  # noqa: BLE001 - any failure to answer names the server
+            return f"{what} stopped answering ({one_line(exc, 160)})"
+    return "every server it used still answers (a probe too slow for the machine?)"
 
 
 def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str | None:

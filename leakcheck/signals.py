@@ -3,6 +3,10 @@
 SIGINT (Ctrl-C), SIGTERM (CI cancelling a job), SIGHUP (terminal closed, SSH dropped) and SIGQUIT
 (Ctrl-\\) would otherwise end the process on the spot, leaving data folders and shared memory behind.
 SIGKILL cannot be caught: what it leaves, the next run sweeps (provision/sweep.py).
+
+Never lost: the handler also records the signal, so a KeyboardInterrupt that Python swallowed (raised
+inside a finalizer or a garbage-collector callback: "Exception ignored in ...") is raised again at the
+next safe point, `check()` (each discover measurement, each matrix test, before any output is written).
 """
 
 from __future__ import annotations
@@ -21,12 +25,28 @@ CLEANUP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
+#: The stop signal this run received (None: none yet); cleared when the handlers are restored.
+_received: list[signal.Signals] = []
+
 
 def raise_interrupt(signum: int, frame: FrameType | None) -> NoReturn:
-    """A signal handler: stop the way Ctrl-C does."""
+    """A signal handler: stop the way Ctrl-C does (and remember it: see check)."""
+    if not _received:
+        _received.append(signal.Signals(signum))
     if signum == signal.SIGHUP:
         _detach_from_hung_up_terminal()
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def received() -> signal.Signals | None:
+    """The stop signal the run received, if any (its KeyboardInterrupt may have been swallowed)."""
+    return _received[0] if _received else None
+
+
+def check() -> None:
+    """A safe point: raise the KeyboardInterrupt of a stop signal received earlier, again."""
+    if _received:
+        raise KeyboardInterrupt(f"signal {_received[0].name}")
 
 
 def _detach_from_hung_up_terminal() -> None:
@@ -75,6 +95,7 @@ def install() -> Callable[[], None]:
     def restore() -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _received.clear()
 
     return restore
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import signals
 from ..errors import UsageError
 from ..option_table import FLAGS, LIST_OPTIONS, OPTIONS
 from ..verdicts import Driver, Route
@@ -155,6 +156,7 @@ def run(opts: o.Options) -> int:
         except Abort as exc:
             print(f"leakcheck: error: discovery could not measure: {exc}", file=sys.stderr)
             return EXIT_UNMEASURED
+    signals.check()  # never print or write --out after a Ctrl-C, even one something swallowed
     scripts = [(report.slug(f), report.script(f, where, opts.driver, n, len(findings)))
                for n, f in enumerate(findings, 1)]
     for _, text in scripts:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from types import TracebackType
 
+from .. import signals
 from ..clients import Client, connect
 from ..verdicts import Driver, Route, ServerId
 from .compare import Comparison, compare, proof_problems, servers_text
@@ -72,10 +73,13 @@ class Differential:
     def __call__(self, ops: tuple[Op, ...]) -> Comparison:
         """The sequence's comparison; any failure to measure it (a server that would not start, a
         connection refused, a proof missing) is an `Abort`, never a difference or a traceback."""
+        signals.check()  # a Ctrl-C swallowed during the last one (e.g. in a finalizer) stops here
         try:
             return self._measure(ops)
         except Exception as exc:  # noqa: BLE001 - Abort is a BaseException and passes through
             raise harness_failed(ops, exc) from exc
+        finally:
+            signals.check()
 
     def _measure(self, ops: tuple[Op, ...]) -> Comparison:
         try:

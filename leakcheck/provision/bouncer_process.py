@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from ..errors import StartError, one_line
 from ..target import Setting
 from ..versions import Version
 from . import admin
@@ -53,7 +54,11 @@ class BouncerProcess(PoolerProcess):
         """KILL/RESUME on the admin console: no server connection survives to the next probe.
         The console connection is kept for the next reset (one user at a time: a lane)."""
         if self._console is None or self._console.closed:
-            self._console = admin.connect(self.endpoint())
+            try:
+                self._console = admin.connect(self.endpoint())
+            except psycopg.Error as exc:
+                raise StartError(f"{self.what} at {HOST}:{self.port}: its admin console did not answer "
+                                 f"({one_line(exc, 160)})") from None
         try:
             admin.reset_pool(self.endpoint(), self._console)
         except Exception:

@@ -61,6 +61,7 @@ class NativeBackend:
         self._lock = threading.RLock()  # lanes run in threads; servers start from the main thread
         self._stack = contextlib.ExitStack()
         self._user: ServerUser | None = None
+        self._closed = False  # a lane still finishing its probe may not start a server after __exit__
 
     def __enter__(self) -> NativeBackend:
         sweep(self.cache)  # what killed runs left (never a live run's)
@@ -69,6 +70,7 @@ class NativeBackend:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._closed = True
         self._servers.clear()
         self._poolers.clear()
         self._stack.close()
@@ -116,13 +118,21 @@ class NativeBackend:
             return self._server_locked(pg)
 
     def _server_locked(self, pg: Version) -> PgServer:
+        if self._closed:
+            raise StartError(f"PostgreSQL {pg} is not available: the run is ending")
         if pg not in self._servers:
             server = PgServer(self._pgs[pg], self.cache, self.user)
             self._servers[pg] = self._stack.enter_context(server)
         return self._servers[pg]
 
     def postgres(self, pg: Version) -> Endpoint:
-        return self._server(pg).endpoint()
+        """Its endpoint; a StartError naming it when its postmaster ended during the run (a dead server
+        fails every later probe at once, instead of each waiting for its timeout)."""
+        server = self._server(pg)
+        down = server.down()
+        if down is not None:
+            raise StartError(down)
+        return server.endpoint()
 
     def warm(self, pgs: Sequence[Version], poolers: Sequence[PoolerKey]) -> None:
         """Start these servers together, from the main thread: the PostgreSQL data copies in threads,
@@ -162,6 +172,7 @@ class NativeBackend:
     @contextlib.contextmanager
     def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
         key = (pg, pooler, settings, lane)
+        self.postgres(pg)  # the server behind it still runs
         with self._lock:
             process = self._poolers.get(key)
             if process is None:

@@ -21,7 +21,7 @@ from . import fixtures
 from .base import DBNAME, USER, Endpoint, new_credentials
 from .owner import create, fresh_name
 from .pg_binaries import PgInstall
-from .process import ServerProcess
+from .process import ServerProcess, exit_reason
 from .strays import remove_folder, stop_servers_in
 from .system import (
     PortClash,
@@ -32,6 +32,7 @@ from .system import (
     start_retrying_port_clash,
     unwritable,
 )
+from .sysv_shm import recorded_segment, remove_when_unused
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,10 @@ class _Postmaster:
     def stop(self) -> None:
         if self._process is not None:
             self._process.stop()
+
+    def exit_code(self) -> int | None:
+        """Its exit code once it ended (negative: the signal that ended it), else None."""
+        return self._process.exit_code() if self._process is not None else None
 
     def log_text(self) -> str:
         try:
@@ -238,6 +243,15 @@ class PgServer:
         """The superuser over TCP, with every role's password for this run."""
         return Endpoint(self.host, self.port, credentials=self.credentials)
 
+    def down(self) -> str | None:
+        """Why it no longer serves (its postmaster ended during the run), else None."""
+        code = self._server.exit_code() if self._server is not None else None
+        if code is None:
+            return None
+        tail = "\n".join(self.log_text().strip().splitlines()[-5:])
+        return (f"PostgreSQL {self.version} at {HOST}:{self.port} is not running: {exit_reason(code)} during "
+                f"the run; its log ends:\n{tail}")
+
     def log_text(self) -> str:
         """The server's log so far (kept after exit)."""
         return self._server.log_text() if self._server and self.tmpdir else self._last_log
@@ -324,6 +338,9 @@ class PgServer:
             fixtures.set_passwords(conn, self.credentials)
 
     def __exit__(self, *exc: object) -> None:
+        """Stop it, then remove its folder and the shared memory segment a postmaster that did not shut
+        down cleanly (killed) left: once its backends are gone (stopped too), nothing holds it."""
+        segment = recorded_segment(self.tmpdir / "data" / "postmaster.pid") if self.tmpdir is not None else None
         try:
             if self._server is not None:
                 self._server.stop()
@@ -333,3 +350,5 @@ class PgServer:
             if self.tmpdir is not None:
                 remove_folder(self.tmpdir)
                 self.tmpdir = None
+            if segment is not None:
+                remove_when_unused(segment)

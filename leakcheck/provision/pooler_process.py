@@ -24,7 +24,7 @@ from ..versions import Version
 from .base import Binary, Endpoint
 from .bouncer_ini import PoolSettings
 from .owner import create, fresh_name
-from .process import ServerProcess, wait_until
+from .process import ServerProcess, exit_reason, wait_until
 from .strays import stop_servers_in
 from .system import PortClash, ServerUser, free_port, start_retrying_port_clash
 
@@ -44,16 +44,6 @@ def port_taken(port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
-
-
-def exit_reason(code: int) -> str:
-    """'it exited with code 1', or 'it was ended by SIGABRT' for a negative (signal) code."""
-    if code < 0:
-        try:
-            return f"it was ended by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"it was ended by signal {-code}"
-    return f"it exited with code {code}"
 
 
 class PoolerProcess:

@@ -2,8 +2,9 @@
 
 A `ServerProcess` starts as the unprivileged server user, in its own session (Ctrl-C reaches
 leakcheck, which stops it), with PDEATHSIG (it dies with leakcheck), output to a log file;
-`stop()` sends the program's shutdown signal, then SIGKILL to its process group, and is safe at
-any point. `wait_until` is the one readiness loop, for processes and containers alike.
+`stop()` sends the program's shutdown signal (and SIGCONT: a stopped program acts on it), then
+SIGKILL to its process group after its stop timeout, and is safe at any point. `wait_until` is the
+one readiness loop, for processes and containers alike.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ def wait_until(
         if time.monotonic() > deadline:
             raise StartError.with_log(what, f"not ready within {timeout:.0f} s ({last})", log(), hint)
         time.sleep(poll)
+
+
+def exit_reason(code: int) -> str:
+    """'it exited with code 1', or 'it was ended by SIGABRT' for a negative (signal) code."""
+    if code < 0:
+        try:
+            return f"it was ended by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"it was ended by signal {-code}"
+    return f"it exited with code {code}"
 
 
 class ServerProcess:
@@ -92,7 +103,7 @@ class ServerProcess:
 
     def _exited(self) -> str | None:
         code = self.exit_code()
-        return None if code is None else f"it exited with code {code}"
+        return None if code is None else exit_reason(code)
 
     def exit_code(self) -> int | None:
         """Its exit code once it ended (negative: the signal that ended it), else None."""
@@ -102,7 +113,7 @@ class ServerProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def stop(self, sig: signal.Signals | None = None) -> None:
-        """Its shutdown signal (or `sig`), up to stop_timeout, then SIGKILL to its process group."""
+        """Its shutdown signal (or `sig`) and SIGCONT, up to stop_timeout, then SIGKILL to its process group."""
         proc, self._proc = self._proc, None
         if proc is None:
             if self._spawning:  # Popen was interrupted after the exec: find it by its folder
@@ -112,6 +123,8 @@ class ServerProcess:
         try:
             if proc.poll() is None:
                 proc.send_signal(sig or self.stop_signal)
+                with contextlib.suppress(ProcessLookupError):  # one stopped (SIGSTOP) acts on it only now
+                    os.killpg(proc.pid, signal.SIGCONT)
                 proc.wait(self.stop_timeout)
         except subprocess.TimeoutExpired:
             pass

@@ -1,13 +1,14 @@
 """The System V shared memory segment a postmaster keeps (line 7 of postmaster.pid), removed once unused.
 
 PostgreSQL removes it on a clean shutdown. A postmaster killed with SIGKILL (PDEATHSIG, when
-leakcheck itself was killed) leaves it behind with no process attached.
+leakcheck itself was killed, or killed during a run) leaves it behind with no process attached.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,3 +51,12 @@ def remove_if_unused(segment: Segment) -> bool:
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     return int(libc.shmctl(ctypes.c_int(segment.shmid), ctypes.c_int(_IPC_RMID), None)) == 0
+
+
+def remove_when_unused(segment: Segment, timeout: float = 5.0) -> bool:
+    """Remove `segment` once nothing is attached (processes that are exiting detach in a moment), waiting
+    at most `timeout` seconds; whether it was removed (False also when it was already gone)."""
+    deadline = time.monotonic() + timeout
+    while (count := attached(segment)) is not None and count > 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return remove_if_unused(segment)

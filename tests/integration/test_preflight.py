@@ -138,7 +138,7 @@ def test_a_server_that_fails_to_start_is_reported_once_and_its_cell_fails_fast(
     result.stdout.fnmatch_lines([
         "ERROR: the harness failed: StartError: PostgreSQL 16.* did not start: *",
         "*error while loading shared libraries*",
-        "ERROR: the harness failed: NotAvailable: PostgreSQL 16.* is not available: it failed to start in "
+        "ERROR: the harness failed: NotAvailable: PostgreSQL 16.* is not available: it failed in "
         "test_leak?pg16.*-pgbouncer1.24.*-psycopg*-timezone? (see that failure): *",
     ])
 

@@ -10,8 +10,8 @@ import pytest
 from leakcheck.provision import banners
 from leakcheck.provision import pooler_containers as pc
 from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-from leakcheck.provision.pooler_process import exit_reason
 from leakcheck.provision.proc_sockets import PGPOOL_IDLE, parent_of, parse_tcp_table, title_of
+from leakcheck.provision.process import exit_reason
 from leakcheck.provision.strays import program_in
 from leakcheck.versions import Version
 
