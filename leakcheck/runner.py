@@ -7,8 +7,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from . import running_pooler
-from .clients import Client, connect
-from .errors import NotApplicable, ProvisionError
+from .clients import Client, ServerError, connect
+from .errors import MachineFault, NotApplicable, ProvisionError
+from .faults import machine_fault
 from .probes.base import Login, Probe, Scenario
 from .provision import team_ini
 from .provision.base import USER, Backend, Endpoint
@@ -162,7 +163,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
         refused = NotApplicable.refused(exc)
         if refused is not None and target.route is Route.TRANSACTION:
             return outcome(Verdict.NOT_APPLICABLE, refused)
-        return outcome(Verdict.ERROR, f"the harness failed: {type(exc).__name__}: {exc}".strip())
+        return outcome(Verdict.ERROR, failure(exc))
     observation, proofs = measured
     if earlier is not None and not is_running_pooler(target):  # a running pooler keeps its servers
         reused = sorted({str(p.server) for p in proofs if p.server in earlier})
@@ -175,6 +176,16 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
     if unshared is not None:
         return outcome(Verdict.NOT_APPLICABLE, unshared)
     return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+
+
+def failure(exc: Exception) -> str:
+    """An error outcome's evidence: a machine fault says so (faults.py), anything else is the harness's."""
+    if isinstance(exc, MachineFault):
+        return str(exc)
+    fault = machine_fault(exc.sqlstate, closed=exc.closed) if isinstance(exc, ServerError) else None
+    if fault is not None:
+        return str(MachineFault.during(fault, exc))
+    return f"the harness failed: {type(exc).__name__}: {exc}".strip()
 
 
 def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str | None:
