@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from . import matrix_file
+from . import inputs, matrix_file
 from .axes import Axis, check_distinct, parse_axis, parse_poolers
 from .diff import Cell, parse_cell
 from .distinct_paths import EXPECT, check_own_files
@@ -181,6 +181,8 @@ class Config:
         odyssey_image = _given(raw, "leakcheck_odyssey_image", "an image template such as registry/odyssey:{version}")
         pgpool_image = _given(raw, "leakcheck_pgpool_image", "an image template such as registry/pgpool:{version}")
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
+        if bouncer_ini is not None:
+            inputs.check_file(Path(bouncer_ini), "--bouncer-ini")
         check_own_files({"--record": record, "--results": results, "--report-html": report_html,
                          "--report-md": report_md, "--junitxml": junitxml},
                         {EXPECT: expect, "the --matrix file": matrix, "the --bouncer-ini file": bouncer_ini},

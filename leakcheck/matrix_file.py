@@ -28,6 +28,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from . import inputs
 from .errors import UsageError
 
 OPTION = "--matrix"
@@ -48,8 +49,9 @@ POOLER_OPTIONS = ("leakcheck_pooler", "leakcheck_bouncer", "leakcheck_pooler_set
 def load(path: Path) -> dict[str, str]:
     """The option values a matrix file gives (ini-key names to strings); one-line UsageError otherwise."""
     where = f"{OPTION}={path}"
+    inputs.check_file(path, where)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = inputs.parse(tomllib.loads, path.read_text(encoding="utf-8"), where)
     except FileNotFoundError:
         raise UsageError(f"{where}: there is no such file; write one (README: matrix files)") from None
     except IsADirectoryError:
