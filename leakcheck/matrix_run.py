@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .axes import combinations
@@ -13,7 +13,7 @@ from .errors import LeakcheckError
 from .expectations import Expectation, load
 from .failfast import FailFast
 from .judge import Judgement, Policy, judge
-from .lanes import Lanes, default_jobs
+from .lanes import Lanes, check_capacity, default_jobs
 from .probes import Probe
 from .provision import team_ini
 from .provision.base import Backend
@@ -151,10 +151,11 @@ class MatrixRun:
             out += [Target(pg, None, route, d, v) for route in (Route.DIRECT, Route.SHARED) for d, v in drivers]
         return out
 
-    def items(self) -> Iterator[tuple[str, Probe, Target]]:
-        for target in self.targets():
-            for probe in self.config.probes:
-                yield _test_name(probe, target), probe, target
+    def items(self) -> list[tuple[str, Probe, Target]]:
+        """Every test of the matrix; a matrix larger than one run holds is a UsageError (lanes.check_capacity)."""
+        out = [(_test_name(probe, target), probe, target) for target in self.targets() for probe in self.config.probes]
+        check_capacity([(probe, target) for _, probe, target in out])
+        return out
 
     def run(self, probe: Probe, target: Target) -> Outcome:
         """The outcome of one test: from its lane when started, else measured here and now."""
