@@ -29,13 +29,15 @@ from .versions import Version, version_in_output
 
 
 class ServerError(Exception):
-    """A statement failed; the driver's error reduced to SQLSTATE and message."""
+    """A statement failed; the driver's error reduced to SQLSTATE and message, and whether the
+    client's connection was closed after it (faults.py: a session end)."""
 
-    def __init__(self, sqlstate: str, message: str) -> None:
+    def __init__(self, sqlstate: str, message: str, closed: bool = False) -> None:
         first = message.strip().splitlines()[0] if message.strip() else ""
         super().__init__(f"{sqlstate}: {first}")
         self.sqlstate = sqlstate
         self.message = first
+        self.closed = closed
 
 
 @dataclass
@@ -83,7 +85,7 @@ class PsycopgClient:
             cur = await self.conn.execute(sql, prepare=prepare)
             return list(await cur.fetchall()) if cur.description else []
         except psycopg.Error as exc:
-            raise ServerError(_sqlstate(exc), str(exc).strip()) from exc
+            raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.closed) from exc
 
     async def query(self, sql: str) -> list[Row]:
         return await self._run(sql, prepare=False)
@@ -151,7 +153,7 @@ class AsyncpgClient:
         # InternalClientError: asyncpg's protocol after the server ended the connection mid-operation
         # (e.g. idle_in_transaction_session_timeout): a closed connection, as psycopg reports it.
         except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
-            raise ServerError(_sqlstate(exc), str(exc).strip()) from exc
+            raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.is_closed()) from exc
 
     async def query(self, sql: str) -> list[Row]:
         return [tuple(r) for r in await self._call("fetch", self._uncached(sql))]

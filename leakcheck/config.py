@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from . import matrix_file
+from . import inputs, matrix_file
 from .axes import Axis, check_distinct, parse_axis, parse_poolers
 from .diff import Cell, parse_cell
 from .distinct_paths import EXPECT, check_own_files
@@ -48,6 +49,15 @@ def _given(raw: dict[str, str | None], key: str, expected: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class PoolerTable:
+    """One [[pooler]] table of a matrix file: its settings axes and ini apply to its poolers only."""
+
+    poolers: tuple[tuple[PoolerKind, Spec], ...]
+    axes: tuple[Axis, ...] = ()
+    ini: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole run's settings, validated."""
 
@@ -76,6 +86,13 @@ class Config:
     report_md: Path | None = None  #: --report-md: the Markdown report (reports/markdown.py)
     odyssey_image: str | None = None  #: --odyssey-image: containers backend, Odyssey's image template
     pgpool_image: str | None = None  #: --pgpool-image: containers backend, pgpool-II's image template
+    #: a matrix file's [[pooler]] tables, each its own (empty: poolers, axes and bouncer_ini make one)
+    tables: tuple[PoolerTable, ...] = ()
+
+    @property
+    def pooler_tables(self) -> tuple[PoolerTable, ...]:
+        """The matrix's pooler tables: a matrix file's own, else one of --pooler/--bouncer, their axes and ini."""
+        return self.tables or (PoolerTable(self.poolers, self.axes, self.bouncer_ini),)
 
     @property
     def bouncer(self) -> tuple[Spec, ...]:
@@ -122,7 +139,12 @@ class Config:
         other files the run writes."""
         matrix = _given(raw, "leakcheck_matrix", "the path of a matrix file such as matrices/upgrade.toml")
         if matrix is not None:
-            raw = {**matrix_file.load(Path(matrix)), **{k: v for k, v in raw.items() if v is not None}}
+            given = {k: v for k, v in raw.items() if v is not None}
+            from_file = matrix_file.load(Path(matrix))
+            if any(k in given for k in matrix_file.POOLER_OPTIONS):  # the command line's poolers replace the tables
+                dropped = (matrix_file.TABLES, *matrix_file.POOLER_OPTIONS)
+                from_file = {k: v for k, v in from_file.items() if k not in dropped}
+            raw = {**from_file, **given}
         diff = _diff(raw)
         if diff is not None:
             raw = {**_diff_matrix(raw, diff), **{k: v for k, v in raw.items() if v is not None}}
@@ -159,6 +181,8 @@ class Config:
         odyssey_image = _given(raw, "leakcheck_odyssey_image", "an image template such as registry/odyssey:{version}")
         pgpool_image = _given(raw, "leakcheck_pgpool_image", "an image template such as registry/pgpool:{version}")
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
+        if bouncer_ini is not None:
+            inputs.check_file(Path(bouncer_ini), "--bouncer-ini")
         check_own_files({"--record": record, "--results": results, "--report-html": report_html,
                          "--report-md": report_md, "--junitxml": junitxml},
                         {EXPECT: expect, "the --matrix file": matrix, "the --bouncer-ini file": bouncer_ini},
@@ -199,6 +223,7 @@ class Config:
             report_md=Path(report_md) if report_md is not None else None,
             odyssey_image=check_template(odyssey_image, "--odyssey-image") if odyssey_image is not None else None,
             pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
+            tables=_tables(raw.get(matrix_file.TABLES)) if pooled is None else (),
         )
 
 
@@ -258,6 +283,16 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
             raise UsageError(f"--bouncer-set pool_mode={','.join(axis.values)}: pool_mode is one of "
                              f"{', '.join(sorted(modes))}")
     return tuple(axes)
+
+
+def _tables(given: str | None) -> tuple[PoolerTable, ...]:
+    """The matrix file's [[pooler]] tables (matrix_file.TABLES), each checked as its own options."""
+    tables = []
+    for table in json.loads(given) if given else ():
+        poolers = parse_poolers(table["pooler"])
+        raw: dict[str, str | None] = {"leakcheck_pooler_set": table["set"] or None}
+        tables.append(PoolerTable(poolers, _axes(raw, poolers), table["ini"] or None))
+    return tuple(tables)
 
 
 def _diff(raw: dict[str, str | None]) -> tuple[Cell, Cell] | None:

@@ -49,6 +49,16 @@ class ProbeError(LeakcheckError):
     """The harness could not run a probe as designed (not a verdict about the pooler)."""
 
 
+class MachineFault(ProbeError):
+    """A step failed because of the machine, not the feature (faults.py): the outcome is an error,
+    never a verdict, whatever the probe saw before it."""
+
+    @classmethod
+    def during(cls, why: str, error: object) -> MachineFault:
+        return cls(f"the machine failed, not the feature ({why}): {one_line(error, 200)}. Nothing was measured: "
+                   "fix the machine (disk, memory, server) and run again")
+
+
 #: What poolers say when they refuse something a probe needs (measured: the pooler's own words).
 REFUSALS = (
     "transaction blocks not allowed in statement pooling mode",  # PgBouncer, pool_mode=statement

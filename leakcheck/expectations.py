@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from . import inputs
 from .baseline import Expectation, Malformed, parse_text, render_json, render_toml
 from .errors import UsageError
 from .verdicts import Outcome, Route, Verdict
@@ -74,6 +75,7 @@ def read(path: Path, option: str, hint: str) -> dict[str, Expectation]:
     """
     if path.is_dir():
         raise UsageError(f"{option}: {path} is a folder; give the path of a baseline file such as matrices/prod.toml")
+    inputs.check_file(path, option)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -88,7 +90,7 @@ def read(path: Path, option: str, hint: str) -> dict[str, Expectation]:
 def parse(text: str, where: str, hint: str) -> dict[str, Expectation]:
     """A baseline's text; a one-line UsageError naming `where` when it is not one."""
     try:
-        entries = parse_text(text)
+        entries = inputs.parse(parse_text, text, where)
     except Malformed as exc:
         raise UsageError(f"{where} is not a leakcheck baseline ({one_line_of(exc)}; expected {_LAYOUT}); {hint}") \
             from None

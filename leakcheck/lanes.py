@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from . import signals
+from .errors import UsageError
 from .probes import Probe
 from .provision.base import Backend
 from .runner import is_running_pooler, pool_settings, pooler_lane, run_probe
@@ -25,6 +26,30 @@ LaneKey = tuple[object, ...]
 #: Seconds a stopped run waits for its lanes' running probes before it stops the servers under them.
 CLOSE_GRACE = 2.0
 Work = tuple[Probe, Target]
+
+#: The most probe runs one matrix may collect (the full native matrix is 1,728): more is a usage
+#: error that says to split the matrix, never a run that starts without a word.
+MAX_RUNS = 5000
+#: The most pooler processes one run starts for one PostgreSQL version. Every lane's pooler starts
+#: up front and runs to the end, each with server connections of that PostgreSQL's 100
+#: (max_connections, pg_server.py); the full native matrix starts 42 per version.
+MAX_POOLERS_PER_PG = 64
+_SPLIT = ("split it: fewer --pg, pooler versions, settings axes or drivers per run (or one matrix file "
+          "per pooler), and join the runs' --results with `leakcheck merge`")
+
+
+def check_capacity(work: Sequence[Work]) -> None:
+    """A one-line UsageError, before any server starts, when the matrix is larger than one run holds."""
+    if len(work) > MAX_RUNS:
+        raise UsageError(f"the matrix has {len(work)} probe runs, more than the {MAX_RUNS} one run takes; {_SPLIT}")
+    poolers: dict[object, set[LaneKey]] = {}
+    for probe, target in work:
+        if pool_settings(probe, target) is not None and not is_running_pooler(target):
+            poolers.setdefault(target.pg, set()).add(lane_of(probe, target))
+    for pg, lanes in poolers.items():
+        if len(lanes) > MAX_POOLERS_PER_PG:
+            raise UsageError(f"the matrix needs {len(lanes)} pooler processes on PostgreSQL {pg}, more than the "
+                             f"{MAX_POOLERS_PER_PG} one server holds (each keeps server connections); {_SPLIT}")
 
 
 def default_jobs() -> int:

@@ -14,17 +14,21 @@
     settings = { max_prepared_statements = ["0", "200"] }   # optional: axes, crossed
 
 The file becomes the same option values the command line takes (config.Config.from_strings);
-an option given on the command line (or as an ini key) wins over the file's.
+an option given on the command line (or as an ini key) wins over the file's. Each [[pooler]] table
+is its own: its settings and ini apply to its versions only; a pooler option on the command line
+(--pooler, --bouncer, --pooler-set, --bouncer-set, --bouncer-ini) replaces the file's tables.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from . import inputs
 from .errors import UsageError
 
 OPTION = "--matrix"
@@ -35,13 +39,19 @@ _SCALARS = {"pg": "leakcheck_pg", "drivers": "leakcheck_drivers", "probes": "lea
             "jobs": "leakcheck_jobs"}
 _PATHS = {"expect", "record", "results"}
 _POOLER_KEYS = {"kind", "versions", "ini", "settings"}
+#: The raw key that carries the [[pooler]] tables, each on its own (JSON; no option of its own).
+TABLES = "leakcheck_pooler_tables"
+#: The options a [[pooler]] table stands for: given on the command line, they replace the file's tables.
+POOLER_OPTIONS = ("leakcheck_pooler", "leakcheck_bouncer", "leakcheck_pooler_set", "leakcheck_bouncer_set",
+                  "leakcheck_bouncer_ini")
 
 
 def load(path: Path) -> dict[str, str]:
     """The option values a matrix file gives (ini-key names to strings); one-line UsageError otherwise."""
     where = f"{OPTION}={path}"
+    inputs.check_file(path, where)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = inputs.parse(tomllib.loads, path.read_text(encoding="utf-8"), where)
     except FileNotFoundError:
         raise UsageError(f"{where}: there is no such file; write one (README: matrix files)") from None
     except IsADirectoryError:
@@ -63,11 +73,19 @@ def parse(data: dict[str, Any], folder: Path, where: str) -> dict[str, str]:
         if name in data:
             value = _text(data[name], f"{where}: {name}")
             raw[key] = str(folder / value) if name in _PATHS and not Path(value).is_absolute() else value
-    poolers, axes, ini = _poolers(data.get("pooler", []), folder, where)
-    if poolers:
-        raw["leakcheck_pooler"] = poolers
+    tables = _poolers(data.get("pooler", []), folder, where)
+    if tables:
+        raw["leakcheck_pooler"] = ",".join(t["pooler"] for t in tables)
+        raw[TABLES] = json.dumps(tables)
+    # Every table's axes and ini also as the options (checked as the command line's; each name once):
+    # which cells each one applies to is TABLES' business (config.PoolerTable).
+    axes: dict[str, str] = {}
+    for table in tables:
+        for line in table["set"].splitlines():
+            axes.setdefault(line.partition("=")[0], line)
     if axes:
-        raw["leakcheck_pooler_set"] = axes
+        raw["leakcheck_pooler_set"] = "\n".join(axes.values())
+    ini = next((t["ini"] for t in tables if t["ini"]), "")
     if ini:
         raw["leakcheck_bouncer_ini"] = ini
     return raw
@@ -92,13 +110,16 @@ def _joined(values: list[str]) -> str:
     return out.getvalue()
 
 
-def _poolers(entries: Any, folder: Path, where: str) -> tuple[str, str, str]:
+def _poolers(entries: Any, folder: Path, where: str) -> list[dict[str, str]]:
+    """Each [[pooler]] table on its own: its poolers, its settings axes and its ini apply to its cells only."""
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise UsageError(f"{where}: [[pooler]] must be tables (kind, versions, ini, settings)")
-    items: list[str] = []
-    axes: list[str] = []
+    tables: list[dict[str, str]] = []
     ini = ""
     for n, entry in enumerate(entries, 1):
+        items: list[str] = []
+        axes: list[str] = []
+        own_ini = ""
         here = f"{where}: pooler {n}"
         unknown = set(entry) - _POOLER_KEYS
         if unknown or "kind" not in entry or "versions" not in entry:
@@ -119,5 +140,6 @@ def _poolers(entries: Any, folder: Path, where: str) -> tuple[str, str, str]:
             if kind != "pgbouncer" or ini:
                 raise UsageError(f"{here}: ini is a PgBouncer setting, given once")
             value = _text(entry["ini"], f"{here} ini")
-            ini = value if Path(value).is_absolute() else str(folder / value)
-    return ",".join(items), "\n".join(axes), ini
+            ini = own_ini = value if Path(value).is_absolute() else str(folder / value)
+        tables.append({"pooler": ",".join(items), "set": "\n".join(axes), "ini": own_ini})
+    return tables

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .axes import combinations
 from .clients import driver_version
-from .config import Config
+from .config import Config, PoolerTable
 from .errors import LeakcheckError
 from .expectations import Expectation, load
 from .failfast import FailFast
 from .judge import Judgement, Policy, judge
-from .lanes import Lanes, default_jobs
+from .lanes import Lanes, check_capacity, default_jobs
 from .probes import Probe
 from .provision import team_ini
 from .provision.base import Backend
@@ -21,7 +21,7 @@ from .provision.bouncer_ini import DROPPED_KEYS, HARNESS_KEYS
 from .runner import run_probe
 from .target import Pooler, PoolerKind
 from .verdicts import Outcome, Route, Target
-from .versions import Spec
+from .versions import Spec, Version
 
 
 def choose_backend(requested: str, pooled_dsn: str | None = None) -> tuple[str, str]:
@@ -57,6 +57,16 @@ def make_backend(config: Config) -> Backend:
     from .provision.native import NativeBackend
 
     return NativeBackend()
+
+
+def pooler_cells(tables: Sequence[PoolerTable], resolve: Callable[[PoolerKind, Spec], Version]) -> list[Pooler]:
+    """Each table's versions (resolved) crossed with that table's own axes and ini, in order, once each."""
+    out: list[Pooler] = []
+    for table in tables:
+        for kind, spec in table.poolers:
+            ini = table.ini if kind is PoolerKind.PGBOUNCER and table.ini else ""
+            out += [Pooler(kind, resolve(kind, spec), combo, ini) for combo in combinations(table.axes, kind)]
+    return list(dict.fromkeys(out))
 
 
 @dataclass
@@ -109,13 +119,9 @@ class MatrixRun:
             self._lanes.start(work)
 
     def poolers(self) -> list[Pooler]:
-        """Every pooler cell: each --pooler/--bouncer version crossed with its kind's settings axes."""
-        out: list[Pooler] = []
-        for kind, spec in self.config.poolers:
-            version = self.backend.resolve_pooler(kind, spec)
-            ini = self.config.bouncer_ini if kind is PoolerKind.PGBOUNCER and self.config.bouncer_ini else ""
-            out += [Pooler(kind, version, combo, ini) for combo in combinations(self.config.axes, kind)]
-        return list(dict.fromkeys(out))
+        """Every pooler cell: each --pooler/--bouncer version crossed with its kind's settings axes (a matrix
+        file's: each [[pooler]] table's versions with that table's axes and ini)."""
+        return pooler_cells(self.config.pooler_tables, self.backend.resolve_pooler)
 
     def targets(self) -> list[Target]:
         """Resolve every --pg and pooler value (fetching or building as needed)."""
@@ -145,10 +151,11 @@ class MatrixRun:
             out += [Target(pg, None, route, d, v) for route in (Route.DIRECT, Route.SHARED) for d, v in drivers]
         return out
 
-    def items(self) -> Iterator[tuple[str, Probe, Target]]:
-        for target in self.targets():
-            for probe in self.config.probes:
-                yield _test_name(probe, target), probe, target
+    def items(self) -> list[tuple[str, Probe, Target]]:
+        """Every test of the matrix; a matrix larger than one run holds is a UsageError (lanes.check_capacity)."""
+        out = [(_test_name(probe, target), probe, target) for target in self.targets() for probe in self.config.probes]
+        check_capacity([(probe, target) for _, probe, target in out])
+        return out
 
     def run(self, probe: Probe, target: Target) -> Outcome:
         """The outcome of one test: from its lane when started, else measured here and now."""

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import inputs
 from .errors import UsageError
 from .probes import PROBES
 from .record import check_writable, write_atomic
@@ -253,8 +254,9 @@ def finish(path: Path, results: Results, reason: str | None) -> tuple[list[str],
 def check_target(path: Path) -> None:
     """Before the run: `path` can be written, and a file there is not something else (one line if not)."""
     if check_writable(path, OPTION, "results.json"):
+        inputs.check_file(path, OPTION)
         try:
-            data: Any = json.loads(path.read_text(encoding="utf-8"))
+            data: Any = inputs.parse(json.loads, path.read_text(encoding="utf-8"), f"{OPTION}: {path}")
         except (OSError, ValueError):
             data = None
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -268,8 +270,9 @@ def load(path: Path, option: str = "merge") -> Results:
     hint = "give a file written by pytest --results"
     if path.is_dir():
         raise UsageError(f"{option}: {path} is a folder; {hint}")
+    inputs.check_file(path, option)
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        data: Any = inputs.parse(json.loads, path.read_text(encoding="utf-8"), f"{option}: {path}")
     except FileNotFoundError:
         raise UsageError(f"{option}: {path} does not exist; {hint}") from None
     except OSError as exc:

@@ -7,8 +7,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from . import running_pooler
-from .clients import Client, connect
-from .errors import LeakcheckError, NotApplicable, ProvisionError, one_line
+from .clients import Client, ServerError, connect
+from .errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
+from .faults import machine_fault
 from .probes.base import Login, Probe, Scenario
 from .provision import team_ini
 from .provision.admin import query_postgres
@@ -166,7 +167,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
         refused = NotApplicable.refused(exc)
         if refused is not None and target.route is Route.TRANSACTION:
             return outcome(Verdict.NOT_APPLICABLE, refused)
-        return outcome(Verdict.ERROR, f"the harness failed: {type(exc).__name__}: {exc}".strip())
+        return outcome(Verdict.ERROR, failure(exc))
     observation, proofs = measured
     if earlier is not None and not is_running_pooler(target):  # a running pooler keeps its servers
         reused = sorted({str(p.server) for p in proofs if p.server in earlier})
@@ -200,6 +201,16 @@ def who_stopped(backend: Backend, target: Target, endpoint: Endpoint | None) -> 
         except Exception as exc:  # noqa: BLE001 - any failure to answer names the server
             return f"{what} stopped answering ({one_line(exc, 160)})"
     return "every server it used still answers (a probe too slow for the machine?)"
+
+
+def failure(exc: Exception) -> str:
+    """An error outcome's evidence: a machine fault says so (faults.py), anything else is the harness's."""
+    if isinstance(exc, MachineFault):
+        return str(exc)
+    fault = machine_fault(exc.sqlstate, closed=exc.closed) if isinstance(exc, ServerError) else None
+    if fault is not None:
+        return str(MachineFault.during(fault, exc))
+    return f"the harness failed: {type(exc).__name__}: {exc}".strip()
 
 
 def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str | None:

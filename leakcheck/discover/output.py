@@ -43,8 +43,10 @@ def _unwritable(path: Path) -> str:
         parent = parent.parent
     if not parent.is_dir():
         return f"{parent} is not a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{parent} is not writable, so it cannot be made"
+    try:  # tried for real: permission bits do not tell for root, read-only mounts or /proc
+        os.rmdir(tempfile.mkdtemp(prefix=".leakcheck-", dir=parent))
+    except OSError as exc:
+        return f"{parent} takes no folder, so it cannot be made: {exc.strerror or exc}"
     return ""
 
 

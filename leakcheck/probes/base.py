@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clients import Client, ServerError
-from ..errors import NotApplicable, ProbeError
+from ..errors import MachineFault, NotApplicable, ProbeError
+from ..faults import machine_fault
 from ..verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 
 #: How many transactions B may open to be handed A's server connection (a_on_another_server).
@@ -46,15 +47,21 @@ class Attempt:
         return f"error {self.error}" if self.error else repr(self.value)
 
 
-async def attempt(call: Awaitable[Any]) -> Attempt:
-    """The call's value, or the ServerError it raised. A pooler's refusal of what the probe needs
-    (a transaction block in statement mode) is no result of the feature: NotApplicable is raised."""
+async def attempt(call: Awaitable[Any], *, session_end_observed: bool = False) -> Attempt:
+    """The call's value, or the ServerError it raised. Two errors are no result of the feature: a
+    pooler's refusal of what the probe needs (a transaction block in statement mode) raises
+    NotApplicable; a machine fault (faults.py: disk full, a broken connection...) raises
+    MachineFault. `session_end_observed`: the step observes its session being ended, so a session
+    end is its answer (idle_in_transaction_timeout)."""
     try:
         return Attempt(value=await call)
     except ServerError as exc:
         refused = NotApplicable.refused(exc)
         if refused is not None:
             raise NotApplicable(refused) from exc
+        fault = machine_fault(exc.sqlstate, closed=exc.closed, session_end_observed=session_end_observed)
+        if fault is not None:
+            raise MachineFault.during(fault, exc) from exc
         return Attempt(error=exc)
 
 
@@ -98,11 +105,11 @@ class Scenario:
         begun = await attempt(client.execute("BEGIN"))
         if begun.failed:
             return begun
-        try:
-            (pid, started), = [r[:2] for r in await client.query(f"SELECT {IDENTITY}")]
-        except ServerError as exc:
+        identity = await attempt(client.query(f"SELECT {IDENTITY}"))
+        if identity.failed:
             await attempt(client.execute("ROLLBACK"))
-            return Attempt(error=exc)
+            return identity
+        (pid, started), = [r[:2] for r in identity.value]
         self._prove(client, step, pid, started)
         result = Attempt()
         for sql in statements:

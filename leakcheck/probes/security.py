@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import zlib
 
+from ..clients import ServerError
 from ..errors import NotApplicable, ProbeError
+from ..faults import machine_fault
 from ..verdicts import Observation, Scope
 from .base import Attempt, Login, Probe, Scenario, attempt, probe
 from .settings import lit, setting
@@ -232,16 +234,17 @@ async def idle_in_transaction_timeout(s: Scenario) -> Observation:
 
 async def _idle_in_a_block(s: Scenario) -> Attempt:
     """B opens a transaction, idles 0.15 s in it, and goes on: what its next statement gave."""
-    began = await attempt(s.b.execute("BEGIN"))
+    ended = True  # B's session being ended is what this step observes, not a machine fault
+    began = await attempt(s.b.execute("BEGIN"), session_end_observed=ended)
     # On a loaded machine B may be ended before its first statement in the block: that is the
     # effect itself, not a harness failure (B's proof above still holds).
-    proven = await attempt(s.observe(s.b, "began", "1")) if not began.failed else began
+    proven = await attempt(s.observe(s.b, "began", "1"), session_end_observed=ended) if not began.failed else began
     if proven.failed:
         went_on = proven
     else:
         await asyncio.sleep(0.15)
-        went_on = await attempt(s.b.query("SELECT 1"))
-    await attempt(s.b.execute("ROLLBACK"))
+        went_on = await attempt(s.b.query("SELECT 1"), session_end_observed=ended)
+    await attempt(s.b.execute("ROLLBACK"), session_end_observed=ended)
     return went_on
 
 
@@ -252,6 +255,10 @@ async def client_encoding(s: Scenario) -> Observation:
     b_seen = await s.observe(s.b, "read client_encoding", setting("client_encoding"))
     try:
         text = repr(await s.observe(s.b, "read a non-ASCII text", "'é'::text"))
+    except ServerError as exc:
+        if machine_fault(exc.sqlstate, closed=exc.closed):
+            raise  # the machine's failure is no finding (faults.py)
+        text = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # noqa: BLE001 - a driver that cannot decode the bytes is the finding
         text = f"{type(exc).__name__}: {exc}"
     return Observation(

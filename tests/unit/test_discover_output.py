@@ -77,5 +77,12 @@ def test_an_out_folder_without_write_permission_is_a_usage_error(tmp_path: Path)
     locked.mkdir(mode=0o500)
     with pytest.raises(UsageError, match="cannot"):
         output.parse_out(str(locked))
-    with pytest.raises(UsageError, match="not writable"):
+    with pytest.raises(UsageError, match="cannot be made"):
         output.parse_out(str(locked / "sub"))
+
+
+def test_an_out_folder_that_cannot_be_made_is_a_usage_error_even_for_root() -> None:
+    # /proc is a folder whose permission bits let root write; making a folder there fails.
+    with pytest.raises(UsageError, match="cannot be made"):
+        output.parse_out("/proc/leakcheck-out")
+    assert not Path("/proc/leakcheck-out").exists()

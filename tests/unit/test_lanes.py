@@ -1,7 +1,10 @@
 """Lanes: which probe runs share a pooler (one after another) and which may run side by side."""
 
-from leakcheck.lanes import default_jobs, lane_of
-from leakcheck.probes import PROBES
+import pytest
+
+from leakcheck.errors import UsageError
+from leakcheck.lanes import MAX_POOLERS_PER_PG, MAX_RUNS, check_capacity, default_jobs, lane_of
+from leakcheck.probes import PROBES, Probe
 from leakcheck.verdicts import Driver, Pooler, PoolerKind, Route, Target
 from leakcheck.versions import Version
 
@@ -58,3 +61,29 @@ def test_when_lanes_cannot_start_every_test_gets_the_failure_instead_of_waiting(
         with pytest.raises(RuntimeError, match="bad input"):
             lanes.result(probe, target)
     assert all(isinstance(f, Future) for f in lanes._futures.values())
+
+
+def _native_shape(poolers: int, pgs: int = 3) -> list[tuple[Probe, Target]]:
+    """The full native matrix's shape: every probe, both drivers, the transaction and session routes."""
+    cells = [Pooler(PoolerKind.PGBOUNCER, Version((1, n, 0))) for n in range(poolers)]
+    return [(p, Target(Version((16 + g, 0)), c, route, d)) for g in range(pgs) for c in cells for d in Driver
+            for route in (Route.TRANSACTION, Route.SESSION) for p in PROBES]
+
+
+def test_the_full_native_matrix_fits_one_run() -> None:
+    work = _native_shape(poolers=7)
+    check_capacity(work)  # no error
+    per_pg = {lane_of(p, t) for p, t in work if t.pg == Version((16, 0))}
+    assert len(per_pg) <= MAX_POOLERS_PER_PG
+
+
+def test_a_matrix_of_more_probe_runs_than_one_run_takes_is_one_line_saying_to_split_it() -> None:
+    work = [(ONE, Target(Version((16, n)), None, Route.DIRECT, Driver.PSYCOPG)) for n in range(MAX_RUNS + 1)]
+    with pytest.raises(UsageError, match=f"{MAX_RUNS + 1} probe runs, more than the {MAX_RUNS}.*split it"):
+        check_capacity(work)
+
+
+def test_more_poolers_on_one_postgresql_than_it_holds_is_one_line_saying_to_split_it() -> None:
+    work = _native_shape(poolers=11, pgs=1)  # 11 poolers x 2 drivers x 3 pools: 66 processes
+    with pytest.raises(UsageError, match=f"66 pooler processes on PostgreSQL 16.0, more than the {MAX_POOLERS_PER_PG}"):
+        check_capacity(work)

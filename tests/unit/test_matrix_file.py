@@ -7,7 +7,9 @@ import pytest
 from leakcheck.config import Config
 from leakcheck.errors import UsageError
 from leakcheck.matrix_file import load, parse
+from leakcheck.matrix_run import pooler_cells
 from leakcheck.target import PoolerKind
+from leakcheck.versions import Version
 
 MATRIX = """\
 pg = ["16", "18"]
@@ -79,3 +81,46 @@ def test_the_example_matrix_file_in_matrices_is_a_valid_matrix() -> None:
 def test_a_pooler_entry_of_the_wrong_shape_is_one_line_naming_it(entry: dict[str, object], said: str) -> None:
     with pytest.raises(UsageError, match=said):
         parse({"pooler": [entry]}, Path("."), "m.toml")
+
+
+TWO_TABLES = """\
+[[pooler]]
+kind = "pgbouncer"
+versions = ["1.24"]
+settings = { max_prepared_statements = ["0", "200"] }
+
+[[pooler]]
+kind = "pgbouncer"
+versions = ["1.26"]
+ini = "team.ini"
+"""
+
+
+def test_each_pooler_table_gets_only_its_own_settings_and_ini(tmp_path: Path) -> None:
+    (tmp_path / "m.toml").write_text(TWO_TABLES)
+    (tmp_path / "team.ini").write_text("[pgbouncer]\n")
+    config = Config.from_strings({"leakcheck_matrix": str(tmp_path / "m.toml")})
+    cells = pooler_cells(config.pooler_tables, lambda kind, spec: Version.parse(spec.raw))
+    shown = sorted((str(p.version), p.settings, Path(p.config).name if p.config else "") for p in cells)
+    assert shown == [
+        ("1.24", (("max_prepared_statements", "0"),), ""),
+        ("1.24", (("max_prepared_statements", "200"),), ""),
+        ("1.26", (), "team.ini"),
+    ]
+
+
+def test_two_tables_may_cross_the_same_setting_each_with_its_values(tmp_path: Path) -> None:
+    text = TWO_TABLES.replace('ini = "team.ini"', 'settings = { max_prepared_statements = ["100"] }')
+    (tmp_path / "m.toml").write_text(text)
+    config = Config.from_strings({"leakcheck_matrix": str(tmp_path / "m.toml")})
+    cells = pooler_cells(config.pooler_tables, lambda kind, spec: Version.parse(spec.raw))
+    values = sorted((str(p.version), p.settings[0][1]) for p in cells)
+    assert values == [("1.24", "0"), ("1.24", "200"), ("1.26", "100")]
+
+
+def test_a_pooler_option_on_the_command_line_replaces_the_files_tables(tmp_path: Path) -> None:
+    (tmp_path / "m.toml").write_text(TWO_TABLES)
+    (tmp_path / "team.ini").write_text("[pgbouncer]\n")
+    config = Config.from_strings({"leakcheck_matrix": str(tmp_path / "m.toml"), "leakcheck_bouncer": "1.18"})
+    cells = pooler_cells(config.pooler_tables, lambda kind, spec: Version.parse(spec.raw))
+    assert [(str(p.version), p.settings, p.config) for p in cells] == [("1.18", (), "")]
