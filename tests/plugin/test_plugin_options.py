@@ -4,8 +4,6 @@ import pytest
 
 from leakcheck.matrix_run import MatrixRun
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
 
 def test_without_pg_or_bouncer_no_leak_tests_are_generated(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_plain(): pass")
