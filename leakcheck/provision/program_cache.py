@@ -88,9 +88,9 @@ def on_path(wanted: Version, program: Program, attempts: list[str]) -> Binary | 
         reply = check_program([path], program)
         if reply.version is not None and wanted.matches(reply.version):
             return Binary(reply.version, (path,), f"installed ({path})")
-        attempts.append(f"{path} (is {reply})")
+        attempts.append(f"PATH and the package's place: {path} (is {reply})")
     if not candidates:
-        attempts.append(f"PATH (no {program.name})")
+        attempts.append(f"PATH and the package's place (no {program.name})")
     return None
 
 

@@ -18,8 +18,6 @@ from leakcheck.provision.pg_binaries import resolve_pg
 from leakcheck.provision.system import cache_root, server_user
 from leakcheck.versions import parse_spec
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
 ONE = ["--drivers=psycopg", "--controls=no"]
 KEY_TZ = "pg16/pgbouncer1.24/psycopg/timezone"
 KEY_DS = "pg16/pgbouncer1.24/psycopg/datestyle"

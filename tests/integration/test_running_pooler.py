@@ -18,7 +18,7 @@ from leakcheck.verdicts import Driver, Route
 
 from .conftest import TEST_PG, Measure
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
+pytestmark = pytest.mark.integration
 
 PROBES = "statement_timeout,timezone,set_role,listen_notify,session_authorization,custom_setting_moved"
 

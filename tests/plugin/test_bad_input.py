@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
 #: A valid tiny selection: with it, only the input under test can be wrong.
 SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone", "--controls=no"]
 

@@ -13,7 +13,7 @@ from leakcheck import expectations
 from leakcheck.expectations import Expectation
 from leakcheck.verdicts import Verdict
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
+pytestmark = pytest.mark.integration
 
 SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=statement_timeout,timezone", "--controls=no"]
 

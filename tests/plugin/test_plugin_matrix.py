@@ -11,7 +11,7 @@ import pytest
 from leakcheck.clients import driver_version
 from leakcheck.verdicts import Driver
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
+pytestmark = pytest.mark.integration
 
 _PSYCOPG = driver_version(Driver.PSYCOPG)
 assert _PSYCOPG is not None

@@ -4,8 +4,6 @@ import pytest
 
 from leakcheck.matrix_run import MatrixRun
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
 
 def test_without_pg_or_bouncer_no_leak_tests_are_generated(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_plain(): pass")
@@ -60,3 +58,18 @@ def test_auto_says_in_the_header_which_backend_runs_and_why(pytester: pytest.Pyt
     result = pytester.runpytest_inprocess("--pg=16", "--backend=auto", "--collect-only", "--probes=timezone",
                                           "--drivers=psycopg", "--controls=no")
     result.stdout.fnmatch_lines(["leakcheck: backend * (auto: *)"])
+
+
+def test_a_matrix_option_without_paths_runs_the_matrix_only_not_the_testpaths(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The repository's own case: an ini with testpaths = tests, and the README's main command typed in it.
+    monkeypatch.setattr(MatrixRun, "targets", lambda self: [])
+    pytester.makeini("[pytest]\ntestpaths = tests\n")
+    pytester.mkdir("tests").joinpath("test_own.py").write_text("def test_own(): pass\n")
+    matrix_only = pytester.runpytest_inprocess("--pg=16", "--collect-only", "-q", "--controls=no")
+    assert "test_own" not in matrix_only.stdout.str()
+    named = pytester.runpytest_inprocess("tests", "--pg=16", "--collect-only", "-q", "--controls=no")
+    assert "tests/test_own.py::test_own" in named.stdout.str()
+    plain = pytester.runpytest_inprocess("--collect-only", "-q")
+    assert "tests/test_own.py::test_own" in plain.stdout.str()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
+pytestmark = pytest.mark.integration
 
 ONE = ["--pg=16", "--drivers=psycopg", "--controls=no"]
 

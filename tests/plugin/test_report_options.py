@@ -8,8 +8,6 @@ import pytest
 
 from .test_bad_input import SMALL, one_usage_error
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
 
 @pytest.mark.parametrize(
     ("arg", "message"),

@@ -11,7 +11,7 @@ import pytest
 
 from leakcheck import cli
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
+pytestmark = pytest.mark.integration
 
 #: 2 probes x 1 cell x 1 driver, no controls: two tests, so two workers get one each.
 TINY = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone,statement_timeout", "--controls=no"]

@@ -32,8 +32,12 @@ def test_drivers_routes_pool_sizes_and_pooler_settings_get_lanes_of_their_own() 
     assert len(lanes) == 6
 
 
-def test_the_default_is_four_lanes_per_core_and_never_more_than_eight() -> None:
-    assert 1 <= default_jobs() <= 8
+@pytest.mark.parametrize(("cores", "lanes"), [(None, 4), (1, 4), (2, 8), (3, 8), (64, 8)])
+def test_the_default_is_four_lanes_per_core_and_never_more_than_eight(
+    cores: int | None, lanes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert default_jobs() == lanes
 
 
 def test_when_lanes_cannot_start_every_test_gets_the_failure_instead_of_waiting() -> None:
