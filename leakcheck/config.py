@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from . import matrix_file
+from .agents.catalogue import known_drivers
 from .axes import Axis, check_distinct, parse_axis, parse_poolers
 from .diff import Cell, parse_cell
 from .distinct_paths import EXPECT, check_own_files
@@ -19,7 +20,7 @@ from .provision.bouncer_ini import RESERVED, PoolMode
 from .provision.containers_images import check_template
 from .provision.external import check_dsn, default_name
 from .provision.pooler_containers import missing_image
-from .target import PoolerKind
+from .target import NATIVE_DRIVERS, PoolerKind
 from .verdicts import Driver
 from .versions import Spec, Version, parse_spec_list
 
@@ -93,7 +94,7 @@ class Config:
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         poolers = _poolers(raw)
         return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
-                   drivers=tuple(Driver), probes=select(None), controls=False, backend=backend.strip().lower(),
+                   drivers=NATIVE_DRIVERS, probes=select(None), controls=False, backend=backend.strip().lower(),
                    expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
 
     @classmethod
@@ -178,7 +179,7 @@ class Config:
         return cls(
             pg=parse_spec_list(pg, "--pg"),
             poolers=poolers,
-            drivers=_drivers(get("leakcheck_drivers", "psycopg, asyncpg or both")),
+            drivers=_drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg")),
             probes=probes,
             controls=controls == "yes",
             backend=backend,
@@ -349,7 +350,7 @@ def _probes(raw: str) -> tuple[Probe, ...]:
 
 
 def _drivers(raw: str) -> tuple[Driver, ...]:
-    known = [d.value for d in Driver]
+    known = known_drivers()
     names = _items(raw, "--drivers", f"a comma separated list of {', '.join(known)}")
     bad = [n for n in names if n not in known]
     if bad:
