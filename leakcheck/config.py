@@ -84,7 +84,8 @@ class Config:
         return tuple(spec for kind, spec in self.poolers if kind is PoolerKind.PGBOUNCER)
 
     @classmethod
-    def for_prepare(cls, pg: str, bouncer: str | None, backend: str, pooler: str | None = None) -> Config:
+    def for_prepare(cls, pg: str, bouncer: str | None, backend: str, pooler: str | None = None,
+                    drivers: str | None = None) -> Config:
         """What `leakcheck prepare` needs: the versions and the backend, validated like the options."""
         raw: dict[str, str | None] = {"leakcheck_pg": pg, "leakcheck_bouncer": bouncer, "leakcheck_backend": backend,
                                       "leakcheck_pooler": pooler}
@@ -94,7 +95,8 @@ class Config:
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         poolers = _poolers(raw)
         return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
-                   drivers=NATIVE_DRIVERS, probes=select(None), controls=False, backend=backend.strip().lower(),
+                   drivers=_drivers(drivers) if drivers is not None else NATIVE_DRIVERS,
+                   probes=select(None), controls=False, backend=backend.strip().lower(),
                    expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
 
     @classmethod

@@ -40,7 +40,7 @@ function failure(err) {
   const sqlstate = typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : ''
   const closed = !sqlstate && /terminated|not queryable|ECONNRESET|EPIPE|closed/i.test(String(err.message))
   const message = String(err.message || err).split('\n')[0]
-  return { sqlstate: sqlstate || (closed ? '08006' : ''), class: err.name || err.constructor.name, message }
+  return { sqlstate: sqlstate || (closed ? '08006' : ''), class: err.constructor.name, message }
 }
 
 async function run(config) {
