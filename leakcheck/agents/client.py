@@ -29,18 +29,17 @@ _idle: dict[tuple[str, str, str], list[AgentProcess]] = {}
 _started: list[AgentProcess] = []
 
 
-def _lease(shipped: Shipped, label: str) -> tuple[tuple[str, str, str], AgentProcess]:
-    slot = (shipped.spec.id, threading.current_thread().name, label)
+def _lease(shipped: Shipped, slot: tuple[str, str, str]) -> AgentProcess:
     with _lock:
         idle = _idle.get(slot, [])
         while idle:
             agent = idle.pop()
             if agent.alive:
-                return slot, agent
+                return agent
     agent = installed(shipped.spec).start()
     with _lock:
         _started.append(agent)
-    return slot, agent
+    return agent
 
 
 def _give_back(slot: tuple[str, str, str], agent: AgentProcess) -> None:
@@ -87,7 +86,8 @@ class AgentClient:
     @classmethod
     async def connect(cls, shipped: Shipped, label: str, endpoint: Endpoint,
                       settings: dict[str, str] | None = None) -> AgentClient:
-        slot, agent = await asyncio.to_thread(_lease, shipped, label)
+        slot = (shipped.spec.id, threading.current_thread().name, label)  # the lane's thread, not a worker's
+        agent = await asyncio.to_thread(_lease, shipped, slot)
         client = cls(label, shipped.statement_names, _Lease(slot, agent))
         try:
             await client._call("connect", settings=settings or {}, **_where(endpoint))
