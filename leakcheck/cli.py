@@ -20,6 +20,7 @@ from typing import NoReturn
 import psycopg
 
 from . import cli_images, diff_cli, merge, preflight, progress, run_cli
+from .clients import driver_version
 from .config import Config, required_probes
 from .discover import command as discover
 from .errors import UsageError, one_line
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument("--bouncer", help=f"PgBouncer versions (default {DEFAULT_BOUNCER} when no --pooler is given)")
     prepare.add_argument("--pooler", help="poolers as KIND:VERSION, e.g. odyssey:1.5,pgpool:4.3 (as for the matrix)")
     prepare.add_argument("--backend", default="native", help="native or containers (default native)")
+    prepare.add_argument("--drivers", help="also install these drivers' agents, e.g. node-postgres,postgres-js "
+                         "(npm packages into the cache; Debian packages as root)")
     merging = sub.add_parser("merge", help="merge --results files of several runs into one report and one gate "
                              "decision (exit 0: all passed, 1: some failed, 4: bad input)")
     merging.add_argument("results", nargs="+", type=Path, metavar="RESULTS.json",
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    config = Config.for_prepare(args.pg, args.bouncer, args.backend, args.pooler)
+    config = Config.for_prepare(args.pg, args.bouncer, args.backend, args.pooler, args.drivers)
     preflight.check_environment(os.environ)  # LEAKCHECK_* variables, before anything is fetched
     preflight.check_paths(config)
     preflight.check_temp_folder(os.environ, 0)
@@ -100,6 +103,8 @@ def _prepare(args: argparse.Namespace) -> int:
             print(f"--pooler {kind.value}:{spec} -> {kind.product} {backend.resolve_pooler(kind, spec)}")
         for line in backend.describe():
             print(f"  {line}")
+    for driver in config.drivers if args.drivers is not None else ():
+        print(f"--drivers {driver.value} -> {driver.value} {driver_version(driver) or '(release unknown)'}")
     return 0
 
 

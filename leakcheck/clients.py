@@ -23,6 +23,8 @@ from typing import Any, Protocol
 import asyncpg
 import psycopg
 
+from .agents.catalogue import Shipped, known_drivers, shipped
+from .errors import UsageError
 from .provision.base import Endpoint
 from .verdicts import Driver
 from .versions import Version, version_in_output
@@ -54,6 +56,8 @@ class Client(Protocol):
 
     label: str
     notifications: list[Notification]
+    #: a SQL condition on pg_prepared_statements.name: the names this client's driver gives its statements
+    statement_names: str
 
     async def query(self, sql: str) -> list[Row]: ...
     async def execute(self, sql: str) -> None: ...
@@ -72,6 +76,7 @@ class PsycopgClient:
     label: str
     conn: psycopg.AsyncConnection[Any]
     notifications: list[Notification] = field(default_factory=list)
+    statement_names: str = "name LIKE '\\_pg3\\_%'"
 
     @classmethod
     async def connect(cls, label: str, endpoint: Endpoint) -> PsycopgClient:
@@ -128,6 +133,7 @@ class AsyncpgClient:
     label: str
     conn: Any
     notifications: list[Notification] = field(default_factory=list)
+    statement_names: str = "name LIKE '\\_\\_asyncpg\\_%'"
 
     @classmethod
     async def connect(cls, label: str, endpoint: Endpoint) -> AsyncpgClient:
@@ -181,14 +187,30 @@ class AsyncpgClient:
 
 @functools.cache
 def driver_version(driver: Driver) -> Version | None:
-    """The installed release of the driver (part of every cell: ids, keys, reports)."""
+    """The installed release of the driver (part of every cell: ids, keys, reports). An agent's is
+    the one its own `hello` reported when it was installed into the cache (installed here if needed)."""
+    if not driver.native:
+        from .agents.install import installed  # agents import this module (ServerError, Notification)
+
+        return installed(_shipped(driver).spec).release
     try:
         return version_in_output(importlib.metadata.version(driver.value))
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
+def _shipped(driver: Driver) -> Shipped:
+    found = shipped(driver.value)
+    if found is None:
+        raise UsageError(f"no driver {driver.value!r}: leakcheck drives {', '.join(known_drivers())}")
+    return found
+
+
 async def connect(driver: Driver, label: str, endpoint: Endpoint) -> Client:
-    if driver is Driver.PSYCOPG:
+    if driver == Driver.PSYCOPG:
         return await PsycopgClient.connect(label, endpoint)
-    return await AsyncpgClient.connect(label, endpoint)
+    if driver == Driver.ASYNCPG:
+        return await AsyncpgClient.connect(label, endpoint)
+    from .agents.client import AgentClient  # agents import this module (ServerError, Notification)
+
+    return await AgentClient.connect(_shipped(driver), label, endpoint)

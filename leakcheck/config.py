@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from . import inputs, matrix_file
+from .agents.catalogue import known_drivers
 from .axes import Axis, check_distinct, parse_axis, parse_poolers
 from .diff import Cell, parse_cell
 from .distinct_paths import EXPECT, check_own_files
@@ -20,7 +21,7 @@ from .provision.bouncer_ini import RESERVED, PoolMode
 from .provision.containers_images import check_template
 from .provision.external import check_dsn, default_name
 from .provision.pooler_containers import missing_image
-from .target import PoolerKind
+from .target import NATIVE_DRIVERS, PoolerKind
 from .verdicts import Driver
 from .versions import Spec, Version, parse_spec_list
 
@@ -100,7 +101,8 @@ class Config:
         return tuple(spec for kind, spec in self.poolers if kind is PoolerKind.PGBOUNCER)
 
     @classmethod
-    def for_prepare(cls, pg: str, bouncer: str | None, backend: str, pooler: str | None = None) -> Config:
+    def for_prepare(cls, pg: str, bouncer: str | None, backend: str, pooler: str | None = None,
+                    drivers: str | None = None) -> Config:
         """What `leakcheck prepare` needs: the versions and the backend, validated like the options."""
         raw: dict[str, str | None] = {"leakcheck_pg": pg, "leakcheck_bouncer": bouncer, "leakcheck_backend": backend,
                                       "leakcheck_pooler": pooler}
@@ -110,7 +112,8 @@ class Config:
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         poolers = _poolers(raw)
         return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
-                   drivers=tuple(Driver), probes=select(None), controls=False, backend=backend.strip().lower(),
+                   drivers=_drivers(drivers) if drivers is not None else NATIVE_DRIVERS,
+                   probes=select(None), controls=False, backend=backend.strip().lower(),
                    expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
 
     @classmethod
@@ -202,7 +205,7 @@ class Config:
         return cls(
             pg=parse_spec_list(pg, "--pg"),
             poolers=poolers,
-            drivers=_drivers(get("leakcheck_drivers", "psycopg, asyncpg or both")),
+            drivers=_drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg")),
             probes=probes,
             controls=controls == "yes",
             backend=backend,
@@ -384,7 +387,7 @@ def _probes(raw: str) -> tuple[Probe, ...]:
 
 
 def _drivers(raw: str) -> tuple[Driver, ...]:
-    known = [d.value for d in Driver]
+    known = known_drivers()
     names = _items(raw, "--drivers", f"a comma separated list of {', '.join(known)}")
     bad = [n for n in names if n not in known]
     if bad:

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from .agents import client as agents
 from .axes import combinations
 from .clients import driver_version
 from .config import Config, PoolerTable
@@ -104,7 +105,10 @@ class MatrixRun:
             if self._lanes is not None:
                 self._lanes.close()
         finally:
-            self._stack.close()
+            try:
+                agents.stop_all()  # the driver agents the lanes reused
+            finally:
+                self._stack.close()
 
     def start(self, work: Sequence[tuple[Probe, Target]]) -> None:
         """Run `work` (the selected tests, in pytest's order) in concurrent lanes from now on."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import ClassVar
 
 from .versions import Version
 
@@ -26,11 +27,29 @@ class Route(StrEnum):
         return self is not Route.TRANSACTION
 
 
-class Driver(StrEnum):
-    """The client libraries leakcheck drives."""
+class Driver(str):
+    """A client library leakcheck drives, by its id as ids, keys and reports show it. psycopg and
+    asyncpg run in this process (clients.py); every other id is an agent process of its own
+    language (leakcheck/agents/catalogue.py), so the set is open: `Driver("node-postgres")`."""
 
-    PSYCOPG = "psycopg"  #: psycopg 3, AsyncConnection, autocommit
-    ASYNCPG = "asyncpg"  #: asyncpg, autocommit outside explicit transactions
+    PSYCOPG: ClassVar[Driver]  #: psycopg 3, AsyncConnection, autocommit
+    ASYNCPG: ClassVar[Driver]  #: asyncpg, autocommit outside explicit transactions
+
+    @property
+    def value(self) -> str:
+        """The id (as an enum member's value, which Driver was)."""
+        return str(self)
+
+    @property
+    def native(self) -> bool:
+        """Driven in this Python process, not through an agent."""
+        return self in NATIVE_DRIVERS
+
+
+Driver.PSYCOPG = Driver("psycopg")
+Driver.ASYNCPG = Driver("asyncpg")
+#: The drivers of this Python process, in their order of old (the default --drivers).
+NATIVE_DRIVERS: tuple[Driver, ...] = (Driver.PSYCOPG, Driver.ASYNCPG)
 
 
 class PoolerKind(StrEnum):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .. import signals
 from ..errors import UsageError
 from ..option_table import FLAGS, LIST_OPTIONS, OPTIONS
+from ..target import NATIVE_DRIVERS
 from ..verdicts import Driver, Route
 from . import options as o
 from .known import confirmed
@@ -66,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options(args: argparse.Namespace) -> o.Options:
     route = Route(o.parse_choice(args.route, "--route", tuple(r.value for r in o.ROUTES)))
-    driver = Driver(o.parse_choice(args.driver, "--driver", tuple(d.value for d in Driver)))
+    driver = Driver(o.parse_choice(args.driver, "--driver", tuple(d.value for d in NATIVE_DRIVERS)))
     cell: dict[str, str] = {}
     for flag in (*CELL_OPTIONS, *CELL_LISTS):
         ini = FLAGS_BY_NAME[flag]

@@ -45,7 +45,7 @@ class DriverNames:
             return self._names[(who, sql)], False
         n = self._count.get(who, 0)
         self._count[who] = n + 1
-        name = f"_pg3_{n}" if self.driver is Driver.PSYCOPG else f"__asyncpg_stmt_{n + 1:x}__"
+        name = f"_pg3_{n}" if self.driver == Driver.PSYCOPG else f"__asyncpg_stmt_{n + 1:x}__"
         self._names[(who, sql)] = name
         return name, True
 
@@ -55,7 +55,7 @@ def _lines(op: Op, st: Statement, names: DriverNames) -> list[str]:
     its prepare threshold), or, where the driver names it (protocol prepares; asyncpg's cache for every
     bound query), as \\parse and \\bind_named with the driver's name."""
     values = "".join(f" {quote(p)}" for p in st.params)
-    if st.via is Via.BOUND and names.driver is Driver.PSYCOPG:
+    if st.via is Via.BOUND and names.driver == Driver.PSYCOPG:
         return [f"{st.sql} \\bind{values} \\g"]
     if st.via in (Via.PROTOCOL, Via.BOUND):
         sql = f"{st.sql}, pg_backend_pid()" if st.via is Via.PROTOCOL else st.sql

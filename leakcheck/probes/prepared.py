@@ -7,13 +7,11 @@ from ..errors import ProbeError
 from ..verdicts import Observation
 from .base import Attempt, Probe, Scenario, attempt, probe
 
-# Names the drivers give their statements (PgBouncer's own are PGBOUNCER_N).
-_DRIVER_NAMES = "(name LIKE '\\_pg3\\_%' OR name LIKE '\\_\\_asyncpg\\_%')"
 
-
-def _names(marker: str, driver_names_only: bool = False) -> str:
-    """An expression: the names of prepared statements whose text holds `marker`."""
-    only = f" AND {_DRIVER_NAMES}" if driver_names_only else ""
+def _names(marker: str, driver_names: str = "") -> str:
+    """An expression: the names of prepared statements whose text holds `marker` (and, when given,
+    whose name is one a driver gives: `Client.statement_names`; PgBouncer's own are PGBOUNCER_N)."""
+    only = f" AND ({driver_names})" if driver_names else ""
     half = len(marker) // 2  # split, so a statement holding this very text never matches
     pattern = f"'%' || '{marker[:half]}' || '{marker[half:]}' || '%'"
     return f"ARRAY(SELECT name FROM pg_prepared_statements WHERE statement LIKE {pattern}{only} ORDER BY name)"
@@ -59,7 +57,7 @@ async def protocol_prepare(s: Scenario) -> Observation:
     if first.failed:
         return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
     # B: can B's session see A's statement under the name A's driver gave it?
-    visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names_only=True))
+    visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names=s.a.statement_names))
     # B: prepares the very same query (two app instances running the same code); A runs it again.
     b_run = await s.prepared(s.b, "prepared run", f"'{marker}'::text")
     b_again = await s.prepared(s.b, "prepared run again", f"'{marker}'::text")
@@ -85,7 +83,7 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
         # transaction: one server, no pooler reset in between); a failed run, a proof that A really
         # was elsewhere.
         again, there = await _run_and_read_names(s, "prepared run elsewhere", marker)
-        visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names_only=True))
+        visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names=s.a.statement_names))
     if not again.failed and not there:
         raise ProbeError("A's statement ran on the other server connection without being prepared there; "
                          "the move was not exercised")

@@ -71,9 +71,11 @@ class Cell:
 
 def driver_off(cell: Cell) -> str:
     """The cell's driver's own switch for protocol-level prepares."""
-    if cell.driver is Driver.ASYNCPG:
+    if cell.driver == Driver.ASYNCPG:
         return "turn asyncpg's statement cache off (`statement_cache_size=0`)"
-    return "turn psycopg's prepares off (`prepare_threshold=None`)"
+    if cell.driver == Driver.PSYCOPG:
+        return "turn psycopg's prepares off (`prepare_threshold=None`)"
+    return f"turn {cell.driver.value}'s protocol-level prepares off (its own setting)"
 
 
 def reset_tail(cell: Cell) -> str:

@@ -14,13 +14,14 @@ from leakcheck.provision.pg_binaries import resolve_pg
 from leakcheck.provision.pg_server import PgServer
 from leakcheck.provision.system import ServerUser, cache_root, server_user
 from leakcheck.runner import run_probe
+from leakcheck.target import NATIVE_DRIVERS
 from leakcheck.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target
 from leakcheck.versions import Version, parse_spec
 
 #: Versions the facts are checked on; override with LEAKCHECK_TEST_PG / LEAKCHECK_TEST_BOUNCER.
 TEST_PG = os.environ.get("LEAKCHECK_TEST_PG", "16,18").split(",")
 TEST_BOUNCER = os.environ.get("LEAKCHECK_TEST_BOUNCER", "1.18,1.24,1.26").split(",")
-DRIVERS = list(Driver)
+DRIVERS = list(NATIVE_DRIVERS)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ from leakcheck.provision.base import USER, Endpoint
 from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
 from leakcheck.provision.fixtures import APP_ROLE
 from leakcheck.provision.native import NativeBackend
-from leakcheck.verdicts import Driver, Route
+from leakcheck.target import NATIVE_DRIVERS
+from leakcheck.verdicts import Route
 
 from .conftest import TEST_PG, Measure
 
@@ -55,7 +56,7 @@ def test_a_running_pooler_gives_the_verdicts_of_the_same_pooler_leakcheck_starts
     ])
     assert "session control" not in result.stdout.str()  # leakcheck cannot switch that pooler's mode
     measured = outcomes(pytester.path / "r.json")
-    for driver in Driver:
+    for driver in NATIVE_DRIVERS:
         for probe in PROBES.split(","):
             if probe == "session_authorization":  # the DSN's user is no superuser: measured as not applicable
                 assert measured[("transaction", driver.value, probe)] == "not_applicable"

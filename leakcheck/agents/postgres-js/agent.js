@@ -1,0 +1,144 @@
+'use strict'
+// leakcheck's agent for postgres.js (npm "postgres"): one client slot, one postgres() instance of one
+// reserved connection per `connect`. Protocol: docs/agent-protocol.md (JSON lines on stdin/stdout).
+const readline = require('node:readline')
+const postgres = require('postgres')
+
+// (its package.json is not among the package's exports: read from the agent's own node_modules)
+const RELEASE = require(require('node:path').join(__dirname, 'node_modules', 'postgres', 'package.json')).version
+// Kept as PostgreSQL's text: postgres.js would make Dates, Buffers, objects or strings of these.
+const AS_TEXT = [17, 20, 114, 1082, 1083, 1114, 1184, 1186, 1266, 1700, 3802]
+const SETTINGS = { prepare: (v) => v === 'true' }
+
+let sql = null // the postgres() instance (max: 1)
+let conn = null // its reserved connection
+let notifications = []
+let running = null // the query now running, for `cancel`
+
+function encode(value, oid) {
+  if (value === null || value === undefined) return 'null'
+  if (oid === 20 && /^-?\d+$/.test(value)) return value // int8 exactly
+  if (typeof value === 'number' && !Number.isFinite(value)) return JSON.stringify(String(value))
+  return JSON.stringify(value)
+}
+
+function rowsOf(result) {
+  const oids = (result.columns || []).map((c) => c.type)
+  return Array.from(result, (row) => '[' + row.map((v, i) => encode(v, oids[i])).join(',') + ']')
+}
+
+function failure(err) {
+  const code = typeof err.code === 'string' ? err.code : ''
+  const sqlstate = /^[0-9A-Z]{5}$/.test(code) ? code : code.startsWith('CONNECTION_') ? '08006' : ''
+  return { sqlstate, class: err.name || err.constructor.name, message: String(err.message || err).split('\n')[0] }
+}
+
+async function run(query) {
+  running = query
+  try {
+    return await query
+  } finally {
+    running = null
+  }
+}
+
+async function connect(req) {
+  await close()
+  const options = {}
+  for (const [name, value] of Object.entries(req.settings || {})) {
+    if (!(name in SETTINGS)) throw Object.assign(new Error(`postgres-js agent has no setting ${name}`), { usage: true })
+    options[name] = SETTINGS[name](value)
+  }
+  const s = postgres({
+    host: req.host, port: req.port, user: req.user, password: req.password, database: req.dbname,
+    max: 1, connect_timeout: 10, idle_timeout: 0, onnotice: () => {},
+    onnotify: (channel, payload) => notifications.push({ channel, payload }),
+    types: { leakcheck_text: { to: 25, from: AS_TEXT, serialize: String, parse: (x) => x } },
+    ...options,
+  })
+  try {
+    conn = await s.reserve()
+  } catch (err) {
+    await s.end({ timeout: 1 }).catch(() => {})
+    throw err
+  }
+  sql = s
+}
+
+async function close() {
+  const s = sql
+  sql = null
+  notifications = []
+  if (conn) conn.release()
+  conn = null
+  if (s) await s.end({ timeout: 5 }).catch(() => {})
+}
+
+const ops = {
+  hello: async () => ({ protocol: 1, driver: 'postgres-js', release: RELEASE, runtime: `node ${process.versions.node}` }),
+  connect: async (req) => { await connect(req); return {} },
+  // The harness way: unsafe() without values runs the simple query protocol, nothing prepared.
+  query: async (req) => ({ rows: rowsOf(await run(conn.unsafe(req.sql).values())) }),
+  execute: async (req) => { await run(conn.unsafe(req.sql)); return {} },
+  // The application way: postgres.js prepares every query unless `prepare: false` (the connection's setting).
+  prepared: async (req) => {
+    let result
+    for (let i = 0; i < (req.times || 1); i++) {
+      result = await run(conn.unsafe(req.sql, [], { prepare: true, simple: false }).values())
+    }
+    return { rows: rowsOf(result) }
+  },
+  free: async () => { throw Object.assign(new Error('postgres.js has no API to free a prepared statement'), { unsupported: true }) },
+  begin: async () => { await run(conn.unsafe('BEGIN')); return {} },
+  commit: async () => { await run(conn.unsafe('COMMIT')); return {} },
+  rollback: async () => { await run(conn.unsafe('ROLLBACK')); return {} },
+  close: async () => { await close(); return {} },
+}
+
+function answer(id, body, err) {
+  const out = { id, ok: !err }
+  if (err) {
+    const cls = err.usage ? 'usage' : err.unsupported ? 'unsupported' : null
+    out.error = cls ? { sqlstate: '', class: cls, message: err.message } : failure(err)
+  }
+  if (sql) {
+    out.notifications = notifications.splice(0)
+    out.parameters = { ...sql.parameters }
+  }
+  const rows = body && body.rows
+  const fields = Object.entries(body || {}).filter(([k]) => k !== 'rows').map(([k, v]) => `,${JSON.stringify(k)}:${JSON.stringify(v)}`)
+  const json = JSON.stringify(out).slice(0, -1) + fields.join('') + (rows ? `,"rows":[${rows.join(',')}]` : '') + '}'
+  process.stdout.write(json + '\n')
+}
+
+let queue = Promise.resolve()
+const lines = readline.createInterface({ input: process.stdin })
+lines.on('line', (line) => {
+  let req
+  try {
+    req = JSON.parse(line)
+  } catch (err) {
+    return answer(null, null, Object.assign(new Error(`not JSON: ${line.slice(0, 80)}`), { usage: true }))
+  }
+  if (req.op === 'cancel') {
+    if (running) running.cancel() // postgres.js's own: a CancelRequest on a new connection
+    return answer(req.id, {})
+  }
+  if (req.op === 'exit') {
+    queue = queue.then(close).then(() => { answer(req.id, {}); process.exit(0) })
+    return
+  }
+  const op = ops[req.op]
+  queue = queue.then(async () => {
+    if (!op) return answer(req.id, null, Object.assign(new Error(`unknown op ${req.op}`), { usage: true }))
+    if (req.op !== 'hello' && req.op !== 'connect' && req.op !== 'close' && !sql) {
+      return answer(req.id, null, Object.assign(new Error('not connected'), { usage: true }))
+    }
+    try {
+      answer(req.id, await op(req))
+    } catch (err) {
+      answer(req.id, null, err)
+    }
+  })
+})
+lines.on('close', () => { queue.then(close).then(() => process.exit(0)) })

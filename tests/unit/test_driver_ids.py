@@ -1,0 +1,42 @@
+"""Driver ids: open to the agents, with psycopg's and asyncpg's ids as they always were."""
+
+from __future__ import annotations
+
+import pytest
+
+from leakcheck.config import Config
+from leakcheck.errors import UsageError
+from leakcheck.option_table import FLAGS
+from leakcheck.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.versions import Version
+
+PG, BOUNCER = Version.parse("16.14"), Pooler(PoolerKind.PGBOUNCER, Version.parse("1.24.1"))
+
+
+def _config(drivers: str) -> Config:
+    raw: dict[str, str | None] = dict.fromkeys(FLAGS)
+    raw.update(leakcheck_pg="16", leakcheck_drivers=drivers)
+    return Config.from_strings(raw)
+
+
+def test_a_psycopg_cell_id_is_the_one_it_was() -> None:
+    target = Target(PG, BOUNCER, Route.TRANSACTION, Driver("psycopg"), Version.parse("3.3.9"))
+    assert target.test_id("timezone") == "pg16.14-pgbouncer1.24.1-psycopg3.3.9-timezone"
+    assert Driver("psycopg") == Driver.PSYCOPG and Driver.PSYCOPG.value == "psycopg"
+
+
+def test_an_agent_cell_id_names_the_driver_and_its_release() -> None:
+    target = Target(PG, BOUNCER, Route.TRANSACTION, Driver("node-postgres"), Version.parse("8.23.1"))
+    assert target.test_id("protocol_prepare") == "pg16.14-pgbouncer1.24.1-node-postgres8.23.1-protocol_prepare"
+    assert not Driver("node-postgres").native
+
+
+def test_drivers_takes_the_agents_ids() -> None:
+    assert _config("node-postgres,postgres-js").drivers == (Driver("node-postgres"), Driver("postgres-js"))
+
+
+def test_an_unknown_driver_is_one_line_listing_the_ids() -> None:
+    with pytest.raises(UsageError) as caught:
+        _config("psycopg,jdbc")
+    assert "\n" not in str(caught.value)
+    assert "psycopg, asyncpg, node-postgres, postgres-js" in str(caught.value)
