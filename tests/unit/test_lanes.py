@@ -5,6 +5,7 @@ import pytest
 from leakcheck.errors import UsageError
 from leakcheck.lanes import MAX_POOLERS_PER_PG, MAX_RUNS, check_capacity, default_jobs, lane_of
 from leakcheck.probes import PROBES, Probe
+from leakcheck.target import NATIVE_DRIVERS
 from leakcheck.verdicts import Driver, Pooler, PoolerKind, Route, Target
 from leakcheck.versions import Version
 
@@ -70,7 +71,7 @@ def test_when_lanes_cannot_start_every_test_gets_the_failure_instead_of_waiting(
 def _native_shape(poolers: int, pgs: int = 3) -> list[tuple[Probe, Target]]:
     """The full native matrix's shape: every probe, both drivers, the transaction and session routes."""
     cells = [Pooler(PoolerKind.PGBOUNCER, Version((1, n, 0))) for n in range(poolers)]
-    return [(p, Target(Version((16 + g, 0)), c, route, d)) for g in range(pgs) for c in cells for d in Driver
+    return [(p, Target(Version((16 + g, 0)), c, route, d)) for g in range(pgs) for c in cells for d in NATIVE_DRIVERS
             for route in (Route.TRANSACTION, Route.SESSION) for p in PROBES]
 
 
