@@ -16,8 +16,8 @@ PGJDBC_JAR = "/usr/share/java/postgresql.jar"
 PGX_BUILD = (
     "sh", "-c",
     'cd "$1" && GOPATH=/usr/share/gocode GO111MODULE=off GOCACHE="$1/.gocache" '
-    'go build -o agent -ldflags "-X main.release=$(dpkg-query -W -f=\'${Version}\' '
-    'golang-github-jackc-pgx-v4-dev)" main.go',
+    'go build -o agent -ldflags "-X main.release=$(dpkg-query -W -f=\'${source:Upstream-Version}\' '
+    'golang-github-jackc-pgx-v4-dev)" main.go && rm -rf "$1/.gocache"',
     "sh", "{dir}",
 )
 

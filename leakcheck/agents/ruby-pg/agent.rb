@@ -8,6 +8,9 @@
 require "json"
 require "pg"
 
+# ruby-pg sends $0 as libpq's fallback_application_name: one name, not the cache folder's path.
+$PROGRAM_NAME = "leakcheck-ruby-pg"
+
 # The agent's one connection and the statements it prepared on it.
 class Agent
   # A request the caller got wrong (class "usage").
