@@ -194,6 +194,9 @@ while (($line = fgets(STDIN)) !== false) {
         $class = $e->getMessage() === 'unsupported' ? 'unsupported' : 'usage';
         $message = $class === 'unsupported' ? 'PDO has no cancel and PHP runs one request at a time' : $e->getMessage();
         $answer = ['id' => $answer['id'], 'ok' => false, 'error' => ['sqlstate' => '', 'class' => $class, 'message' => $message]];
+    } catch (Throwable $e) { // a request of the wrong shape
+        $answer = ['id' => $answer['id'], 'ok' => false,
+                   'error' => ['sqlstate' => '', 'class' => get_class($e), 'message' => first_line($e->getMessage())]];
     }
     if ($pdo !== null) {
         try {

@@ -102,11 +102,13 @@ public final class Agent {
             answer = success(id);
             run(op, request, answer);
         } catch (SQLException e) {
-            if (e.getCause() != null) e.printStackTrace();
+            if (e.getCause() != null) e.printStackTrace(); // the driver's own fault, for the agent's log
             String state = e.getSQLState() == null ? "" : e.getSQLState();
             answer = failure(id, state, e.getClass().getName(), e.getMessage());
         } catch (Usage e) {
             answer = failure(id, "", "usage", e.getMessage());
+        } catch (RuntimeException e) { // a request of the wrong shape, or a driver fault
+            answer = failure(id, "", e.getClass().getName(), String.valueOf(e.getMessage()));
         }
         if (conn != null) drain(answer);
         return answer;

@@ -90,7 +90,9 @@ func main() {
 			}
 			var r request
 			if err := json.Unmarshal(lines.Bytes(), &r); err != nil {
-				send(a.failure(nil, usage{"usage", "bad request line: " + err.Error()}))
+				var id struct{ ID any }
+				_ = json.Unmarshal(lines.Bytes(), &id) // the id, when the line has one
+				send(a.failure(id.ID, usage{"usage", "bad request line: " + err.Error()}))
 			} else if r.Op == "cancel" {
 				send(a.cancel(r.ID))
 			} else {

@@ -38,6 +38,8 @@ class Agent
       answer = failure(request["id"], sqlstate(e), e.class.name, e.message)
     rescue Usage => e
       answer = failure(request["id"], "", "usage", e.message)
+    rescue StandardError => e # a request of the wrong shape
+      answer = failure(request["id"], "", e.class.name, e.message)
     end
     drain(answer) if @conn
     answer
@@ -63,7 +65,7 @@ class Agent
     case op
     when "hello"
       answer.merge!("protocol" => 1, "driver" => "ruby-pg", "release" => PG::VERSION,
-                    "runtime" => "ruby #{RUBY_VERSION} libpq #{PG.library_version}")
+                    "runtime" => "ruby #{RUBY_VERSION} libpq #{PG.library_version.divmod(10_000).join('.')}")
       return
     when "connect" then return connect(request)
     when "close" then return close
