@@ -1,0 +1,452 @@
+// leakcheck agent for pgjdbc: one client slot, JSON lines on stdin/stdout (docs: agent protocol 1).
+//
+// query = a plain Statement with its prepareThreshold at 0; prepared = one cached PreparedStatement per SQL text (pgjdbc names it
+// S_n on the server from its prepareThreshold-th execution); cancel = Statement.cancel() from the
+// stdin reader thread while the worker runs the request before it.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.ResultSetMetaData;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.sql.Types;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.LinkedBlockingQueue;
+
+import org.postgresql.PGConnection;
+import org.postgresql.PGNotification;
+import org.postgresql.PGProperty;
+import org.postgresql.PGStatement;
+
+public final class Agent {
+    private static final PrintStream OUT = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+    private static final Map<String, Object> END = new HashMap<>();
+
+    private Connection conn;
+    private final Map<String, PreparedStatement> prepared = new HashMap<>();
+    private volatile Statement running;
+
+    /** A request the caller got wrong (class "usage"). */
+    static final class Usage extends Exception {
+        Usage(String message) { super(message); }
+    }
+
+    public static void main(String[] args) throws Exception {
+        Agent agent = new Agent();
+        LinkedBlockingQueue<Map<String, Object>> queue = new LinkedBlockingQueue<>();
+        Thread reader = new Thread(() -> agent.read(queue), "stdin");
+        reader.setDaemon(true);
+        reader.start();
+        while (true) {
+            Map<String, Object> request = queue.take();
+            if (request == END) break;
+            Map<String, Object> answer = agent.answer(request);
+            send(answer);
+            if ("exit".equals(request.get("op"))) break;
+        }
+        agent.close();
+        System.exit(0);
+    }
+
+    /** The stdin reader: acts on `cancel` at once, queues everything else for the worker. */
+    private void read(LinkedBlockingQueue<Map<String, Object>> queue) {
+        try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (line.isBlank()) continue;
+                Map<String, Object> request;
+                try {
+                    request = Json.object(line);
+                } catch (IllegalArgumentException e) {
+                    send(failure(null, "", "usage", "bad request line: " + e.getMessage()));
+                    continue;
+                }
+                if ("cancel".equals(request.get("op"))) {
+                    send(cancel(request.get("id")));
+                } else {
+                    queue.add(request);
+                }
+            }
+        } catch (Exception e) {
+            System.err.println("agent: stdin: " + e);
+        }
+        queue.add(END);
+    }
+
+    private Map<String, Object> cancel(Object id) {
+        Statement statement = running;
+        try {
+            if (statement != null) statement.cancel();
+            return success(id);
+        } catch (SQLException e) {
+            return failure(id, e.getSQLState(), e.getClass().getName(), e.getMessage());
+        }
+    }
+
+    private Map<String, Object> answer(Map<String, Object> request) {
+        Object id = request.get("id");
+        String op = String.valueOf(request.get("op"));
+        Map<String, Object> answer;
+        try {
+            answer = success(id);
+            run(op, request, answer);
+        } catch (SQLException e) {
+            if (e.getCause() != null) e.printStackTrace(); // the driver's own fault, for the agent's log
+            String state = e.getSQLState() == null ? "" : e.getSQLState();
+            answer = failure(id, state, e.getClass().getName(), e.getMessage());
+        } catch (Usage e) {
+            answer = failure(id, "", "usage", e.getMessage());
+        } catch (RuntimeException e) { // a request of the wrong shape, or a driver fault
+            answer = failure(id, "", e.getClass().getName(), String.valueOf(e.getMessage()));
+        }
+        if (conn != null) drain(answer);
+        return answer;
+    }
+
+    private void run(String op, Map<String, Object> request, Map<String, Object> answer)
+            throws SQLException, Usage {
+        switch (op) {
+            case "hello":
+                String release = org.postgresql.Driver.class.getPackage().getImplementationVersion();
+                answer.put("protocol", 1);
+                answer.put("driver", "pgjdbc");
+                answer.put("release", release != null ? release : org.postgresql.util.DriverInfo.DRIVER_VERSION);
+                answer.put("runtime", "java " + System.getProperty("java.version"));
+                return;
+            case "connect":
+                connect(request);
+                return;
+            case "close":
+                close();
+                return;
+            case "exit":
+                return;
+            default:
+        }
+        if (conn == null) throw new Usage("not connected: send connect first");
+        String sql = request.get("sql") instanceof String ? (String) request.get("sql") : "";
+        switch (op) {
+            case "query":
+                try (Statement statement = harness()) {
+                    answer.put("rows", execute(statement, () -> statement.execute(sql)));
+                }
+                return;
+            case "execute":
+                try (Statement statement = harness()) {
+                    execute(statement, () -> statement.execute(sql));
+                }
+                return;
+            case "prepared": {
+                PreparedStatement statement = prepared.get(sql);
+                if (statement == null) {
+                    statement = conn.prepareStatement(sql);
+                    prepared.put(sql, statement);
+                }
+                int times = request.get("times") == null ? 1 : ((Number) request.get("times")).intValue();
+                Object rows = null;
+                for (int i = 0; i < times; i++) rows = execute(statement, statement::execute);
+                answer.put("rows", rows);
+                return;
+            }
+            case "free": {
+                PreparedStatement statement = prepared.remove(sql);
+                if (statement != null) statement.close();
+                return;
+            }
+            case "begin":
+                conn.setAutoCommit(false);
+                return;
+            case "commit":
+                conn.commit();
+                conn.setAutoCommit(true);
+                return;
+            case "rollback":
+                conn.rollback();
+                conn.setAutoCommit(true);
+                return;
+            default:
+                throw new Usage("unknown op " + op);
+        }
+    }
+
+    private void connect(Map<String, Object> request) throws SQLException, Usage {
+        close();
+        Properties props = new Properties();
+        props.setProperty("user", text(request, "user"));
+        props.setProperty("password", request.get("password") == null ? "" : text(request, "password"));
+        props.setProperty("connectTimeout", "10");
+        props.setProperty("loginTimeout", "10");
+        Object settings = request.get("settings");
+        if (settings instanceof Map) {
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) settings).entrySet()) {
+                String name = String.valueOf(e.getKey());
+                if (PGProperty.forName(name) == null) throw new Usage("unknown pgjdbc setting " + name);
+                props.setProperty(name, String.valueOf(e.getValue()));
+            }
+        }
+        String url = "jdbc:postgresql://" + text(request, "host") + ":" + request.get("port") + "/" + text(request, "dbname");
+        conn = DriverManager.getConnection(url, props);
+    }
+
+    /** A plain Statement that never names a server statement (pgjdbc would from the prepareThreshold-th run of a text). */
+    private Statement harness() throws SQLException {
+        Statement statement = conn.createStatement();
+        statement.unwrap(PGStatement.class).setPrepareThreshold(0);
+        return statement;
+    }
+
+    private void close() {
+        prepared.clear();
+        if (conn == null) return;
+        try {
+            conn.close();
+        } catch (SQLException e) {
+            System.err.println("agent: close: " + e);
+        }
+        conn = null;
+    }
+
+    interface Execution { boolean run() throws SQLException; }
+
+    /** Runs one execution as the statement `cancel` may reach; the rows of its first result, or null. */
+    private List<Object> execute(Statement statement, Execution execution) throws SQLException {
+        running = statement;
+        try {
+            if (!execution.run()) return null;
+            try (ResultSet rs = statement.getResultSet()) {
+                return rows(rs);
+            }
+        } finally {
+            running = null;
+        }
+    }
+
+    private static List<Object> rows(ResultSet rs) throws SQLException {
+        ResultSetMetaData meta = rs.getMetaData();
+        List<Object> rows = new ArrayList<>();
+        while (rs.next()) {
+            List<Object> row = new ArrayList<>();
+            for (int i = 1; i <= meta.getColumnCount(); i++) row.add(value(rs, i, meta.getColumnType(i)));
+            rows.add(row);
+        }
+        return rows;
+    }
+
+    private static Object value(ResultSet rs, int i, int type) throws SQLException {
+        Object value;
+        switch (type) {
+            case Types.SMALLINT: case Types.INTEGER: case Types.BIGINT:
+                value = rs.getLong(i);
+                break;
+            case Types.REAL: case Types.DOUBLE: case Types.FLOAT:
+                value = rs.getDouble(i);
+                break;
+            case Types.BIT: case Types.BOOLEAN:
+                value = rs.getBoolean(i);
+                break;
+            default:
+                value = rs.getString(i);
+        }
+        return rs.wasNull() ? null : value;
+    }
+
+    private void drain(Map<String, Object> answer) {
+        List<Object> notes = new ArrayList<>();
+        try {
+            PGConnection pg = conn.unwrap(PGConnection.class);
+            PGNotification[] pending = pg.getNotifications();
+            if (pending != null) {
+                for (PGNotification n : pending) {
+                    Map<String, Object> note = new LinkedHashMap<>();
+                    note.put("channel", n.getName());
+                    note.put("payload", n.getParameter());
+                    notes.add(note);
+                }
+            }
+            answer.put("notifications", notes);
+            answer.put("parameters", new LinkedHashMap<Object, Object>(pg.getParameterStatuses()));
+        } catch (SQLException e) {
+            answer.put("notifications", notes);
+        }
+    }
+
+    private static String text(Map<String, Object> request, String key) throws Usage {
+        Object value = request.get(key);
+        if (!(value instanceof String)) throw new Usage("request needs a string " + key);
+        return (String) value;
+    }
+
+    private static Map<String, Object> success(Object id) {
+        Map<String, Object> answer = new LinkedHashMap<>();
+        answer.put("id", id);
+        answer.put("ok", true);
+        return answer;
+    }
+
+    private static Map<String, Object> failure(Object id, String sqlstate, String cls, String message) {
+        Map<String, Object> error = new LinkedHashMap<>();
+        error.put("sqlstate", sqlstate == null ? "" : sqlstate);
+        error.put("class", cls);
+        error.put("message", message == null ? "" : message.split("\n", 2)[0]);
+        Map<String, Object> answer = new LinkedHashMap<>();
+        answer.put("id", id);
+        answer.put("ok", false);
+        answer.put("error", error);
+        return answer;
+    }
+
+    private static synchronized void send(Map<String, Object> answer) {
+        OUT.println(Json.write(answer));
+    }
+}
+
+/** JSON as the protocol needs it: objects, arrays, strings, integers, floats, booleans, null. */
+final class Json {
+    private final String s;
+    private int i;
+
+    private Json(String s) { this.s = s; }
+
+    @SuppressWarnings("unchecked")
+    static Map<String, Object> object(String line) {
+        Json json = new Json(line);
+        Object value = json.value();
+        json.space();
+        if (!(value instanceof Map) || json.i != line.length()) throw new IllegalArgumentException("not one JSON object");
+        return (Map<String, Object>) value;
+    }
+
+    private void space() {
+        while (i < s.length() && Character.isWhitespace(s.charAt(i))) i++;
+    }
+
+    private char next() {
+        space();
+        if (i >= s.length()) throw new IllegalArgumentException("unexpected end");
+        return s.charAt(i);
+    }
+
+    private void expect(char c) {
+        if (next() != c) throw new IllegalArgumentException("expected " + c + " at " + i);
+        i++;
+    }
+
+    private Object value() {
+        char c = next();
+        if (c == '{') {
+            Map<String, Object> map = new LinkedHashMap<>();
+            i++;
+            if (next() == '}') { i++; return map; }
+            do {
+                String key = string();
+                expect(':');
+                map.put(key, value());
+            } while (comma());
+            expect('}');
+            return map;
+        }
+        if (c == '[') {
+            List<Object> list = new ArrayList<>();
+            i++;
+            if (next() == ']') { i++; return list; }
+            do list.add(value()); while (comma());
+            expect(']');
+            return list;
+        }
+        if (c == '"') return string();
+        for (String word : new String[] {"true", "false", "null"}) {
+            if (s.startsWith(word, i)) {
+                i += word.length();
+                return word.equals("null") ? null : Boolean.valueOf(word.equals("true"));
+            }
+        }
+        int start = i;
+        while (i < s.length() && "+-0123456789.eE".indexOf(s.charAt(i)) >= 0) i++;
+        String number = s.substring(start, i);
+        if (number.isEmpty()) throw new IllegalArgumentException("unexpected " + c + " at " + start);
+        return number.matches("-?\\d+") ? (Object) Long.valueOf(number) : (Object) Double.valueOf(number);
+    }
+
+    private boolean comma() {
+        if (next() != ',') return false;
+        i++;
+        return true;
+    }
+
+    private String string() {
+        expect('"');
+        StringBuilder out = new StringBuilder();
+        while (true) {
+            if (i >= s.length()) throw new IllegalArgumentException("unterminated string");
+            char c = s.charAt(i++);
+            if (c == '"') return out.toString();
+            if (c != '\\') { out.append(c); continue; }
+            char e = s.charAt(i++);
+            switch (e) {
+                case 'n': out.append('\n'); break;
+                case 't': out.append('\t'); break;
+                case 'r': out.append('\r'); break;
+                case 'b': out.append('\b'); break;
+                case 'f': out.append('\f'); break;
+                case 'u': out.append((char) Integer.parseInt(s.substring(i, i + 4), 16)); i += 4; break;
+                default: out.append(e);
+            }
+        }
+    }
+
+    static String write(Object value) {
+        StringBuilder out = new StringBuilder();
+        write(value, out);
+        return out.toString();
+    }
+
+    private static void write(Object value, StringBuilder out) {
+        if (value == null) {
+            out.append("null");
+        } else if (value instanceof Boolean || value instanceof Long || value instanceof Integer) {
+            out.append(value);
+        } else if (value instanceof Double) {
+            double d = (Double) value;
+            if (Double.isFinite(d)) out.append(value); else write(String.valueOf(value), out);
+        } else if (value instanceof Map) {
+            out.append('{');
+            String sep = "";
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) value).entrySet()) {
+                out.append(sep);
+                write(String.valueOf(e.getKey()), out);
+                out.append(':');
+                write(e.getValue(), out);
+                sep = ",";
+            }
+            out.append('}');
+        } else if (value instanceof List) {
+            out.append('[');
+            String sep = "";
+            for (Object item : (List<?>) value) {
+                out.append(sep);
+                write(item, out);
+                sep = ",";
+            }
+            out.append(']');
+        } else {
+            out.append('"');
+            for (char c : value.toString().toCharArray()) {
+                if (c == '"' || c == '\\') out.append('\\').append(c);
+                else if (c < 0x20) out.append(String.format("\\u%04x", (int) c));
+                else out.append(c);
+            }
+            out.append('"');
+        }
+    }
+}

@@ -1,0 +1,177 @@
+# leakcheck agent for ruby-pg: one client slot, JSON lines on stdin/stdout (agent protocol 1).
+#
+# query = exec_params (the unnamed statement); execute = exec (the simple query protocol);
+# prepared = prepare("a#{n}") per SQL text, Rails' names a1, a2... per connection, + exec_prepared;
+# free = DEALLOCATE by name, as Rails' statement pool does; cancel = conn.cancel from the stdin
+# reader thread while the worker runs the request before it.
+
+require "json"
+require "pg"
+
+# ruby-pg sends $0 as libpq's fallback_application_name: one name, not the cache folder's path.
+$PROGRAM_NAME = "leakcheck-ruby-pg"
+
+# The agent's one connection and the statements it prepared on it.
+class Agent
+  # A request the caller got wrong (class "usage").
+  class Usage < StandardError; end
+
+  # ParameterStatus names PostgreSQL reports; ruby-pg answers them one name at a time.
+  REPORTED = %w[application_name client_encoding DateStyle default_transaction_read_only in_hot_standby
+                integer_datetimes IntervalStyle is_superuser scram_iterations search_path server_encoding
+                server_version session_authorization standard_conforming_strings TimeZone].freeze
+  SETTINGS = PG::Connection.conndefaults.map { |d| d[:keyword] } - %w[host hostaddr port user password dbname]
+  INTEGERS = [20, 21, 23].freeze # int8, int2, int4
+  FLOATS = [700, 701].freeze # float4, float8
+
+  def initialize
+    @conn = nil
+    @names = {}
+    @counter = 0
+  end
+
+  def answer(request)
+    answer = { "id" => request["id"], "ok" => true }
+    begin
+      run(request["op"].to_s, request, answer)
+    rescue PG::Error => e
+      answer = failure(request["id"], sqlstate(e), e.class.name, e.message)
+    rescue Usage => e
+      answer = failure(request["id"], "", "usage", e.message)
+    rescue StandardError => e # a request of the wrong shape
+      answer = failure(request["id"], "", e.class.name, e.message)
+    end
+    drain(answer) if @conn
+    answer
+  end
+
+  def cancel(id)
+    error = @conn&.cancel
+    return { "id" => id, "ok" => true } unless error
+
+    failure(id, "", "PG::Connection#cancel", error)
+  end
+
+  def close
+    @conn&.close
+    @conn = nil
+    @names = {}
+    @counter = 0
+  end
+
+  private
+
+  def run(op, request, answer)
+    case op
+    when "hello"
+      answer.merge!("protocol" => 1, "driver" => "ruby-pg", "release" => PG::VERSION,
+                    "runtime" => "ruby #{RUBY_VERSION} libpq #{PG.library_version.divmod(10_000).join('.')}")
+      return
+    when "connect" then return connect(request)
+    when "close" then return close
+    when "exit" then return
+    end
+    raise Usage, "not connected: send connect first" unless @conn
+
+    sql = request["sql"].to_s
+    case op
+    when "query" then answer["rows"] = rows(@conn.exec_params(sql, []))
+    when "execute" then @conn.exec(sql)
+    when "prepared"
+      name = @names[sql] ||= "a#{@counter += 1}".tap { |key| @conn.prepare(key, sql) }
+      result = nil
+      (request["times"] || 1).times { result = @conn.exec_prepared(name, []) }
+      answer["rows"] = rows(result)
+    when "free"
+      name = @names.delete(sql)
+      @conn.exec("DEALLOCATE #{name}") if name
+    when "begin" then @conn.exec("BEGIN")
+    when "commit" then @conn.exec("COMMIT")
+    when "rollback" then @conn.exec("ROLLBACK")
+    else raise Usage, "unknown op #{op}"
+    end
+  end
+
+  def connect(request)
+    close
+    params = { host: request["host"], port: request["port"], user: request["user"],
+               password: request["password"].to_s, dbname: request["dbname"], connect_timeout: 10 }
+    (request["settings"] || {}).each do |name, value|
+      raise Usage, "unknown ruby-pg (libpq) setting #{name}" unless SETTINGS.include?(name)
+
+      params[name.to_sym] = value
+    end
+    @conn = PG.connect(params)
+  end
+
+  def rows(result)
+    result.values.map do |row|
+      row.each_with_index.map { |value, i| value(value, result.ftype(i)) }
+    end
+  end
+
+  def value(text, oid)
+    return nil if text.nil?
+    return text.to_i if INTEGERS.include?(oid)
+    return (text =~ /\A-?[\d.e+-]+\z/i ? text.to_f : text) if FLOATS.include?(oid)
+    return text == "t" if oid == 16
+
+    text
+  end
+
+  def drain(answer)
+    notes = []
+    @conn.consume_input
+    while (note = @conn.notifies)
+      notes << { "channel" => note[:relname], "payload" => note[:extra] }
+    end
+    answer["notifications"] = notes
+    answer["parameters"] = REPORTED.to_h { |name| [name, @conn.parameter_status(name)] }.compact
+  rescue PG::Error
+    answer["notifications"] = notes
+  end
+
+  def sqlstate(error)
+    state = error.respond_to?(:result) && error.result&.error_field(PG::PG_DIAG_SQLSTATE)
+    return state if state
+    return "08006" if error.is_a?(PG::ConnectionBad) || error.is_a?(PG::UnableToSend)
+
+    ""
+  end
+
+  def failure(id, sqlstate, klass, message)
+    { "id" => id, "ok" => false,
+      "error" => { "sqlstate" => sqlstate, "class" => klass, "message" => message.to_s.lines.first.to_s.chomp } }
+  end
+end
+
+OUT = Mutex.new
+def send_line(answer)
+  OUT.synchronize do
+    $stdout.write("#{JSON.generate(answer)}\n")
+    $stdout.flush
+  end
+end
+
+agent = Agent.new
+queue = Queue.new
+Thread.new do
+  $stdin.each_line do |line|
+    next if line.strip.empty?
+
+    request = begin
+      JSON.parse(line)
+    rescue JSON::ParserError => e
+      send_line("id" => nil, "ok" => false, "error" => { "sqlstate" => "", "class" => "usage", "message" => e.message })
+      next
+    end
+    request["op"] == "cancel" ? send_line(agent.cancel(request["id"])) : queue << request
+  end
+  queue << nil
+end
+
+while (request = queue.pop)
+  send_line(agent.answer(request))
+  break if request["op"] == "exit"
+end
+agent.close

@@ -1,0 +1,37 @@
+"""The catalog of the pgjdbc, PDO, ruby-pg and pgx agents against the files that ship and install them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from leakcheck.agents.catalog_more import SPECS
+from leakcheck.agents.spec import AgentSpec
+
+ROOT = Path(__file__).parents[2]
+
+
+def bootstrap_group(name: str) -> set[str]:
+    text = (ROOT / "scripts" / "bootstrap").read_text()
+    found = re.search(rf"^{name}=\(([^)]*)\)", text, re.MULTILINE)
+    assert found, f"scripts/bootstrap has no {name}"
+    return set(found.group(1).split())
+
+
+def test_bootstrap_installs_exactly_the_apt_packages_the_agents_need() -> None:
+    assert bootstrap_group("DRIVER_AGENT_DEPS") == {pkg for spec in SPECS for pkg in spec.apt}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[spec.id for spec in SPECS])
+def test_every_source_an_agent_names_is_in_its_folder(spec: AgentSpec) -> None:
+    folder = ROOT / "leakcheck" / "agents" / spec.id
+    assert spec.sources and all((folder / name).is_file() for name in spec.sources)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[spec.id for spec in SPECS])
+def test_an_agent_names_each_setting_once_and_starts_from_its_folder(spec: AgentSpec) -> None:
+    names = [name for name, _ in spec.settings]
+    assert len(names) == len(set(names))
+    assert any("{dir}" in part for part in spec.run)
