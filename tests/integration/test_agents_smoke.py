@@ -17,10 +17,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from leakcheck.agents.catalog_more import SPECS
+from leakcheck.agents.catalogue import CATALOGUE
 from leakcheck.agents.spec import AgentSpec
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.pg_server import PgServer
+
+#: the agents built from their spec alone (the npm ones are tested in test_agents.py with their packages)
+SPECS = tuple(s.spec for s in CATALOGUE if not s.spec.npm)
 
 pytestmark = pytest.mark.integration
 
