@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from leakcheck import cli, expectations, results
+from leakcheck import cli, expectations, merge, results
 from leakcheck.exits import EXIT_USAGE
 from leakcheck.expectations import Expectation
 from leakcheck.judge import problem
@@ -180,3 +181,38 @@ def test_merging_writes_junit_with_the_plugins_names_and_properties(tmp_path: Pa
     assert cases["test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]"].find("failure") is None
     suite = next(ET.parse(tmp_path / "out" / "j.xml").iter("testsuite"))
     assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+
+
+# --- cost ----------------------------------------------------------------------------------------
+
+
+def _calls_to_merge(tmp_path: Path, n: int, shape: str) -> int:
+    """Python function calls one `leakcheck merge` (every output file written) makes for `n` outcomes,
+    each in a cell of its own: a PostgreSQL version each (`versions`), or one version and a pooler
+    column each (`columns`). Counting calls, not seconds: the count is the same on any machine."""
+    def pg_and_bouncer(i: int) -> tuple[str, str]:
+        return (f"16.{i}", "1.24.1") if shape == "versions" else ("16.14", f"1.{i}.0")
+
+    here = tmp_path / f"{shape}{n}"
+    here.mkdir()
+    path = job(here, "a.json", *(make("timezone", *pg_and_bouncer(i), Route.TRANSACTION, "psycopg",
+                                      Verdict.LEAKS if i % 3 else Verdict.ISOLATED, f"e{i}") for i in range(n)))
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        merge.run([path], None, here / "m.json", here / "j.xml", say=lambda line: None,
+                  report_html=here / "r.html", report_md=here / "r.md")
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize("shape", ["versions", "columns"])
+def test_merging_four_times_the_outcomes_costs_at_most_four_times_the_calls(tmp_path: Path, shape: str) -> None:
+    small, large = _calls_to_merge(tmp_path, 100, shape), _calls_to_merge(tmp_path, 400, shape)
+    assert large <= 4.4 * small, f"{small} calls for 100 outcomes, {large} for 400: not linear"
