@@ -149,17 +149,17 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
     if record_to is not None:
         lines, written = record.finish(record_to, merged.outcomes, None)
         for line in lines:
-            say(f"leakcheck: {line}")
+            say(terminal_safe(f"leakcheck: {line}", newlines=False))
     if junit_to is not None:
         try:
             record.write_atomic(junit_to, junit(judged, expected))
         except OSError as exc:
-            say(f"leakcheck: {junit_to} not written: writing it failed ({exc.strerror or exc})")
+            say(terminal_safe(f"leakcheck: {junit_to} not written: writing it failed ({exc.strerror or exc})"))
             written = False
     if report_html is not None or report_md is not None:
         lines, ok = output.write_all(merged.outcomes, report_html, report_md, None)
         for line in lines:
-            say(f"leakcheck: {line}")
+            say(terminal_safe(f"leakcheck: {line}", newlines=False))
         written = written and ok
     if not merged.outcomes:
         say("leakcheck: the results hold no outcome: a gate that measured nothing fails")
