@@ -72,3 +72,12 @@ def test_progress_quoting_a_server_is_shown_inert() -> None:
     finally:
         hide()
     assert lines == ["leakcheck: server said \\x1b[31mhi"]
+
+
+def test_reports_of_evidence_holding_a_lone_surrogate_are_still_written(tmp_path: Path) -> None:
+    # JSON can spell a lone surrogate ("\ud800"); no UTF-8 file can hold one.
+    leak = make("statement_timeout", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, "x\ud800y")
+    results.save(tmp_path / "a.json", Results((leak,)))
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    assert cli.main(["merge", str(tmp_path / "a.json"), f"--report-html={html}", f"--report-md={md}"]) == 1
+    assert "x\\ud800y" in html.read_text(encoding="utf-8") and "x\\ud800y" in md.read_text(encoding="utf-8")
