@@ -154,16 +154,18 @@ class LeakItem(pytest.Item):
             self.user_properties.append(("matrix_key", expectations.key(outcome)))
         judged = self.matrix.judge(self.probe, outcome)
         if judged.kind is Kind.FAILED:
-            raise LeakFound(terminal_safe(judged.message))  # pytest prints it: server text, made inert
+            raise LeakFound(judged.message)
         if judged.kind is Kind.ACCEPTED:  # an expected failure: the baseline or the policy accepts it
-            pytest.xfail(terminal_safe(judged.message))
+            pytest.xfail(terminal_safe(judged.message))  # pytest prints it: server text, made inert
         if judged.kind is Kind.NOT_APPLICABLE:
             pytest.skip(terminal_safe(judged.message))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        """The evidence of a failed verdict, or pytest's own report of anything else (a start failure's
+        log tail, a driver's error): either quotes servers, so it reaches the terminal made inert."""
         if isinstance(excinfo.value, LeakFound):
-            return str(excinfo.value)
-        return terminal_safe(super().repr_failure(excinfo))  # a start failure's log tail, a driver's error
+            return terminal_safe(excinfo.value)
+        return terminal_safe(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, f"leakcheck {self.name}"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
-from leakcheck import cli, progress, results
+from leakcheck import cli, plugin, progress, results
 from leakcheck.errors import StartError
 from leakcheck.exits import guarded
 from leakcheck.report import render_matrix
@@ -81,3 +83,12 @@ def test_reports_of_evidence_holding_a_lone_surrogate_are_still_written(tmp_path
     html, md = tmp_path / "r.html", tmp_path / "r.md"
     assert cli.main(["merge", str(tmp_path / "a.json"), f"--report-html={html}", f"--report-md={md}"]) == 1
     assert "x\\ud800y" in html.read_text(encoding="utf-8") and "x\\ud800y" in md.read_text(encoding="utf-8")
+
+
+def test_a_leak_tests_failure_message_reaches_pytests_terminal_inert() -> None:
+    # repr_failure is what pytest prints for the test (and writes into its JUnit failure); for a
+    # failed verdict it reads only the exception.
+    with pytest.raises(plugin.LeakFound) as excinfo:
+        raise plugin.LeakFound(f"LEAKS: B saw {HOSTILE}\nline two")
+    shown = plugin.LeakItem.repr_failure(cast(Any, SimpleNamespace()), excinfo)
+    assert shown == f"LEAKS: B saw {terminal_safe(HOSTILE)}\nline two" and "\x1b" not in shown
