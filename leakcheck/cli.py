@@ -30,6 +30,7 @@ from .option_table import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS
 from .provision.external import check_dsn, redacted
 from .provision.fixtures import install
 from .reports import use_color
+from .reports.safe_text import terminal_safe
 
 #: The pytest options' help texts, for the merge options that mean the same.
 OPTION_HELP = {flag: help_text for flag, _, help_text, _ in OPTIONS}
@@ -102,7 +103,7 @@ def _prepare(args: argparse.Namespace) -> int:
         for kind, spec in config.poolers:
             print(f"--pooler {kind.value}:{spec} -> {kind.product} {backend.resolve_pooler(kind, spec)}")
         for line in backend.describe():
-            print(f"  {line}")
+            print(terminal_safe(f"  {line}", newlines=False))
     for driver in config.drivers if args.drivers is not None else ():
         print(f"--drivers {driver.value} -> {driver.value} {driver_version(driver) or '(release unknown)'}")
     return 0
@@ -113,7 +114,7 @@ def _fixtures(args: argparse.Namespace) -> int:
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
             for line in install(conn, args.role, args.drop):
-                print(f"leakcheck: {line}")
+                print(terminal_safe(f"leakcheck: {line}", newlines=False))
     except psycopg.Error as exc:
         raise UsageError(f"leakcheck fixtures --dsn={redacted(dsn)} failed: {one_line(exc, 200)} (it needs a "
                          "superuser of that database)") from None

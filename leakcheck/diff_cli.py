@@ -19,6 +19,7 @@ from .config import Config
 from .diff import Cell, compare, parse_cell, render_markdown, render_text, sides_measured
 from .errors import UsageError
 from .matrix_run import MatrixRun
+from .reports.safe_text import encodable, terminal_safe
 from .results import combine, load
 from .run_cli import measure
 from .verdicts import Outcome, Verdict
@@ -53,14 +54,14 @@ def main(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"nothing measured {missing[0].raw}: check the cell (its versions and settings)")
     changes, same = compare(outcomes, before, after)
-    print(render_text(changes, same, before, after), end="")
+    print(terminal_safe(render_text(changes, same, before, after)), end="")
     if args.md is not None:
-        record.write_atomic(args.md, render_markdown(changes, same, before, after))
+        record.write_atomic(args.md, encodable(render_markdown(changes, same, before, after)))
         print(f"leakcheck: wrote the diff to {args.md}")
     errors = [o for o in outcomes if o.verdict is Verdict.ERROR and (before.matches(o) or after.matches(o))]
     if errors:
-        print(f"leakcheck: {len(errors)} outcomes are errors (nothing measured), e.g. {errors[0].target.column} "
-              f"{errors[0].probe}: {errors[0].evidence}")
+        print(terminal_safe(f"leakcheck: {len(errors)} outcomes are errors (nothing measured), e.g. "
+                            f"{errors[0].target.column} {errors[0].probe}: {errors[0].evidence}", newlines=False))
     return 1 if errors else 0
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from . import signals
 from .errors import LeakcheckError
+from .reports.safe_text import terminal_safe
 
 EXIT_USAGE = 4  # as pytest's (and the plugin's): a value that cannot be understood or obtained
 EXIT_FILE = 1  # the command ran, but a file it had to read or write failed (a full disk, a permission)
@@ -22,12 +23,12 @@ def guarded(body: Callable[[], int]) -> int:
         signals.check()  # an interrupt something swallowed still ends the command as interrupted
         return code
     except LeakcheckError as exc:
-        print(f"leakcheck: error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"leakcheck: error: {exc}"), file=sys.stderr)  # a server's log tail, its error
         return EXIT_USAGE
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
-        print(f"leakcheck: error: could not use{where}: {exc.strerror or exc}; check the path and the disk",
-              file=sys.stderr)
+        print(terminal_safe(f"leakcheck: error: could not use{where}: {exc.strerror or exc}; check the path and "
+                            "the disk"), file=sys.stderr)
         return EXIT_FILE
     except KeyboardInterrupt:
         print("leakcheck: interrupted", file=sys.stderr)

@@ -21,6 +21,7 @@ from .judge import Judgement, Kind, Policy, judge
 from .probes import PROBES, Probe
 from .report import render_counts, render_legend, render_matrix
 from .reports import output
+from .reports.safe_text import terminal_safe, xml_safe
 from .results import Results, combine, load, name_of, properties
 from .verdicts import Outcome
 
@@ -79,34 +80,42 @@ def report(judged: Judged, sources: int | str, color: bool = False) -> list[str]
     if outcomes:
         lines += [*render_matrix(outcomes, color=color).splitlines(), f"verdicts: {render_counts(outcomes)}",
                   *render_legend(outcomes, color=color).splitlines()]
-    lines += [f"FAILED {name_of(o)}: {why}" for o, why in judged.failures.items()]
-    lines += [f"FAILED {u.test}: measured nothing ({u.why})" for u in judged.results.unmeasured]
+    lines += [terminal_safe(f"FAILED {name_of(o)}: {why}", newlines=False) for o, why in judged.failures.items()]
+    lines += [terminal_safe(f"FAILED {u.test}: measured nothing ({u.why})", newlines=False)
+              for u in judged.results.unmeasured]
     return lines
+
+
+def _element(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
+    """A child whose every attribute and text XML 1.0 can hold (`xml_safe`: evidence holds any character)."""
+    child = ET.SubElement(parent, tag, {k: xml_safe(v) for k, v in attrs.items()})
+    if text is not None:
+        child.text = xml_safe(text)
+    return child
 
 
 def junit(judged: Judged, expected: Mapping[str, Expectation] | None) -> str:
     """A JUnit XML report with one test case per outcome, named and with properties as the plugin's."""
-    suite = ET.Element("testsuite", name="leakcheck", tests=str(len(judged.results.outcomes)
-                                                               + len(judged.results.unmeasured)),
-                       failures=str(judged.failed), errors="0", skipped=str(len(judged.passed_as)))
+    root = ET.Element("testsuites")
+    suite = _element(root, "testsuite", name="leakcheck",
+                     tests=str(len(judged.results.outcomes) + len(judged.results.unmeasured)),
+                     failures=str(judged.failed), errors="0", skipped=str(len(judged.passed_as)))
     for outcome in judged.results.outcomes:
-        case = ET.SubElement(suite, "testcase", classname="leakcheck", name=name_of(outcome))
-        props = ET.SubElement(case, "properties")
+        case = _element(suite, "testcase", classname="leakcheck", name=name_of(outcome))
+        props = _element(case, "properties")
         keyed = expected is not None and not outcome.route.is_control
         extra = [("matrix_key", expectations.key(outcome))] if keyed else []
         for name, value in [*properties(outcome), *extra]:
-            ET.SubElement(props, "property", name=name, value=value)
+            _element(props, "property", name=name, value=value)
         if outcome in judged.failures:
-            ET.SubElement(case, "failure", message=judged.failures[outcome]).text = judged.failures[outcome]
+            _element(case, "failure", judged.failures[outcome], message=judged.failures[outcome])
         elif outcome in judged.passed_as:  # as pytest's junitxml writes an xfail or a skip
             said = judged.passed_as[outcome]
             kind = "pytest.xfail" if said.kind is Kind.ACCEPTED else "pytest.skip"
-            ET.SubElement(case, "skipped", type=kind, message=said.message).text = said.message
+            _element(case, "skipped", said.message, type=kind, message=said.message)
     for item in judged.results.unmeasured:
-        case = ET.SubElement(suite, "testcase", classname="leakcheck", name=item.test.split("::", 1)[-1])
-        ET.SubElement(case, "failure", message=f"measured nothing: {item.why}").text = item.why
-    root = ET.Element("testsuites")
-    root.append(suite)
+        case = _element(suite, "testcase", classname="leakcheck", name=item.test.split("::", 1)[-1])
+        _element(case, "failure", item.why, message=f"measured nothing: {item.why}")
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -140,17 +149,17 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
     if record_to is not None:
         lines, written = record.finish(record_to, merged.outcomes, None)
         for line in lines:
-            say(f"leakcheck: {line}")
+            say(terminal_safe(f"leakcheck: {line}", newlines=False))
     if junit_to is not None:
         try:
             record.write_atomic(junit_to, junit(judged, expected))
         except OSError as exc:
-            say(f"leakcheck: {junit_to} not written: writing it failed ({exc.strerror or exc})")
+            say(terminal_safe(f"leakcheck: {junit_to} not written: writing it failed ({exc.strerror or exc})"))
             written = False
     if report_html is not None or report_md is not None:
         lines, ok = output.write_all(merged.outcomes, report_html, report_md, None)
         for line in lines:
-            say(f"leakcheck: {line}")
+            say(terminal_safe(f"leakcheck: {line}", newlines=False))
         written = written and ok
     if not merged.outcomes:
         say("leakcheck: the results hold no outcome: a gate that measured nothing fails")

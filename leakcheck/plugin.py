@@ -21,6 +21,7 @@ from .option_table import add_options
 from .probes import Probe
 from .report import render_counts, render_legend, render_matrix
 from .reports import output
+from .reports.safe_text import terminal_safe
 from .verdicts import Target
 
 RUN = pytest.StashKey[MatrixRun]()
@@ -92,7 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = Config.from_pytest(config)
     except LeakcheckError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(terminal_safe(exc)) from None
     if settings is None:
         return
     shown = config.stash[SHOWN] = _ProgressLines(config)
@@ -102,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:  # the environment, the server user, TMPDIR, --expect and --record: once, before any server
         run.expected = preflight.check(settings, run.choice[0]).expected
     except LeakcheckError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(terminal_safe(exc)) from None
     # SIGTERM (CI cancelling a job), SIGHUP (terminal closed) and SIGQUIT clean up like Ctrl-C does;
     # installed first so the previous handlers come back only after run.close (cleanups go last-in first).
     config.add_cleanup(signals.install())
@@ -156,14 +157,16 @@ class LeakItem(pytest.Item):
         if judged.kind is Kind.FAILED:
             raise LeakFound(judged.message)
         if judged.kind is Kind.ACCEPTED:  # an expected failure: the baseline or the policy accepts it
-            pytest.xfail(judged.message)
+            pytest.xfail(terminal_safe(judged.message))  # pytest prints it: server text, made inert
         if judged.kind is Kind.NOT_APPLICABLE:
-            pytest.skip(judged.message)
+            pytest.skip(terminal_safe(judged.message))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        """The evidence of a failed verdict, or pytest's own report of anything else (a start failure's
+        log tail, a driver's error): either quotes servers, so it reaches the terminal made inert."""
         if isinstance(excinfo.value, LeakFound):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
+            return terminal_safe(excinfo.value)
+        return terminal_safe(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, f"leakcheck {self.name}"
@@ -185,7 +188,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     try:
         generated = list(run.items())  # resolves every version: bad input stops the run here
     except LeakcheckError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(terminal_safe(exc)) from None
     # genitems reports the collection like any other, so counts, -k and --collect-only see the tests.
     matrix = LeakMatrix.from_parent(session, name="leakcheck", nodeid="leakcheck", matrix=run, generated=generated)
     items.extend(session.genitems(matrix))
@@ -205,7 +208,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         try:
             results.check_target(run.config.results)
         except LeakcheckError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise pytest.UsageError(terminal_safe(exc)) from None
     config.stash[GATHERED] = gather.Gathered()
     config.pluginmanager.register(config.stash[GATHERED], gather.NAME)
 
@@ -248,7 +251,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if outcomes:
         terminalreporter.write_sep("=", "leakcheck matrix")
         for line in run.describe() or gathered.descriptions:  # a controller starts no server: its workers'
-            terminalreporter.write_line(line)
+            terminalreporter.write_line(terminal_safe(line, newlines=False))
         terminalreporter.write_line("")
         # Colour when pytest's own terminal writer uses markup (--color, NO_COLOR, FORCE_COLOR, a tty).
         color = config.get_terminal_writer().hasmarkup
@@ -257,11 +260,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write(render_legend(outcomes, color=color))
     unmeasured = gathered.unmeasured
     if unmeasured:
-        terminalreporter.write_line(f"leakcheck: {len(unmeasured)} leak tests failed before measuring anything, "
-                                    f"e.g. {unmeasured[0].test}: {unmeasured[0].why}")
+        terminalreporter.write_line(terminal_safe(f"leakcheck: {len(unmeasured)} leak tests failed before measuring "
+                                                  f"anything, e.g. {unmeasured[0].test}: {unmeasured[0].why}",
+                                                  newlines=False))
     for line in config.stash.get(RECORDED, []):
-        terminalreporter.write_line(f"leakcheck: {line}")
+        terminalreporter.write_line(terminal_safe(f"leakcheck: {line}", newlines=False))
     if run.config.diff is not None and outcomes:
         terminalreporter.write_sep("=", "leakcheck diff")
         for line in run_diff_lines(outcomes, *run.config.diff):
-            terminalreporter.write_line(line)
+            terminalreporter.write_line(terminal_safe(line, newlines=False))

@@ -11,8 +11,17 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 
+from .reports.safe_text import terminal_safe
+
 LOGGER = "leakcheck"
 FORMAT = "leakcheck: %(message)s"
+
+
+class _Formatter(logging.Formatter):
+    """`leakcheck: <message>`, with what a terminal could act on shown escaped (a message may quote a server)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().format(record))
 
 
 def show(handler: logging.Handler) -> Callable[[], None]:
@@ -23,7 +32,7 @@ def show(handler: logging.Handler) -> Callable[[], None]:
     """
     logger = logging.getLogger(LOGGER)
     level, propagate = logger.level, logger.propagate
-    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setFormatter(_Formatter(FORMAT))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False

@@ -24,6 +24,7 @@ from .matrix_run import MatrixRun
 from .option_table import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
 from .report import render_counts
 from .reports import output, use_color
+from .reports.safe_text import terminal_safe
 from .results import Results, canonical
 from .verdicts import Outcome, Target
 
@@ -93,7 +94,7 @@ def finish(run: MatrixRun, outcomes: list[Outcome], junit_to: Path | None) -> in
     for line in merge.report(judged, "leakcheck run", use_color(sys.stdout, os.environ)):
         print(line)
     if config.diff is not None and outcomes:
-        print("\n".join(["", *run_diff_lines(outcomes, *config.diff)]))
+        print(terminal_safe("\n".join(["", *run_diff_lines(outcomes, *config.diff)])))
     lines: list[str] = []
     written = True
     if config.record is not None:
@@ -112,7 +113,7 @@ def finish(run: MatrixRun, outcomes: list[Outcome], junit_to: Path | None) -> in
             lines.append(f"{junit_to} not written: writing it failed ({exc.strerror or exc})")
             written = False
     for line in lines:
-        print(f"leakcheck: {line}")
+        print(terminal_safe(f"leakcheck: {line}", newlines=False))
     accepted = len(judged.passed_as)
     print(f"leakcheck: {judged.passed - accepted} passed, {accepted} accepted or not applicable, "
           f"{judged.failed} failed")

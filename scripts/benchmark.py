@@ -4,16 +4,21 @@
     python scripts/benchmark.py                  # warm: the matrix's probe runs a second, and the floor
     python scripts/benchmark.py --cold           # also the first run on an empty cache (fetch + build)
     python scripts/benchmark.py --pg 16 --bouncer 1.24
+    python scripts/benchmark.py --merge-only         # only `leakcheck merge` of many outcomes (no server)
 
 The floor is measured in the same run on the same machine: the same number of runs, each two
 direct PostgreSQL connections sending as many statements as a probe does on average, with no
 harness, as many at a time as leakcheck runs lanes. "ratio" = the matrix's runs a second over
-the floor's, so the number compares across machines. Prints one line per measurement; asserts nothing.
+the floor's, so the number compares across machines. The merge phase times `leakcheck merge` (every
+output file) of N and 4N synthetic outcomes, each over a floor of the same run: reading and writing
+the same results file as JSON. A merge linear in its outcomes keeps its ratio as N grows.
+Prints one line per measurement; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -22,13 +27,18 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psycopg
 
+from leakcheck import merge, results
 from leakcheck.lanes import default_jobs
+from leakcheck.probes import PROBES
 from leakcheck.provision.fixtures import APP_ROLE
 from leakcheck.provision.native import NativeBackend
-from leakcheck.versions import parse_spec
+from leakcheck.target import Pooler, PoolerKind
+from leakcheck.verdicts import Driver, Outcome, Route, Target, Verdict
+from leakcheck.versions import Version, parse_spec
 
 #: Statements a probe sends, both clients together, on average (proofs and transaction blocks included).
 STATEMENTS_PER_RUN = 14
@@ -67,12 +77,50 @@ def floor(pg_spec: str, runs: int) -> float:
         return runs / (time.perf_counter() - start)
 
 
+def synthetic(n: int) -> results.Results:
+    """`n` outcomes over every probe, 20 PostgreSQL versions and as many PgBouncer columns as it takes."""
+    verdicts = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS)
+    out = []
+    for i in range(n):
+        cell, probe = divmod(i, len(PROBES))
+        pooler = Pooler(PoolerKind.PGBOUNCER, Version.parse(f"1.{cell // 20}.0"))
+        target = Target(Version.parse(f"16.{cell % 20}"), pooler, Route.TRANSACTION, Driver("psycopg"))
+        out.append(Outcome(PROBES[probe].id, target, verdicts[i % 4], f"A: SET x = {i}; B: SHOW x -> {i}"))
+    return results.Results(tuple(out))
+
+
+def merge_phase(n: int) -> tuple[float, float]:
+    """Seconds of `leakcheck merge` of `n` outcomes (record, JUnit, HTML and Markdown written), and of
+    its floor: the same results file read and written as JSON."""
+    with tempfile.TemporaryDirectory() as here:
+        path = os.path.join(here, "a.json")
+        results.save(Path(path), synthetic(n))
+        start = time.perf_counter()
+        merge.run([Path(path)], None, Path(here, "m.json"), Path(here, "j.xml"), say=lambda line: None,
+                  report_html=Path(here, "r.html"), report_md=Path(here, "r.md"))
+        seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        with open(os.path.join(here, "copy.json"), "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+        return seconds, time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pg", default="16,17,18")
     parser.add_argument("--bouncer", default="1.18,1.24,1.26")
     parser.add_argument("--cold", action="store_true", help="also time a first run with an empty cache")
+    parser.add_argument("--merge-outcomes", type=int, default=40_000, help="N for the merge phase (also 4N)")
+    parser.add_argument("--merge-only", action="store_true", help="only the merge phase (no server)")
     args = parser.parse_args()
+    for n in (args.merge_outcomes, 4 * args.merge_outcomes):
+        seconds, base = merge_phase(n)
+        print(f"merge of {n} outcomes (every output): {seconds:.2f} s; floor (read and write them as JSON): "
+              f"{base:.2f} s; ratio {seconds / base:.1f}")
+    if args.merge_only:
+        return
     runs, seconds = matrix(args.pg, args.bouncer, None)
     rate = runs / seconds
     base = floor(args.pg.split(",")[0], runs)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .. import signals
 from ..errors import UsageError
 from ..option_table import FLAGS, LIST_OPTIONS, OPTIONS
+from ..reports.safe_text import terminal_safe
 from ..target import NATIVE_DRIVERS
 from ..verdicts import Driver, Route
 from . import options as o
@@ -155,13 +156,13 @@ def run(opts: o.Options) -> int:
                                                                database, stem))
                 findings = list(engine.confirm(measure, _checked(lab, found, opts.driver)))
         except Abort as exc:
-            print(f"leakcheck: error: discovery could not measure: {exc}", file=sys.stderr)
+            print(terminal_safe(f"leakcheck: error: discovery could not measure: {exc}"), file=sys.stderr)
             return EXIT_UNMEASURED
     signals.check()  # never print or write --out after a Ctrl-C, even one something swallowed
     scripts = [(report.slug(f), report.script(f, where, opts.driver, n, len(findings)))
                for n, f in enumerate(findings, 1)]
-    for _, text in scripts:
-        print(text)
+    for _, text in scripts:  # the files keep the server's text as it was; the terminal sees it made inert
+        print(terminal_safe(text))
     print(f"discover: {where}, {opts.driver}: {report.summary(findings)} "
           f"({sum(r.examples for r in found.rounds)} sequences in {len(found.rounds)} round(s), "
           f"{time.monotonic() - started:.0f} s; {found.stopped}; seed {seed})")

@@ -59,17 +59,21 @@ def grid(title: str, outcomes: Iterable[Outcome], column: Callable[[Outcome], st
 
 def pooled_grids(outcomes: Iterable[Outcome]) -> list[Grid]:
     """The leak tests (transaction route): one grid per PostgreSQL version, oldest first."""
-    main = [o for o in outcomes if o.route is Route.TRANSACTION]
-    versions: list[Version] = sorted({o.pg for o in main}, key=lambda v: v.parts)
-    return [grid(f"PostgreSQL {pg}", [o for o in main if o.pg == pg], pooled_column) for pg in versions]
+    by_pg: dict[Version, list[Outcome]] = {}
+    for o in outcomes:  # one pass: a grid per version never rescans the others' outcomes
+        if o.route is Route.TRANSACTION:
+            by_pg.setdefault(o.pg, []).append(o)
+    return [grid(f"PostgreSQL {pg}", by_pg[pg], pooled_column) for pg in sorted(by_pg, key=lambda v: v.parts)]
 
 
 def control_grids(outcomes: Iterable[Outcome]) -> list[tuple[Route, Grid]]:
     """The controls: one grid per route that ran, columns naming PostgreSQL, pooler and driver."""
-    results = list(outcomes)
+    by_route: dict[Route, list[Outcome]] = {}
+    for o in outcomes:
+        by_route.setdefault(o.route, []).append(o)
     found = []
     for route in CONTROL_ROUTES:
-        controls = [o for o in results if o.route is route]
+        controls = by_route.get(route)
         if controls:
             ordered = sorted(controls, key=lambda o: o.pg.parts)
             found.append((route, grid(f"{route.value} control ({CONTROL[route]})", ordered, lambda o: o.column)))

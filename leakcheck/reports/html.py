@@ -1,8 +1,8 @@
 """One self-contained HTML page: the matrix in verdict colours, filters, and per cell its evidence and advice.
 
-Nothing is fetched: the style and script are inline and the page's Content-Security-Policy allows
-nothing else. Every text from an outcome (evidence holds arbitrary SQL) is HTML-escaped. Cells
-carry stable hooks for tests and scripts: `data-testid="cell"`, `data-probe`, `data-column`,
+Nothing is fetched: the style and script are inline and the page's Content-Security-Policy admits
+exactly those two, by their sha256 hashes. Every text from an outcome (evidence holds arbitrary SQL)
+is HTML-escaped. Cells carry stable hooks for tests and scripts: `data-testid="cell"`, `data-probe`, `data-column`,
 `data-grid`, `data-verdict`, `data-detail` (the id of its hidden details article).
 """
 

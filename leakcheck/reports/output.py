@@ -14,6 +14,7 @@ from ..record import check_writable, write_atomic
 from ..verdicts import Outcome
 from .html import render_html
 from .markdown import render_markdown
+from .safe_text import encodable
 
 HTML_OPTION, MD_OPTION = "--report-html", "--report-md"
 _EXAMPLES = {HTML_OPTION: "leakcheck.html", MD_OPTION: "leakcheck.md"}
@@ -31,7 +32,7 @@ def finish(path: Path, render: Callable[[], str], reason: str | None, what: str)
         unchanged = " (the file is unchanged)" if path.exists() else ""
         return [f"{path} not written: {reason}{unchanged}"], True
     try:
-        write_atomic(path, render())
+        write_atomic(path, encodable(render()))
     except OSError as exc:
         return [f"{path} not written: writing it failed ({exc.strerror or exc}); the file is unchanged"], False
     return [f"wrote the {what} to {path}"], True

@@ -7,6 +7,7 @@ from typing import TextIO
 
 from ..verdicts import Outcome, Route, Verdict
 from .grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, canonical_order, pooled_grids
+from .safe_text import terminal_safe
 from .words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
 
 __all__ = ["LONG_COLUMN", "canonical_order", "cell", "render_counts", "render_legend", "render_matrix",
@@ -47,7 +48,9 @@ def _paint(text: str, sgr: str, color: bool) -> str:
 
 
 def _table(rows: Sequence[Sequence[tuple[str, str]]], color: bool) -> list[str]:
-    """Columns padded on the plain text, then painted: colour never shifts alignment."""
+    """Columns padded on the plain text, then painted: colour never shifts alignment. A text holds no
+    control character of its own (a pooler's name given by a team, a version a server reported)."""
+    rows = [[(terminal_safe(text, newlines=False), sgr) for text, sgr in row] for row in rows]
     widths = [max(len(r[i][0]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:
@@ -79,7 +82,8 @@ def render_matrix(outcomes: Iterable[Outcome], *, color: bool = False, legend: b
             body.append(row)
         lines += ["through the pooler (pooler[settings]/driver; the poolers leakcheck starts run a pool of one)",
                   *_table([header, *body], color)]
-        lines += [f"  {n} {c}" for n, c in zip(names, g.columns, strict=True)] if long else []
+        if long:
+            lines += [terminal_safe(f"  {n} {c}", newlines=False) for n, c in zip(names, g.columns, strict=True)]
         lines.append("")
     for route in CONTROL_ROUTES:
         controls = [o for o in results if o.route is route]

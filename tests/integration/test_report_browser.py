@@ -8,6 +8,7 @@ One browser per module keeps it short.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -143,3 +144,39 @@ def test_the_page_filters_rows_shows_a_cells_evidence_and_advice_and_asks_the_ne
     assert dialogs == [] and errors == []  # the evidence's <script> never ran; the page's own raised nothing
     assert requests == [url]  # the page itself, nothing else
     assert time.perf_counter() - started < 20  # one page, a few interactions
+
+
+def _dialogs_and_title(browser: BrowserContext, path: Path, text: str) -> tuple[list[str], str, str]:
+    """Open `text` as a page: the dialogs it raised, its title, and the panel's text after a cell's click."""
+    path.write_text(text, encoding="utf-8")
+    page = browser.new_page()
+    dialogs: list[str] = []
+
+    def on_dialog(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    page.goto(path.as_uri())
+    page.locator("[data-testid=cell][data-verdict=breaks]").click()
+    title, panel = page.title(), page.locator("[data-testid=details-panel]").inner_text()
+    page.close()
+    return dialogs, title, panel
+
+
+def test_an_inline_script_slipped_into_the_page_is_refused_while_the_pages_own_runs(
+    browser: BrowserContext, tmp_path: Path
+) -> None:
+    # Escaping keeps evidence from ever becoming markup; the CSP is the second wall, for a script that
+    # got in anyway: here one put straight into the page's body.
+    page = render_html(outcomes())
+    slipped = page.replace("<body>", '<body><script>document.title = "ran"; alert("slipped")</script>', 1)
+    dialogs, title, panel = _dialogs_and_title(browser, tmp_path / "slipped.html", slipped)
+    assert dialogs == [] and title != "ran"
+    assert HOSTILE in panel  # the page's own script ran: the click filled the panel
+    # The same page under a policy admitting any inline script runs it: the wall above is the hash.
+    open_policy = re.sub(r'content="default-src[^"]*"', "content=\"default-src 'none'; style-src 'unsafe-inline'; "
+                         "script-src 'unsafe-inline'\"", slipped, count=1)
+    assert open_policy != slipped
+    dialogs, title, _ = _dialogs_and_title(browser, tmp_path / "open.html", open_policy)
+    assert dialogs == ["slipped"] and title == "ran"

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from leakcheck import cli, expectations, results
+from leakcheck import cli, expectations, merge, results
 from leakcheck.exits import EXIT_USAGE
 from leakcheck.expectations import Expectation
 from leakcheck.judge import problem
 from leakcheck.probes import PROBES
 from leakcheck.report import render_counts, render_matrix
+from leakcheck.reports.safe_text import xml_safe
 from leakcheck.results import Results
 from leakcheck.verdicts import Outcome, Route, Verdict
 
@@ -180,3 +182,69 @@ def test_merging_writes_junit_with_the_plugins_names_and_properties(tmp_path: Pa
     assert cases["test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]"].find("failure") is None
     suite = next(ET.parse(tmp_path / "out" / "j.xml").iter("testsuite"))
     assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+
+
+#: Every character XML 1.0 cannot hold (and DEL, as pytest escapes it), with a terminal colour code.
+CONTROLS = ("".join(chr(c) for c in range(0x20) if chr(c) not in "\t\n\r")
+            + "\x7f \x1b[31mred\x1b[0m \ud800 \ufffe\uffff")
+
+
+def test_junit_from_evidence_holding_control_characters_parses_and_shows_them_escaped(tmp_path: Path) -> None:
+    leak = make("statement_timeout", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.LEAKS, CONTROLS)
+    broken = make("timezone", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.ERROR, "x\x00y",
+                  details=(("b_reported", "\x1b]0;title\x07"),))
+    a = job(tmp_path, "a.json", leak, broken)
+    assert cli.main(["merge", str(a), f"--junitxml={tmp_path / 'j.xml'}"]) == 1
+    text = (tmp_path / "j.xml").read_text(encoding="utf-8")
+    assert [ch for ch in CONTROLS if ch not in " [red0m31]" and ch in text] == []
+    cases = {c.get("name"): c for c in ET.fromstring(text).iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases[results.name_of(leak)].iter("property")}
+    evidence = props["evidence"] or ""
+    assert evidence.startswith("#x00#x01") and "#x1B[31mred" in evidence and "#xD800 #xFFFE#xFFFF" in evidence
+    failure = cases[results.name_of(broken)].find("failure")
+    assert failure is not None and "x#x00y" in (failure.get("message") or "") and "x#x00y" in (failure.text or "")
+    assert {p.get("name"): p.get("value") for p in cases[results.name_of(broken)].iter("property")}[
+        "b_reported"] == "#x1B]0;title#x07"
+
+
+def test_merge_writes_what_xml_forbids_as_pytests_own_junitxml_does() -> None:
+    # The plugin's JUnit report is pytest's --junitxml fed by record_property: pytest escapes the
+    # properties' values itself, and `leakcheck merge` must say the same about the same outcome.
+    from _pytest.junitxml import bin_xml_escape
+
+    assert xml_safe(CONTROLS) == bin_xml_escape(CONTROLS)
+
+
+# --- cost ----------------------------------------------------------------------------------------
+
+
+def _calls_to_merge(tmp_path: Path, n: int, shape: str) -> int:
+    """Python function calls one `leakcheck merge` (every output file written) makes for `n` outcomes,
+    each in a cell of its own: a PostgreSQL version each (`versions`), or one version and a pooler
+    column each (`columns`). Counting calls, not seconds: the count is the same on any machine."""
+    def pg_and_bouncer(i: int) -> tuple[str, str]:
+        return (f"16.{i}", "1.24.1") if shape == "versions" else ("16.14", f"1.{i}.0")
+
+    here = tmp_path / f"{shape}{n}"
+    here.mkdir()
+    path = job(here, "a.json", *(make("timezone", *pg_and_bouncer(i), Route.TRANSACTION, "psycopg",
+                                      Verdict.LEAKS if i % 3 else Verdict.ISOLATED, f"e{i}") for i in range(n)))
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        merge.run([path], None, here / "m.json", here / "j.xml", say=lambda line: None,
+                  report_html=here / "r.html", report_md=here / "r.md")
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize("shape", ["versions", "columns"])
+def test_merging_four_times_the_outcomes_costs_at_most_four_times_the_calls(tmp_path: Path, shape: str) -> None:
+    small, large = _calls_to_merge(tmp_path, 100, shape), _calls_to_merge(tmp_path, 400, shape)
+    assert large <= 4.4 * small, f"{small} calls for 100 outcomes, {large} for 400: not linear"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from html.parser import HTMLParser
 
@@ -110,3 +112,20 @@ def test_security_probes_are_marked_and_filters_offer_the_verdicts_present() -> 
 def test_an_empty_run_still_makes_a_page_that_says_so() -> None:
     page = render_html([])
     assert 'data-testid="empty"' in page and not parsed(page).problems
+
+
+def _sha256_source(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_the_csp_admits_only_the_pages_own_script_and_style_by_their_hashes() -> None:
+    page = render_html(run())
+    csp = next(a for t, a in parsed(page).elements if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
+    directives = {d.split()[0]: d.split()[1:] for d in (csp.get("content") or "").split(";") if d.strip()}
+    script = re.findall(r"<script>(.*?)</script>", page, re.DOTALL)
+    style = re.findall(r"<style>(.*?)</style>", page, re.DOTALL)
+    assert len(script) == len(style) == 1
+    assert directives["default-src"] == ["'none'"]
+    assert directives["script-src"] == [_sha256_source(script[0])]
+    assert directives["style-src"] == [_sha256_source(style[0])]
+    assert "unsafe" not in (csp.get("content") or "")
