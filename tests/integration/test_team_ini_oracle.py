@@ -17,7 +17,10 @@ import pytest
 from leakcheck.errors import StartError, UsageError
 from leakcheck.provision import admin, team_ini
 from leakcheck.provision.bouncer_binaries import resolve_bouncer
+from leakcheck.provision.bouncer_ini import PoolSettings
+from leakcheck.provision.bouncer_process import BouncerProcess
 from leakcheck.provision.ini_syntax import Assign, parse
+from leakcheck.provision.pg_server import PgServer
 from leakcheck.provision.process import ServerProcess
 from leakcheck.provision.system import ServerUser, cache_root, free_port
 from leakcheck.versions import parse_spec
@@ -90,7 +93,8 @@ def test_leakcheck_reads_each_file_as_the_running_pgbouncer_shows_it(
     team_ini.load.cache_clear()
     team = team_ini.load(str(ini))
     shown = run_pgbouncer(version, ini, port, password, user)
-    written = {e.key for e in parse(str(ini), lambda name, _via: Path(name).read_text(), "test") if isinstance(e, Assign)}
+    events = parse(str(ini), lambda name, _via: Path(name).read_text(), "test")
+    written = {e.key for e in events if isinstance(e, Assign)}
     keys = sorted(written & shown.keys())
     assert len(keys) >= 8  # the harness lines at least: the file was compared, not skipped
     ours = {key: team.value(key) or shown[key][1] for key in keys}  # unset: PgBouncer's default
@@ -125,3 +129,44 @@ def test_pgbouncer_refuses_a_key_in_another_case_which_leakcheck_passes_on_as_wr
     assert team_ini.load(str(ini)).value("Listen_Addr") == "*"
     with pytest.raises(StartError, match="exited with code"):
         run_pgbouncer(version, ini, port, password, user)
+
+
+OPEN_DOOR = """\
+[pgbouncer] ; production settings
+listen_addr = *
+unix_socket_dir = /tmp
+auth_type = trust
+admin_users = postgres
+[pgbouncer]
+listen_addr = 0.0.0.0
+auth_type = trust
+max_client_conn = 50
+"""
+
+
+def test_leakcheck_runs_a_file_that_would_open_doors_with_its_own_values(
+    folder: Path, postgres: PgServer, user: ServerUser
+) -> None:
+    (folder / "team.ini").write_text(OPEN_DOOR)
+    team_ini.load.cache_clear()
+    team = team_ini.load(str(folder / "team.ini"))
+    with BouncerProcess(resolve_bouncer(parse_spec("1.24", "--bouncer"), cache_root()), PoolSettings(),
+                        postgres.endpoint(), user, team=team) as bouncer, admin.connect(bouncer.endpoint()) as conn:
+        shown = admin.show_config(conn)
+        assert bouncer.tmpdir is not None
+        wanted = {"listen_addr": "127.0.0.1", "unix_socket_dir": "", "auth_type": "md5", "max_client_conn": "50",
+                  "admin_users": "leakcheck", "auth_file": str(bouncer.tmpdir / "users.txt")}
+        assert {key: shown[key] for key in wanted} == wanted
+
+
+def test_a_pgbouncer_that_runs_with_another_value_of_a_harness_key_is_stopped_with_one_line(
+    postgres: PgServer, user: ServerUser
+) -> None:
+    # An axis that escaped the --bouncer-set check: written after leakcheck's own line, so it wins.
+    bouncer = BouncerProcess(resolve_bouncer(parse_spec("1.24", "--bouncer"), cache_root()), PoolSettings(),
+                             postgres.endpoint(), user, extra=(("default_pool_size", "7"),))
+    with pytest.raises(StartError) as caught:
+        bouncer.__enter__()
+    said = str(caught.value)
+    assert "runs with default_pool_size = '7' (SHOW CONFIG), not leakcheck's '1'" in said and "\n" not in said
+    assert "pgbouncer.ini" in said and not bouncer.running()
