@@ -24,6 +24,7 @@ from leakcheck.provision.pg_server import PgServer
 from leakcheck.provision.process import ServerProcess
 from leakcheck.provision.system import ServerUser, cache_root, free_port
 from leakcheck.versions import parse_spec
+from tests.unit.test_team_ini import OPEN_DOOR
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +43,11 @@ def folder(user: ServerUser) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def placed(case: Path, folder: Path, port: int, password: str, user: ServerUser) -> Path:
-    """The case (and its .inc files) in `folder` with {harness} and {dir} filled in, and the auth file."""
+def placed(case: Path, folder: Path, user: ServerUser) -> tuple[Path, int, str]:
+    """The case (and its .inc files) in `folder` with {harness} and {dir} filled in, the auth file,
+    and (the placed case, its port, the admin's password); team_ini's cache cleared."""
+    port, password = free_port(), secrets.token_hex(16)
+    team_ini.load.cache_clear()
     harness = "\n".join([
         "listen_addr = 127.0.0.1", f"listen_port = {port}", f"unix_socket_dir = {folder}", "auth_type = md5",
         "admin_users = leakcheck", f"logfile = {folder}/pgbouncer.log", f"pidfile = {folder}/pgbouncer.pid",
@@ -53,7 +57,7 @@ def placed(case: Path, folder: Path, port: int, password: str, user: ServerUser)
         (folder / source.name).write_bytes(text.encode())
         (folder / source.name).chmod(0o644)
     user.write_private(folder / "users.txt", f'"leakcheck" "{password}"\n')
-    return folder / case.name
+    return folder / case.name, port, password
 
 
 def run_pgbouncer(version: str, ini: Path, port: int, password: str, user: ServerUser) -> dict[str, tuple[str, str]]:
@@ -88,9 +92,7 @@ def cases(kind: str) -> list[Path]:
 def test_leakcheck_reads_each_file_as_the_running_pgbouncer_shows_it(
     case: Path, version: str, folder: Path, user: ServerUser
 ) -> None:
-    port, password = free_port(), secrets.token_hex(16)
-    ini = placed(case, folder, port, password, user)
-    team_ini.load.cache_clear()
+    ini, port, password = placed(case, folder, user)
     team = team_ini.load(str(ini))
     shown = run_pgbouncer(version, ini, port, password, user)
     events = parse(str(ini), lambda name, _via: Path(name).read_text(), "test")
@@ -106,9 +108,7 @@ def test_leakcheck_reads_each_file_as_the_running_pgbouncer_shows_it(
 def test_a_file_pgbouncer_refuses_to_load_is_refused_by_leakcheck_too(
     case: Path, version: str, folder: Path, user: ServerUser
 ) -> None:
-    port, password = free_port(), secrets.token_hex(16)
-    ini = placed(case, folder, port, password, user)
-    team_ini.load.cache_clear()
+    ini, port, password = placed(case, folder, user)
     with pytest.raises(UsageError):
         team_ini.load(str(ini))
     with pytest.raises(StartError, match="exited with code"):
@@ -129,19 +129,6 @@ def test_pgbouncer_refuses_a_key_in_another_case_which_leakcheck_passes_on_as_wr
     assert team_ini.load(str(ini)).value("Listen_Addr") == "*"
     with pytest.raises(StartError, match="exited with code"):
         run_pgbouncer(version, ini, port, password, user)
-
-
-OPEN_DOOR = """\
-[pgbouncer] ; production settings
-listen_addr = *
-unix_socket_dir = /tmp
-auth_type = trust
-admin_users = postgres
-[pgbouncer]
-listen_addr = 0.0.0.0
-auth_type = trust
-max_client_conn = 50
-"""
 
 
 def test_leakcheck_runs_a_file_that_would_open_doors_with_its_own_values(

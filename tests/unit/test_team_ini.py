@@ -146,6 +146,7 @@ admin_users = postgres
 [pgbouncer]
 listen_addr = 0.0.0.0
 auth_type = trust
+max_client_conn = 50
 """
 
 
