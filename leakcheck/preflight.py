@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -25,7 +24,7 @@ from .provision import team_ini
 from .provision.bouncer_binaries import URL_ENV, given_bouncer
 from .provision.containers_images import BASE_IMAGE_ENV
 from .provision.pg_binaries import resolve_pg
-from .provision.system import ServerUser, cache_root, server_user
+from .provision.system import ServerUser, cache_root, server_user, unreadable_by
 from .provision.tarballs import TARBALLS_ENV, local_tarballs
 from .reports import output
 
@@ -49,7 +48,7 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
     check_environment(env)
     check_paths(config)
     if config.bouncer_ini is not None:
-        team_ini.load(config.bouncer_ini)  # readable, includes found (PgBouncer judges the settings)
+        team_ini.load(config.bouncer_ini)  # as PgBouncer would load it, each file one the server user could read
     expected = expectations.load(config.expect) if config.expect is not None else None
     if config.record is not None:
         record.check_target(config.record)
@@ -179,20 +178,8 @@ def _server_paths(cache: Path, temp: Path, config: Config) -> list[tuple[Path, s
 def check_server_user_reads(user: ServerUser, paths: Iterable[tuple[Path, str]]) -> None:
     """As root, the server user can read and enter (or run) each path; checked by that very user."""
     wanted = list(paths)
-    if user.is_self or not wanted:
-        return
-    script = 'for p do [ -r "$p" ] && [ -x "$p" ] || printf "%s\\n" "$p"; done'
-    uid, gid, groups = user.popen_ids()
-    try:
-        done = subprocess.run(
-            ["/bin/sh", "-c", script, "sh", *(str(p) for p, _ in wanted)], user=uid, group=gid,
-            extra_groups=groups, cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-            timeout=30, check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise UsageError(f"cannot run a check as the server user {user.name} ({exc}); set LEAKCHECK_RUN_AS") from None
-    failed = [line for line in done.stdout.splitlines() if line]
-    if done.returncode != 0 or not failed:
+    failed = unreadable_by(user, [str(p) for p, _ in wanted])
+    if not failed:
         return
     fixes = {str(p): fix for p, fix in wanted}
     first = failed[0]

@@ -80,6 +80,27 @@ def show_version(endpoint: Endpoint) -> str:
     return next(iter(rows[0].values())) if rows else ""
 
 
+def show_config(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """PgBouncer's SHOW CONFIG: the value it runs with, by key."""
+    return {row["key"]: row["value"] for row in execute(conn, "SHOW CONFIG")}
+
+
+def check_config(endpoint: Endpoint, expected: dict[str, str], ini: str) -> None:
+    """SHOW CONFIG shows each of `expected` (leakcheck's HARNESS_KEYS values), else a one-line
+    StartError naming the first key that differs: the caller stops that PgBouncer."""
+    try:
+        with connect(endpoint) as conn:
+            shown = show_config(conn)
+    except psycopg.Error as exc:
+        raise StartError(f"could not read SHOW CONFIG of PgBouncer at port {endpoint.port} ({one_line(exc, 160)})"
+                         ) from None
+    for key, want in expected.items():
+        if shown.get(key) != want:
+            raise StartError(
+                f"PgBouncer started from {ini} runs with {key} = {shown.get(key)!r} (SHOW CONFIG), not leakcheck's "
+                f"{want!r}: stopped it; the ini reached PgBouncer otherwise than leakcheck wrote it, report this")
+
+
 def answers(endpoint: Endpoint) -> str | None:
     """None when the admin console answers SHOW VERSION, else why not (for wait_until)."""
     try:

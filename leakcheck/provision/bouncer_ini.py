@@ -82,14 +82,11 @@ DROPPED_KEYS: dict[str, str] = {
 RESERVED = frozenset(HARNESS_KEYS) - {"pool_mode"} | frozenset(DROPPED_KEYS)
 
 
-def render_ini(
-    settings: PoolSettings, layout: BouncerLayout, extra: Sequence[Setting] = (), team: TeamIni | None = None
-) -> str:
-    """The whole pgbouncer.ini: the team's sections (if any) with the harness's keys, one database,
-    password auth, the cell's settings axes and the probe's pool settings."""
+def harness_values(settings: PoolSettings, layout: BouncerLayout) -> dict[str, str]:
+    """leakcheck's value of each HARNESS_KEYS key: what the ini says and SHOW CONFIG must show."""
     if settings.pool_size < 1:
         raise ValueError(f"pool_size must be at least 1, got {settings.pool_size}")
-    harness = {
+    return {
         "listen_addr": layout.listen_addr,
         "listen_port": str(layout.listen_port),
         "unix_socket_dir": layout.unix_socket_dir,
@@ -103,6 +100,16 @@ def render_ini(
         "min_pool_size": "0",
         "reserve_pool_size": "0",
     }
+
+
+def render_ini(
+    settings: PoolSettings, layout: BouncerLayout, extra: Sequence[Setting] = (), team: TeamIni | None = None
+) -> str:
+    """The whole pgbouncer.ini: the team's sections (if any) with the harness's keys, one database,
+    password auth, the cell's settings axes and the probe's pool settings. One [pgbouncer] header,
+    and no team line can make another (team_ini reads it as PgBouncer does: keys are letters,
+    digits and _.-*, values hold no newline)."""
+    harness = harness_values(settings, layout)
     axes = [(k, v) for k, v in extra if k != "pool_mode"]  # the mode reaches us as settings.mode
     controlled = set(harness) | set(DROPPED_KEYS) | {k for k, _ in axes}
     team_keys: list[Item] = [(k, v) for k, v in (team.section("pgbouncer") if team else ()) if k not in controlled]
@@ -127,8 +134,9 @@ def _section(section: Section) -> list[str]:
 
 
 def render_auth_file(credentials: tuple[tuple[str, str], ...]) -> str:
-    """auth_file lines, `"user" "password"`: PgBouncer checks clients with them and logs in to
-    PostgreSQL with them (both SCRAM). Keep the file readable by the server user only."""
+    """auth_file lines, `"user" "password"`: PgBouncer checks clients with them (md5, see
+    BouncerLayout.auth_type) and logs in to PostgreSQL with them (SCRAM, as the server asks). Keep
+    the file readable by the server user only."""
 
     def quoted(text: str) -> str:
         return '"' + text.replace('"', '""') + '"'

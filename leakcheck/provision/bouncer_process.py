@@ -13,7 +13,7 @@ from ..target import Setting
 from ..versions import Version
 from . import admin
 from .base import DBNAME, USER, Binary, Endpoint
-from .bouncer_ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
+from .bouncer_ini import BouncerLayout, PoolSettings, harness_values, render_auth_file, render_ini
 from .pooler_process import PoolerProcess
 from .system import ServerUser
 from .team_ini import TeamIni
@@ -49,6 +49,7 @@ class BouncerProcess(PoolerProcess):
         super().__init__(binary, settings, extra, server, user)
         self.team = team
         self._console: psycopg.Connection[Any] | None = None
+        self._layout: BouncerLayout | None = None
 
     def reset(self) -> None:
         """KILL/RESUME on the admin console: no server connection survives to the next probe.
@@ -75,6 +76,7 @@ class BouncerProcess(PoolerProcess):
             user=USER, auth_file=str(tmp / "users.txt"), logfile=str(tmp / "pgbouncer.log"),
             pidfile=str(tmp / "pgbouncer.pid"),
         )
+        self._layout = layout
         for stale in ("pgbouncer.log", "pgbouncer.pid"):
             (tmp / stale).unlink(missing_ok=True)
         (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout, self.extra, self.team))
@@ -86,6 +88,12 @@ class BouncerProcess(PoolerProcess):
         """Until its admin console answers; the process's own wait reads PgBouncer's reason from its log."""
         assert self._process is not None
         self._process.wait(lambda: admin.answers(self.endpoint()), self.ready_timeout, self._hint())
+
+    def _after_start(self) -> None:
+        """Every key leakcheck must control has leakcheck's value in SHOW CONFIG (else finish() stops it)."""
+        assert self._layout is not None and self.tmpdir is not None
+        ini = f"{self.tmpdir / self.config}" + (f" (from --bouncer-ini {self.team.path})" if self.team else "")
+        admin.check_config(self.endpoint(), harness_values(self.settings, self._layout), ini)
 
     def _stop(self) -> None:
         """Immediate shutdown; SIGKILL after STOP_TIMEOUT. Safe to call at any point, more than once."""

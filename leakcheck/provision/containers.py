@@ -33,10 +33,10 @@ from ..target import Pooler, PoolerKind
 from ..versions import Spec, Version, version_in_output
 from . import containers_images as img
 from . import fixtures, tarballs, team_ini
-from .admin import query_postgres, reset_pool, show_version
+from .admin import check_config, query_postgres, reset_pool, show_version
 from .base import DBNAME, USER, Endpoint, new_credentials
 from .bouncer_download import fetch_release, release_url
-from .bouncer_ini import PoolSettings
+from .bouncer_ini import PoolSettings, harness_values
 from .bouncer_releases import RELEASES, unknown_release
 from .containers_engine import LOOPBACK, RECIPE_LABEL, Engine, sigint_deferred, start_reaper
 from .containers_poolers import (
@@ -336,7 +336,13 @@ class ContainersBackend:
         for path, data in img.bouncer_files(settings, self._credentials, pooler.settings, team).items():
             container.with_copy_into_container(data, path, 0o644)
         running = self._start(container, what, img.BOUNCER_PORT, None)
-        self._wait_ready(running, what, show_version)
+        try:
+            self._wait_ready(running, what, show_version)
+            check_config(running.endpoint, harness_values(settings, img.bouncer_layout()),
+                         f"{img.CONFIG_DIR}/pgbouncer.ini in {what}")
+        except BaseException:
+            self.engine.remove(running.container)
+            raise
         return running
 
     def _start(self, container: DockerContainer, what: str, port: int, network: Network | None) -> _Running:

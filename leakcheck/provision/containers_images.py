@@ -107,12 +107,9 @@ def build_args(version: Version, base_image: str, tarball_url: str) -> dict[str,
     }
 
 
-def bouncer_files(
-    settings: PoolSettings, credentials: tuple[tuple[str, str], ...], extra: tuple[Setting, ...] = (),
-    team: TeamIni | None = None,
-) -> dict[str, bytes]:
-    """pgbouncer.ini and its auth file for a container: the same renderer as the native backend."""
-    layout = BouncerLayout(
+def bouncer_layout() -> BouncerLayout:
+    """Where PgBouncer listens, logs and finds its server inside its container."""
+    return BouncerLayout(
         listen_port=BOUNCER_PORT,
         server_host=PG_ALIAS,
         server_port=PG_PORT,
@@ -124,6 +121,14 @@ def bouncer_files(
         unix_socket_dir="",
         listen_addr="0.0.0.0",
     )
+
+
+def bouncer_files(
+    settings: PoolSettings, credentials: tuple[tuple[str, str], ...], extra: tuple[Setting, ...] = (),
+    team: TeamIni | None = None,
+) -> dict[str, bytes]:
+    """pgbouncer.ini and its auth file for a container: the same renderer as the native backend."""
+    layout = bouncer_layout()
     return {
         f"{CONFIG_DIR}/pgbouncer.ini": render_ini(settings, layout, extra, team).encode(),
         f"{CONFIG_DIR}/userlist.txt": render_auth_file(credentials).encode(),

@@ -9,6 +9,7 @@ import os
 import pwd
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -190,6 +191,27 @@ class ServerUser:
         if self.is_self:
             return None, None, None
         return self.uid, self.gid, []
+
+
+def unreadable_by(user: ServerUser, paths: list[str], execute: bool = True) -> list[str]:
+    """Which of `paths` `user` cannot read (and enter or run, with `execute`), asked of that very
+    user, so the kernel answers (modes, ACLs, every folder above); none when it is ourselves."""
+    if user.is_self or not paths:
+        return []
+    script = 'm=$1; shift; for p do [ -r "$p" ] && { [ "$m" = r ] || [ -x "$p" ]; } || printf "%s\\n" "$p"; done'
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", "rx" if execute else "r", *paths], user=uid, group=gid,
+            extra_groups=groups, cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+            timeout=30, check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"cannot run a check as the server user {user.name} ({exc}); set LEAKCHECK_RUN_AS") from None
+    if done.returncode != 0:
+        raise UsageError(f"cannot run a check as the server user {user.name} (exit {done.returncode}: "
+                         f"{' '.join(done.stderr.split())[:160]}); set LEAKCHECK_RUN_AS")
+    return [line for line in done.stdout.splitlines() if line]
 
 
 def server_user() -> ServerUser:
