@@ -1,11 +1,12 @@
 """leakcheck: measure which PostgreSQL session state leaks between clients through PgBouncer."""
 
-from .config import Config
-from .errors import LeakcheckError, ProvisionError, StartError, UsageError
-from .probes import PROBES, Probe
-from .runner import run_probe
-from .verdicts import Driver, Observation, Outcome, Route, Target, Verdict, classify
-from .versions import Spec, Version
+from leakcheck.config.config import Config
+from leakcheck.model.errors import LeakcheckError, ProvisionError, StartError, UsageError
+from leakcheck.model.verdicts import Driver, Observation, Outcome, Route, Target, Verdict, classify
+from leakcheck.model.versions import Spec, Version
+from leakcheck.probes import PROBES
+from leakcheck.probes.base import Probe
+from leakcheck.run.runner import run_probe
 
 __all__ = [
     "PROBES", "Config", "Driver", "LeakcheckError", "Observation", "Outcome", "Probe", "ProvisionError",

@@ -11,18 +11,21 @@ from typing import Any
 
 import pytest
 
-from . import expectations, gather, preflight, progress, record, results, signals
-from .config import Config
-from .diff import run_diff_lines
-from .errors import LeakcheckError
-from .judge import Kind
-from .matrix_run import MatrixRun
-from .option_table import add_options
-from .probes import Probe
-from .report import render_counts, render_legend, render_matrix
-from .reports import output
-from .reports.safe_text import terminal_safe
-from .verdicts import Target
+from leakcheck.config import preflight
+from leakcheck.config.config import Config
+from leakcheck.config.options import add_options
+from leakcheck.gate import expectations, record
+from leakcheck.gate.diff import run_diff_lines
+from leakcheck.gate.judge import Kind
+from leakcheck.model.errors import LeakcheckError
+from leakcheck.model.verdicts import Target
+from leakcheck.probes.base import Probe
+from leakcheck.reports import output
+from leakcheck.reports.safe_text import terminal_safe
+from leakcheck.reports.terminal import render_counts, render_legend, render_matrix
+from leakcheck.results import gather, results
+from leakcheck.run import progress, signals
+from leakcheck.run.matrix import MatrixRun
 
 RUN = pytest.StashKey[MatrixRun]()
 #: What --record and --results did (or why they did not), for the terminal summary.

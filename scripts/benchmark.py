@@ -31,14 +31,15 @@ from pathlib import Path
 
 import psycopg
 
-from leakcheck import merge, results
-from leakcheck.lanes import default_jobs
+from leakcheck.cli import merge
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.verdicts import Driver, Outcome, Route, Target, Verdict
+from leakcheck.model.versions import Version, parse_spec
 from leakcheck.probes import PROBES
-from leakcheck.provision.fixtures import APP_ROLE
 from leakcheck.provision.native import NativeBackend
-from leakcheck.target import Pooler, PoolerKind
-from leakcheck.verdicts import Driver, Outcome, Route, Target, Verdict
-from leakcheck.versions import Version, parse_spec
+from leakcheck.provision.postgres.fixtures import APP_ROLE
+from leakcheck.results import results
+from leakcheck.run.lanes import default_jobs
 
 #: Statements a probe sends, both clients together, on average (proofs and transaction blocks included).
 STATEMENTS_PER_RUN = 14
@@ -133,7 +134,7 @@ def main() -> None:
         os.chmod(cold, 0o755)
         try:
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "leakcheck.cli", "prepare", f"--pg={args.pg}",
+            subprocess.run([sys.executable, "-m", "leakcheck.cli.main", "prepare", f"--pg={args.pg}",
                             f"--bouncer={args.bouncer}"], env={**os.environ, "LEAKCHECK_CACHE": cold},
                            stdout=subprocess.DEVNULL, check=False)
             prepared = time.perf_counter() - start

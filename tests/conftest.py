@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from leakcheck.provision.children import SUPERVISOR
+from leakcheck.provision.host.children import SUPERVISOR
 
 FETCHERS = frozenset({"npm", "apt-get", "apt", "curl", "wget", "debootstrap", "docker"})
 SERVERS = frozenset({"postgres", "postmaster", "initdb", "pg_ctl", "pgbouncer", "dockerd"})

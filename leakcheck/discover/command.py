@@ -14,19 +14,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import signals
-from ..errors import UsageError
-from ..option_table import FLAGS, LIST_OPTIONS, OPTIONS
-from ..reports.safe_text import terminal_safe
-from ..target import NATIVE_DRIVERS
-from ..verdicts import Driver, Route
-from . import options as o
-from .known import confirmed
-from .output import parse_out, write
+from leakcheck.config.options import FLAGS, LIST_OPTIONS, OPTIONS
+from leakcheck.discover import options as o
+from leakcheck.discover.known import confirmed
+from leakcheck.discover.output import parse_out, write
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import NATIVE_DRIVERS
+from leakcheck.model.verdicts import Driver, Route
+from leakcheck.reports.safe_text import terminal_safe
+from leakcheck.run import signals
 
 if TYPE_CHECKING:
-    from .findings import Candidate, Discovery, Finding
-    from .lab import Lab
+    from leakcheck.discover.findings import Candidate, Discovery, Finding
+    from leakcheck.discover.lab import Lab
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def options(args: argparse.Namespace) -> o.Options:
     seed = None if args.seed is None else o.parse_count(args.seed, "--seed", 0)
     max_examples, max_ops = o.parse_count(args.max_examples, "--max-examples"), o.parse_count(args.max_ops, "--max-ops")
     if args.database is None:
-        from .lab import cache_dir
+        from leakcheck.discover.lab import cache_dir
 
         database: Path | None = cache_dir() / "discover" / "examples"
     else:
@@ -106,7 +106,7 @@ def options(args: argparse.Namespace) -> o.Options:
 def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
     """Every candidate labelled, then merged: known only where the probes it maps to report a
     problem on this very cell (they run once each, now)."""
-    from . import engine
+    from leakcheck.discover import engine
 
     ids = {p for c in found.candidates for p in engine.mapped(c)[0]}
     if not ids:
@@ -115,8 +115,8 @@ def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
     try:
         verdicts = lab.probe_verdicts(ids, driver)
     except Exception as exc:  # noqa: BLE001 - a harness failure: exit 3, like the searches'
-        from ..errors import one_line
-        from .trace import Abort
+        from leakcheck.discover.trace import Abort
+        from leakcheck.model.errors import one_line
 
         raise Abort(f"the probe(s) {', '.join(sorted(ids))} failed: {type(exc).__name__}: {one_line(exc)}") from exc
 
@@ -132,10 +132,10 @@ def run(opts: o.Options) -> int:
     try:
         from hypothesis.database import DirectoryBasedExampleDatabase
 
-        from . import engine, report
-        from .differential import Differential
-        from .lab import open_lab
-        from .trace import Abort
+        from leakcheck.discover import engine, report
+        from leakcheck.discover.differential import Differential
+        from leakcheck.discover.lab import open_lab
+        from leakcheck.discover.trace import Abort
     except ImportError as exc:
         raise UsageError(f"leakcheck discover needs hypothesis ({exc}): pip install 'leakcheck[discover]'") from None
     seed = opts.seed if opts.seed is not None else secrets.randbelow(2**32)

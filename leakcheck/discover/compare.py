@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..verdicts import Route, ServerId
-from .ops import Who
-from .render import DISPLAY, Names
-from .trace import Event, Failure, Trace
+from leakcheck.discover.ops import Who
+from leakcheck.discover.render import DISPLAY, Names
+from leakcheck.discover.trace import Event, Failure, Trace
+from leakcheck.model.verdicts import Route, ServerId
 
 PROTOCOL_NAME = "<protocol>"
 ABORTED = "error 25P02"  # in failed SQL transaction

@@ -12,15 +12,15 @@ import asyncio
 import contextlib
 from types import TracebackType
 
-from .. import signals
-from ..clients import Client, connect
-from ..verdicts import Driver, Route, ServerId
-from .compare import Comparison, compare, proof_problems, servers_text
-from .execute import run_sequence
-from .lab import Endpoint, Lab
-from .ops import Op
-from .render import fresh_names
-from .trace import Abort, Trace, harness_failed
+from leakcheck.discover.compare import Comparison, compare, proof_problems, servers_text
+from leakcheck.discover.execute import run_sequence
+from leakcheck.discover.lab import Endpoint, Lab
+from leakcheck.discover.ops import Op
+from leakcheck.discover.render import fresh_names
+from leakcheck.discover.trace import Abort, Trace, harness_failed
+from leakcheck.drivers.clients import Client, connect
+from leakcheck.model.verdicts import Driver, Route, ServerId
+from leakcheck.run import signals
 
 #: Seconds one sequence may take on both routes, connections included.
 SEQUENCE_TIMEOUT = 30.0

@@ -28,13 +28,23 @@ from typing import ClassVar
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as with_seed
 
-from .compare import Comparison
-from .examples import Keyed
-from .findings import Candidate, Discovery, Finding, Round, Search, changed, first_unexplained, size, unexplained
-from .known import label, signature
-from .ops import UNIVERSE, Op, repair
-from .strategy import sequences
-from .trace import harness_failed
+from leakcheck.discover.compare import Comparison
+from leakcheck.discover.examples import Keyed
+from leakcheck.discover.findings import (
+    Candidate,
+    Discovery,
+    Finding,
+    Round,
+    Search,
+    changed,
+    first_unexplained,
+    size,
+    unexplained,
+)
+from leakcheck.discover.known import label, signature
+from leakcheck.discover.ops import UNIVERSE, Op, repair
+from leakcheck.discover.strategy import sequences
+from leakcheck.discover.trace import harness_failed
 
 __all__ = ["Candidate", "Discovery", "Finding", "Measure", "Round", "Search", "confirm", "discover", "merge",
            "measured", "run_round", "tighten"]

@@ -18,12 +18,12 @@ from typing import Any
 import asyncpg
 import psycopg
 
-from ..clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError
-from ..probes.base import IDENTITY
-from ..verdicts import ServerId
-from .ops import Kind, Op, Who, in_transaction
-from .render import CLIENT_KEYS, REPORTED, Statement, Via, snapshot_columns, snapshot_sql, statements
-from .trace import Event, Failure, Proof, Trace
+from leakcheck.discover.ops import Kind, Op, Who, in_transaction
+from leakcheck.discover.render import CLIENT_KEYS, REPORTED, Statement, Via, snapshot_columns, snapshot_sql, statements
+from leakcheck.discover.trace import Event, Failure, Proof, Trace
+from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError
+from leakcheck.model.verdicts import ServerId
+from leakcheck.probes.base import IDENTITY
 
 
 def _failure(exc: ServerError) -> Failure:

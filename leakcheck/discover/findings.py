@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from hypothesis.database import ExampleDatabase
 
-from .compare import Comparison, Diff
-from .known import family, kind_of, signature, state, states
-from .ops import UNIVERSE, Op
+from leakcheck.discover.compare import Comparison, Diff
+from leakcheck.discover.known import family, kind_of, signature, state, states
+from leakcheck.discover.ops import UNIVERSE, Op
 
 _INDEX = {op: i for i, op in enumerate(UNIVERSE)}
 

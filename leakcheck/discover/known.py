@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..verdicts import Scope, Verdict
-from .compare import Diff
-from .ops import SETTING, SETTINGS, Kind, Op, Who
+from leakcheck.discover.compare import Diff
+from leakcheck.discover.ops import SETTING, SETTINGS, Kind, Op, Who
+from leakcheck.model.verdicts import Scope, Verdict
 
 #: Kinds whose op creates or changes session state: a finding's possible causes.
 STATE_KINDS = frozenset({
@@ -236,7 +236,7 @@ def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...
 
 
 def _transaction_scoped(probe: str) -> bool:
-    from ..probes import PROBES
+    from leakcheck.probes import PROBES
 
     return any(p.id == probe and p.scope is Scope.TRANSACTION for p in PROBES)
 

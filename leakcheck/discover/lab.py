@@ -15,18 +15,19 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import preflight, running_pooler
-from ..clients import Client, driver_version
-from ..config import Config
-from ..errors import UsageError
-from ..matrix_run import MatrixRun
-from ..provision.base import Backend, Endpoint
-from ..provision.bouncer_ini import PoolMode, PoolSettings
-from ..provision.fixtures import APP_ROLE
-from ..runner import SESSION_POOL, subject_mode
-from ..target import Pooler, PoolerKind
-from ..verdicts import Driver, Route, Target, Verdict
-from ..versions import Spec, Version
+from leakcheck.config import preflight
+from leakcheck.config.config import Config
+from leakcheck.drivers.clients import Client, driver_version
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.verdicts import Driver, Route, Target, Verdict
+from leakcheck.model.versions import Spec, Version
+from leakcheck.provision.base import Backend, Endpoint
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.provision.postgres.fixtures import APP_ROLE
+from leakcheck.run import running_pooler
+from leakcheck.run.matrix import MatrixRun
+from leakcheck.run.runner import SESSION_POOL, subject_mode
 
 __all__ = ["Endpoint", "Lab", "Where", "at", "cache_dir", "open_lab"]
 
@@ -109,8 +110,8 @@ class Lab:
     def probe_verdicts(self, ids: Iterable[str], driver: Driver) -> dict[str, Verdict]:
         """What these probes measure on this cell (route, versions, driver): a finding is *known*
         only where the probe it maps to really reports a problem here."""
-        from ..probes import PROBES
-        from ..runner import run_probe
+        from leakcheck.probes import PROBES
+        from leakcheck.run.runner import run_probe
 
         wanted = set(ids)
         target = Target(self.where.pg, self.where.pooler, self.where.route, driver, driver_version(driver))
@@ -158,6 +159,6 @@ def open_lab(raw: dict[str, str | None], route: Route) -> Iterator[Lab]:
 
 def cache_dir() -> Path:
     """leakcheck's cache (LEAKCHECK_CACHE, /var/cache/leakcheck as root, else ~/.cache/leakcheck)."""
-    from ..provision.system import cache_root
+    from leakcheck.provision.host.system import cache_root
 
     return cache_root()

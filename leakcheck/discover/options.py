@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
-from ..verdicts import Driver, Route
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Driver, Route
 
 DEFAULT_BUDGET = "60s"
 DEFAULT_MAX_EXAMPLES = 5000

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import UsageError
+from leakcheck.model.errors import UsageError
 
 
 def parse_out(text: str) -> Path | None:

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .ops import SETTING, Kind, Op, Who, quote
+from leakcheck.discover.ops import SETTING, Kind, Op, Who, quote
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from ..verdicts import Driver
-from .compare import Diff
-from .findings import Finding
-from .ops import Kind, Op, Who, quote
-from .render import DISPLAY, Statement, Via, column_sql, statements
+from leakcheck.discover.compare import Diff
+from leakcheck.discover.findings import Finding
+from leakcheck.discover.ops import Kind, Op, Who, quote
+from leakcheck.discover.render import DISPLAY, Statement, Via, column_sql, statements
+from leakcheck.model.verdicts import Driver
 
 _DRIVER_SIDE = {
     "notifications": "the notifications {who}'s driver received",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 from hypothesis import strategies as st
 
-from .ops import Kind, Op, repair
+from leakcheck.discover.ops import Kind, Op, repair
 
 #: Groups of kinds, simplest first.
 GROUPS: tuple[frozenset[Kind], ...] = (

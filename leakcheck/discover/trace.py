@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import one_line
-from ..verdicts import Route, ServerId
-from .ops import Op, Who
-from .render import Names
+from leakcheck.discover.ops import Op, Who
+from leakcheck.discover.render import Names
+from leakcheck.model.errors import one_line
+from leakcheck.model.verdicts import Route, ServerId
 
 
 @dataclass(frozen=True)

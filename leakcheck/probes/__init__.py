@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import UsageError
-from . import discovered, listen, locks, objects, prepared, security, settings
-from .base import Probe, Scenario
+from leakcheck.model.errors import UsageError
+from leakcheck.probes import discovered, listen, locks, objects, prepared, security, settings
+from leakcheck.probes.base import Probe, Scenario
 
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + security.PROBES

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clients import Client, ServerError
-from ..errors import MachineFault, NotApplicable, ProbeError
-from ..faults import machine_fault
-from ..verdicts import Observation, Proof, Route, Scope, ServerId, Slot
+from leakcheck.drivers.clients import Client, ServerError
+from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
+from leakcheck.model.faults import machine_fault
+from leakcheck.model.verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 
 #: How many transactions B may open to be handed A's server connection (a_on_another_server).
 PLACEMENT_TRIES = 10
@@ -205,7 +205,7 @@ class Probe:
     pool_size: int = 1  # transaction-mode default_pool_size this probe needs
     security: bool = False  # the state guards data or identity: a leak exposes it
     login: str = Login.APP
-    fixtures: bool = False  # uses the roles and tables of provision/fixtures.py
+    fixtures: bool = False  # uses the roles and tables of provision/postgres/fixtures.py
 
 
 def probe(

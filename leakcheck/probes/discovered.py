@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..errors import ProbeError
-from ..verdicts import Observation
-from .base import Probe, Scenario, probe
-from .settings import setting
+from leakcheck.model.errors import ProbeError
+from leakcheck.model.verdicts import Observation
+from leakcheck.probes.base import Probe, Scenario, probe
+from leakcheck.probes.settings import setting
 
 #: B's temp_buffers (a value no default has, so B reads back its own).
 WANTED = "2000kB"

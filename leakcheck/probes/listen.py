@@ -6,9 +6,9 @@ once a client has its own later sentinel, an earlier notification it lacks will 
 
 from __future__ import annotations
 
-from ..clients import Client
-from ..verdicts import Observation
-from .base import Probe, Scenario, probe
+from leakcheck.drivers.clients import Client
+from leakcheck.model.verdicts import Observation
+from leakcheck.probes.base import Probe, Scenario, probe
 
 
 async def _sentinel(s: Scenario, client: Client, channel: str) -> bool:

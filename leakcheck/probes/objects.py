@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import ProbeError
-from ..verdicts import Observation, Scope
-from .base import Probe, Scenario, probe
+from leakcheck.model.errors import ProbeError
+from leakcheck.model.verdicts import Observation, Scope
+from leakcheck.probes.base import Probe, Scenario, probe
 
 
 def _regclass(name: str) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..clients import Client
-from ..errors import ProbeError
-from ..verdicts import Observation
-from .base import Attempt, Probe, Scenario, attempt, probe
+from leakcheck.drivers.clients import Client
+from leakcheck.model.errors import ProbeError
+from leakcheck.model.verdicts import Observation
+from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
 
 
 def _names(marker: str, driver_names: str = "") -> str:

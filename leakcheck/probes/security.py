@@ -1,7 +1,7 @@
 """Security probes: state that guards identity or data. Each shows what B could read or do.
 
 The objects they use (roles, lc_* tables, a policy, a sequence) are made once per server by
-provision/fixtures.py; the clients log in as the application role leakcheck_app, which is no
+provision/postgres/fixtures.py; the clients log in as the application role leakcheck_app, which is no
 superuser and inherits no privilege of the roles it may SET ROLE to.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import zlib
 
-from ..clients import ServerError
-from ..errors import NotApplicable, ProbeError
-from ..faults import machine_fault
-from ..verdicts import Observation, Scope
-from .base import Attempt, Login, Probe, Scenario, attempt, probe
-from .settings import lit, setting
+from leakcheck.drivers.clients import ServerError
+from leakcheck.model.errors import NotApplicable, ProbeError
+from leakcheck.model.faults import machine_fault
+from leakcheck.model.verdicts import Observation, Scope
+from leakcheck.probes.base import Attempt, Login, Probe, Scenario, attempt, probe
+from leakcheck.probes.settings import lit, setting
 
 
 @probe("session_authorization", "SET SESSION AUTHORIZATION (B's session_user, and whom B's writes name)",

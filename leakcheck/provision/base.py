@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Protocol
 
-from ..target import Pooler, PoolerKind
-from ..versions import Spec, Version
-from .bouncer_ini import PoolSettings
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.versions import Spec, Version
+from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 #: The database and the superuser every backend creates on its PostgreSQL servers (the other
 #: roles and objects the probes use are in fixtures.py).

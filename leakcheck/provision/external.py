@@ -17,11 +17,11 @@ from types import TracebackType
 
 import psycopg
 
-from ..errors import ProvisionError, UsageError, one_line
-from ..target import Pooler, PoolerKind
-from ..versions import Spec, Version, version_in_output
-from .base import Endpoint
-from .bouncer_ini import PoolSettings
+from leakcheck.model.errors import ProvisionError, UsageError, one_line
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.versions import Spec, Version, version_in_output
+from leakcheck.provision.base import Endpoint
+from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 _SCHEMES = ("postgresql", "postgres")
 

@@ -9,22 +9,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import StartError
-from ..target import Pooler, PoolerKind
-from ..versions import Spec, Version
-from . import team_ini
-from .base import Binary, Endpoint
-from .bouncer_binaries import resolve_bouncer
-from .bouncer_ini import PoolSettings
-from .bouncer_process import BouncerProcess
-from .odyssey_process import OdysseyProcess
-from .pg_binaries import PgInstall, resolve_pg
-from .pg_server import PgServer
-from .pgpool_process import PgpoolProcess
-from .pooler_binaries import resolve_odyssey, resolve_pgpool
-from .pooler_process import PoolerProcess
-from .sweep import sweep
-from .system import ServerUser, cache_root, server_user
+from leakcheck.model.errors import StartError
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.versions import Spec, Version
+from leakcheck.provision.base import Binary, Endpoint
+from leakcheck.provision.host.pooler_process import PoolerProcess
+from leakcheck.provision.host.sweep import sweep
+from leakcheck.provision.host.system import ServerUser, cache_root, server_user
+from leakcheck.provision.odyssey.process import OdysseyProcess
+from leakcheck.provision.pgbouncer import team_ini
+from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.provision.pgbouncer.process import BouncerProcess
+from leakcheck.provision.pgpool.process import PgpoolProcess
+from leakcheck.provision.postgres.binaries import PgInstall, resolve_pg
+from leakcheck.provision.postgres.server import PgServer
+from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
 
 #: One pooler process serves each (PostgreSQL, pooler, pool settings, lane).
 PoolerKey = tuple[Version, Pooler, PoolSettings, str]

@@ -11,12 +11,12 @@ Code in advice text is written between backticks (reports turn it into code span
 
 from __future__ import annotations
 
-from ..errors import REFUSALS
-from ..probes import PROBES, Probe
-from ..probes.base import Login
-from ..verdicts import Fact, Outcome, Scope, Verdict
-from .cell import Cell, reset_tail
-from .rules import RULES
+from leakcheck.model.errors import REFUSALS
+from leakcheck.model.verdicts import Fact, Outcome, Scope, Verdict
+from leakcheck.probes import PROBES
+from leakcheck.probes.base import Login, Probe
+from leakcheck.reports.cell import Cell, reset_tail
+from leakcheck.reports.rules import RULES
 
 __all__ = ["RULES", "advice", "generic", "not_applicable"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..target import PoolerKind
-from ..verdicts import Driver, Outcome
-from ..versions import Version
+from leakcheck.model.target import PoolerKind
+from leakcheck.model.verdicts import Driver, Outcome
+from leakcheck.model.versions import Version
 
 
 @dataclass(frozen=True)

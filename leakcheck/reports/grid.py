@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ..verdicts import Outcome, Route
-from ..versions import Version
+from leakcheck.model.verdicts import Outcome, Route
+from leakcheck.model.versions import Version
 
 #: The order controls are summarized in.
 CONTROL_ROUTES = (Route.DIRECT, Route.SESSION, Route.SHARED)

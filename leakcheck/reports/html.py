@@ -11,13 +11,13 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
-from ..probes import PROBES
-from ..verdicts import Outcome, Route, Verdict
-from .advice import advice
-from .grid import SHARED_RULE, Grid, control_grids, pooled_grids
-from .html_assets import CSP, CSS, JS
-from .terminal import render_counts
-from .words import FACT_MEANING, MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, word
+from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.probes import PROBES
+from leakcheck.reports.advice import advice
+from leakcheck.reports.grid import SHARED_RULE, Grid, control_grids, pooled_grids
+from leakcheck.reports.html_assets import CSP, CSS, JS
+from leakcheck.reports.terminal import render_counts
+from leakcheck.reports.words import FACT_MEANING, MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, word
 
 _STATE = {p.id: p.state for p in PROBES}
 

@@ -13,11 +13,11 @@ import html
 import re
 from collections.abc import Iterable, Sequence
 
-from ..verdicts import Outcome, Route, Verdict
-from .advice import advice
-from .grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
-from .terminal import render_counts
-from .words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, flagged, word
+from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.reports.advice import advice
+from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
+from leakcheck.reports.terminal import render_counts
+from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, flagged, word
 
 #: Characters of one comment, below GitHub's 65,536 with room to spare.
 LIMIT = 60_000

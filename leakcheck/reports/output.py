@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..record import check_writable, write_atomic
-from ..verdicts import Outcome
-from .html import render_html
-from .markdown import render_markdown
-from .safe_text import encodable
+from leakcheck.gate.record import check_writable, write_atomic
+from leakcheck.model.verdicts import Outcome
+from leakcheck.reports.html import render_html
+from leakcheck.reports.markdown import render_markdown
+from leakcheck.reports.safe_text import encodable
 
 HTML_OPTION, MD_OPTION = "--report-html", "--report-md"
 _EXAMPLES = {HTML_OPTION: "leakcheck.html", MD_OPTION: "leakcheck.md"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..verdicts import Fact, Outcome, Verdict
-from .cell import Cell, driver_off, reset_tail
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
+from leakcheck.reports.cell import Cell, driver_off, reset_tail
 
 Rule = Callable[[Outcome, Cell], str | None]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
-from ..verdicts import Outcome, Route, Verdict
-from .grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, canonical_order, pooled_grids
-from .safe_text import terminal_safe
-from .words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
+from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, canonical_order, pooled_grids
+from leakcheck.reports.safe_text import terminal_safe
+from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
 
 __all__ = ["LONG_COLUMN", "canonical_order", "cell", "render_counts", "render_legend", "render_matrix",
            "use_color", "word"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..verdicts import Fact, Outcome, Verdict
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 
 _CODE = re.compile(r"`([^`]*)`")
 

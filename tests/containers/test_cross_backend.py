@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
-from leakcheck.probes import PROBES, Probe, select
+from leakcheck.model.target import NATIVE_DRIVERS
+from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.versions import parse_spec
+from leakcheck.probes import PROBES, select
+from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
-from leakcheck.provision.containers import ContainersBackend
+from leakcheck.provision.containers.backend import ContainersBackend
 from leakcheck.provision.native import NativeBackend
-from leakcheck.runner import run_probe
-from leakcheck.target import NATIVE_DRIVERS
-from leakcheck.verdicts import Driver, Pooler, PoolerKind, Route, Target, Verdict
-from leakcheck.versions import parse_spec
+from leakcheck.run.runner import run_probe
 
 from .test_containers_backend import _engine_or_skip, _template
 

@@ -7,16 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from leakcheck.errors import LeakcheckError
-from leakcheck.probes import PROBES, Probe
+from leakcheck.model.errors import LeakcheckError
+from leakcheck.model.target import NATIVE_DRIVERS
+from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target
+from leakcheck.model.versions import Version, parse_spec
+from leakcheck.probes import PROBES
+from leakcheck.probes.base import Probe
+from leakcheck.provision.host.system import ServerUser, cache_root, server_user
 from leakcheck.provision.native import NativeBackend
-from leakcheck.provision.pg_binaries import resolve_pg
-from leakcheck.provision.pg_server import PgServer
-from leakcheck.provision.system import ServerUser, cache_root, server_user
-from leakcheck.runner import run_probe
-from leakcheck.target import NATIVE_DRIVERS
-from leakcheck.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target
-from leakcheck.versions import Version, parse_spec
+from leakcheck.provision.postgres.binaries import resolve_pg
+from leakcheck.provision.postgres.server import PgServer
+from leakcheck.run.runner import run_probe
 
 #: Versions the facts are checked on; override with LEAKCHECK_TEST_PG / LEAKCHECK_TEST_BOUNCER.
 TEST_PG = os.environ.get("LEAKCHECK_TEST_PG", "16,18").split(",")

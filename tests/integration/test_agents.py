@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.agents import client as agents
-from leakcheck.agents.client import AgentClient
-from leakcheck.clients import ServerError, connect, driver_version
-from leakcheck.provision.bouncer_ini import PoolSettings
-from leakcheck.provision.fixtures import APP_ROLE
-from leakcheck.provision.proc_sockets import socket_inodes
-from leakcheck.target import Driver
+from leakcheck.drivers.agents import client as agents
+from leakcheck.drivers.agents.client import AgentClient
+from leakcheck.drivers.clients import ServerError, connect, driver_version
+from leakcheck.model.target import Driver
+from leakcheck.provision.host.proc_sockets import socket_inodes
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.provision.postgres.fixtures import APP_ROLE
 
 from .conftest import TEST_PG, Measure
 

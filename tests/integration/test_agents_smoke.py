@@ -17,10 +17,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from leakcheck.agents.catalogue import CATALOGUE
-from leakcheck.agents.spec import AgentSpec
+from leakcheck.drivers.agents.catalogue import CATALOGUE
+from leakcheck.drivers.agents.spec import AgentSpec
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.pg_server import PgServer
+from leakcheck.provision.postgres.server import PgServer
 
 #: the agents built from their spec alone (the npm ones are tested in test_agents.py with their packages)
 SPECS = tuple(s.spec for s in CATALOGUE if not s.spec.npm)

@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import cli
-from leakcheck.errors import LeakcheckError, UsageError
-from leakcheck.provision import banners
+from leakcheck.cli import main as cli
+from leakcheck.model.errors import LeakcheckError, UsageError
+from leakcheck.model.versions import Version, parse_spec
 from leakcheck.provision.base import Binary
-from leakcheck.provision.bouncer_binaries import resolve_bouncer
-from leakcheck.provision.bouncer_build import check_program
-from leakcheck.provision.pg_binaries import PgInstall, cached_problem, resolve_pg
-from leakcheck.provision.program_cache import cached_binary as cached_program
-from leakcheck.provision.programs import PGBOUNCER
-from leakcheck.provision.system import cache_root, make_world_readable, server_user
-from leakcheck.versions import Version, parse_spec
+from leakcheck.provision.host.system import cache_root, make_world_readable, server_user
+from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
+from leakcheck.provision.pgbouncer.build import check_program
+from leakcheck.provision.postgres.binaries import PgInstall, cached_problem, resolve_pg
+from leakcheck.provision.sources import banners
+from leakcheck.provision.sources.program_cache import cached_binary as cached_program
+from leakcheck.provision.sources.programs import PGBOUNCER
 
 pytestmark = pytest.mark.integration
 

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.errors import ProvisionError
-from leakcheck.provision import containers_images as img
+from leakcheck.model.errors import ProvisionError
+from leakcheck.model.versions import Version, parse_spec
 from leakcheck.provision.base import Binary
-from leakcheck.provision.bouncer_binaries import URL_ENV, resolve_bouncer
-from leakcheck.provision.bouncer_build import check_program
-from leakcheck.provision.bouncer_download import DownloadError, fetch_release, release_url
-from leakcheck.provision.bouncer_releases import find_release
-from leakcheck.provision.bouncer_tarball import debian_tarball
-from leakcheck.provision.system import cache_root
-from leakcheck.provision.tarballs import TARBALLS_ENV
-from leakcheck.versions import Version, parse_spec
+from leakcheck.provision.containers import images as img
+from leakcheck.provision.host.system import cache_root
+from leakcheck.provision.pgbouncer.binaries import URL_ENV, resolve_bouncer
+from leakcheck.provision.pgbouncer.build import check_program
+from leakcheck.provision.pgbouncer.debian_tarball import debian_tarball
+from leakcheck.provision.pgbouncer.download import DownloadError, fetch_release, release_url
+from leakcheck.provision.pgbouncer.releases import find_release
+from leakcheck.provision.pgbouncer.tarballs import TARBALLS_ENV
 from tests.integration.release_server import ReleaseServer, sha256
 
 pytestmark = pytest.mark.integration

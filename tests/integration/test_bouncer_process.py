@@ -12,16 +12,16 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leakcheck.errors import ProvisionError, StartError, UsageError
-from leakcheck.provision import pooler_process, system
+from leakcheck.model.errors import ProvisionError, StartError, UsageError
+from leakcheck.model.versions import Spec, Version, parse_spec
 from leakcheck.provision.base import Binary, Endpoint
-from leakcheck.provision.bouncer_binaries import resolve_bouncer
-from leakcheck.provision.bouncer_build import program_version
-from leakcheck.provision.bouncer_ini import PoolSettings
-from leakcheck.provision.bouncer_process import BouncerProcess
-from leakcheck.provision.pg_server import PgServer
-from leakcheck.provision.system import ServerUser, cache_root
-from leakcheck.versions import Spec, Version, parse_spec
+from leakcheck.provision.host import pooler_process, system
+from leakcheck.provision.host.system import ServerUser, cache_root
+from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
+from leakcheck.provision.pgbouncer.build import program_version
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.provision.pgbouncer.process import BouncerProcess
+from leakcheck.provision.postgres.server import PgServer
 
 pytestmark = pytest.mark.integration
 

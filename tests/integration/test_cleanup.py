@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.provision.bouncer_binaries import resolve_bouncer
+from leakcheck.model.versions import parse_spec
+from leakcheck.provision.host.owner import MARKER, mark, owner_of, start_time
+from leakcheck.provision.host.strays import servers_in, stop_servers_in
+from leakcheck.provision.host.sweep import sweep
+from leakcheck.provision.host.system import cache_root, file_lock, free_port, server_user
+from leakcheck.provision.host.sysv_shm import Segment, attached, recorded_segment, remove_if_unused
 from leakcheck.provision.native import NativeBackend
-from leakcheck.provision.owner import MARKER, mark, owner_of, start_time
-from leakcheck.provision.strays import servers_in, stop_servers_in
-from leakcheck.provision.sweep import sweep
-from leakcheck.provision.system import cache_root, file_lock, free_port, server_user
-from leakcheck.provision.sysv_shm import Segment, attached, recorded_segment, remove_if_unused
-from leakcheck.versions import parse_spec
+from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
 
 pytestmark = pytest.mark.integration
 
@@ -376,7 +376,7 @@ def _full_pipe() -> tuple[int, int]:
 def test_the_cli_stops_like_on_ctrl_c_when_hung_up_or_quit(signum: int, private_tmp: Path) -> None:
     read, write = _full_pipe()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {"TMPDIR": str(private_tmp)}
-    argv = [sys.executable, "-u", "-m", "leakcheck.cli", "prepare", "--pg=16", "--bouncer=1.24"]
+    argv = [sys.executable, "-u", "-m", "leakcheck.cli.main", "prepare", "--pg=16", "--bouncer=1.24"]
     try:
         proc = subprocess.Popen(argv, env=env, stdout=write, stderr=subprocess.PIPE, start_new_session=True,
                                 preexec_fn=_hang_up_ends_it)  # noqa: PLW1509

@@ -15,10 +15,10 @@ from leakcheck.discover.differential import Differential
 from leakcheck.discover.engine import Search, discover
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.versions import parse_spec
 from leakcheck.provision.native import NativeBackend
-from leakcheck.target import Pooler, PoolerKind
-from leakcheck.verdicts import Driver, Route
-from leakcheck.versions import parse_spec
 
 pytestmark = pytest.mark.integration
 

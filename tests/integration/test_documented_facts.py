@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck.verdicts import Driver, Fact, Verdict
+from leakcheck.model.verdicts import Driver, Fact, Verdict
 
 from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 

@@ -11,10 +11,10 @@ import textwrap
 import asyncpg
 import pytest
 
-from leakcheck.clients import AsyncpgClient, PsycopgClient, connect
-from leakcheck.provision.bouncer_ini import PoolSettings
-from leakcheck.provision.fixtures import APP_ROLE
-from leakcheck.verdicts import Driver
+from leakcheck.drivers.clients import AsyncpgClient, PsycopgClient, connect
+from leakcheck.model.verdicts import Driver
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.provision.postgres.fixtures import APP_ROLE
 
 from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 

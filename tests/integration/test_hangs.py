@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.failfast import FailFast
+from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.versions import parse_spec
 from leakcheck.probes import PROBES
+from leakcheck.provision.host.owner import start_time
+from leakcheck.provision.host.proc_sockets import children_of
+from leakcheck.provision.host.sysv_shm import attached, recorded_segment
 from leakcheck.provision.native import NativeBackend
-from leakcheck.provision.owner import start_time
-from leakcheck.provision.proc_sockets import children_of
-from leakcheck.provision.sysv_shm import attached, recorded_segment
-from leakcheck.runner import PROBE_TIMEOUT, pool_settings, pooler_lane, run_probe
-from leakcheck.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
-from leakcheck.versions import parse_spec
+from leakcheck.run.failfast import FailFast
+from leakcheck.run.runner import PROBE_TIMEOUT, pool_settings, pooler_lane, run_probe
 
 pytestmark = pytest.mark.integration
 
@@ -128,11 +128,11 @@ def test_a_killed_postmaster_fails_its_cell_at_once_and_leaves_no_shared_memory_
 #: A leakcheck command whose PgBouncer is stopped (SIGSTOP) while it resets the pool, as in a run.
 _HUNG_COMMAND = textwrap.dedent("""
     import os, signal, sys
-    from leakcheck.exits import guarded
+    from leakcheck.cli.exits import guarded
     from leakcheck.provision.native import NativeBackend
-    from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-    from leakcheck.target import Pooler, PoolerKind
-    from leakcheck.versions import parse_spec
+    from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+    from leakcheck.model.target import Pooler, PoolerKind
+    from leakcheck.model.versions import parse_spec
 
     def body():
         with NativeBackend() as backend:

@@ -8,13 +8,14 @@ from typing import cast
 
 import pytest
 
-from leakcheck.probes import PROBES, Probe
+from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Scope, Target, Verdict
+from leakcheck.model.versions import Version
+from leakcheck.probes import PROBES
+from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend, Endpoint
-from leakcheck.provision.bouncer_ini import PoolSettings
 from leakcheck.provision.native import NativeBackend
-from leakcheck.runner import control_expectation, run_probe
-from leakcheck.verdicts import Driver, Pooler, PoolerKind, Route, Scope, Target, Verdict
-from leakcheck.versions import Version
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.run.runner import control_expectation, run_probe
 
 from .conftest import DRIVERS, TEST_PG, Measure
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck import record
-from leakcheck.expectations import Expectation, key
+from leakcheck.gate import record
+from leakcheck.gate.expectations import Expectation, key
+from leakcheck.model.verdicts import Driver, Observation, Route, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Login, Scenario, probe
 from leakcheck.probes.settings import setting
-from leakcheck.verdicts import Driver, Observation, Route, Verdict
 
 from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.provision.pg_binaries import NPM_PACKAGE, fetch_pg
-from leakcheck.provision.system import cache_root
-from leakcheck.versions import Version, version_in_output
+from leakcheck.model.versions import Version, version_in_output
+from leakcheck.provision.host.system import cache_root
+from leakcheck.provision.postgres.binaries import NPM_PACKAGE, fetch_pg
 
 pytestmark = pytest.mark.integration
 

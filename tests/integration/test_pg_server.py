@@ -14,13 +14,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leakcheck.errors import StartError
-from leakcheck.provision import pg_server
+from leakcheck.model.errors import StartError
+from leakcheck.model.versions import parse_spec, version_in_output
 from leakcheck.provision.base import DBNAME, OTHER_ROLE, USER
-from leakcheck.provision.pg_binaries import PgInstall, resolve_pg
-from leakcheck.provision.pg_server import PgServer
-from leakcheck.provision.system import cache_root, server_user
-from leakcheck.versions import parse_spec, version_in_output
+from leakcheck.provision.host.system import cache_root, server_user
+from leakcheck.provision.postgres import server as pg_server
+from leakcheck.provision.postgres.binaries import PgInstall, resolve_pg
+from leakcheck.provision.postgres.server import PgServer
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def no_leftovers() -> Iterator[None]:
     Only this process's folders count: leakcheck-pg<version>-* in the temp folder (not
     leakcheck-pgbouncer*), whose owner marker names this very process; another run's never do.
     """
-    from leakcheck.provision.owner import Owner, owner_of
+    from leakcheck.provision.host.owner import Owner, owner_of
 
     me = Owner.me()
 

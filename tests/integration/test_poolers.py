@@ -23,23 +23,23 @@ from typing import Any
 import psycopg
 import pytest
 
-from leakcheck.errors import ProvisionError, StartError, UsageError
+from leakcheck.model.errors import ProvisionError, StartError, UsageError
+from leakcheck.model.versions import Spec, Version, parse_spec
 from leakcheck.provision.base import Binary, Endpoint
-from leakcheck.provision.bouncer_build import program_version
-from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-from leakcheck.provision.odyssey_process import OdysseyProcess
-from leakcheck.provision.owner import start_time
-from leakcheck.provision.pg_server import PgServer
-from leakcheck.provision.pgpool_process import PgpoolProcess
-from leakcheck.provision.pooler_binaries import resolve_odyssey, resolve_pgpool
-from leakcheck.provision.pooler_containers import pgpool_reset_script
-from leakcheck.provision.pooler_process import PoolerProcess
-from leakcheck.provision.proc_sockets import children_of, connected_to, idle_children
-from leakcheck.provision.programs import ODYSSEY, PGPOOL
-from leakcheck.provision.strays import servers_in
-from leakcheck.provision.sweep import sweep
-from leakcheck.provision.system import ServerUser, cache_root
-from leakcheck.versions import Spec, Version, parse_spec
+from leakcheck.provision.containers.pooler_files import pgpool_reset_script
+from leakcheck.provision.host.owner import start_time
+from leakcheck.provision.host.pooler_process import PoolerProcess
+from leakcheck.provision.host.proc_sockets import children_of, connected_to, idle_children
+from leakcheck.provision.host.strays import servers_in
+from leakcheck.provision.host.sweep import sweep
+from leakcheck.provision.host.system import ServerUser, cache_root
+from leakcheck.provision.odyssey.process import OdysseyProcess
+from leakcheck.provision.pgbouncer.build import program_version
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.provision.pgpool.process import PgpoolProcess
+from leakcheck.provision.postgres.server import PgServer
+from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL
 
 pytestmark = pytest.mark.integration
 
@@ -257,12 +257,12 @@ def test_the_container_reset_script_replaces_every_connection_child(
 CHILD = """
 import json, sys, time
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-from leakcheck.provision.odyssey_process import OdysseyProcess
-from leakcheck.provision.pgpool_process import PgpoolProcess
-from leakcheck.provision.pooler_binaries import resolve_odyssey, resolve_pgpool
-from leakcheck.provision.system import cache_root, server_user
-from leakcheck.versions import parse_spec
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.provision.odyssey.process import OdysseyProcess
+from leakcheck.provision.pgpool.process import PgpoolProcess
+from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.host.system import cache_root, server_user
+from leakcheck.model.versions import parse_spec
 
 server = Endpoint(**json.loads(sys.argv[1]))
 ody = OdysseyProcess(resolve_odyssey(parse_spec("1.5", "x"), cache_root()), PoolSettings(), (), server, server_user())

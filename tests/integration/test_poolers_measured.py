@@ -15,14 +15,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from leakcheck.model.versions import parse_spec
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-from leakcheck.provision.odyssey_process import OdysseyProcess
-from leakcheck.provision.pg_server import PgServer
-from leakcheck.provision.pgpool_process import PgpoolProcess
-from leakcheck.provision.pooler_binaries import resolve_odyssey, resolve_pgpool
-from leakcheck.provision.system import ServerUser, cache_root
-from leakcheck.versions import parse_spec
+from leakcheck.provision.host.system import ServerUser, cache_root
+from leakcheck.provision.odyssey.process import OdysseyProcess
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.provision.pgpool.process import PgpoolProcess
+from leakcheck.provision.postgres.server import PgServer
+from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
 
 pytestmark = pytest.mark.integration
 

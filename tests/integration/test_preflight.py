@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import preflight
-from leakcheck.errors import UsageError
-from leakcheck.provision.pg_binaries import resolve_pg
-from leakcheck.provision.system import cache_root, server_user
-from leakcheck.versions import parse_spec
+from leakcheck.config import preflight
+from leakcheck.model.errors import UsageError
+from leakcheck.model.versions import parse_spec
+from leakcheck.provision.host.system import cache_root, server_user
+from leakcheck.provision.postgres.binaries import resolve_pg
 
 ONE = ["--drivers=psycopg", "--controls=no"]
 KEY_TZ = "pg16/pgbouncer1.24/psycopg/timezone"

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from leakcheck.reports import render_html
-from leakcheck.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.reports.html import render_html
 
 from ..unit.outcomes import make
 

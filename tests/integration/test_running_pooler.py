@@ -9,13 +9,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leakcheck import cli
+from leakcheck.cli import main as cli
+from leakcheck.model.target import NATIVE_DRIVERS
+from leakcheck.model.verdicts import Route
 from leakcheck.provision.base import USER, Endpoint
-from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-from leakcheck.provision.fixtures import APP_ROLE
 from leakcheck.provision.native import NativeBackend
-from leakcheck.target import NATIVE_DRIVERS
-from leakcheck.verdicts import Route
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.provision.postgres.fixtures import APP_ROLE
 
 from .conftest import TEST_PG, Measure
 

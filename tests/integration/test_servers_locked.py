@@ -13,14 +13,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.versions import Version
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.bouncer_ini import PoolSettings
-from leakcheck.provision.bouncer_process import BouncerProcess
-from leakcheck.provision.fixtures import APP_ROLE
+from leakcheck.provision.host.system import cache_root
 from leakcheck.provision.native import NativeBackend
-from leakcheck.provision.system import cache_root
-from leakcheck.target import Pooler, PoolerKind
-from leakcheck.versions import Version
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.provision.pgbouncer.process import BouncerProcess
+from leakcheck.provision.postgres.fixtures import APP_ROLE
 
 from .conftest import TEST_BOUNCER, TEST_PG, Measure
 

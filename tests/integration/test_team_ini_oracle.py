@@ -14,16 +14,16 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from leakcheck.errors import StartError, UsageError
-from leakcheck.provision import admin, team_ini
-from leakcheck.provision.bouncer_binaries import resolve_bouncer
-from leakcheck.provision.bouncer_ini import PoolSettings
-from leakcheck.provision.bouncer_process import BouncerProcess
-from leakcheck.provision.ini_syntax import Assign, parse
-from leakcheck.provision.pg_server import PgServer
-from leakcheck.provision.process import ServerProcess
-from leakcheck.provision.system import ServerUser, cache_root, free_port
-from leakcheck.versions import parse_spec
+from leakcheck.model.errors import StartError, UsageError
+from leakcheck.model.versions import parse_spec
+from leakcheck.provision.host.process import ServerProcess
+from leakcheck.provision.host.system import ServerUser, cache_root, free_port
+from leakcheck.provision.pgbouncer import admin, team_ini
+from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.provision.pgbouncer.ini_syntax import Assign, parse
+from leakcheck.provision.pgbouncer.process import BouncerProcess
+from leakcheck.provision.postgres.server import PgServer
 from tests.unit.test_team_ini import OPEN_DOOR
 
 pytestmark = pytest.mark.integration

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.provision.bouncer_releases import RELEASES
+from leakcheck.provision.pgbouncer.releases import RELEASES
 from tests.integration.release_server import ReleaseServer, Served
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "update-pgbouncer-releases"
-MODULE = ROOT / "leakcheck" / "provision" / "bouncer_releases.py"
+MODULE = ROOT / "leakcheck" / "provision" / "pgbouncer" / "releases.py"
 NEW = "c0ffee" * 10 + "c0ff"
 
 

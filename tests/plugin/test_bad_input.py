@@ -196,7 +196,7 @@ def test_a_url_template_with_version_is_accepted(pytester: pytest.Pytester, monk
 def test_the_command_stops_on_bad_input_with_one_line_and_exit_code_4(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    from leakcheck.cli import main
+    from leakcheck.cli.main import main
 
     code: object
     try:
@@ -210,7 +210,7 @@ def test_the_command_stops_on_bad_input_with_one_line_and_exit_code_4(
 def test_the_command_checks_the_environment_before_fetching_anything(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from leakcheck.cli import main
+    from leakcheck.cli.main import main
 
     monkeypatch.setenv("LEAKCHECK_RUN_AS", "leakcheck-no-such-user")
     assert main(["prepare", "--pg=16", "--bouncer=1.24"]) == 4

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import expectations
-from leakcheck.expectations import Expectation
-from leakcheck.verdicts import Verdict
+from leakcheck.gate import expectations
+from leakcheck.gate.expectations import Expectation
+from leakcheck.model.verdicts import Verdict
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +85,7 @@ def test_require_fails_only_on_the_probes_the_application_relies_on(pytester: py
 
 
 def test_leakcheck_run_gives_the_plugins_verdicts_and_exit_codes_without_pytest(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "leakcheck.cli", "run", *SMALL, f"--results={tmp_path / 'r.json'}",
+    command = [sys.executable, "-m", "leakcheck.cli.main", "run", *SMALL, f"--results={tmp_path / 'r.json'}",
                f"--record={tmp_path / 'm.toml'}"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
     assert done.returncode == 1, done.stderr  # statement_timeout leaks

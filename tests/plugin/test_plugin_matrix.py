@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.clients import driver_version
-from leakcheck.verdicts import Driver
+from leakcheck.drivers.clients import driver_version
+from leakcheck.model.verdicts import Driver
 
 pytestmark = pytest.mark.integration
 

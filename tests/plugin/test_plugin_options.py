@@ -2,7 +2,7 @@
 
 import pytest
 
-from leakcheck.matrix_run import MatrixRun
+from leakcheck.run.matrix import MatrixRun
 
 
 def test_without_pg_or_bouncer_no_leak_tests_are_generated(pytester: pytest.Pytester) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import cli
+from leakcheck.cli import main as cli
 
 pytestmark = pytest.mark.integration
 

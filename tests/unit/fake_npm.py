@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.provision.pg_binaries import NPM_PACKAGE
+from leakcheck.provision.postgres.binaries import NPM_PACKAGE
 
 
 def sri(data: bytes, algorithm: str = "sha512") -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakcheck.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
-from leakcheck.versions import Version
+from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.versions import Version
 
 
 def make(probe: str, pg: str, bouncer: str, route: Route, driver: str, verdict: Verdict, evidence: str,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.agents.catalogue import CATALOGUE
-from leakcheck.agents.spec import AgentSpec
+from leakcheck.drivers.agents.catalogue import CATALOGUE
+from leakcheck.drivers.agents.spec import AgentSpec
 
 #: the agents built from their spec alone (the npm ones are tested in test_agents.py with their packages)
 SPECS = tuple(s.spec for s in CATALOGUE if not s.spec.npm)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from leakcheck.axes import Axis, check_distinct, combinations, parse_axis, parse_poolers
-from leakcheck.errors import UsageError
-from leakcheck.target import Pooler, PoolerKind
-from leakcheck.versions import Version
+from leakcheck.model.axes import Axis, check_distinct, combinations, parse_axis, parse_poolers
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.versions import Version
 
 BOUNCER = PoolerKind.PGBOUNCER
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.provision import banners
-from leakcheck.versions import Version
+from leakcheck.model.versions import Version
+from leakcheck.provision.sources import banners
 
 
 @pytest.mark.parametrize(

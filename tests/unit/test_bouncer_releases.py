@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.provision import containers_images as img
-from leakcheck.provision.bouncer_download import (
+from leakcheck.model.versions import Version
+from leakcheck.provision.containers import images as img
+from leakcheck.provision.pgbouncer.download import (
     DownloadError,
     fetch_verified,
     parse_checksum_file,
     unpack_problem,
     url_file_name,
 )
-from leakcheck.provision.bouncer_releases import (
+from leakcheck.provision.pgbouncer.releases import (
     RELEASES,
     Release,
     UnknownRelease,
@@ -27,7 +28,6 @@ from leakcheck.provision.bouncer_releases import (
     releases_matching,
     unknown_release,
 )
-from leakcheck.versions import Version
 
 V = Version.parse
 HEX_A, HEX_B = "a" * 64, "b" * 64

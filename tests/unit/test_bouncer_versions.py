@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leakcheck.provision.bouncer_build import build_failure
-from leakcheck.provision.bouncer_process import shutdown_signal
-from leakcheck.provision.debian import (
+from leakcheck.model.versions import Version
+from leakcheck.provision.pgbouncer.build import build_failure
+from leakcheck.provision.pgbouncer.process import shutdown_signal
+from leakcheck.provision.sources.debian import (
     DEFAULT_ARCHIVE,
     Available,
     DebianArchive,
@@ -20,8 +21,7 @@ from leakcheck.provision.debian import (
     parse_stanzas,
     upstream_of,
 )
-from leakcheck.provision.debian_programs import choose_debian, debian_upstream
-from leakcheck.versions import Version
+from leakcheck.provision.sources.debian_programs import choose_debian, debian_upstream
 
 MADISON = """\
  pgbouncer |   1.26.1-1 | http://deb.debian.org/debian sid/main amd64 Packages

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.cli import main
+from leakcheck.cli.main import main
 
 from .fake_npm import document, fake_package, serve, sri
 

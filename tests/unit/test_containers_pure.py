@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.errors import ProvisionError, UsageError, one_line
-from leakcheck.provision import containers_images as img
-from leakcheck.provision import tarballs
-from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-from leakcheck.versions import Version
+from leakcheck.model.errors import ProvisionError, UsageError, one_line
+from leakcheck.model.versions import Version
+from leakcheck.provision.containers import images as img
+from leakcheck.provision.pgbouncer import tarballs
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 
 V = Version.parse
 
@@ -183,7 +183,7 @@ def test_a_missing_dockerfile_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch
 
 
 def test_only_containers_of_ended_processes_on_this_host_are_stale() -> None:
-    engine = pytest.importorskip("leakcheck.provision.containers_engine")
+    engine = pytest.importorskip("leakcheck.provision.containers.engine")
     alive = {100}.__contains__
     assert engine.stale_owner("vm:200", "vm", alive)
     assert not engine.stale_owner("vm:100", "vm", alive)
@@ -192,7 +192,7 @@ def test_only_containers_of_ended_processes_on_this_host_are_stale() -> None:
 
 
 def test_an_unreachable_docker_engine_is_a_one_line_provision_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    containers = pytest.importorskip("leakcheck.provision.containers")
+    containers = pytest.importorskip("leakcheck.provision.containers.backend")
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with (
         pytest.raises(
@@ -205,8 +205,8 @@ def test_an_unreachable_docker_engine_is_a_one_line_provision_error(monkeypatch:
 
 
 def test_a_path_is_refused_with_a_pointer_to_the_native_backend() -> None:
-    containers = pytest.importorskip("leakcheck.provision.containers")
-    from leakcheck.versions import parse_spec
+    containers = pytest.importorskip("leakcheck.provision.containers.backend")
+    from leakcheck.model.versions import parse_spec
 
     with pytest.raises(UsageError, match="--backend=native"):
         containers.ContainersBackend().resolve_pg(parse_spec("/usr/lib/postgresql/16/bin", "--pg"))
@@ -214,9 +214,9 @@ def test_a_path_is_refused_with_a_pointer_to_the_native_backend() -> None:
 
 @pytest.mark.parametrize(("kind", "option"), [("odyssey", "--odyssey-image"), ("pgpool", "--pgpool-image")])
 def test_a_pooler_without_its_image_template_is_refused_naming_the_option(kind: str, option: str) -> None:
-    containers = pytest.importorskip("leakcheck.provision.containers")
-    from leakcheck.target import PoolerKind
-    from leakcheck.versions import parse_spec
+    containers = pytest.importorskip("leakcheck.provision.containers.backend")
+    from leakcheck.model.target import PoolerKind
+    from leakcheck.model.versions import parse_spec
 
     expected = f"--pooler={kind}:1.5 on the containers backend needs an image: give {option}"
     with pytest.raises(UsageError, match=expected):
@@ -224,9 +224,9 @@ def test_a_pooler_without_its_image_template_is_refused_naming_the_option(kind: 
 
 
 def test_a_pooler_binary_path_is_refused_with_a_pointer_to_the_native_backend() -> None:
-    containers = pytest.importorskip("leakcheck.provision.containers")
-    from leakcheck.target import PoolerKind
-    from leakcheck.versions import parse_spec
+    containers = pytest.importorskip("leakcheck.provision.containers.backend")
+    from leakcheck.model.target import PoolerKind
+    from leakcheck.model.versions import parse_spec
 
     backend = containers.ContainersBackend(odyssey_image="my/odyssey:{version}")
     with pytest.raises(UsageError, match=r"--pooler=odyssey:/usr/bin/odyssey: .*--odyssey-image templates; .*native"):
@@ -234,7 +234,7 @@ def test_a_pooler_binary_path_is_refused_with_a_pointer_to_the_native_backend() 
 
 
 def test_a_bad_pooler_image_template_is_refused_when_the_backend_is_made() -> None:
-    containers = pytest.importorskip("leakcheck.provision.containers")
+    containers = pytest.importorskip("leakcheck.provision.containers.backend")
     with pytest.raises(UsageError, match="--pgpool-image"):
         containers.ContainersBackend(pgpool_image="pgpool:{tag}")
 
@@ -246,8 +246,8 @@ def test_a_bad_pooler_image_template_is_refused_when_the_backend_is_made() -> No
     ("sh: 1: odyssey 1.5.2: not found\n", "odyssey", None),
 ])
 def test_a_pooler_image_s_version_is_its_program_s_own_banner(output: str, program: str, version: str | None) -> None:
-    poolers = pytest.importorskip("leakcheck.provision.containers_poolers")
-    from leakcheck.target import PoolerKind
+    poolers = pytest.importorskip("leakcheck.provision.containers.poolers")
+    from leakcheck.model.target import PoolerKind
 
     found = poolers.banner_version(output, poolers.PROGRAMS[PoolerKind(program)])
     assert found == (V(version) if version else None)

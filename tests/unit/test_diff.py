@@ -2,10 +2,10 @@
 
 import pytest
 
-from leakcheck.diff import compare, parse_cell, render_markdown, render_text
-from leakcheck.errors import UsageError
-from leakcheck.target import PoolerKind
-from leakcheck.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.gate.diff import compare, parse_cell, render_markdown, render_text
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import PoolerKind
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
 
 from .outcomes import make
 
@@ -78,7 +78,7 @@ def test_the_markdown_diff_makes_evidence_inert() -> None:
 
 
 def test_a_diff_side_the_matrix_does_not_run_is_refused_before_any_server_starts() -> None:
-    from leakcheck.config import Config
+    from leakcheck.config.config import Config
 
     diff = "pg16/pgbouncer1.24..pg18/pgbouncer1.26"
     with pytest.raises(UsageError, match="pg18/pgbouncer1.26 is not in the matrix"):
@@ -89,7 +89,7 @@ def test_a_diff_side_the_matrix_does_not_run_is_refused_before_any_server_starts
 
 
 def test_a_runs_diff_names_the_side_it_did_not_measure() -> None:
-    from leakcheck.diff import run_diff_lines
+    from leakcheck.gate.diff import run_diff_lines
 
     outcomes = [side("1.24.1", "search_path", Verdict.LEAKS)]
     lines = run_diff_lines(outcomes, parse_cell("pg16/pgbouncer1.24"), parse_cell("pg16/pgbouncer1.26"))

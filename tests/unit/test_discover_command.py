@@ -17,9 +17,9 @@ from leakcheck.discover.findings import Finding
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
 from leakcheck.discover.trace import Abort
-from leakcheck.errors import StartError
-from leakcheck.verdicts import Driver, Route
-from leakcheck.versions import Version
+from leakcheck.model.errors import StartError
+from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.versions import Version
 
 OPS = (Op(Who.A, Kind.SET, "work_mem"), Op(Who.B, Kind.OBSERVE))
 
@@ -74,8 +74,8 @@ def test_a_baseline_that_cannot_be_measured_exits_3_with_one_line(
 
 
 def test_the_printed_cell_names_pgbouncer_and_its_pool_size_as_the_readme_does() -> None:
-    from leakcheck.provision.bouncer_ini import PoolSettings
-    from leakcheck.target import Pooler, PoolerKind
+    from leakcheck.model.target import Pooler, PoolerKind
+    from leakcheck.provision.pgbouncer.ini import PoolSettings
 
     where = lab.Where(Version.parse("16.14"), Pooler(PoolerKind.PGBOUNCER, Version.parse("1.24.1")),
                       Route.TRANSACTION, PoolSettings())

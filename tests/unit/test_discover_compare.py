@@ -6,7 +6,7 @@ from leakcheck.discover.compare import canon, compare, observed, proof_problems
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.render import Names
 from leakcheck.discover.trace import Event, Failure, Proof, Trace
-from leakcheck.verdicts import Route, ServerId
+from leakcheck.model.verdicts import Route, ServerId
 
 A, B = Who.A, Who.B
 ONE, TWO = Names("aaaa1111", 11), Names("bbbb2222", 22)

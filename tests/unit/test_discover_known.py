@@ -7,8 +7,8 @@ import pytest
 from leakcheck.discover.compare import Diff
 from leakcheck.discover.known import DISCOVERED, PROBE_OF, causes, confirmed, label, signature, state, states
 from leakcheck.discover.ops import UNIVERSE, Kind, Op, Who
+from leakcheck.model.verdicts import Verdict
 from leakcheck.probes import PROBES
-from leakcheck.verdicts import Verdict
 
 A, B = Who.A, Who.B
 
@@ -131,7 +131,7 @@ def test_findings_that_became_probes_are_known_by_those_probes() -> None:
     from leakcheck.discover.compare import Diff
     from leakcheck.discover.known import confirmed, label
     from leakcheck.discover.ops import Kind, Op, Who
-    from leakcheck.verdicts import Verdict
+    from leakcheck.model.verdicts import Verdict
 
     ops = (Op(Who.A, Kind.RESET, "app.tenant"),)
     placeholder = Diff(1, Who.B, "setting:app.tenant", "''", "NULL")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.discover import command, output
-from leakcheck.errors import UsageError
+from leakcheck.model.errors import UsageError
 
 STEM = "pg16.14-pgbouncer1.24.1-psycopg-transaction"
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from leakcheck.clients import ServerError
+from leakcheck.drivers.clients import ServerError
+from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Attempt
 from leakcheck.probes.discovered import temp_buffers_blocked
-from leakcheck.verdicts import Observation
 
 
 class Stage:

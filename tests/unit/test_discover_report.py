@@ -12,8 +12,8 @@ from leakcheck.discover.findings import Finding
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import parse_budget
 from leakcheck.discover.report import DriverNames, script, slug, summary
-from leakcheck.errors import UsageError
-from leakcheck.verdicts import Driver
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Driver
 
 A, B = Who.A, Who.B
 
@@ -124,7 +124,7 @@ def test_bad_discover_options_are_one_line_usage_errors(given: dict[str, str], m
 
 
 def test_the_cli_exits_4_on_bad_discover_input() -> None:
-    from leakcheck.cli import main
+    from leakcheck.cli.main import main
 
     assert main(["discover", "--pg=16", "--bouncer=1.24", "--budget=soon", "--database=none"]) == 4
 

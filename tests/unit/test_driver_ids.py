@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck.config import Config
-from leakcheck.errors import UsageError
-from leakcheck.option_table import FLAGS
-from leakcheck.target import Driver, Pooler, PoolerKind, Route, Target
-from leakcheck.versions import Version
+from leakcheck.config.config import Config
+from leakcheck.config.options import FLAGS
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.versions import Version
 
 PG, BOUNCER = Version.parse("16.14"), Pooler(PoolerKind.PGBOUNCER, Version.parse("1.24.1"))
 

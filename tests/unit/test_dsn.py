@@ -2,7 +2,7 @@
 
 import pytest
 
-from leakcheck.errors import UsageError
+from leakcheck.model.errors import UsageError
 from leakcheck.provision.external import check_dsn, default_name, redacted
 
 

@@ -1,7 +1,7 @@
 """A huge failure message is cut before it reaches every report (pure)."""
 
-from leakcheck.errors import StartError
-from leakcheck.failfast import MAX_MESSAGE, shorten
+from leakcheck.model.errors import StartError
+from leakcheck.run.failfast import MAX_MESSAGE, shorten
 
 
 def test_a_huge_message_is_cut_and_says_how_much_was_cut() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.faults import RULES, Kind, kind, machine_fault
+from leakcheck.model.faults import RULES, Kind, kind, machine_fault
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import expectations, judge, record
-from leakcheck.errors import UsageError
-from leakcheck.expectations import Expectation
+from leakcheck.gate import expectations, judge, record
+from leakcheck.gate.expectations import Expectation
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.probes import PROBES
-from leakcheck.verdicts import Outcome, Route, Verdict
 
 from .outcomes import make
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import expectations, record
-from leakcheck.errors import UsageError
-from leakcheck.expectations import Expectation
-from leakcheck.judge import Kind, Policy, judge
+from leakcheck.gate import expectations, record
+from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.judge import Kind, Policy, judge
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.probes import PROBES
-from leakcheck.verdicts import Outcome, Route, Verdict
 
 from .outcomes import make
 

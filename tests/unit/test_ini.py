@@ -2,7 +2,7 @@
 
 import pytest
 
-from leakcheck.provision.bouncer_ini import BouncerLayout, PoolMode, PoolSettings, render_auth_file, render_ini
+from leakcheck.provision.pgbouncer.ini import BouncerLayout, PoolMode, PoolSettings, render_auth_file, render_ini
 
 LAYOUT = BouncerLayout(
     listen_port=6432, server_host="127.0.0.1", server_port=5432, dbname="leakcheck", user="leakcheck",

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import expectations, inputs, matrix_file, results
-from leakcheck.config import Config
-from leakcheck.errors import UsageError
+from leakcheck.config import inputs, matrix_file
+from leakcheck.config.config import Config
+from leakcheck.gate import expectations
+from leakcheck.model.errors import UsageError
+from leakcheck.results import results
 
 READERS: dict[str, Callable[[Path], object]] = {
     "matrix": matrix_file.load,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.config import Config
-from leakcheck.distinct_paths import EXPECT, check_own_files
-from leakcheck.errors import UsageError
+from leakcheck.config.config import Config
+from leakcheck.config.distinct_paths import EXPECT, check_own_files
+from leakcheck.model.errors import UsageError
 
 
 def test_a_report_on_the_baseline_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -2,12 +2,13 @@
 
 import pytest
 
-from leakcheck.errors import UsageError
-from leakcheck.lanes import MAX_POOLERS_PER_PG, MAX_RUNS, check_capacity, default_jobs, lane_of
-from leakcheck.probes import PROBES, Probe
-from leakcheck.target import NATIVE_DRIVERS
-from leakcheck.verdicts import Driver, Pooler, PoolerKind, Route, Target
-from leakcheck.versions import Version
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import NATIVE_DRIVERS
+from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.versions import Version
+from leakcheck.probes import PROBES
+from leakcheck.probes.base import Probe
+from leakcheck.run.lanes import MAX_POOLERS_PER_PG, MAX_RUNS, check_capacity, default_jobs, lane_of
 
 PG, B = Version((16, 14)), Pooler(PoolerKind.PGBOUNCER, Version((1, 24, 1)))
 ONE = next(p for p in PROBES if p.id == "timezone")
@@ -46,7 +47,7 @@ def test_when_lanes_cannot_start_every_test_gets_the_failure_instead_of_waiting(
 
     import pytest
 
-    from leakcheck.lanes import Lanes
+    from leakcheck.run.lanes import Lanes
 
     class Broken:
         def postgres(self, pg: Version) -> None:
@@ -59,7 +60,7 @@ def test_when_lanes_cannot_start_every_test_gets_the_failure_instead_of_waiting(
 
     target = Target(PG, B, Route.TRANSACTION, Driver.PSYCOPG)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("leakcheck.lanes.lane_of", broken_lane_of)
+        patch.setattr("leakcheck.run.lanes.lane_of", broken_lane_of)
         with pytest.raises(RuntimeError):
             lanes.start([(ONE, target), (TWO, target)])
     for probe in (ONE, TWO):

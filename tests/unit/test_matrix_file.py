@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.config import Config
-from leakcheck.errors import UsageError
-from leakcheck.matrix_file import load, parse
-from leakcheck.matrix_run import pooler_cells
-from leakcheck.target import PoolerKind
-from leakcheck.versions import Version
+from leakcheck.config.config import Config
+from leakcheck.config.matrix_file import load, parse
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import PoolerKind
+from leakcheck.model.versions import Version
+from leakcheck.run.matrix import pooler_cells
 
 MATRIX = """\
 pg = ["16", "18"]

@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import cli, expectations, merge, results
-from leakcheck.exits import EXIT_USAGE
-from leakcheck.expectations import Expectation
-from leakcheck.judge import problem
+from leakcheck.cli import main as cli
+from leakcheck.cli import merge
+from leakcheck.cli.exits import EXIT_USAGE
+from leakcheck.gate import expectations
+from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.judge import problem
+from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.probes import PROBES
-from leakcheck.report import render_counts, render_matrix
 from leakcheck.reports.safe_text import xml_safe
-from leakcheck.results import Results
-from leakcheck.verdicts import Outcome, Route, Verdict
+from leakcheck.reports.terminal import render_counts, render_matrix
+from leakcheck.results import results
+from leakcheck.results.results import Results
 
 from .outcomes import make
 

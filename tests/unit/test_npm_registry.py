@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.errors import ProvisionError
-from leakcheck.provision import npm_registry
-from leakcheck.provision.npm_registry import Registry, Tarball, check_integrity, configured, tarball_of
-from leakcheck.provision.pg_binaries import NPM_PACKAGE, choose_npm_release, fetch_pg
-from leakcheck.versions import Version
+from leakcheck.model.errors import ProvisionError
+from leakcheck.model.versions import Version
+from leakcheck.provision.postgres.binaries import NPM_PACKAGE, choose_npm_release, fetch_pg
+from leakcheck.provision.sources import npm_registry
+from leakcheck.provision.sources.npm_registry import Registry, Tarball, check_integrity, configured, tarball_of
 
 from .fake_npm import document, fake_package, serve, sri
 

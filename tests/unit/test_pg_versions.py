@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leakcheck.errors import UsageError
-from leakcheck.provision.pg_binaries import choose_npm_release, pg_version_of_npm, resolve_pg
-from leakcheck.versions import Version, parse_spec
+from leakcheck.model.errors import UsageError
+from leakcheck.model.versions import Version, parse_spec
+from leakcheck.provision.postgres.binaries import choose_npm_release, pg_version_of_npm, resolve_pg
 
 RELEASES = [
     "15.18.0-beta.17",

@@ -6,9 +6,10 @@ import hashlib
 
 import pytest
 
-from leakcheck.errors import UsageError
-from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-from leakcheck.provision.pgpool_conf import (
+from leakcheck.model.errors import UsageError
+from leakcheck.model.versions import Version
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.provision.pgpool.conf import (
     PgpoolLayout,
     render_pcp_conf,
     render_pgpool_conf,
@@ -17,7 +18,6 @@ from leakcheck.provision.pgpool_conf import (
     start_error,
     value_of,
 )
-from leakcheck.versions import Version
 
 SESSION = PoolSettings(PoolMode.SESSION, 1)
 

@@ -7,13 +7,13 @@ import signal
 
 import pytest
 
-from leakcheck.provision import banners
-from leakcheck.provision import pooler_containers as pc
-from leakcheck.provision.bouncer_ini import PoolMode, PoolSettings
-from leakcheck.provision.proc_sockets import PGPOOL_IDLE, parent_of, parse_tcp_table, title_of
-from leakcheck.provision.process import exit_reason
-from leakcheck.provision.strays import program_in
-from leakcheck.versions import Version
+from leakcheck.model.versions import Version
+from leakcheck.provision.containers import pooler_files as pc
+from leakcheck.provision.host.proc_sockets import PGPOOL_IDLE, parent_of, parse_tcp_table, title_of
+from leakcheck.provision.host.process import exit_reason
+from leakcheck.provision.host.strays import program_in
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.provision.sources import banners
 
 ROLES = (("leakcheck", "s3cret"), ("leakcheck_app", "x"))
 
@@ -116,15 +116,15 @@ def test_the_container_commands_name_the_copied_files() -> None:
 
 
 def test_pgpool_runs_one_connection_child_per_place_in_the_pool_unless_num_init_children_is_set() -> None:
-    from leakcheck.provision.pgpool_process import children
+    from leakcheck.provision.pgpool.process import children
 
     assert children(PoolSettings(PoolMode.SESSION, 2), ()) == 2
     assert children(PoolSettings(PoolMode.SESSION, 2), (("num_init_children", "5"),)) == 5
 
 
 def test_a_pooler_asked_of_the_containers_backend_without_its_image_says_which_option_to_give() -> None:
-    from leakcheck.target import PoolerKind
-    from leakcheck.versions import parse_spec
+    from leakcheck.model.target import PoolerKind
+    from leakcheck.model.versions import parse_spec
 
     error = pc.missing_image(PoolerKind.PGPOOL, parse_spec("4.3", "--pooler"))
     assert str(error) == ("--pooler=pgpool:4.3 on the containers backend needs an image: give --pgpool-image (e.g. "

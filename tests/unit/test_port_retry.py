@@ -2,7 +2,7 @@
 
 import pytest
 
-from leakcheck.provision.system import PortClash, start_retrying_port_clash
+from leakcheck.provision.host.system import PortClash, start_retrying_port_clash
 
 
 def test_a_port_clash_is_retried_after_stopping_the_failed_start() -> None:

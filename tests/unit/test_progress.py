@@ -9,7 +9,8 @@ from typing import Any, cast
 
 import pytest
 
-from leakcheck import plugin, progress
+from leakcheck import plugin
+from leakcheck.run import progress
 
 
 class _Lines(logging.Handler):
@@ -31,14 +32,14 @@ def test_a_modules_info_is_shown_as_one_leakcheck_line_and_hidden_again() -> Non
     try:
         hide = progress.show(shown)
         try:
-            logging.getLogger("leakcheck.provision.pg_server").info("initialising a template ...")
+            logging.getLogger("leakcheck.provision.postgres.server").info("initialising a template ...")
             assert (logger.level, logger.propagate) == (logging.INFO, False)
         finally:
             hide()
         assert shown.lines == ["leakcheck: initialising a template ..."]
         assert at_root.lines == []  # not propagated to root handlers (pytest's capture) while shown
         assert (logger.level, logger.propagate) == (logging.NOTSET, True) and shown not in logger.handlers
-        logging.getLogger("leakcheck.provision.pg_server").warning("after")
+        logging.getLogger("leakcheck.provision.postgres.server").warning("after")
         assert shown.lines == ["leakcheck: initialising a template ..."] and at_root.lines == ["after"]
     finally:
         root.removeHandler(at_root)
@@ -57,13 +58,13 @@ def test_the_plugin_writes_a_lane_threads_lines_only_from_the_main_thread(
     shown = plugin._ProgressLines(config)
     hide = progress.show(shown)
     try:
-        lane = threading.Thread(target=lambda: logging.getLogger("leakcheck.lanes").info("from a lane"))
+        lane = threading.Thread(target=lambda: logging.getLogger("leakcheck.run.lanes").info("from a lane"))
         lane.start()
         lane.join()
         assert capsys.readouterr().err == ""  # waiting for the main thread
-        logging.getLogger("leakcheck.matrix_run").info("from the main thread")
+        logging.getLogger("leakcheck.run.matrix").info("from the main thread")
         assert capsys.readouterr().err == "leakcheck: from a lane\nleakcheck: from the main thread\n"
-        lane = threading.Thread(target=lambda: logging.getLogger("leakcheck.lanes").info("the last one"))
+        lane = threading.Thread(target=lambda: logging.getLogger("leakcheck.run.lanes").info("the last one"))
         lane.start()
         lane.join()
     finally:
@@ -82,7 +83,7 @@ def test_a_handler_that_fails_never_raises_into_the_code_that_logged(
     shown = plugin._ProgressLines(cast(pytest.Config, None))
     hide = progress.show(shown)
     try:
-        logging.getLogger("leakcheck.provision.sweep").info("removed ...")
+        logging.getLogger("leakcheck.provision.host.sweep").info("removed ...")
     finally:
         hide()
     assert "the terminal is gone" in capsys.readouterr().err  # logging's own report

@@ -6,8 +6,8 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
-from leakcheck import expectations, record
-from leakcheck.verdicts import Outcome, Route, Verdict
+from leakcheck.gate import expectations, record
+from leakcheck.model.verdicts import Outcome, Route, Verdict
 
 from .outcomes import make
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.errors import UsageError
-from leakcheck.provision import bouncer_release_page as page
-from leakcheck.provision.bouncer_releases import RELEASES, Release
-from leakcheck.versions import Version
+from leakcheck.model.errors import UsageError
+from leakcheck.model.versions import Version
+from leakcheck.provision.pgbouncer import release_page as page
+from leakcheck.provision.pgbouncer.releases import RELEASES, Release
 
 V = Version.parse
 HEX_A, HEX_B = "a" * 64, "b" * 64
@@ -19,7 +19,7 @@ TABLE = (
     Release(V("1.21.0"), HEX_A),
     Release(V("1.22.0"), None),
 )
-MODULE = Path(__file__).resolve().parents[2] / "leakcheck" / "provision" / "bouncer_releases.py"
+MODULE = Path(__file__).resolve().parents[2] / "leakcheck" / "provision" / "pgbouncer" / "releases.py"
 
 
 # Written for these tests in the shape of the downloads page (one table row per release).

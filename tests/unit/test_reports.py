@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import expectations
-from leakcheck.errors import UsageError
-from leakcheck.expectations import Expectation
-from leakcheck.judge import problem
+from leakcheck.gate import expectations
+from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.judge import problem
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
 from leakcheck.probes import PROBES
-from leakcheck.report import render_counts, render_matrix
-from leakcheck.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.reports.terminal import render_counts, render_matrix
 
 from .outcomes import make
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from leakcheck.model.verdicts import Fact, Pooler, Route, Scope, Verdict
 from leakcheck.probes import PROBES
-from leakcheck.reports import advice
+from leakcheck.reports.advice import advice
 from leakcheck.reports.rules import RULES
-from leakcheck.verdicts import Fact, Pooler, Route, Scope, Verdict
 
 from .outcomes import at, pooler
 

@@ -7,8 +7,8 @@ import hashlib
 import re
 from html.parser import HTMLParser
 
-from leakcheck.reports import render_html
-from leakcheck.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.reports.html import render_html
 
 from .outcomes import make
 

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from leakcheck.reports import render_markdown
-from leakcheck.reports.markdown import LIMIT, MIN_LIMIT, md_text
-from leakcheck.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.reports.markdown import LIMIT, MIN_LIMIT, md_text, render_markdown
 
 from .outcomes import make
 

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import cli, results
-from leakcheck.config import Config
-from leakcheck.errors import UsageError
-from leakcheck.exits import EXIT_USAGE
-from leakcheck.option_table import FLAGS
+from leakcheck.cli import main as cli
+from leakcheck.cli.exits import EXIT_USAGE
+from leakcheck.config.config import Config
+from leakcheck.config.options import FLAGS
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
 from leakcheck.reports import output
-from leakcheck.results import Results
-from leakcheck.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.results import results
+from leakcheck.results.results import Results
 
 from .outcomes import make
 
@@ -114,7 +115,7 @@ def test_merge_refuses_a_bad_report_path_before_printing_anything(tmp_path: Path
 
 
 def test_a_file_a_command_cannot_write_ends_it_with_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
-    from leakcheck.exits import guarded
+    from leakcheck.cli.exits import guarded
 
     def full_disk() -> int:
         raise OSError(28, "No space left on device", "findings/x.sql")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import io
 import re
 
-from leakcheck.report import render_matrix, use_color
-from leakcheck.reports import render_legend
-from leakcheck.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.reports.terminal import render_legend, render_matrix, use_color
 
 from .outcomes import make
 

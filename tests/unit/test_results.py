@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck import results
-from leakcheck.errors import UsageError
-from leakcheck.gather import Gathered
-from leakcheck.results import Results, Unmeasured
-from leakcheck.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.results import results
+from leakcheck.results.gather import Gathered
+from leakcheck.results.results import Results, Unmeasured
 
 from .outcomes import make
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.errors import ProvisionError
-from leakcheck.provision.safe_tar import HAS_DATA_FILTER, UnsafeArchive, extract
+from leakcheck.model.errors import ProvisionError
+from leakcheck.provision.sources.safe_tar import HAS_DATA_FILTER, UnsafeArchive, extract
 
 #: Both ways of checking, on the running Python: tarfile's filter (when it has one) and by hand.
 WAYS = [

@@ -9,13 +9,16 @@ from typing import Any, cast
 
 import pytest
 
-from leakcheck import cli, plugin, progress, results
-from leakcheck.errors import StartError
-from leakcheck.exits import guarded
-from leakcheck.report import render_matrix
+from leakcheck import plugin
+from leakcheck.cli import main as cli
+from leakcheck.cli.exits import guarded
+from leakcheck.model.errors import StartError
+from leakcheck.model.verdicts import Route, Verdict
 from leakcheck.reports.safe_text import terminal_safe
-from leakcheck.results import Results
-from leakcheck.verdicts import Route, Verdict
+from leakcheck.reports.terminal import render_matrix
+from leakcheck.results import results
+from leakcheck.results.results import Results
+from leakcheck.run import progress
 
 from .outcomes import at, make, pooler
 

@@ -14,11 +14,14 @@ from types import ModuleType
 
 import pytest
 
-from leakcheck.provision import banners, bouncer_build, children, debian, pg_binaries
+from leakcheck.provision.host import children
+from leakcheck.provision.pgbouncer import build as bouncer_build
+from leakcheck.provision.postgres import binaries as pg_binaries
+from leakcheck.provision.sources import banners, debian
 
 _PARENT = """
 import sys
-from leakcheck.provision import children
+from leakcheck.provision.host import children
 children.run(sys.argv[1:], timeout=60)
 """
 #: A child that writes its pid to argv[1] and sleeps; the second one first switches its effective

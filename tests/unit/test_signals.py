@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from leakcheck import signals
+from leakcheck.run import signals
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.errors import UsageError
-from leakcheck.provision import team_ini
-from leakcheck.provision.bouncer_ini import DROPPED_KEYS, HARNESS_KEYS, BouncerLayout, PoolSettings, render_ini
-from leakcheck.provision.system import server_user
+from leakcheck.model.errors import UsageError
+from leakcheck.provision.host.system import server_user
+from leakcheck.provision.pgbouncer import team_ini
+from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS, BouncerLayout, PoolSettings, render_ini
 
 
 @pytest.fixture

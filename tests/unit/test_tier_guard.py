@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.provision.children import SUPERVISOR
+from leakcheck.provision.host.children import SUPERVISOR
 from tests.conftest import refusal
 
 

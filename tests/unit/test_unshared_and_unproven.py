@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from leakcheck.model.verdicts import Driver, Proof, Route, ServerId, Target
+from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
-from leakcheck.runner import never_shared
-from leakcheck.verdicts import Driver, Proof, Route, ServerId, Target
-from leakcheck.versions import Version
+from leakcheck.run.runner import never_shared
 
 from .outcomes import pooler
 
@@ -45,7 +45,7 @@ def test_a_proof_without_backend_start_is_an_error_not_a_proof() -> None:
 
     import pytest
 
-    from leakcheck.errors import ProbeError
+    from leakcheck.model.errors import ProbeError
     from leakcheck.probes.base import Scenario
 
     a: Any = SimpleNamespace(label="A")

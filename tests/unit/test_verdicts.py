@@ -1,15 +1,6 @@
 """The classifier: pure, no database."""
 
-from leakcheck.verdicts import (
-    Fact,
-    Observation,
-    Proof,
-    Route,
-    ServerId,
-    Slot,
-    Verdict,
-    classify,
-)
+from leakcheck.model.verdicts import Fact, Observation, Proof, Route, ServerId, Slot, Verdict, classify
 
 from .outcomes import make
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leakcheck.errors import UsageError
-from leakcheck.versions import Version, parse_spec, parse_spec_list, version_in_output
+from leakcheck.model.errors import UsageError
+from leakcheck.model.versions import Version, parse_spec, parse_spec_list, version_in_output
 
 parts = st.lists(st.integers(min_value=0, max_value=999), min_size=1, max_size=4)
 

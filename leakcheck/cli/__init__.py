@@ -1,0 +1,1 @@
+"""The `leakcheck` command: its subcommands (run, diff, merge, images, ...) and how each one ends."""

@@ -1,0 +1,396 @@
+"""The options (option_table.py) given as flags, ini keys or a matrix file, validated into one frozen Config."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from leakcheck.config import inputs, matrix_file
+from leakcheck.config.distinct_paths import EXPECT, check_own_files
+from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
+from leakcheck.drivers.agents.catalogue import known_drivers
+from leakcheck.gate.diff import Cell, parse_cell
+from leakcheck.model.axes import Axis, check_distinct, parse_axis, parse_poolers
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
+from leakcheck.model.verdicts import Driver
+from leakcheck.model.versions import Spec, Version, parse_spec_list
+from leakcheck.probes import select
+from leakcheck.probes.base import Probe
+from leakcheck.provision.containers.images import check_template
+from leakcheck.provision.containers.pooler_files import missing_image
+from leakcheck.provision.external import check_dsn, default_name
+from leakcheck.provision.pgbouncer.ini import RESERVED, PoolMode
+
+
+def _raw(config: pytest.Config, ini: str) -> str | None:
+    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty).
+    A repeatable option's values are joined by newlines (no value holds one)."""
+    value = config.getoption(ini)
+    if value is None:
+        value = config.getini(ini)
+    if isinstance(value, list):
+        return "\n".join(str(v) for v in value) if value else None
+    return None if value is None else str(value)
+
+
+def _given(raw: dict[str, str | None], key: str, expected: str) -> str | None:
+    """The value of `key`; None when not given; a UsageError when given but blank or with a NUL."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not value.strip():
+        raise UsageError.empty(FLAGS[key], expected)
+    if "\x00" in value:
+        raise UsageError.bad_value(FLAGS[key], value, expected)
+    return value
+
+
+@dataclass(frozen=True)
+class PoolerTable:
+    """One [[pooler]] table of a matrix file: its settings axes and ini apply to its poolers only."""
+
+    poolers: tuple[tuple[PoolerKind, Spec], ...]
+    axes: tuple[Axis, ...] = ()
+    ini: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole run's settings, validated."""
+
+    pg: tuple[Spec, ...]
+    #: every pooler asked for, --bouncer's as PgBouncer, in the order given
+    poolers: tuple[tuple[PoolerKind, Spec], ...]
+    drivers: tuple[Driver, ...]
+    probes: tuple[Probe, ...]
+    controls: bool
+    backend: str
+    expect: Path | None
+    record: Path | None
+    pg_image: str
+    bouncer_image: str | None
+    results: Path | None = None  #: --results: every outcome as JSON (results.py)
+    jobs: int = 0  #: --jobs: lanes at a time (0: auto, lanes.default_jobs)
+    axes: tuple[Axis, ...] = ()  #: --bouncer-set / --pooler-set: settings crossed into the matrix
+    bouncer_ini: str | None = None  #: --bouncer-ini: the team's pgbouncer.ini, as given
+    pooled_dsn: str | None = None  #: --pooled-dsn: a running pooler (then no servers are started)
+    direct_dsn: str | None = None  #: --direct-dsn: its PostgreSQL, for the controls
+    dsn_name: str = ""  #: --dsn-name (or the pooled DSN's host)
+    require: frozenset[str] | None = None  #: --require: probe ids that must be isolated (None: no policy)
+    update: bool = False  #: --update: rewrite the --expect file (record = expect)
+    diff: tuple[Cell, Cell] | None = None  #: --diff FROM..TO, printed at the end of the run
+    report_html: Path | None = None  #: --report-html: the HTML report (reports/html.py)
+    report_md: Path | None = None  #: --report-md: the Markdown report (reports/markdown.py)
+    odyssey_image: str | None = None  #: --odyssey-image: containers backend, Odyssey's image template
+    pgpool_image: str | None = None  #: --pgpool-image: containers backend, pgpool-II's image template
+    #: a matrix file's [[pooler]] tables, each its own (empty: poolers, axes and bouncer_ini make one)
+    tables: tuple[PoolerTable, ...] = ()
+
+    @property
+    def pooler_tables(self) -> tuple[PoolerTable, ...]:
+        """The matrix's pooler tables: a matrix file's own, else one of --pooler/--bouncer, their axes and ini."""
+        return self.tables or (PoolerTable(self.poolers, self.axes, self.bouncer_ini),)
+
+    @property
+    def bouncer(self) -> tuple[Spec, ...]:
+        """The PgBouncer versions (or paths) asked for."""
+        return tuple(spec for kind, spec in self.poolers if kind is PoolerKind.PGBOUNCER)
+
+    @classmethod
+    def for_prepare(cls, pg: str, bouncer: str | None, backend: str, pooler: str | None = None,
+                    drivers: str | None = None) -> Config:
+        """What `leakcheck prepare` needs: the versions and the backend, validated like the options."""
+        raw: dict[str, str | None] = {"leakcheck_pg": pg, "leakcheck_bouncer": bouncer, "leakcheck_backend": backend,
+                                      "leakcheck_pooler": pooler}
+        pg = _given(raw, "leakcheck_pg", "PostgreSQL versions such as 16,18") or DEFAULT_PG
+        backend = _given(raw, "leakcheck_backend", "native, containers or auto") or "native"
+        if backend.strip().lower() not in ("native", "containers", "auto"):
+            raise UsageError.bad_value("--backend", backend, "native, containers or auto")
+        poolers = _poolers(raw)
+        return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
+                   drivers=_drivers(drivers) if drivers is not None else NATIVE_DRIVERS,
+                   probes=select(None), controls=False, backend=backend.strip().lower(),
+                   expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
+
+    @classmethod
+    def from_pytest(cls, config: pytest.Config) -> Config | None:
+        """None when neither --pg nor --bouncer (nor their ini keys) asks for the matrix.
+
+        Every value given is validated either way; a leakcheck flag given on the command line
+        without the matrix is an error (it would do nothing, silently).
+        """
+        raw = {ini: _raw(config, ini) for ini in FLAGS}
+        settings = cls.from_strings(raw, junitxml=getattr(config.option, "xmlpath", None))
+        if all(raw[key] is None for key in MATRIX_SWITCHES):
+            idle = [flag for ini, flag in FLAGS.items() if config.getoption(ini) is not None]
+            if idle:
+                raise UsageError(
+                    f"{', '.join(idle)} given, but the leak matrix is off: add --pg (e.g. --pg=16), --bouncer or "
+                    f"--pooler to run it, or drop {', '.join(idle)}"
+                )
+            return None
+        return settings
+
+    @classmethod
+    def from_strings(cls, raw: dict[str, str | None], junitxml: str | Path | None = None) -> Config:
+        """Validate option values; a key missing or None takes its default, a blank value is an error.
+        A --matrix file gives the values not given here. `junitxml`: that report's path, checked with the
+        other files the run writes."""
+        matrix = _given(raw, "leakcheck_matrix", "the path of a matrix file such as matrices/upgrade.toml")
+        if matrix is not None:
+            given = {k: v for k, v in raw.items() if v is not None}
+            from_file = matrix_file.load(Path(matrix))
+            if any(k in given for k in matrix_file.POOLER_OPTIONS):  # the command line's poolers replace the tables
+                dropped = (matrix_file.TABLES, *matrix_file.POOLER_OPTIONS)
+                from_file = {k: v for k, v in from_file.items() if k not in dropped}
+            raw = {**from_file, **given}
+        diff = _diff(raw)
+        if diff is not None:
+            raw = {**_diff_matrix(raw, diff), **{k: v for k, v in raw.items() if v is not None}}
+
+        def get(key: str, expected: str) -> str:
+            value = _given(raw, key, expected)
+            default = DEFAULTS[key]
+            assert value is not None or default is not None, key
+            return value if value is not None else str(default)
+
+        controls = get("leakcheck_controls", "yes or no").strip().lower()
+        if controls not in ("yes", "no"):
+            raise UsageError.bad_value("--controls", controls, "yes or no")
+        backend = get("leakcheck_backend", "native, containers or auto").strip().lower()
+        if backend not in ("native", "containers", "auto"):
+            raise UsageError.bad_value("--backend", backend, "native, containers or auto")
+        pg = _given(raw, "leakcheck_pg", "PostgreSQL versions such as 16,18") or DEFAULT_PG
+        expect = _given(raw, "leakcheck_expect", "the path of a matrices/*.json file")
+        record = _given(raw, "leakcheck_record", "the path of a matrices/*.json file to write")
+        update = (_given(raw, "leakcheck_update", "yes or no") or "no").strip().lower()
+        if update not in ("yes", "no"):
+            raise UsageError.bad_value("--update", update, "yes or no")
+        if update == "yes":
+            if expect is None:
+                raise UsageError("--update rewrites the --expect baseline: give --expect=FILE (or record a new "
+                                 "one with --record=FILE)")
+            if record is not None and Path(record) != Path(expect):
+                raise UsageError(f"--update rewrites --expect={expect}; --record={record} is another file: give one")
+            record = expect
+        results = _given(raw, "leakcheck_results", "the path of a JSON file to write, such as results.json")
+        report_html = _given(raw, "leakcheck_report_html", "the path of an HTML file to write, such as leakcheck.html")
+        report_md = _given(raw, "leakcheck_report_md", "the path of a Markdown file to write, such as leakcheck.md")
+        bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
+        odyssey_image = _given(raw, "leakcheck_odyssey_image", "an image template such as registry/odyssey:{version}")
+        pgpool_image = _given(raw, "leakcheck_pgpool_image", "an image template such as registry/pgpool:{version}")
+        bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
+        if bouncer_ini is not None:
+            inputs.check_file(Path(bouncer_ini), "--bouncer-ini")
+        check_own_files({"--record": record, "--results": results, "--report-html": report_html,
+                         "--report-md": report_md, "--junitxml": junitxml},
+                        {EXPECT: expect, "the --matrix file": matrix, "the --bouncer-ini file": bouncer_ini},
+                        may_rewrite=("--record", EXPECT) if update == "yes" else None)
+        probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"))
+        pooled, direct, name = _dsns(raw)
+        poolers = _poolers(raw) if pooled is None else ()
+        if diff is not None and pooled is None:
+            _diff_in_matrix(diff, parse_spec_list(pg, "--pg"), poolers)
+        images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
+        missing = [(kind, spec) for kind, spec in poolers if kind in images and images[kind] is None]
+        if backend == "containers" and missing:
+            raise missing_image(*missing[0])
+        if bouncer_ini is not None and not any(kind is PoolerKind.PGBOUNCER for kind, _ in poolers):
+            raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
+                             "(e.g. --bouncer=1.24)")
+        return cls(
+            pg=parse_spec_list(pg, "--pg"),
+            poolers=poolers,
+            drivers=_drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg")),
+            probes=probes,
+            controls=controls == "yes",
+            backend=backend,
+            expect=Path(expect) if expect is not None else None,
+            record=Path(record) if record is not None else None,
+            pg_image=check_template(get("leakcheck_pg_image", "an image template such as postgres:{version}"),
+                                    "--pg-image"),
+            bouncer_image=check_template(bouncer_image, "--bouncer-image") if bouncer_image is not None else None,
+            results=Path(results) if results is not None else None,
+            jobs=_jobs(get("leakcheck_jobs", "a number of lanes such as 4, or auto")),
+            axes=_axes(raw, poolers),
+            bouncer_ini=bouncer_ini,
+            pooled_dsn=pooled, direct_dsn=direct, dsn_name=name,
+            require=_required_among(raw, probes),
+            update=update == "yes",
+            diff=_diff(raw),
+            report_html=Path(report_html) if report_html is not None else None,
+            report_md=Path(report_md) if report_md is not None else None,
+            odyssey_image=check_template(odyssey_image, "--odyssey-image") if odyssey_image is not None else None,
+            pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
+            tables=_tables(raw.get(matrix_file.TABLES)) if pooled is None else (),
+        )
+
+
+def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
+    """--pooled-dsn, --direct-dsn and --dsn-name, checked; the DSN mode excludes the servers leakcheck starts."""
+    pooled = _given(raw, "leakcheck_pooled_dsn", "a postgresql:// URI through the running pooler")
+    direct = _given(raw, "leakcheck_direct_dsn", "a postgresql:// URI to its PostgreSQL")
+    name = _given(raw, "leakcheck_dsn_name", "a name such as staging")
+    if pooled is None:
+        extra = [FLAGS[k] for k, v in (("leakcheck_direct_dsn", direct), ("leakcheck_dsn_name", name)) if v]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} go with --pooled-dsn: give the running pooler's URI too")
+        return None, None, ""
+    started = [FLAGS[k] for k in ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler", "leakcheck_bouncer_ini",
+                                  "leakcheck_bouncer_set", "leakcheck_pooler_set") if raw.get(k) is not None]
+    if started:
+        raise UsageError(f"--pooled-dsn measures the pooler already running there, so {', '.join(started)} "
+                         "(servers leakcheck would start) cannot go with it; leave them out")
+    pooled = check_dsn(pooled, "--pooled-dsn")
+    direct = check_dsn(direct, "--direct-dsn") if direct is not None else None
+    name = name.strip() if name else default_name(pooled)
+    if not all(ch.isalnum() or ch in "_.-" for ch in name):
+        raise UsageError.bad_value("--dsn-name", name, "letters, digits, '_', '.' or '-'")
+    return pooled, direct, name
+
+
+def _poolers(raw: dict[str, str | None]) -> tuple[tuple[PoolerKind, Spec], ...]:
+    """--bouncer's versions as PgBouncer, then --pooler's; PgBouncer DEFAULT_BOUNCER when neither is given."""
+    bouncer = _given(raw, "leakcheck_bouncer", "PgBouncer versions such as 1.24,1.26")
+    pooler = _given(raw, "leakcheck_pooler", "poolers such as odyssey:1.5,pgbouncer:1.26")
+    if bouncer is None and pooler is None:
+        bouncer = DEFAULT_BOUNCER
+    found = [(PoolerKind.PGBOUNCER, spec) for spec in (parse_spec_list(bouncer, "--bouncer") if bouncer else ())]
+    found += [pair for pair in (parse_poolers(pooler) if pooler else ()) if pair not in found]
+    return tuple(found)
+
+
+def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ...]) -> tuple[Axis, ...]:
+    """--bouncer-set and --pooler-set, each checked; an axis of a pooler the matrix does not run is an error."""
+    axes: list[Axis] = []
+    for key, kind in (("leakcheck_bouncer_set", PoolerKind.PGBOUNCER), ("leakcheck_pooler_set", None)):
+        given = raw.get(key)
+        for line in given.split("\n") if given is not None else ():
+            if not line.strip():
+                raise UsageError.empty(FLAGS[key], "a setting and its values, e.g. max_prepared_statements=0,200")
+            axis = parse_axis(line, FLAGS[key], kind, RESERVED if kind is PoolerKind.PGBOUNCER else ())
+            if axis.kind is PoolerKind.PGBOUNCER and axis.name in RESERVED:
+                raise UsageError(f"{FLAGS[key]}={line!r}: leakcheck sets {axis.name} itself; leave it out")
+            axes.append(axis)
+    check_distinct(axes)
+    modes = {m.value for m in PoolMode}
+    for axis in axes:
+        if axis.kind not in {kind for kind, _ in poolers}:
+            raise UsageError(f"a {axis.kind.value} setting ({axis.name}) is an axis, but no {axis.kind.value} is in "
+                             f"the matrix: add it with --pooler={axis.kind.value}:VERSION")
+        if axis.kind is PoolerKind.PGBOUNCER and axis.name == "pool_mode" and not set(axis.values) <= modes:
+            raise UsageError(f"--bouncer-set pool_mode={','.join(axis.values)}: pool_mode is one of "
+                             f"{', '.join(sorted(modes))}")
+    return tuple(axes)
+
+
+def _tables(given: str | None) -> tuple[PoolerTable, ...]:
+    """The matrix file's [[pooler]] tables (matrix_file.TABLES), each checked as its own options."""
+    tables = []
+    for table in json.loads(given) if given else ():
+        poolers = parse_poolers(table["pooler"])
+        raw: dict[str, str | None] = {"leakcheck_pooler_set": table["set"] or None}
+        tables.append(PoolerTable(poolers, _axes(raw, poolers), table["ini"] or None))
+    return tuple(tables)
+
+
+def _diff(raw: dict[str, str | None]) -> tuple[Cell, Cell] | None:
+    given = _given(raw, "leakcheck_diff", "FROM..TO such as pg16/pgbouncer1.24..pg18/pgbouncer1.26")
+    if given is None:
+        return None
+    before, dots, after = given.partition("..")
+    if not dots:
+        raise UsageError.bad_value("--diff", given, "FROM..TO such as pg16/pgbouncer1.24..pg18/pgbouncer1.26")
+    return parse_cell(before, "--diff"), parse_cell(after, "--diff")
+
+
+def _diff_matrix(raw: dict[str, str | None], diff: tuple[Cell, Cell]) -> dict[str, str]:
+    """--diff alone: the matrix of its two cells (their PostgreSQL and poolers)."""
+    if any(raw.get(k) is not None for k in ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler")):
+        return {}
+    if any(cell.settings or cell.config for cell in diff):
+        raise UsageError("--diff with settings or an ini: give the matrix too (--pg, --bouncer, --bouncer-set, "
+                         "--bouncer-ini) so that it measures both cells")
+    pgs = ",".join(dict.fromkeys(str(c.pg) for c in diff))
+    poolers = ",".join(dict.fromkeys(f"{c.kind.value}:{c.version}" for c in diff))
+    return {"leakcheck_pg": pgs, "leakcheck_pooler": poolers}
+
+
+def _diff_in_matrix(diff: tuple[Cell, Cell], pgs: Sequence[Spec], poolers: tuple[tuple[PoolerKind, Spec], ...]) -> None:
+    """Both --diff sides among the versions the matrix runs (before any server starts)."""
+    def overlap(version: Version, spec: Spec) -> bool:
+        return spec.version is None or version.matches(spec.version) or spec.version.matches(version)
+
+    for cell in diff:
+        if not (any(overlap(cell.pg, p) for p in pgs)
+                and any(kind is cell.kind and overlap(cell.version, spec) for kind, spec in poolers)):
+            raise UsageError(f"--diff: {cell.raw} is not in the matrix this run measures: add its versions "
+                             "(--pg, --bouncer or --pooler), or give --diff alone to run just its two cells")
+
+
+def _required_among(raw: dict[str, str | None], probes: Sequence[Probe]) -> frozenset[str] | None:
+    """--require, where a probe named there must be among those the run measures (else the gate could
+    pass on a probe it never ran); `security` and `all` mean those of the selection."""
+    text = _given(raw, "leakcheck_require", "probe ids separated by commas, or security")
+    required = required_probes(text)
+    if text is None or required is None:
+        return None
+    chosen = {p.id for p in probes}
+    named = [n for n in _items(text, "--require", "probe ids") if n not in ("security", "all") and n not in chosen]
+    if named:
+        raise UsageError(f"--require={text} names {', '.join(named)}, which --probes does not run: add "
+                         f"{'it' if len(named) == 1 else 'them'} to --probes (or drop --probes to run all)")
+    return required
+
+
+def required_probes(raw: str | None) -> frozenset[str] | None:
+    """--require's probe ids; `security` stands for every security probe, `all` for every probe."""
+    if raw is None:
+        return None
+    names = _items(raw, "--require", "probe ids separated by commas, or security")
+    out: set[str] = set()
+    for name in names:
+        if name == "security":
+            out |= {p.id for p in select(None) if p.security}
+        elif name == "all":
+            out |= {p.id for p in select(None)}
+        else:
+            out |= {p.id for p in select(name, "--require")}  # an unknown id: a UsageError listing the known ones
+    return frozenset(out)
+
+
+def _jobs(raw: str) -> int:
+    text = raw.strip().lower()
+    if text == "auto":
+        return 0
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 64:
+        raise UsageError.bad_value("--jobs", raw, "a number from 1 to 64, or auto")
+    return int(text)
+
+
+def _items(raw: str, option: str, expected: str) -> list[str]:
+    """The comma separated items of `raw`; an empty item (`a,,b`, `a,`, `,`) is an error."""
+    names = [n.strip() for n in raw.split(",")]
+    if not all(names):
+        raise UsageError.bad_value(option, raw, f"{expected} (no empty items)")
+    return names
+
+
+def _probes(raw: str) -> tuple[Probe, ...]:
+    if raw.strip() == "all":
+        return select(None)
+    return select(",".join(_items(raw, "--probes", "probe ids separated by commas, or all")))
+
+
+def _drivers(raw: str) -> tuple[Driver, ...]:
+    known = known_drivers()
+    names = _items(raw, "--drivers", f"a comma separated list of {', '.join(known)}")
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise UsageError.bad_value("--drivers", raw, f"a comma separated list of {', '.join(known)}")
+    return tuple(Driver(n) for n in dict.fromkeys(names))

@@ -1,0 +1,124 @@
+"""The agents leakcheck ships: each driver id, its spec, and how its statements are named.
+
+A driver's statement names matter to the prepared probes: "B saw A's statement under the name A's
+driver gave it" needs that name, as a SQL condition on pg_prepared_statements.name (PgBouncer's
+own names, PGBOUNCER_n, must not match it). Each agent is one file of its own language in
+leakcheck/drivers/agents/<id>/, speaking the agent protocol (docs/agent-protocol.md). pgx v5 and Npgsql are
+not shipped: they need a Go module proxy and NuGet, which this project's machines do not reach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leakcheck.drivers.agents.spec import AgentSpec
+from leakcheck.model.target import NATIVE_DRIVERS
+
+_NODE = ("node", "{dir}/agent.js")
+
+#: Debian's pgjdbc jar (libpostgresql-jdbc-java)
+PGJDBC_JAR = "/usr/share/java/postgresql.jar"
+
+#: pgx's release is not introspectable in GOPATH mode: read from dpkg at build time, linked in.
+PGX_BUILD = (
+    "sh", "-c",
+    'cd "$1" && GOPATH=/usr/share/gocode GO111MODULE=off GOCACHE="$1/.gocache" '
+    'go build -o agent -ldflags "-X main.release=$(dpkg-query -W -f=\'${source:Upstream-Version}\' '
+    'golang-github-jackc-pgx-v4-dev)" main.go && rm -rf "$1/.gocache"',
+    "sh", "{dir}",
+)
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """One agent of the catalogue."""
+
+    spec: AgentSpec
+    #: a SQL condition on `name` that holds for the names this driver gives its prepared statements
+    statement_names: str
+
+
+CATALOGUE: tuple[Shipped, ...] = (
+    # node-postgres: a query config with `name` (the agent names them stmt_1, stmt_2... per connection)
+    Shipped(AgentSpec("node-postgres", "node", ("agent.js",), npm=("pg@8",), run=_NODE),
+            "name LIKE 'stmt\\_%'"),
+    # postgres.js: prepares every query by default, named by a random per-connection prefix and a counter
+    Shipped(AgentSpec("postgres-js", "node", ("agent.js",), npm=("postgres@3",), run=_NODE,
+                      settings=(("prepare", "true"),)),
+            "name ~ '^[0-9a-z]+$'"),
+    # pgjdbc: a cached PreparedStatement, named S_n by the server-side prepare past prepareThreshold
+    Shipped(
+        AgentSpec(
+            id="pgjdbc",
+            language="java",
+            sources=("Agent.java",),
+            apt=("libpostgresql-jdbc-java",),
+            build=(("javac", "-cp", PGJDBC_JAR, "-d", "{dir}", "{dir}/Agent.java"),),
+            run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", "{dir}:" + PGJDBC_JAR, "Agent"),
+            settings=(
+                ("prepareThreshold", "5"),
+                ("preferQueryMode", "extended"),
+                ("preparedStatementCacheQueries", "256"),
+                ("autosave", "never"),
+                ("binaryTransfer", "true"),
+                ("currentSchema", ""),
+                ("options", ""),
+                ("readOnlyMode", "transaction"),
+            ),
+        ),
+        "name LIKE 'S\\_%'",
+    ),
+    # PHP PDO: prepare() + execute(), named pdo_stmt_%08x (ATTR_EMULATE_PREPARES false, the default)
+    Shipped(
+        AgentSpec(
+            id="pdo",
+            language="php",
+            sources=("agent.php",),
+            apt=("php8.2-cli", "php8.2-pgsql"),
+            run=("php", "{dir}/agent.php"),
+            settings=(("ATTR_EMULATE_PREPARES", "false"), ("PGSQL_ATTR_DISABLE_PREPARES", "false")),
+        ),
+        "name LIKE 'pdo\\_stmt\\_%'",
+    ),
+    # ruby-pg: prepare('a1', ...) + exec_prepared, Rails' names a1, a2... per connection
+    Shipped(
+        AgentSpec(
+            id="ruby-pg",
+            language="ruby",
+            sources=("agent.rb",),
+            apt=("ruby-pg",),
+            run=("ruby", "{dir}/agent.rb"),
+            settings=(("options", ""), ("application_name", "")),
+        ),
+        "name ~ '^a[0-9]+$'",
+    ),
+    # pgx v4: its statement cache (default mode prepare), named lrupsc_N_M
+    Shipped(
+        AgentSpec(
+            id="pgx",
+            language="go",
+            sources=("main.go",),
+            apt=("golang-go", "golang-github-jackc-pgx-v4-dev"),
+            build=(PGX_BUILD,),
+            run=("{dir}/agent",),
+            settings=(
+                ("statement_cache_mode", "prepare"),
+                ("statement_cache_capacity", "512"),
+                ("prefer_simple_protocol", "false"),
+                ("options", ""),
+                ("application_name", ""),
+            ),
+        ),
+        "name LIKE 'lrupsc\\_%'",
+    ),
+)
+
+
+def shipped(driver_id: str) -> Shipped | None:
+    """The catalogue's entry for a driver id, or None (psycopg, asyncpg and unknown ids)."""
+    return next((s for s in CATALOGUE if s.spec.id == driver_id), None)
+
+
+def known_drivers() -> tuple[str, ...]:
+    """Every driver id --drivers takes: this process's own, then the agents'."""
+    return (*(d.value for d in NATIVE_DRIVERS), *(s.spec.id for s in CATALOGUE))

@@ -1,0 +1,146 @@
+"""`Client` (clients.py) over an agent process, and the agent processes a run reuses.
+
+An agent is started once per lane and client slot (the lane's thread and the client's label, A, B
+or C) and reused by the next probe of that lane, with a fresh connection each time; a lease is
+exclusive, so two clients never share an agent process. `stop_all()` ends every agent at the end
+of the run; an agent also ends when its stdin closes (when leakcheck itself ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict
+
+from leakcheck.drivers.agents.catalogue import Shipped
+from leakcheck.drivers.agents.install import installed
+from leakcheck.drivers.agents.process import AgentFault, AgentProcess
+from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.provision.base import Endpoint
+
+#: Seconds closing a connection may take before the agent is stopped instead of reused.
+CLOSE_TIMEOUT = 5.0
+
+_lock = threading.Lock()
+_idle: dict[tuple[str, str, str], list[AgentProcess]] = {}
+_started: list[AgentProcess] = []
+
+
+def _lease(shipped: Shipped, slot: tuple[str, str, str]) -> AgentProcess:
+    with _lock:
+        idle = _idle.get(slot, [])
+        while idle:
+            agent = idle.pop()
+            if agent.alive:
+                return agent
+    agent = installed(shipped.spec).start()
+    with _lock:
+        _started.append(agent)
+    return agent
+
+
+def _give_back(slot: tuple[str, str, str], agent: AgentProcess) -> None:
+    with _lock:
+        _idle.setdefault(slot, []).append(agent)
+
+
+def stop_all() -> None:
+    """End every agent this process started (the end of a run, or Ctrl-C)."""
+    with _lock:
+        agents = list(_started)
+        _started.clear()
+        _idle.clear()
+    for agent in agents:
+        agent.stop()
+
+
+def _where(endpoint: Endpoint) -> dict[str, Any]:
+    if not endpoint.dsn:
+        return {"host": endpoint.host, "port": endpoint.port, "user": endpoint.user,
+                "password": endpoint.password, "dbname": endpoint.dbname}
+    parts = conninfo_to_dict(endpoint.dsn)
+    return {"host": parts.get("host", "127.0.0.1"), "port": int(parts.get("port") or 5432),
+            "user": parts.get("user", ""), "password": parts.get("password", ""), "dbname": parts.get("dbname", "")}
+
+
+@dataclass
+class _Lease:
+    slot: tuple[str, str, str]
+    agent: AgentProcess
+    returned: bool = False
+
+
+@dataclass
+class AgentClient:
+    """One application connection held by one agent process (its own OS process and driver)."""
+
+    label: str
+    statement_names: str
+    _lease: _Lease
+    notifications: list[Notification] = field(default_factory=list)
+    _parameters: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    async def connect(cls, shipped: Shipped, label: str, endpoint: Endpoint,
+                      settings: dict[str, str] | None = None) -> AgentClient:
+        slot = (shipped.spec.id, threading.current_thread().name, label)  # the lane's thread, not a worker's
+        agent = await asyncio.to_thread(_lease, shipped, slot)
+        client = cls(label, shipped.statement_names, _Lease(slot, agent))
+        try:
+            await client._call("connect", settings=settings or {}, **_where(endpoint))
+        except BaseException:
+            await client.close()
+            raise
+        return client
+
+    @property
+    def agent_pid(self) -> int:
+        """The agent's OS pid (two clients never have the same one)."""
+        return self._lease.agent.pid
+
+    async def _call(self, op: str, **fields: Any) -> dict[str, Any]:
+        answer = await asyncio.to_thread(self._lease.agent.request, op, **fields)
+        self.notifications.extend(Notification(str(n.get("channel", "")), str(n.get("payload", "")))
+                                  for n in answer.get("notifications") or ())
+        if isinstance(answer.get("parameters"), dict):
+            self._parameters.clear()
+            self._parameters.update({str(k): str(v) for k, v in answer["parameters"].items()})
+        if answer.get("ok"):
+            return answer
+        error = answer.get("error") or {}
+        kind, message = str(error.get("class", "")), str(error.get("message", ""))
+        if kind in ("usage", "unsupported"):
+            raise AgentFault(f"the {self._lease.agent.driver} agent refused {op!r} ({kind}): {message}")
+        raise ServerError(str(error.get("sqlstate") or "?????"), f"{message} ({kind})" if kind else message)
+
+    async def _rows(self, op: str, sql: str) -> list[Row]:
+        return [tuple(row) for row in (await self._call(op, sql=sql)).get("rows") or ()]
+
+    async def query(self, sql: str) -> list[Row]:
+        return await self._rows("query", sql)
+
+    async def execute(self, sql: str) -> None:
+        await self._call("execute", sql=sql)
+
+    async def prepared(self, sql: str) -> list[Row]:
+        return await self._rows("prepared", sql)
+
+    def reported(self, name: str) -> str | None:
+        return self._parameters.get(name)
+
+    def alias(self, label: str) -> AgentClient:
+        return replace(self, label=label)  # same agent, connection, notification list and parameters
+
+    async def close(self) -> None:
+        lease = self._lease
+        if lease.returned:
+            return
+        lease.returned = True
+        try:
+            await asyncio.to_thread(lease.agent.request, "close", CLOSE_TIMEOUT)
+        except AgentFault:
+            return  # already stopped: the next probe of this slot starts a fresh agent
+        _give_back(lease.slot, lease.agent)

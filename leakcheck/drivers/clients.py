@@ -1,0 +1,216 @@
+"""Two real drivers behind one small async interface, so every probe runs on both.
+
+Each client is one application: its driver keeps its defaults (psycopg's prepare_threshold,
+asyncpg's statement cache) and its own driver state, as in a fresh application process. asyncpg
+numbers its statements with a process-wide counter (`__asyncpg_stmt_N__`); two clients in one
+Python process would never collide by name, which two application processes do. So each asyncpg
+client numbers its statements from 1 on its own, exactly as the only connection of a fresh
+process does (tests/integration/test_fresh_process.py checks this against two real processes).
+
+The harness's own statements (`query`, `execute`) add no driver state: psycopg runs them with
+prepare=False, asyncpg with a text longer than its max_cacheable_statement_size, so neither
+prepares a named statement. Only `prepared` takes the driver's prepared path, on purpose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import asyncpg
+import psycopg
+
+from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Driver
+from leakcheck.model.versions import Version, version_in_output
+from leakcheck.provision.base import Endpoint
+
+
+class ServerError(Exception):
+    """A statement failed; the driver's error reduced to SQLSTATE and message, and whether the
+    client's connection was closed after it (faults.py: a session end)."""
+
+    def __init__(self, sqlstate: str, message: str, closed: bool = False) -> None:
+        first = message.strip().splitlines()[0] if message.strip() else ""
+        super().__init__(f"{sqlstate}: {first}")
+        self.sqlstate = sqlstate
+        self.message = first
+        self.closed = closed
+
+
+@dataclass
+class Notification:
+    channel: str
+    payload: str
+
+
+Row = tuple[Any, ...]
+
+
+class Client(Protocol):
+    """One application connection, as a probe sees it."""
+
+    label: str
+    notifications: list[Notification]
+    #: a SQL condition on pg_prepared_statements.name: the names this client's driver gives its statements
+    statement_names: str
+
+    async def query(self, sql: str) -> list[Row]: ...
+    async def execute(self, sql: str) -> None: ...
+    async def prepared(self, sql: str) -> list[Row]: ...
+    def reported(self, name: str) -> str | None: ...
+    def alias(self, label: str) -> Client: ...
+    async def close(self) -> None: ...
+
+
+def _sqlstate(exc: BaseException) -> str:
+    return str(getattr(exc, "sqlstate", None) or "?????")
+
+
+@dataclass
+class PsycopgClient:
+    label: str
+    conn: psycopg.AsyncConnection[Any]
+    notifications: list[Notification] = field(default_factory=list)
+    statement_names: str = "name LIKE '\\_pg3\\_%'"
+
+    @classmethod
+    async def connect(cls, label: str, endpoint: Endpoint) -> PsycopgClient:
+        conn = await psycopg.AsyncConnection.connect(endpoint.conninfo(), autocommit=True, connect_timeout=10)
+        client = cls(label, conn)
+        conn.add_notify_handler(lambda n: client.notifications.append(Notification(n.channel, n.payload)))
+        return client
+
+    async def _run(self, sql: str, prepare: bool) -> list[Row]:
+        try:
+            cur = await self.conn.execute(sql, prepare=prepare)
+            return list(await cur.fetchall()) if cur.description else []
+        except psycopg.Error as exc:
+            raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.closed) from exc
+
+    async def query(self, sql: str) -> list[Row]:
+        return await self._run(sql, prepare=False)
+
+    async def execute(self, sql: str) -> None:
+        await self._run(sql, prepare=False)
+
+    async def prepared(self, sql: str) -> list[Row]:
+        # execute(prepare=True): psycopg prepares a named statement (_pg3_N) at once.
+        return await self._run(sql, prepare=True)
+
+    def reported(self, name: str) -> str | None:
+        return self.conn.info.parameter_status(name)
+
+    def alias(self, label: str) -> PsycopgClient:
+        return dataclasses.replace(self, label=label)  # same connection, same notification list
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+class _AppConnection(asyncpg.Connection):  # type: ignore[misc]
+    """asyncpg as in a fresh application process: statement names counted per connection from 1;
+    every notification recorded (asyncpg only hands out those of channels it LISTENed on itself)."""
+
+    _leakcheck_seen: list[Notification]
+    _leakcheck_uid: int = 0
+
+    def _get_unique_id(self, prefix: str) -> str:
+        # asyncpg's own: a module-global counter, i.e. one per process.
+        self._leakcheck_uid += 1
+        return f"__asyncpg_{prefix}_{self._leakcheck_uid:x}__"
+
+    def _process_notification(self, pid: int, channel: str, payload: str) -> None:
+        self._leakcheck_seen.append(Notification(channel, payload))
+
+
+@dataclass
+class AsyncpgClient:
+    label: str
+    conn: Any
+    notifications: list[Notification] = field(default_factory=list)
+    statement_names: str = "name LIKE '\\_\\_asyncpg\\_%'"
+
+    @classmethod
+    async def connect(cls, label: str, endpoint: Endpoint) -> AsyncpgClient:
+        if endpoint.dsn:
+            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection)
+        else:
+            conn = await asyncpg.connect(
+                host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
+                database=endpoint.dbname, timeout=10, connection_class=_AppConnection,
+            )
+        client = cls(label, conn)
+        conn._leakcheck_seen = client.notifications
+        return client
+
+    def _uncached(self, sql: str) -> str:
+        """The same statement, too long for asyncpg's statement cache: it runs unnamed."""
+        limit = int(getattr(self.conn._config, "max_cacheable_statement_size", 0) or 15 * 1024)
+        return f"{sql} /* leakcheck harness {'.' * (limit + 1 - len(sql))} */" if len(sql) <= limit else sql
+
+    async def _call(self, method: str, sql: str) -> Any:
+        try:
+            return await getattr(self.conn, method)(sql)
+        # InternalClientError: asyncpg's protocol after the server ended the connection mid-operation
+        # (e.g. idle_in_transaction_session_timeout): a closed connection, as psycopg reports it.
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
+            raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.is_closed()) from exc
+
+    async def query(self, sql: str) -> list[Row]:
+        return [tuple(r) for r in await self._call("fetch", self._uncached(sql))]
+
+    async def execute(self, sql: str) -> None:
+        await self._call("execute", sql)  # no arguments: the simple query protocol, nothing prepared
+
+    async def prepared(self, sql: str) -> list[Row]:
+        # fetch goes through asyncpg's statement cache: a named __asyncpg_stmt_N__, reused.
+        return [tuple(r) for r in await self._call("fetch", sql)]
+
+    def reported(self, name: str) -> str | None:
+        try:
+            return str(getattr(self.conn.get_settings(), name))
+        except AttributeError:
+            return None
+
+    def alias(self, label: str) -> AsyncpgClient:
+        return dataclasses.replace(self, label=label)
+
+    async def close(self) -> None:
+        if not self.conn.is_closed():
+            await self.conn.close(timeout=5)
+
+
+@functools.cache
+def driver_version(driver: Driver) -> Version | None:
+    """The installed release of the driver (part of every cell: ids, keys, reports). An agent's is
+    the one its own `hello` reported when it was installed into the cache (installed here if needed)."""
+    if not driver.native:
+        from leakcheck.drivers.agents.install import installed  # agents import this module (ServerError, Notification)
+
+        return installed(_shipped(driver).spec).release
+    try:
+        return version_in_output(importlib.metadata.version(driver.value))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _shipped(driver: Driver) -> Shipped:
+    found = shipped(driver.value)
+    if found is None:
+        raise UsageError(f"no driver {driver.value!r}: leakcheck drives {', '.join(known_drivers())}")
+    return found
+
+
+async def connect(driver: Driver, label: str, endpoint: Endpoint) -> Client:
+    if driver == Driver.PSYCOPG:
+        return await PsycopgClient.connect(label, endpoint)
+    if driver == Driver.ASYNCPG:
+        return await AsyncpgClient.connect(label, endpoint)
+    from leakcheck.drivers.agents.client import AgentClient  # agents import this module (ServerError, Notification)
+
+    return await AgentClient.connect(_shipped(driver), label, endpoint)

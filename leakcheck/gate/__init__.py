@@ -1,0 +1,1 @@
+"""The gate: baselines, expectations, the judge's one rule, the record, and the upgrade diff."""

@@ -1,0 +1,117 @@
+"""Expected verdicts kept in matrices/ (baseline files, baseline.py): the pre-upgrade gate's keys,
+loading and comparing (pure except read/load)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from leakcheck.config import inputs
+from leakcheck.gate.baseline import Expectation, Malformed, parse_text, render_json, render_toml
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Outcome, Route, Verdict
+
+__all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
+
+#: The verdicts a baseline may hold: measurements. An error or a skip measured nothing.
+GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE)
+
+#: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]/<probe>
+_KEY = re.compile(r"pg[0-9]+/(?:[a-z]+[0-9]+\.[0-9]+(?:\[[^\]]*\])?|dsn-[^/]+)"
+                  r"/[a-z]+(?:[0-9]+\.[0-9]+)?/[A-Za-z0-9_.-]+")
+_LAYOUT = 'format = 2, then tables such as ["pg16/pgbouncer1.24"."psycopg3.3"] with timezone = "isolated"'
+
+
+def key(outcome: Outcome) -> str:
+    """The cell's gate key: the PostgreSQL major, the pooler's major.minor and its settings axes,
+    the driver's major.minor, the probe. Patch releases share expectations."""
+    pooler = outcome.pooler.label(2) if outcome.pooler is not None else "-"
+    version = outcome.target.driver_version
+    driver = f"{outcome.driver.value}{version.prefix(2) if version is not None else ''}"
+    return f"pg{outcome.pg.prefix(1)}/{pooler}/{driver}/{outcome.probe}"
+
+
+def any_driver_version(k: str) -> str:
+    """The key for every release of the key's driver: `.../psycopg3.3/probe` -> `.../psycopg/probe`."""
+    head, driver, probe = k.rsplit("/", 2)
+    return f"{head}/{driver.rstrip('0123456789.')}/{probe}"
+
+
+def lookup(outcome: Outcome, expected: Mapping[str, Expectation]) -> Expectation | None:
+    """The expectation for this driver release, else the one for any release of the driver."""
+    k = key(outcome)
+    return expected.get(k, expected.get(any_driver_version(k)))
+
+
+def gate_value(verdict: Verdict) -> bool:
+    """True for a verdict a baseline may hold (isolated, leaks, lost, breaks, not_applicable)."""
+    return verdict in GATE_VERDICTS
+
+
+def load(path: Path, option: str = "--expect") -> dict[str, Expectation]:
+    """The expectations of a baseline file; a UsageError (one line) for anything that is not one.
+
+    Only measurements may be expected: an error or skipped entry is refused.
+    """
+    entries = read(path, option, f"re-record it with --record={path}")
+    bad = {k: e for k, e in entries.items() if not gate_value(e.verdict)}
+    if bad:
+        k, e = next(iter(sorted(bad.items())))
+        raise UsageError(
+            f"{option}: {path} expects {e.verdict.value!r} for {k} ({len(bad)} such entries), but only isolated, "
+            f"leaks, lost, breaks or not_applicable can be expected: an error never passes a gate; re-record it "
+            f"with --record={path}"
+        )
+    if not entries:
+        raise UsageError(f"{option}: {path} holds no verdicts, so nothing could pass; record them with --record={path}")
+    return entries
+
+
+def read(path: Path, option: str, hint: str) -> dict[str, Expectation]:
+    """Any well-formed baseline file, error and skipped entries included (a --record target may hold them).
+
+    `hint` (what to do) ends the one-line UsageError when it is not one.
+    """
+    if path.is_dir():
+        raise UsageError(f"{option}: {path} is a folder; give the path of a baseline file such as matrices/prod.toml")
+    inputs.check_file(path, option)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{option}: {path} does not exist; record one with --record={path}") from None
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {path} ({exc.strerror or exc}); fix its permissions") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{option}: {path} is not UTF-8 text, so not a leakcheck baseline; {hint}") from None
+    return parse(text, f"{option}: {path}", hint)
+
+
+def parse(text: str, where: str, hint: str) -> dict[str, Expectation]:
+    """A baseline's text; a one-line UsageError naming `where` when it is not one."""
+    try:
+        entries = inputs.parse(parse_text, text, where)
+    except Malformed as exc:
+        raise UsageError(f"{where} is not a leakcheck baseline ({one_line_of(exc)}; expected {_LAYOUT}); {hint}") \
+            from None
+    for k in entries:
+        if not _KEY.fullmatch(k):
+            raise UsageError(f"{where} is not a leakcheck baseline (the key {k!r} is not "
+                             f"pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]/<probe>); {hint}")
+    return entries
+
+
+def one_line_of(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def render(entries: Mapping[str, Expectation], path: Path | None = None) -> str:
+    """The file text for `path`: JSON format 1 for a .json file, else TOML format 2 (with reasons)."""
+    return render_json(entries) if path is not None and path.suffix == ".json" else render_toml(entries)
+
+
+def dump(outcomes: Iterable[Outcome], path: Path | None = None) -> str:
+    """The pooled-route verdicts of `outcomes` as a baseline (error and skipped ones left out)."""
+    entries = {key(o): Expectation(o.verdict) for o in outcomes
+               if o.route is Route.TRANSACTION and gate_value(o.verdict)}
+    return render(entries, path)

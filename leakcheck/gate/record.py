@@ -1,0 +1,266 @@
+"""`--record`: which verdicts a run may write, merged into the previous file, written atomically.
+
+Everything that writes a matrix file is here, so it can be made safe for parallel writers
+(pytest-xdist workers) in one place. Rules:
+
+- only measurements are written (isolated, leaks, lost, breaks): for a key whose outcome was an
+  error or a skip, the file keeps its previous value, or has no entry;
+- entries this run did not measure are kept, so a partial run updates only what it measured;
+- an interrupted run, or one that did not get to run its tests, writes nothing;
+- the new file replaces the old one in one step (temp file in the same folder, fsync, rename);
+- the read-merge-write holds an exclusive lock (`locked`), so concurrent writers of one file
+  (two runs, or a run and `leakcheck merge`) cannot lose each other's entries. Under pytest-xdist
+  only the controller writes: it gets every worker's outcomes from the test reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from leakcheck.gate import expectations
+from leakcheck.gate.expectations import Expectation
+from leakcheck.model.errors import LeakcheckError, UsageError
+from leakcheck.model.verdicts import Outcome, Route, Verdict
+
+OPTION = "--record"
+_HINT = "move it away, or give --record another path"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a finished run writes: the merged verdicts and how they came to be."""
+
+    verdicts: dict[str, Expectation]
+    measured: int  #: keys written from this run's measurements
+    kept: int  #: keys of the previous file this run did not measure, kept as they were
+    #: key -> why it was not recorded ("error", "skipped", "measured differently: ...")
+    unrecorded: dict[str, str] = field(default_factory=dict)
+    unrecorded_kept: int = 0  #: of those, how many kept the previous file's value
+    dropped: int = 0  #: error/skipped entries of the previous file (never written again)
+    #: keys whose verdict changed, so the reason given for the old one was dropped
+    reasons_dropped: tuple[str, ...] = ()
+
+
+def plan(previous: Mapping[str, Expectation], outcomes: Iterable[Outcome]) -> Plan:
+    """Merge this run's pooled-route verdicts into `previous` (pure). A reason stays with its entry
+    while the verdict stays the same; when the verdict changes, the reason (about the old one) goes."""
+    by_key: dict[str, list[Verdict]] = {}
+    for outcome in outcomes:
+        if outcome.route is Route.TRANSACTION:
+            by_key.setdefault(_written_key(expectations.key(outcome), previous), []).append(outcome.verdict)
+    measured: dict[str, Expectation] = {}
+    unrecorded: dict[str, str] = {}
+    reasons_dropped: list[str] = []
+    for k, verdicts in by_key.items():
+        failed = [v for v in verdicts if not expectations.gate_value(v)]
+        distinct = list(dict.fromkeys(verdicts))
+        if failed:
+            unrecorded[k] = failed[0].value
+        elif len(distinct) > 1:  # two patch releases of one key disagree: the key cannot hold both
+            unrecorded[k] = "measured differently: " + "/".join(v.value for v in distinct)
+        else:
+            old = previous.get(k)
+            if old is not None and old.reason and old.verdict is not distinct[0]:
+                reasons_dropped.append(k)
+            keep = old.reason if old is not None and old.verdict is distinct[0] else ""
+            measured[k] = Expectation(distinct[0], keep)
+    merged = {k: e for k, e in previous.items() if expectations.gate_value(e.verdict)}
+    kept = sum(1 for k in merged if k not in by_key)
+    unrecorded_kept = sum(1 for k in unrecorded if k in merged)
+    merged.update(measured)
+    return Plan(
+        verdicts=merged, measured=len(measured), kept=kept, unrecorded=unrecorded,
+        unrecorded_kept=unrecorded_kept, dropped=len(previous) - sum(1 for e in previous.values()
+                                                                      if expectations.gate_value(e.verdict)),
+        reasons_dropped=tuple(sorted(reasons_dropped)),
+    )
+
+
+def _written_key(k: str, previous: Mapping[str, Expectation]) -> str:
+    """A file that holds this cell for every release of its driver (keys like `.../psycopg/probe`)
+    keeps it that way, also for a probe it has no entry for yet; otherwise the measured driver
+    release is part of the key."""
+    anyone = expectations.any_driver_version(k)
+    if k in previous:
+        return k
+    cell = anyone.rsplit("/", 1)[0] + "/"
+    return anyone if anyone in previous or any(key.startswith(cell) for key in previous) else k
+
+
+def summary(path: Path, result: Plan) -> list[str]:
+    """The terminal summary lines for a written file."""
+    lines = [f"recorded {result.measured} verdicts in {path} ({result.kept} kept from the previous file)"]
+    if result.unrecorded:
+        reasons = Counter("measured differently" if r.startswith("measured") else r
+                          for r in result.unrecorded.values())
+        why = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+        lines.append(
+            f"{len(result.unrecorded)} verdicts not recorded ({why}: an error or a skip measured nothing; "
+            f"{result.unrecorded_kept} kept the previous file's value, the others have no entry): "
+            f"e.g. {min(result.unrecorded)}; fix the cause and record again"
+        )
+    if result.dropped:
+        lines.append(f"dropped {result.dropped} error/skipped entries of the previous file (they measured nothing)")
+    if result.reasons_dropped:
+        lines.append(f"{len(result.reasons_dropped)} verdicts changed, so their reasons were dropped (they were about "
+                     f"the old verdict): e.g. {result.reasons_dropped[0]}; give new reasons where you accept them")
+    return lines
+
+
+def not_written(exitstatus: int, stopped: bool) -> str | None:
+    """Why a finished session must not write its verdicts; None when it may.
+
+    Only a run that ran its tests to the end (exit status 0 or 1) may write: an interrupted run
+    (Ctrl-C, SIGTERM, pytest.exit, a collection error, --stepwise) holds a fraction of the matrix,
+    and a usage error or internal error measured nothing trustworthy.
+    """
+    if exitstatus == 2 or stopped:  # pytest.ExitCode.INTERRUPTED, or session.shouldstop
+        return "the run was interrupted"
+    if exitstatus not in (0, 1):
+        return f"the run did not complete (exit status {exitstatus})"
+    return None
+
+
+def check_target(path: Path) -> dict[str, Expectation]:
+    """Before the run: `path` can be written (or created), and any file there is a matrix.
+
+    Returns its verdicts (empty when there is no file yet). Creates nothing.
+    """
+    exists = check_writable(path, OPTION, "matrices/prod.toml")
+    return expectations.read(path, OPTION, _HINT) if exists else {}
+
+
+def check_writable(path: Path, option: str, example: str) -> bool:
+    """Before the run: a file can be written at `path` (its folders created); whether one is there now.
+
+    A folder, anything but a regular file, or a folder that cannot be created or written in is a
+    one-line UsageError naming `option`. Creates nothing.
+    """
+    if path.is_dir():
+        raise UsageError(f"{option}: {path} is a folder; give a file path such as {example}")
+    exists = path.exists() or path.is_symlink()
+    if exists:
+        if not path.resolve().is_file():
+            raise UsageError(f"{option}: {path} is not a regular file; move it away, or give {option} another path")
+        folder = path.resolve().parent
+    else:
+        folder = path.absolute().parent
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{option}: cannot create {folder}: {existing} is a file; give {option} another path")
+    problem = _cannot_write(existing, create_folder=existing != folder)
+    if problem is not None:
+        where = f"create {folder}" if existing != folder else f"write in {folder}"
+        raise UsageError(f"{option}: cannot {where} ({problem}); give {option} a path in a writable folder")
+    return exists
+
+
+def _cannot_write(folder: Path, create_folder: bool) -> str | None:
+    """Why a file (or, with `create_folder`, a folder) cannot be created in `folder`, tried for real
+    and removed at once (permission bits do not tell for root, read-only mounts or /proc)."""
+    try:
+        if create_folder:
+            os.rmdir(tempfile.mkdtemp(prefix=".leakcheck-check-", dir=folder))
+        else:
+            with tempfile.TemporaryFile(prefix=".leakcheck-check-", dir=folder):
+                pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def previous_verdicts(path: Path) -> dict[str, Expectation]:
+    """The verdicts the file holds right now (empty when there is none): merged into, never lost."""
+    return expectations.read(path, OPTION, _HINT) if path.exists() else {}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` (its target, when it is a symlink) with `text` in one step.
+
+    A temp file in the same folder is written and fsynced, given the old file's mode (else the
+    umask's), then renamed over `path`; readers see the old or the new file, never a part.
+    """
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(target.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (best effort: some file systems refuse)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock, across processes, while the file at `path` is read, merged and replaced.
+
+    Two processes writing one file (two runs, a run and `leakcheck merge`) take turns, so neither
+    loses the other's entries. The lock is taken on the file's folder itself (flock): no lock file
+    is left beside a committed matrix, and the kernel releases it however the process ends.
+    """
+    folder = Path(os.path.realpath(path)).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def save(path: Path, outcomes: Iterable[Outcome]) -> list[str]:
+    """Merge into the file as it is now and write, under `locked`; the summary lines.
+
+    Raises UsageError (unreadable file) or OSError (write).
+    """
+    with locked(path):
+        result = plan(previous_verdicts(path), outcomes)
+        write_atomic(path, expectations.render(result.verdicts, path))
+    return summary(path, result)
+
+
+def finish(path: Path, outcomes: Sequence[Outcome], reason: str | None) -> tuple[list[str], bool]:
+    """--record at the end of a run (or of `leakcheck merge`): the summary lines, and False when
+    writing failed (the caller fails the run). `reason` (from `not_written`) means: write nothing."""
+    if reason is None and not any(o.route is Route.TRANSACTION for o in outcomes):
+        reason = "no leak test ran"
+    if reason is not None:
+        unchanged = " (the file is unchanged)" if path.exists() else ""
+        return [f"{path} not recorded: {reason}{unchanged}"], True
+    try:
+        return save(path, outcomes), True
+    except (LeakcheckError, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return [f"{path} not recorded: writing it failed ({why}); the file is unchanged"], False

@@ -1,0 +1,103 @@
+"""The matrix's pooler axes as the user writes them (pure, no I/O).
+
+- `--pooler=odyssey:1.5,pgbouncer:1.26,pgpool:4.3` (`--bouncer=1.26` is `--pooler=pgbouncer:1.26`);
+- `--bouncer-set NAME=V1,V2` (repeatable) and `--pooler-set KIND:NAME=V1,V2`: a setting of that
+  pooler as a matrix axis; several axes are crossed. A value holding a comma is quoted:
+  `--bouncer-set 'track_extra_parameters="IntervalStyle,search_path",IntervalStyle'`.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from leakcheck.model.errors import UsageError
+from leakcheck.model.target import PoolerKind, Setting
+from leakcheck.model.versions import Spec, parse_spec
+
+#: How users may name each pooler kind (a DSN pooler is given with --pooled-dsn, not here).
+KIND_NAMES = {"pgbouncer": PoolerKind.PGBOUNCER, "odyssey": PoolerKind.ODYSSEY, "pgpool": PoolerKind.PGPOOL,
+              "pgpool-ii": PoolerKind.PGPOOL, "pgpool2": PoolerKind.PGPOOL}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_POOLER_HELP = ("a comma separated list of KIND:VERSION such as odyssey:1.5,pgbouncer:1.26 "
+                "(KIND: pgbouncer, odyssey, pgpool)")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One setting of one pooler kind, with the values the matrix crosses."""
+
+    kind: PoolerKind
+    name: str
+    values: tuple[str, ...]
+
+
+def kind_of(text: str, option: str, raw: str) -> PoolerKind:
+    kind = KIND_NAMES.get(text.strip().lower())
+    if kind is None:
+        raise UsageError.bad_value(option, raw, "a pooler kind: pgbouncer, odyssey or pgpool")
+    return kind
+
+
+def parse_poolers(raw: str, option: str = "--pooler") -> tuple[tuple[PoolerKind, Spec], ...]:
+    """`odyssey:1.5,pgbouncer:/usr/sbin/pgbouncer` -> ((ODYSSEY, 1.5), (PGBOUNCER, path)); order kept,
+    duplicates dropped."""
+    items = [p.strip() for p in raw.split(",")]
+    if not raw.strip() or not all(items):
+        raise UsageError.bad_value(option, raw, f"{_POOLER_HELP} (no empty items)")
+    out: list[tuple[PoolerKind, Spec]] = []
+    for item in items:
+        name, colon, version = item.partition(":")
+        if not colon or not version.strip():
+            raise UsageError.bad_value(option, raw, _POOLER_HELP)
+        pair = (kind_of(name, option, raw), parse_spec(version, f"{option} ({name.strip()})"))
+        if pair not in out:
+            out.append(pair)
+    return tuple(out)
+
+
+def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterable[str] = ()) -> Axis:
+    """`NAME=V1,V2` (kind given: --bouncer-set) or `KIND:NAME=V1,V2` (--pooler-set)."""
+    text = raw.strip()
+    shape = "NAME=V1,V2" if kind is not None else "KIND:NAME=V1,V2 (e.g. odyssey:pool_discard=yes,no)"
+    if kind is None:
+        prefix, colon, text = text.partition(":")
+        if not colon:
+            raise UsageError.bad_value(option, raw, shape)
+        kind = kind_of(prefix, option, raw)
+    name, eq, values_text = text.partition("=")
+    name = name.strip().lower() if kind is PoolerKind.PGBOUNCER else name.strip()
+    if not eq or not _NAME.fullmatch(name):
+        raise UsageError.bad_value(option, raw, f"{shape}: a setting name, '=', then its values")
+    if name in set(reserved):
+        raise UsageError(f"{option}={raw!r}: leakcheck sets {name} itself (see the README's list of the "
+                         "settings leakcheck controls); leave it out")
+    if "\n" in values_text or "\x00" in values_text:
+        raise UsageError.bad_value(option, raw, f"{shape} on one line")
+    try:
+        values = next(csv.reader([values_text], skipinitialspace=True))
+    except (csv.Error, StopIteration):
+        raise UsageError.bad_value(option, raw, f"{shape}; quote a value that holds a comma") from None
+    values = [v.strip() for v in values]
+    if not values or not all(values):
+        raise UsageError.bad_value(option, raw, f"{shape} with no empty value (quote a value with a comma)")
+    return Axis(kind, name, tuple(dict.fromkeys(values)))
+
+
+def check_distinct(axes: Sequence[Axis]) -> None:
+    seen: set[tuple[PoolerKind, str]] = set()
+    for axis in axes:
+        if (axis.kind, axis.name) in seen:
+            raise UsageError(f"the {axis.kind.value} setting {axis.name} is given as an axis twice; give its "
+                             f"values once: --pooler-set {axis.kind.value}:{axis.name}=V1,V2")
+        seen.add((axis.kind, axis.name))
+
+
+def combinations(axes: Sequence[Axis], kind: PoolerKind) -> list[tuple[Setting, ...]]:
+    """Every crossing of `kind`'s axes (one empty combination when it has none), in the axes' order."""
+    mine = [a for a in axes if a.kind is kind]
+    return [tuple(zip((a.name for a in mine), values, strict=True))
+            for values in itertools.product(*(a.values for a in mine))]

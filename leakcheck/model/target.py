@@ -1,0 +1,141 @@
+"""Where a probe runs, typed from end to end: a PostgreSQL, a pooler with its settings, a route,
+a driver at its version. Test ids, gate keys and reports read these fields; nothing parses them
+back out of strings (except `results`, which reads its own files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar
+
+from leakcheck.model.versions import Version
+
+#: One setting the user made a matrix axis of (`--bouncer-set NAME=V1,V2`): its name and one value.
+Setting = tuple[str, str]
+
+
+class Route(StrEnum):
+    """How the two clients reach PostgreSQL."""
+
+    TRANSACTION = "transaction"  #: the subject: through the pooler as configured (pool_mode=transaction unless set)
+    SESSION = "session"  #: negative control: through the pooler in session mode, each client its own server
+    DIRECT = "direct"  #: negative control: two direct PostgreSQL sessions
+    SHARED = "shared"  #: positive control: A and B drive one direct session
+
+    @property
+    def is_control(self) -> bool:
+        return self is not Route.TRANSACTION
+
+
+class Driver(str):
+    """A client library leakcheck drives, by its id as ids, keys and reports show it. psycopg and
+    asyncpg run in this process (clients.py); every other id is an agent process of its own
+    language (leakcheck/drivers/agents/catalogue.py), so the set is open: `Driver("node-postgres")`."""
+
+    PSYCOPG: ClassVar[Driver]  #: psycopg 3, AsyncConnection, autocommit
+    ASYNCPG: ClassVar[Driver]  #: asyncpg, autocommit outside explicit transactions
+
+    @property
+    def value(self) -> str:
+        """The id (as an enum member's value, which Driver was)."""
+        return str(self)
+
+    @property
+    def native(self) -> bool:
+        """Driven in this Python process, not through an agent."""
+        return self in NATIVE_DRIVERS
+
+
+Driver.PSYCOPG = Driver("psycopg")
+Driver.ASYNCPG = Driver("asyncpg")
+#: The drivers of this Python process, in their order of old (the default --drivers).
+NATIVE_DRIVERS: tuple[Driver, ...] = (Driver.PSYCOPG, Driver.ASYNCPG)
+
+
+class PoolerKind(StrEnum):
+    """The poolers leakcheck can put between the clients and PostgreSQL."""
+
+    PGBOUNCER = "pgbouncer"  #: PgBouncer, started by leakcheck
+    ODYSSEY = "odyssey"  #: Odyssey, started by leakcheck
+    PGPOOL = "pgpool"  #: pgpool-II, started by leakcheck
+    DSN = "dsn"  #: a pooler already running, reached by --pooled-dsn (nothing is started)
+
+    @property
+    def product(self) -> str:
+        return _TITLES[self]
+
+
+_TITLES = {PoolerKind.PGBOUNCER: "PgBouncer", PoolerKind.ODYSSEY: "Odyssey", PoolerKind.PGPOOL: "pgpool-II",
+           PoolerKind.DSN: "the pooler at --pooled-dsn"}
+
+
+@dataclass(frozen=True)
+class Pooler:
+    """One pooler of the matrix: its kind, exact version, the values of the settings axes for this
+    cell (in the order the axes were given), and the team's own config file when one is used."""
+
+    kind: PoolerKind
+    version: Version | None = None  #: None only for a running pooler (--pooled-dsn)
+    settings: tuple[Setting, ...] = ()
+    #: the team's config file (--bouncer-ini) as given; "" for the harness's own; for a DSN pooler its name
+    config: str = ""
+
+    def label(self, version_parts: int | None = None) -> str:
+        """`pgbouncer1.24.1[max_prepared_statements=0]`; `version_parts=2` gives the gate key's form
+        (`pgbouncer1.24[...]`: patch releases share expectations)."""
+        if self.kind is PoolerKind.DSN:
+            return f"dsn-{self.config or 'pooler'}"
+        version = "" if self.version is None else str(self.version.prefix(version_parts or 9))
+        extras = ([f"ini={config_stem(self.config)}"] if self.config else []) + [f"{k}={v}" for k, v in self.settings]
+        return f"{self.kind.value}{version}" + (f"[{','.join(extras)}]" if extras else "")
+
+    def setting(self, name: str) -> str | None:
+        """The value this cell gives a setting axis, or None."""
+        return dict(self.settings).get(name)
+
+    def __str__(self) -> str:
+        return self.label()
+
+
+def config_stem(path: str) -> str:
+    """A config file's name without folders and its last suffix: `/etc/pgbouncer/prod.ini` -> `prod`."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name.rsplit(".", 1)[0] if "." in name[1:] else name
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a probe runs: a PostgreSQL, a pooler (none on the direct and shared routes), a route,
+    a driver and the driver's version (None when unknown, e.g. read from an older results file)."""
+
+    pg: Version
+    pooler: Pooler | None
+    route: Route
+    driver: Driver
+    driver_version: Version | None = field(default=None)
+
+    @property
+    def client(self) -> str:
+        """The driver and its version as ids show them: `psycopg3.3.9`."""
+        return f"{self.driver.value}{self.driver_version or ''}"
+
+    def test_id(self, probe_id: str) -> str:
+        parts = [f"pg{self.pg}"]
+        if self.pooler is not None:
+            parts.append(self.pooler.label())
+        if self.route is not Route.TRANSACTION:
+            parts.append(self.route.value)
+        return "-".join([*parts, self.client, probe_id])
+
+    def test_name(self, probe_id: str) -> str:
+        """The generated test's name: `test_leak[pg16.14-pgbouncer1.24.1-psycopg3.3.9-timezone]`."""
+        kind = "test_leak" if self.route is Route.TRANSACTION else "test_control"
+        return f"{kind}[{self.test_id(probe_id)}]"
+
+    @property
+    def column(self) -> str:
+        """The report's column for this target: `pg16.14/pgbouncer1.24.1/psycopg3.3.9` (plus the route of a control)."""
+        where = f"pg{self.pg}" + (f"/{self.pooler.label()}" if self.pooler else "")
+        if self.route is not Route.TRANSACTION:
+            where += f"/{self.route.value}"
+        return f"{where}/{self.client}"

@@ -1,0 +1,184 @@
+"""Verdicts, the records that carry them, and the pure classifier that decides them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.versions import Version
+
+__all__ = ["Driver", "Pooler", "PoolerKind", "Route", "Target"]  # re-exported: verdicts carry targets
+
+
+class Verdict(StrEnum):
+    """What a probe measured for one (cell, driver). The headline of an outcome's facts."""
+
+    ISOLATED = "isolated"  #: the state stayed with the client that set it
+    LEAKS = "leaks"  #: the other client saw, or was affected by, the state
+    LOST = "lost"  #: the client's own state was gone when it ran again
+    BREAKS = "breaks"  #: using the feature raised errors
+    ERROR = "error"  #: the harness could not measure (e.g. no proof of a shared server)
+    NOT_APPLICABLE = "not_applicable"  #: measured: the pooler refused what the probe needs (e.g. a transaction block)
+    SKIPPED = "skipped"  #: not run
+
+    @property
+    def is_problem(self) -> bool:
+        return self in (Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS)
+
+
+class Fact(StrEnum):
+    """One thing a probe saw. An outcome keeps all of them; the verdict is the first in HEADLINE order."""
+
+    BROKE = "broke"  #: a statement of the feature under test failed
+    LEAKED = "leaked"  #: the other client saw, or was affected by, the state
+    LOST = "lost"  #: the client's own state was gone
+    MISREPORTED = "misreported"  #: a driver was told (ParameterStatus) a value the server did not have
+
+
+#: The documented order: the first fact present names the verdict (none: isolated).
+HEADLINE: tuple[tuple[Fact, Verdict], ...] = (
+    (Fact.BROKE, Verdict.BREAKS),
+    (Fact.LEAKED, Verdict.LEAKS),
+    (Fact.LOST, Verdict.LOST),
+)
+
+
+class Scope(StrEnum):
+    """How long the state a probe exercises lives in PostgreSQL."""
+
+    SESSION = "session"  #: until the session ends: on one shared session it must leak
+    TRANSACTION = "transaction"  #: until the transaction ends: it must never leak
+
+
+class Slot(StrEnum):
+    """Which server connection an observation is meant to run on, in transaction mode."""
+
+    HOME = "home"  #: the server A and B share (a pool of one has only this one)
+    AWAY = "away"  #: another server connection (A moved while B held HOME)
+
+
+@dataclass(frozen=True)
+class ServerId:
+    """A server connection's identity: pid plus backend start, so a reused pid cannot pass."""
+
+    pid: int
+    started: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid}"
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The server identity one client's statement ran on, read in that statement (or its transaction)."""
+
+    step: str
+    client: str
+    server: ServerId
+    slot: Slot = Slot.HOME
+
+    def describe(self) -> str:
+        return f"{self.client} {self.step}: {self.server}"
+
+
+def expected_same(route: Route, p: Proof, q: Proof) -> bool:
+    """Whether two proofs must name one server connection on this route."""
+    if route is Route.TRANSACTION:
+        return p.slot is q.slot
+    if route is Route.SHARED:
+        return True
+    return p.client == q.client  # negative controls: each client keeps its own session
+
+
+def broken_proofs(route: Route, proofs: Sequence[Proof]) -> list[str]:
+    """Each pair of proofs whose relation is not the one the route requires, described."""
+    out = []
+    for i, p in enumerate(proofs):
+        for q in proofs[i + 1 :]:
+            same = p.server == q.server
+            if same != expected_same(route, p, q):
+                want = "the same" if expected_same(route, p, q) else "different"
+                out.append(f"{p.describe()} and {q.describe()} (started {p.server.started} / "
+                           f"{q.server.started}) should be {want} server connections")
+    return out
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a probe saw. Facts only; `classify` turns them into a verdict."""
+
+    evidence: str
+    leaked: bool = False
+    lost: bool = False
+    broke: str | None = None
+    misreported: bool = False
+    details: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def facts(self) -> tuple[Fact, ...]:
+        seen = {Fact.BROKE: self.broke is not None, Fact.LEAKED: self.leaked, Fact.LOST: self.lost,
+                Fact.MISREPORTED: self.misreported}
+        return tuple(f for f in Fact if seen[f])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One measured result: the probe and its typed target, the verdict, every fact seen, the evidence."""
+
+    probe: str
+    target: Target
+    verdict: Verdict
+    evidence: str
+    details: tuple[tuple[str, str], ...] = field(default=())
+    facts: tuple[Fact, ...] = field(default=())
+    security: bool = False
+
+    @property
+    def pg(self) -> Version:
+        return self.target.pg
+
+    @property
+    def pooler(self) -> Pooler | None:
+        return self.target.pooler
+
+    @property
+    def route(self) -> Route:
+        return self.target.route
+
+    @property
+    def driver(self) -> Driver:
+        return self.target.driver
+
+    @property
+    def column(self) -> str:
+        return self.target.column
+
+    @property
+    def other_facts(self) -> tuple[Fact, ...]:
+        """Facts seen besides the one the verdict names (e.g. a break that also leaked)."""
+        named = {v: f for f, v in HEADLINE}.get(self.verdict)
+        return tuple(f for f in self.facts if f is not named)
+
+
+def classify(route: Route, proofs: Sequence[Proof], observation: Observation) -> tuple[Verdict, str]:
+    """The verdict and its evidence. No proof of the expected server sharing, no verdict.
+
+    Every proof must relate to every other as the route requires; a verdict other than breaks
+    needs proofs from both clients (a break may rest on the proof of the client that broke).
+    """
+    if not proofs:
+        return Verdict.ERROR, f"no server identity proof was taken. {observation.evidence}"
+    failed = broken_proofs(route, proofs)
+    if failed:
+        return Verdict.ERROR, "the clients did not share the server as the probe requires: " + "; ".join(failed)
+    servers = "; ".join(sorted({f"{p.client} on {p.server}" for p in proofs}))
+    evidence = f"{observation.evidence} [{servers}]"
+    facts = observation.facts
+    if Fact.BROKE not in facts and not {"A", "B"} <= {p.client for p in proofs}:
+        return Verdict.ERROR, f"only {', '.join(sorted({p.client for p in proofs}))} proved its server. {evidence}"
+    for fact, verdict in HEADLINE:
+        if fact in facts:
+            return verdict, (f"{observation.broke}. {evidence}" if verdict is Verdict.BREAKS else evidence)
+    return Verdict.ISOLATED, evidence

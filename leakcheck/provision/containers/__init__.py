@@ -1,0 +1,1 @@
+"""The containers backend: the Docker engine, images, and the poolers' containers."""

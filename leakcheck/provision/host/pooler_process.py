@@ -1,0 +1,245 @@
+"""What every pooler process has in common (Odyssey, pgpool-II): a marked temp dir, one program run
+as the server user, readiness, a port lost to a race retried on another, a stop that leaves nothing.
+
+A subclass (PgBouncer, Odyssey, pgpool-II) writes its files and says when it is ready, how it reports
+a failed start, and how it resets (`reset()`: the next use starts from fresh server connections). The
+interface: `__enter__`/`__exit__`, `spawn()` then `finish()`, `endpoint()`, `reset()`, `running()`,
+`log_text()`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import shutil
+import signal
+import socket
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import ClassVar, Self
+
+from leakcheck.model.errors import StartError
+from leakcheck.model.versions import Version
+from leakcheck.provision.base import Binary, Endpoint
+from leakcheck.provision.host.owner import create, fresh_name
+from leakcheck.provision.host.process import ServerProcess, exit_reason, wait_until
+from leakcheck.provision.host.strays import stop_servers_in
+from leakcheck.provision.host.system import PortClash, ServerUser, free_port, start_retrying_port_clash
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+PORT_ATTEMPTS = 3
+Settings = tuple[tuple[str, str], ...]
+
+
+def port_taken(port: int) -> bool:
+    """Whether another socket is bound to 127.0.0.1:port (sockets in TIME_WAIT do not count)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+class PoolerProcess:
+    """One pooler program in front of one PostgreSQL, for as long as the `with` lasts."""
+
+    name: ClassVar[str]  # the program: pgbouncer, odyssey, pgpool (also in its temp dir's name)
+    title: ClassVar[str]  # for messages: PgBouncer, Odyssey, pgpool-II
+    config: ClassVar[str]  # its main config file, for messages
+    stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
+    death_signal: ClassVar[signal.Signals] = signal.SIGKILL
+    ready_timeout: ClassVar[float] = 15.0
+    stop_timeout: ClassVar[float] = 3.0
+    host = HOST
+
+    def __init__(
+        self, binary: Binary, settings: PoolSettings, extra: Settings, server: Endpoint, user: ServerUser
+    ) -> None:
+        self.binary, self.settings, self.extra, self.user = binary, settings, tuple(extra), user
+        self.server_host, self.server_port, self.credentials = server.host, server.port, server.credentials
+        self.port = 0
+        self.tmpdir: Path | None = None
+        self._process: ServerProcess | None = None
+        self._last_log = ""
+        #: Restarts fork from this one thread, which lives as long as the pooler: PDEATHSIG acts when
+        #: the thread that forked a process ends, and a caller's thread may end first.
+        self._spawner: ThreadPoolExecutor | None = None
+
+    @property
+    def version(self) -> Version:
+        return self.binary.version
+
+    @property
+    def what(self) -> str:
+        return f"{self.title} {self.version} ({' '.join(self.binary.argv)})"
+
+    def endpoint(self) -> Endpoint:
+        """Where clients connect: the `leakcheck` database through this pooler."""
+        return Endpoint(HOST, self.port, credentials=self.credentials)
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.running()
+
+    def log_text(self) -> str:
+        """Everything it logged so far (kept after exit)."""
+        if self.tmpdir is None:
+            return self._last_log
+        try:
+            return (self.tmpdir / f"{self.name}.out").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def reset(self) -> None:
+        """Make sure no server connection survives to the next use."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.spawn()
+            self.finish()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def spawn(self) -> None:
+        """Its temp dir (marked: a later run sweeps it if we are killed) and the process, not yet waited
+        for (several can then get ready at once). From the main thread."""
+        self.tmpdir = fresh_name(f"leakcheck-{self.name}{self.version}-")
+        create(self.tmpdir)
+        self.user.chown(self.tmpdir)
+        self.port = free_port()
+        self._spawn()
+
+    def finish(self) -> None:
+        """Wait until the spawned pooler answers (a lost port is retried on another), then whatever the
+        pooler needs before its first use. On failure it is stopped, its temp dir kept for __exit__."""
+        try:
+            try:
+                self._wait()
+            except PortClash:
+                self._stop()
+                start_retrying_port_clash(self._start_on_new_port, self._stop, PORT_ATTEMPTS - 1)
+            self._after_start()
+        except BaseException:
+            self._stop()
+            if self.tmpdir is not None:
+                stop_servers_in(self.tmpdir)  # one a signal hid from us during Popen
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._stop()
+        finally:
+            spawner, self._spawner = self._spawner, None
+            if spawner is not None:
+                spawner.shutdown(wait=True)
+            if self.tmpdir is not None:
+                self._last_log = self.log_text()
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
+                self.tmpdir = None
+
+    # --- for subclasses
+
+    def _write_files(self, tmp: Path) -> list[str]:
+        """Write its config files (for self.port) into `tmp`; the arguments that follow binary.argv."""
+        raise NotImplementedError
+
+    def _ready(self) -> str | None:
+        """None when it answers, else why not (for wait_until)."""
+        raise NotImplementedError
+
+    def _start_error(self, log: str) -> str | None:
+        """The pooler's own one-line reason for not starting, from what it logged since this start."""
+        raise NotImplementedError
+
+    def _after_start(self) -> None:
+        """What it needs once it answers, before its first use."""
+
+    def _failing(self, log: str) -> str | None:
+        """Why it will never answer although it runs (e.g. it could not listen on its port), from its log."""
+        return None
+
+    # --- shared machinery
+
+    def _hint(self) -> str:
+        return f"It ran as user {self.user.name} with {self.tmpdir}/{self.config}."
+
+    def _stop_signal(self) -> signal.Signals:
+        """Its immediate shutdown (PgBouncer's depends on its version)."""
+        return self.stop_signal
+
+    def _spawn(self) -> None:
+        assert self.tmpdir is not None
+        tail = self._write_files(self.tmpdir)
+        self._process = ServerProcess(
+            self.what, [*self.binary.argv, *tail], self.user, self.tmpdir, self.tmpdir / f"{self.name}.out",
+            stop_signal=self._stop_signal(), stop_timeout=self.stop_timeout, death_signal=self.death_signal,
+        )
+        self._process.spawn()
+
+    def _wait(self) -> None:
+        process = self._process
+        assert process is not None
+
+        def gone() -> str | None:
+            code = process.exit_code()
+            if code is None:
+                return self._failing(process.recent_log())
+            own = self._start_error(process.recent_log())
+            return exit_reason(code) + (f": {own}" if own else "")
+
+        try:
+            wait_until(self.what, self._ready, gone, self.ready_timeout, process.recent_log, self._hint())
+        except PortClash:
+            raise
+        except StartError as exc:
+            # Odyssey 1.5.2 exits with code 1 and logs nothing when its port is taken: ask the port.
+            if process.exit_code() is not None and port_taken(self.port):
+                raise PortClash(f"{exc} (port {self.port} is taken: Address already in use)") from None
+            raise
+
+    def _start_on_new_port(self) -> None:
+        self.port = free_port()
+        self._spawn()
+        self._wait()
+
+    def _restart(self) -> None:
+        """Stop it at once (SIGKILL) and start it again on the same port (another if that one was taken),
+        from the pooler's own spawner thread (see __init__)."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.stop(signal.SIGKILL)
+        if self._spawner is None:
+            self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"leakcheck-{self.name}")
+        try:
+            self._spawner.submit(self._spawn).result()
+            self._wait()
+        except PortClash:
+            self._stop()
+            start_retrying_port_clash(self._on_spawner(self._start_on_new_port), self._stop, PORT_ATTEMPTS - 1)
+
+    def _on_spawner(self, step: Callable[[], None]) -> Callable[[], None]:
+        spawner = self._spawner
+        assert spawner is not None
+        return lambda: spawner.submit(step).result()
+
+    def _alive(self) -> ServerProcess:
+        """Its process, or a StartError (with the end of its log) when it is not running."""
+        if self._process is None or not self._process.running():
+            tail = "\n".join(self.log_text().strip().splitlines()[-10:])
+            raise StartError(f"{self.title} {self.version} is not running; its log ends:\n{tail}")
+        return self._process
+
+    def _stop(self) -> None:
+        """Its shutdown signal; SIGKILL after stop_timeout. Safe to call at any point, more than once."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.stop()
+

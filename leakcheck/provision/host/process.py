@@ -1,0 +1,145 @@
+"""One way to run a server program (PostgreSQL and the poolers), and one readiness loop.
+
+A `ServerProcess` starts as the unprivileged server user, in its own session (Ctrl-C reaches
+leakcheck, which stops it), with PDEATHSIG (it dies with leakcheck), output to a log file;
+`stop()` sends the program's shutdown signal (and SIGCONT: a stopped program acts on it), then
+SIGKILL to its process group after its stop timeout, and is safe at any point. `wait_until` is the
+one readiness loop, for processes and containers alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from leakcheck.model.errors import StartError
+from leakcheck.provision.host.strays import stop_servers_in
+from leakcheck.provision.host.system import PortClash, ServerUser, die_with_parent
+
+#: How a server that lost a race for its port says so; such a start is retried on another port.
+PORT_TAKEN = "Address already in use"
+
+
+def wait_until(
+    what: str, ready: Callable[[], str | None], gone: Callable[[], str | None], timeout: float,
+    log: Callable[[], str], hint: str = "", poll: float = 0.02,
+) -> None:
+    """Poll `ready` (None when ready, else the last reason) until it is, the server is `gone` (a
+    reason), or `timeout` passes; the last two raise StartError (PortClash for a lost port) with the log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        died = gone()
+        if died is not None:
+            text = log()
+            kind = PortClash if PORT_TAKEN in text else StartError
+            raise kind.with_log(what, died, text, hint)
+        last = ready()
+        if last is None:
+            return
+        if time.monotonic() > deadline:
+            raise StartError.with_log(what, f"not ready within {timeout:.0f} s ({last})", log(), hint)
+        time.sleep(poll)
+
+
+def exit_reason(code: int) -> str:
+    """'it exited with code 1', or 'it was ended by SIGABRT' for a negative (signal) code."""
+    if code < 0:
+        try:
+            return f"it was ended by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"it was ended by signal {-code}"
+    return f"it exited with code {code}"
+
+
+class ServerProcess:
+    """One server program: started once, stopped once, its log kept after it ends."""
+
+    def __init__(
+        self, what: str, argv: Sequence[str], user: ServerUser, cwd: Path, log: Path, *,
+        env: Mapping[str, str] | None = None, stop_signal: signal.Signals = signal.SIGTERM,
+        stop_timeout: float = 5.0, death_signal: signal.Signals = signal.SIGKILL,
+    ) -> None:
+        self.what, self.argv, self.user, self.cwd, self.log = what, tuple(argv), user, cwd, log
+        self.env = dict(env) if env is not None else None
+        self.stop_signal, self.stop_timeout = stop_signal, stop_timeout
+        self.death_signal = death_signal  # what it gets when leakcheck dies (PDEATHSIG)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._spawning = False  # a signal inside Popen can leave a server we have no handle on
+        self._log_start = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self, ready: Callable[[], str | None], timeout: float, hint: str = "") -> None:
+        """Start it and wait until `ready()` says so (see wait_until)."""
+        self.spawn()
+        self.wait(ready, timeout, hint)
+
+    def spawn(self) -> None:
+        """Start it, without waiting (several can then get ready at once). From the main thread, or a
+        thread that lives as long as the server (PDEATHSIG acts when the thread that forked it ends)."""
+        uid, gid, groups = self.user.popen_ids()
+        self._spawning = True
+        with open(self.log, "ab") as out:
+            self._log_start = out.tell()
+            self._proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd,
+                env=self.env, user=uid, group=gid, extra_groups=groups,
+                preexec_fn=functools.partial(die_with_parent, self.death_signal),  # noqa: PLW1509 (see ServerProcess.spawn)
+                start_new_session=True,
+            )
+        self._spawning = False
+
+    def wait(self, ready: Callable[[], str | None], timeout: float, hint: str = "") -> None:
+        """Until `ready()` says so; StartError (PortClash for a lost port) when it exits or times out."""
+        wait_until(self.what, ready, self._exited, timeout, self.recent_log, hint)
+
+    def _exited(self) -> str | None:
+        code = self.exit_code()
+        return None if code is None else exit_reason(code)
+
+    def exit_code(self) -> int | None:
+        """Its exit code once it ended (negative: the signal that ended it), else None."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, sig: signal.Signals | None = None) -> None:
+        """Its shutdown signal (or `sig`) and SIGCONT, up to stop_timeout, then SIGKILL to its process group."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            if self._spawning:  # Popen was interrupted after the exec: find it by its folder
+                self._spawning = False
+                stop_servers_in(self.cwd)
+            return
+        try:
+            if proc.poll() is None:
+                proc.send_signal(sig or self.stop_signal)
+                with contextlib.suppress(ProcessLookupError):  # one stopped (SIGSTOP) acts on it only now
+                    os.killpg(proc.pid, signal.SIGCONT)
+                proc.wait(self.stop_timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def recent_log(self) -> str:
+        """What it logged since this start (a log file may hold earlier starts)."""
+        return self.log_text()[self._log_start :]

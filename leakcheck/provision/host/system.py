@@ -1,0 +1,272 @@
+"""Host facts shared by native provisioning: the cache, locks, ports, the server user."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from leakcheck.model.errors import ProvisionError, StartError, UsageError
+
+
+def cache_root() -> Path:
+    """$LEAKCHECK_CACHE, else a cache the server user can read.
+
+    As root, servers run as another user who cannot enter /root, so the default is
+    /var/cache/leakcheck; otherwise $XDG_CACHE_HOME/leakcheck or ~/.cache/leakcheck.
+    A cache that exists but cannot be written is returned as it is (what is in it can be used);
+    one that cannot be created, read or entered is a UsageError naming it.
+    """
+    explicit = os.environ.get("LEAKCHECK_CACHE")
+    if explicit:
+        root = Path(explicit).expanduser()
+    elif os.geteuid() == 0:
+        root = Path("/var/cache/leakcheck")
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        root = Path(base) / "leakcheck"
+    fix = "or set LEAKCHECK_CACHE to a folder this user can write"
+    if os.path.lexists(root) and not root.is_dir():
+        raise UsageError(f"the leakcheck cache {root} is not a folder: remove that file {fix}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the leakcheck cache {root} ({exc.strerror or exc}): create it {fix}") from None
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise UsageError(f"cannot read the leakcheck cache {root} as {_me()}: give this user access {fix}")
+    keep_private(root)
+    return root
+
+
+def keep_private(root: Path) -> None:
+    """Other local users may not enter the cache: 0700 when our servers run as ourselves; as root,
+    0750 with the server user's group (it reads the binaries). Left alone when not ours to change."""
+    with contextlib.suppress(OSError, UsageError):
+        st = root.stat()
+        if st.st_uid != os.geteuid():
+            return
+        if os.geteuid() != 0:
+            if st.st_mode & 0o777 != 0o700:
+                root.chmod(0o700)
+            return
+        gid = server_user().gid
+        if st.st_gid != gid:
+            os.chown(root, 0, gid)
+        if st.st_mode & 0o777 != 0o750:
+            root.chmod(0o750)
+
+
+def _me() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def share_folder(folder: Path) -> None:
+    """As root, make `folder` 0755 (servers run as another user) when it is not yet and can be changed."""
+    if os.geteuid() != 0:
+        return
+    with contextlib.suppress(OSError):  # a read-only cache: what is in it must already be readable
+        if folder.stat().st_mode & 0o7777 != 0o755:
+            folder.chmod(0o755)
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why this user cannot create `folder` or files in it (checked at its nearest existing parent), else None."""
+    probe = folder
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    if os.access(probe, os.W_OK | os.X_OK):
+        return None
+    with contextlib.suppress(OSError):
+        if os.statvfs(probe).f_flag & os.ST_RDONLY:
+            return f"{probe} is on a read-only file system"
+    return f"{probe} is not writable for {_me()}"
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock across processes (two runs or xdist workers filling one cache).
+
+    Only needed to write into the cache; a lock file that cannot be made is a ProvisionError
+    naming it (a cache that is read-only for this user cannot be filled).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 (closed below, after the lock is released)
+    except OSError as exc:
+        why = unwritable(path.parent) or exc.strerror or str(exc)
+        raise ProvisionError(
+            f"cannot create the lock file {path} to write into the cache ({why}): "
+            "make that folder writable for this user or set LEAKCHECK_CACHE to a folder it can write"
+        ) from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def make_world_readable(root: Path) -> None:
+    """Let every user read the files and enter the folders under `root` (servers may run as another user)."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                mode = path.stat().st_mode
+                path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
+
+
+class PortClash(StartError):
+    """Another process took the port between free_port() and the server's bind."""
+
+
+def start_retrying_port_clash(start: Callable[[], None], stop: Callable[[], None], attempts: int) -> None:
+    """Run `start`; when it raises PortClash, `stop` and try again, `attempts` times in all."""
+    for attempt in range(1, attempts + 1):
+        try:
+            start()
+            return
+        except PortClash:
+            stop()
+            if attempt == attempts:
+                raise
+
+
+@dataclass(frozen=True)
+class ServerUser:
+    """Who runs postgres and pgbouncer: ourselves, or an unprivileged user when we are root."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @property
+    def is_self(self) -> bool:
+        return self.uid == os.geteuid()
+
+    def chown(self, path: Path) -> None:
+        if not self.is_self:
+            os.chown(path, self.uid, self.gid)
+
+    def write_private(self, path: Path, text: str) -> None:
+        """Write a file only the server user may read (it holds passwords), owned by that user."""
+        path.touch(0o600)
+        path.chmod(0o600)
+        path.write_text(text)
+        self.chown(path)
+
+    def chown_tree(self, root: Path) -> None:
+        """chown -R (links themselves, never their targets) when the server user is not ourselves."""
+        if self.is_self:
+            return
+        os.lchown(root, self.uid, self.gid)
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
+
+    def popen_ids(self) -> tuple[int | None, int | None, list[int] | None]:
+        """(user, group, extra_groups) for subprocess: switch to this user, or keep ourselves."""
+        if self.is_self:
+            return None, None, None
+        return self.uid, self.gid, []
+
+
+def unreadable_by(user: ServerUser, paths: list[str], execute: bool = True) -> list[str]:
+    """Which of `paths` `user` cannot read (and enter or run, with `execute`), asked of that very
+    user, so the kernel answers (modes, ACLs, every folder above); none when it is ourselves."""
+    if user.is_self or not paths:
+        return []
+    script = 'm=$1; shift; for p do [ -r "$p" ] && { [ "$m" = r ] || [ -x "$p" ]; } || printf "%s\\n" "$p"; done'
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", "rx" if execute else "r", *paths], user=uid, group=gid,
+            extra_groups=groups, cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+            timeout=30, check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"cannot run a check as the server user {user.name} ({exc}); set LEAKCHECK_RUN_AS") from None
+    if done.returncode != 0:
+        raise UsageError(f"cannot run a check as the server user {user.name} (exit {done.returncode}: "
+                         f"{' '.join(done.stderr.split())[:160]}); set LEAKCHECK_RUN_AS")
+    return [line for line in done.stdout.splitlines() if line]
+
+
+def server_user() -> ServerUser:
+    """$LEAKCHECK_RUN_AS, else `postgres`, else `nobody` when root; else the current user.
+
+    $LEAKCHECK_RUN_AS (blank: unset) must name an existing user other than root, whoever runs
+    leakcheck: a typo is a one-line UsageError, never a surprise later.
+    """
+    wanted = os.environ.get("LEAKCHECK_RUN_AS", "").strip()
+    chosen = _run_as(wanted) if wanted else None
+    if os.geteuid() != 0:
+        try:
+            entry = pwd.getpwuid(os.geteuid())
+        except KeyError:  # an arbitrary uid without a passwd entry (some containers)
+            return ServerUser(str(os.geteuid()), os.geteuid(), os.getegid())
+        return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+    if chosen is not None:
+        return chosen
+    for name in ["postgres", "nobody"]:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if entry.pw_uid != 0:
+            return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+    raise UsageError(
+        "running as root, leakcheck needs an unprivileged user for postgres/pgbouncer "
+        "but found none of: postgres, nobody; create one or set LEAKCHECK_RUN_AS=<user>"
+    )
+
+
+def _run_as(wanted: str) -> ServerUser:
+    """The user $LEAKCHECK_RUN_AS names (a name or a numeric uid), which must exist and not be root."""
+    try:
+        entry = pwd.getpwuid(int(wanted)) if wanted.isascii() and wanted.isdigit() else pwd.getpwnam(wanted)
+    except (KeyError, ValueError, OverflowError):
+        raise UsageError(
+            f"LEAKCHECK_RUN_AS={wanted!r} is not a user on this machine; create it (useradd --system {wanted}) "
+            "or set LEAKCHECK_RUN_AS to an existing unprivileged user such as postgres or nobody"
+        ) from None
+    if entry.pw_uid == 0:
+        raise UsageError(
+            f"LEAKCHECK_RUN_AS={wanted!r} is root (uid 0), but postgres and pgbouncer refuse to run as root; "
+            "set LEAKCHECK_RUN_AS to an unprivileged user such as postgres or nobody"
+        )
+    return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+_PR_SET_PDEATHSIG = 1
+#: Loaded once, in the parent: a forked child then calls prctl without dlopen (and its loader lock).
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> None:
+    """preexec_fn: the child gets `sig` (SIGKILL unless a server cleans up better on another, such as
+    pgpool-II's fast shutdown on SIGINT) if leakcheck dies without cleaning up (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig))

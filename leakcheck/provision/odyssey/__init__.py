@@ -1,0 +1,1 @@
+"""Odyssey: odyssey.conf and one Odyssey process in front of one PostgreSQL."""

@@ -1,0 +1,131 @@
+"""PgBouncer's admin console (both backends): readiness, and resetting a pool between probes.
+
+The console speaks the simple query protocol only and takes no `options` (so no statement_timeout):
+a command is sent with libpq's PQsendQuery and its answer awaited on the connection's socket with a
+deadline (CONSOLE_TIMEOUT). A console that does not answer in time (a pooler stopped with SIGSTOP,
+or hung) is a StartError naming it, and the connection is closed: nothing waits on it for ever.
+A wait in Python's select() also lets a Ctrl-C or SIGTERM through at once, which PQexec does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import time
+from typing import Any
+
+import psycopg
+from psycopg.pq import ExecStatus
+from psycopg.pq.abc import PGresult
+
+from leakcheck.model.errors import StartError, one_line
+from leakcheck.provision.base import DBNAME, Endpoint
+
+#: Seconds a console command may take (they answer in milliseconds); connecting has CONNECT_TIMEOUT.
+CONSOLE_TIMEOUT = 5.0
+CONNECT_TIMEOUT = 3
+
+
+def query_postgres(endpoint: Endpoint) -> None:
+    with psycopg.connect(endpoint.conninfo(), autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+        execute(conn, "SELECT 1", f"PostgreSQL at {endpoint.host}:{endpoint.port}")
+
+
+def connect(endpoint: Endpoint) -> psycopg.Connection[Any]:
+    """The admin console as the admin user (the run's superuser role), with its password."""
+    return psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+
+
+def execute(conn: psycopg.Connection[Any], command: str, console: str = "PgBouncer's admin console",
+            timeout: float = CONSOLE_TIMEOUT) -> list[dict[str, str]]:
+    """A command on a pooler's console (simple query protocol only); its rows as dicts. No answer
+    within `timeout` seconds: the connection is closed and a StartError names the console."""
+    result = _answer(conn, command, console, timeout)
+    if result.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
+        message = (result.error_message or b"").decode(errors="replace")
+        raise StartError(f"{console} refused {command!r}: {one_line(message)}")
+    names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
+    return [
+        {name: (result.get_value(row, col) or b"").decode() for col, name in enumerate(names)}
+        for row in range(result.ntuples)
+    ]
+
+
+def _answer(conn: psycopg.Connection[Any], command: str, console: str, timeout: float) -> PGresult:
+    """The last result of `command`, awaited on the socket until the deadline."""
+    pgconn, deadline = conn.pgconn, time.monotonic() + timeout
+    pgconn.send_query(command.encode())
+    results: list[PGresult] = []
+    while True:
+        pgconn.consume_input()
+        while not pgconn.is_busy():
+            result = pgconn.get_result()
+            if result is None:
+                if not results:
+                    raise StartError(f"{console} gave no result for {command!r}")
+                return results[-1]
+            results.append(result)
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([pgconn.socket], [], [], left)[0]:
+            where = f"{conn.info.host}:{conn.info.port}"
+            conn.close()
+            raise StartError(f"{console} at {where} did not answer {command!r} within {timeout:g} s: "
+                             "it stopped answering (stopped or hung)")
+
+
+def show_version(endpoint: Endpoint) -> str:
+    """PgBouncer's SHOW VERSION, e.g. 'PgBouncer 1.24.1'."""
+    with connect(endpoint) as conn:
+        rows = execute(conn, "SHOW VERSION")
+    return next(iter(rows[0].values())) if rows else ""
+
+
+def show_config(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """PgBouncer's SHOW CONFIG: the value it runs with, by key."""
+    return {row["key"]: row["value"] for row in execute(conn, "SHOW CONFIG")}
+
+
+def check_config(endpoint: Endpoint, expected: dict[str, str], ini: str) -> None:
+    """SHOW CONFIG shows each of `expected` (leakcheck's HARNESS_KEYS values), else a one-line
+    StartError naming the first key that differs: the caller stops that PgBouncer."""
+    try:
+        with connect(endpoint) as conn:
+            shown = show_config(conn)
+    except psycopg.Error as exc:
+        raise StartError(f"could not read SHOW CONFIG of PgBouncer at port {endpoint.port} ({one_line(exc, 160)})"
+                         ) from None
+    for key, want in expected.items():
+        if shown.get(key) != want:
+            raise StartError(
+                f"PgBouncer started from {ini} runs with {key} = {shown.get(key)!r} (SHOW CONFIG), not leakcheck's "
+                f"{want!r}: stopped it; the ini reached PgBouncer otherwise than leakcheck wrote it, report this")
+
+
+def answers(endpoint: Endpoint) -> str | None:
+    """None when the admin console answers SHOW VERSION, else why not (for wait_until)."""
+    try:
+        show_version(endpoint)
+        return None
+    except (psycopg.Error, StartError) as exc:
+        return one_line(exc, 160)
+
+
+def reset_pool(endpoint: Endpoint, conn: psycopg.Connection[Any] | None = None, timeout: float = 5.0) -> None:
+    """Close every server (and client) connection of the database (KILL), let clients in again
+    (RESUME), and wait until PgBouncer holds no server connection for it: the next probe starts
+    from fresh server connections (the runner also checks that no server identity comes back).
+    `conn`: an open admin console connection to reuse (KILL never closes those)."""
+    try:
+        with contextlib.ExitStack() as stack:
+            console = conn if conn is not None else stack.enter_context(connect(endpoint))
+            execute(console, f"KILL {DBNAME}")
+            execute(console, f"RESUME {DBNAME}")
+            deadline = time.monotonic() + timeout
+            while any(row.get("database") == DBNAME for row in execute(console, "SHOW SERVERS")):
+                if time.monotonic() > deadline:
+                    raise StartError(f"PgBouncer at port {endpoint.port} still holds server connections after KILL")
+                time.sleep(0.002)
+    except psycopg.Error as exc:
+        raise StartError(
+            f"could not reset PgBouncer's pool at {endpoint.host}:{endpoint.port} ({one_line(exc, 160)})"
+        ) from None

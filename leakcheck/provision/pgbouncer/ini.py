@@ -1,0 +1,144 @@
+"""Render pgbouncer.ini and its auth file (pure; both backends use this one renderer).
+
+The ini is the team's own (`--bouncer-ini`, parsed by team_ini.py) or an empty one, plus the
+settings axes of the cell (`--bouncer-set`), with only what the harness must control set by
+leakcheck: where it listens, the one database entry pointing at the test server, the pool mode
+and size, auth for the run's roles, log/pid/socket paths (`HARNESS_KEYS`). Every other setting
+stays at the team's value, else the version's default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from leakcheck.model.target import Setting
+from leakcheck.provision.pgbouncer.team_ini import Item, Section, TeamIni, line_of
+
+
+class PoolMode(StrEnum):
+    """PgBouncer's pool_mode values."""
+
+    TRANSACTION = "transaction"
+    SESSION = "session"
+    STATEMENT = "statement"
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """What a probe asks of the pooler: the pool mode and size. Everything else comes from the
+    cell's settings axes, the team's ini, or the version's default."""
+
+    mode: PoolMode = PoolMode.TRANSACTION
+    pool_size: int = 1
+
+
+@dataclass(frozen=True)
+class BouncerLayout:
+    """Where one PgBouncer listens, logs and finds its server."""
+
+    listen_port: int
+    server_host: str
+    server_port: int
+    dbname: str
+    user: str
+    auth_file: str
+    logfile: str
+    pidfile: str
+    unix_socket_dir: str = ""
+    listen_addr: str = "127.0.0.1"
+    #: clients and the admin console need the run's password (md5: a challenge of one hash; SCRAM would
+    #: stretch the 192-bit random password 4096 times per connection, protecting nothing)
+    auth_type: str = "md5"
+
+
+#: [pgbouncer] keys leakcheck sets itself, whatever the team's ini or --bouncer-set say (each says why).
+HARNESS_KEYS: dict[str, str] = {
+    "listen_addr": "leakcheck listens on 127.0.0.1 only",
+    "listen_port": "a free port of this run",
+    "unix_socket_dir": "no Unix socket outside the run's folder",
+    "auth_type": "the run's roles log in with per-run passwords",
+    "auth_file": "the run's roles and passwords",
+    "admin_users": "the run's superuser resets the pool between probes",
+    "logfile": "the run's folder",
+    "pidfile": "the run's folder",
+    "pool_mode": "transaction for the probes (unless set), session for the control",
+    "default_pool_size": "a pool of one makes both clients share a server (two for the *_moved probes)",
+    "min_pool_size": "no server connection opened ahead of a client",
+    "reserve_pool_size": "no extra server connection",
+}
+#: [pgbouncer] keys dropped from a team's ini: they would send logins, auth or the process elsewhere.
+DROPPED_KEYS: dict[str, str] = {
+    "auth_hba_file": "auth is the run's passwords",
+    "auth_ident_file": "auth is the run's passwords",
+    "auth_user": "auth is the run's passwords (no auth_query against the test server)",
+    "auth_query": "auth is the run's passwords",
+    "auth_dbname": "auth is the run's passwords",
+    "user": "PgBouncer runs as leakcheck's server user",
+    "server_tls_sslmode": "the test server speaks no TLS",
+}
+#: Keys a user may not make matrix axes (`--bouncer-set`) because leakcheck sets or drops them.
+RESERVED = frozenset(HARNESS_KEYS) - {"pool_mode"} | frozenset(DROPPED_KEYS)
+
+
+def harness_values(settings: PoolSettings, layout: BouncerLayout) -> dict[str, str]:
+    """leakcheck's value of each HARNESS_KEYS key: what the ini says and SHOW CONFIG must show."""
+    if settings.pool_size < 1:
+        raise ValueError(f"pool_size must be at least 1, got {settings.pool_size}")
+    return {
+        "listen_addr": layout.listen_addr,
+        "listen_port": str(layout.listen_port),
+        "unix_socket_dir": layout.unix_socket_dir,
+        "auth_type": layout.auth_type,
+        "auth_file": layout.auth_file,
+        "admin_users": layout.user,
+        "logfile": layout.logfile,
+        "pidfile": layout.pidfile,
+        "pool_mode": settings.mode.value,
+        "default_pool_size": str(settings.pool_size),
+        "min_pool_size": "0",
+        "reserve_pool_size": "0",
+    }
+
+
+def render_ini(
+    settings: PoolSettings, layout: BouncerLayout, extra: Sequence[Setting] = (), team: TeamIni | None = None
+) -> str:
+    """The whole pgbouncer.ini: the team's sections (if any) with the harness's keys, one database,
+    password auth, the cell's settings axes and the probe's pool settings. One [pgbouncer] header,
+    and no team line can make another (team_ini reads it as PgBouncer does: keys are letters,
+    digits and _.-*, values hold no newline)."""
+    harness = harness_values(settings, layout)
+    axes = [(k, v) for k, v in extra if k != "pool_mode"]  # the mode reaches us as settings.mode
+    controlled = set(harness) | set(DROPPED_KEYS) | {k for k, _ in axes}
+    team_keys: list[Item] = [(k, v) for k, v in (team.section("pgbouncer") if team else ()) if k not in controlled]
+    if "max_client_conn" not in {k for k, _ in [*team_keys, *axes]}:
+        team_keys.append(("max_client_conn", "100"))
+    lines = [
+        "[databases]",
+        # No user= here: each client's own role logs in to the server (one pool per role).
+        f"{layout.dbname} = host={layout.server_host} port={layout.server_port} dbname={layout.dbname}",
+        "",
+        "[pgbouncer]",
+        *(line_of(item) for item in [*harness.items(), *team_keys, *axes]),
+        "",
+    ]
+    for section in team.kept_sections() if team else ():
+        lines += _section(section)
+    return "\n".join(lines)
+
+
+def _section(section: Section) -> list[str]:
+    return [f"[{section.name}]", *(line_of(item) for item in section.items), ""]
+
+
+def render_auth_file(credentials: tuple[tuple[str, str], ...]) -> str:
+    """auth_file lines, `"user" "password"`: PgBouncer checks clients with them (md5, see
+    BouncerLayout.auth_type) and logs in to PostgreSQL with them (SCRAM, as the server asks). Keep
+    the file readable by the server user only."""
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"'
+
+    return "".join(f"{quoted(user)} {quoted(password)}\n" for user, password in credentials)

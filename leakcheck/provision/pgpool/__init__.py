@@ -1,0 +1,1 @@
+"""pgpool-II: its configuration files and one pgpool-II process in front of one PostgreSQL."""

@@ -1,0 +1,1 @@
+"""PostgreSQL: its binaries, one server per run from a cached template, the probes' roles and objects."""

@@ -1,0 +1,354 @@
+"""One PostgreSQL server for a run: an initdb template cached per version, copied and started per run."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Self
+
+import psycopg
+from psycopg import sql
+
+from leakcheck.model.errors import StartError
+from leakcheck.model.versions import Version
+from leakcheck.provision.base import DBNAME, USER, Endpoint, new_credentials
+from leakcheck.provision.host.owner import create, fresh_name
+from leakcheck.provision.host.process import ServerProcess, exit_reason
+from leakcheck.provision.host.strays import remove_folder, stop_servers_in
+from leakcheck.provision.host.system import (
+    PortClash,
+    ServerUser,
+    die_with_parent,
+    file_lock,
+    free_port,
+    start_retrying_port_clash,
+    unwritable,
+)
+from leakcheck.provision.host.sysv_shm import recorded_segment, remove_when_unused
+from leakcheck.provision.postgres import fixtures
+from leakcheck.provision.postgres.binaries import PgInstall
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+READY_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+#: TCP needs a password (SCRAM); the Unix socket, in a folder only the server user may enter, trusts.
+#: 1 MB WAL segments: a data copy per run is 15 MB smaller (and so faster) than with the default 16 MB.
+_INITDB = ("--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--wal-segsize=1")
+#: A template's name changes when what initdb or fixtures.py put in it changes.
+_TEMPLATE_ID = hashlib.sha256(" ".join((*_INITDB, fixtures.FINGERPRINT)).encode()).hexdigest()[:10]
+#: dynamic_shared_memory_type=mmap: parallel query's shared memory lives in the data dir (pg_dynshmem),
+#: removed with it, instead of /dev/shm/PostgreSQL.* segments a killed server would leave behind.
+_SETTINGS = (
+    "fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=100",
+    "dynamic_shared_memory_type=mmap",
+)
+
+
+def _child_env() -> dict[str, str]:
+    """Our environment without PG* variables, which would redirect initdb or postgres."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
+class _Postmaster:
+    """A `postgres` on a data directory, on a free port; `stop()` is safe at any point."""
+
+    def __init__(
+        self, install: PgInstall, user: ServerUser, data: Path, rundir: Path, dbname: str, log: str
+    ) -> None:
+        self.install, self.user, self.data, self.rundir, self.dbname = install, user, data, rundir, dbname
+        self.log = rundir / log
+        self.port = 0
+        self._process: ServerProcess | None = None
+
+    def start(self) -> None:
+        """Start on a free port and wait until the superuser can run `SELECT 1` on its socket."""
+        self.port = free_port()
+        argv = [str(self.install.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port),
+                "-c", f"listen_addresses={HOST}", "-k", str(self.rundir / "sock")]
+        for setting in _SETTINGS:
+            argv += ["-c", setting]
+        what = f"PostgreSQL {self.install.version} ({self.install.bindir / 'postgres'})"
+        # SIGINT: PostgreSQL's fast shutdown.
+        self._process = ServerProcess(what, argv, self.user, self.rundir, self.log, env=_child_env(),
+                                      stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT)
+        self._process.start(self._answers, READY_TIMEOUT, "Is the machine overloaded?")
+
+    def _answers(self) -> str | None:
+        try:
+            with self.admin(self.dbname, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return None
+        except psycopg.OperationalError as exc:
+            return (str(exc).strip().splitlines() or ["?"])[0]
+
+    def admin(self, dbname: str, connect_timeout: int = 10) -> psycopg.Connection[Any]:
+        """The superuser on the server's Unix socket: trust, in a folder only the server user (and
+        root) may enter. Over TCP every role needs its password."""
+        return psycopg.connect(host=str(self.rundir / "sock"), port=self.port, user=USER, dbname=dbname,
+                               connect_timeout=connect_timeout, autocommit=True)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+
+    def exit_code(self) -> int | None:
+        """Its exit code once it ended (negative: the signal that ended it), else None."""
+        return self._process.exit_code() if self._process is not None else None
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+def _initdb(install: PgInstall, user: ServerUser, data: Path, rundir: Path) -> None:
+    argv = [
+        str(install.bindir / "initdb"),
+        "-D",
+        str(data),
+        "-U",
+        USER,
+        *_INITDB,
+        "--no-sync",
+    ]
+    uid, gid, groups = user.popen_ids()
+    done = subprocess.run(
+        argv,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=rundir,
+        env=_child_env(),
+        user=uid,
+        group=gid,
+        extra_groups=groups,
+        timeout=300,
+        preexec_fn=die_with_parent,
+    )
+    if done.returncode != 0:
+        raise StartError.with_log(
+            f"initdb of PostgreSQL {install.version} ({install.bindir})",
+            f"exit code {done.returncode}",
+            done.stdout + done.stderr,
+            f"It ran as user {user.name}; that user must be able to read the binaries.",
+        )
+
+
+def _create_objects(server: _Postmaster) -> None:
+    """The database, then the roles and objects the probes use (fixtures.py)."""
+    ident = sql.Identifier
+    with server.admin("postgres") as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(ident(DBNAME), ident(USER)))
+    with server.admin(DBNAME) as conn:
+        fixtures.apply(conn)
+
+
+def _build_template(install: PgInstall, user: ServerUser, data: Path, rundir: Path) -> Path:
+    """initdb into `data` (its parent must exist and belong to the server user), then fixtures."""
+    _initdb(install, user, data, rundir)
+    server = _Postmaster(install, user, data, rundir, "postgres", "template.log")
+    try:
+        server.start()
+        _create_objects(server)
+    finally:
+        server.stop()
+    return data
+
+
+def _runs_as(install: PgInstall, user: ServerUser) -> bool:
+    """Whether `postgres --version` runs as the server user (else a start failure is the binary's)."""
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run([str(install.bindir / "postgres"), "--version"], stdin=subprocess.DEVNULL,
+                              capture_output=True, env=_child_env(), user=uid, group=gid, extra_groups=groups,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def discard_template(template: Path) -> None:
+    """Remove a cached template (under its build lock), so the next ensure_template builds it anew."""
+    with file_lock(template.parent / f".{template.name.split('-')[0]}.lock"):
+        if template.exists():
+            doomed = template.with_name(f".build-{template.name}-discarded")
+            shutil.rmtree(doomed, ignore_errors=True)
+            os.rename(template, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+
+def ensure_template(install: PgInstall, cache: Path, user: ServerUser, rundir: Path) -> Path:
+    """cache/templates/<version>: an initialised data dir with our database and roles (built once)."""
+    root = cache / "templates"
+    target = root / f"{install.version}-{_TEMPLATE_ID}"
+    if (target / "PG_VERSION").is_file():  # it appears only by rename, so it is complete
+        return target
+    why = unwritable(root)
+    if why is not None:  # a read-only cache: a template for this run only, in the run's own folder
+        log.info(f"the cache has no PostgreSQL {install.version} template and cannot take one ({why}); "
+                 "initialising one for this run only ...")
+        return _build_template(install, user, rundir / "template", rundir)
+    root.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        root.chmod(0o755)  # the server user builds inside it
+    with file_lock(root / f".{install.version}.lock"):
+        if (target / "PG_VERSION").is_file():
+            return target
+        log.info(f"initialising a PostgreSQL {install.version} template in {target} (once) ...")
+        build = Path(tempfile.mkdtemp(prefix=f".build-{install.version}-", dir=root))
+        try:
+            user.chown(build)
+            data = _build_template(install, user, build / "data", rundir)
+            if target.exists():
+                shutil.rmtree(target)
+            os.rename(data, target)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+    return target
+
+
+class PgServer:
+    """A context manager running one PostgreSQL on 127.0.0.1 for the whole run.
+
+    Entering copies the cached template into a fresh temp dir and starts `postgres` there;
+    leaving (always, also after a failed enter) stops it and removes the temp dir.
+    """
+
+    host = HOST
+
+    def __init__(self, install: PgInstall, cache: Path, user: ServerUser) -> None:
+        self.install, self.cache, self.user = install, cache, user
+        self.port = 0
+        self.tmpdir: Path | None = None
+        self._server: _Postmaster | None = None
+        self._last_log = ""
+        self._template: Path | None = None
+        self.credentials = new_credentials(USER, fixtures.APP_ROLE)
+
+    @property
+    def version(self) -> Version:
+        return self.install.version
+
+    def endpoint(self) -> Endpoint:
+        """The superuser over TCP, with every role's password for this run."""
+        return Endpoint(self.host, self.port, credentials=self.credentials)
+
+    def down(self) -> str | None:
+        """Why it no longer serves (its postmaster ended during the run), else None."""
+        code = self._server.exit_code() if self._server is not None else None
+        if code is None:
+            return None
+        tail = "\n".join(self.log_text().strip().splitlines()[-5:])
+        return (f"PostgreSQL {self.version} at {HOST}:{self.port} is not running: {exit_reason(code)} during "
+                f"the run; its log ends:\n{tail}")
+
+    def log_text(self) -> str:
+        """The server's log so far (kept after exit)."""
+        return self._server.log_text() if self._server and self.tmpdir else self._last_log
+
+    def __enter__(self) -> Self:
+        try:
+            self.stage()
+            self.copy()
+            self.launch()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    # The three steps of entering, apart so that a run can copy several servers' data at once
+    # (NativeBackend.warm). stage() and launch() fork, so they belong to the main thread.
+
+    def stage(self) -> None:
+        """Its temp dir (marked: a later run sweeps it if we are killed), and its template."""
+        self.tmpdir = fresh_name(f"leakcheck-pg{self.version}-")
+        create(self.tmpdir)
+        (self.tmpdir / "sock").mkdir()
+        self.user.chown_tree(self.tmpdir)
+        self._template = ensure_template(self.install, self.cache, self.user, self.tmpdir)
+
+    def copy(self) -> None:
+        """The template into a fresh data dir (no fork: safe in a thread)."""
+        assert self.tmpdir is not None and self._template is not None
+        data = self.tmpdir / "data"
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.copytree(self._template, data, symlinks=True)
+        self.user.chown_tree(data)
+        data.chmod(0o700)
+
+    def launch(self) -> None:
+        """Start postgres on the copied data; a cached template that does not start is damaged:
+        it is built again, once."""
+        assert self._template is not None
+        try:
+            self._launch()
+        except StartError as exc:
+            template = self._template
+            if not template.is_relative_to(self.cache) or not _runs_as(self.install, self.user):
+                raise  # not the template's fault
+            first = (str(exc).splitlines() or ["?"])[0]
+            log.info(f"the cached PostgreSQL {self.version} template {template} did not start ({first}); "
+                     "rebuilding it")
+            discard_template(template)
+            assert self.tmpdir is not None
+            self._template = ensure_template(self.install, self.cache, self.user, self.tmpdir)
+            self.copy()
+            self._launch()
+        except BaseException:
+            if self.tmpdir is not None:
+                stop_servers_in(self.tmpdir)  # one a signal hid from us during Popen
+            raise
+
+    def _launch(self) -> None:
+        assert self.tmpdir is not None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        data, rundir = self.tmpdir / "data", self.tmpdir
+
+        def start() -> None:
+            self._server = _Postmaster(self.install, self.user, data, rundir, DBNAME, "postgres.log")
+            self._server.start()
+
+        def stop() -> None:
+            if self._server is not None:
+                self._server.stop()
+
+        try:
+            start_retrying_port_clash(start, stop, attempts=2)
+        except PortClash:
+            assert self._server is not None
+            raise StartError.with_log(
+                f"PostgreSQL {self.version}", "another process took its port, twice",
+                self._server.log_text(), "Run again.",
+            ) from None
+        assert self._server is not None
+        self.port = self._server.port
+        with self._server.admin(DBNAME) as conn:
+            fixtures.set_passwords(conn, self.credentials)
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop it, then remove its folder and the shared memory segment a postmaster that did not shut
+        down cleanly (killed) left: once its backends are gone (stopped too), nothing holds it."""
+        segment = recorded_segment(self.tmpdir / "data" / "postmaster.pid") if self.tmpdir is not None else None
+        try:
+            if self._server is not None:
+                self._server.stop()
+        finally:
+            if self._server is not None and self.tmpdir is not None:
+                self._last_log = self._server.log_text()
+            if self.tmpdir is not None:
+                remove_folder(self.tmpdir)
+                self.tmpdir = None
+            if segment is not None:
+                remove_when_unused(segment)

@@ -1,0 +1,42 @@
+"""Finding Odyssey and pgpool-II: a given path, the cache, an installed one, then Debian's binary packages.
+
+A Debian package is fetched with leakcheck's private apt set-up (debian.py) together with the
+library packages it needs, extracted into cache/<program>/<exact version>/root and run through that
+tree's own loader (bouncer_build.unpack_debs/loader_argv), so a sid build runs on bookworm. The
+exact version is always the one the binary itself reports. Reachable here (Debian's archive):
+Odyssey 1.5.2 (sid), pgpool-II 4.3.5 (bookworm), 4.6.1 (trixie), 4.7.3 (sid).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from leakcheck.model.versions import Spec, Version
+from leakcheck.provision.base import Binary
+from leakcheck.provision.sources.debian_programs import from_debian
+from leakcheck.provision.sources.program_cache import resolve_in_store
+from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL, Program
+
+
+def resolve_odyssey(spec: Spec, cache: Path, option: str = "--odyssey") -> Binary:
+    """An odyssey of the version `spec` asks for (1.5 -> 1.5.2), or at its path."""
+    return resolve_packaged(ODYSSEY, spec, cache, option)
+
+
+def resolve_pgpool(spec: Spec, cache: Path, option: str = "--pgpool") -> Binary:
+    """A pgpool of the version `spec` asks for (4.3 -> 4.3.5), or at its path."""
+    return resolve_packaged(PGPOOL, spec, cache, option)
+
+
+def resolve_packaged(program: Program, spec: Spec, cache: Path, option: str) -> Binary:
+    """`program` at spec's path, else of spec's version from the cache, the machine or Debian;
+    ProvisionError listing every attempt. Every binary is checked by running it (`--version`)."""
+    hint = (
+        f"{program.title} comes from Debian's {program.package} package here; "
+        f"or give the path of {program.a_binary} (e.g. {program.example_path})"
+    )
+
+    def debian(wanted: Version, store: Path, attempts: list[str]) -> Binary | None:
+        return from_debian(program, wanted, store, attempts)
+
+    return resolve_in_store(program, spec, cache, option, [debian], hint)

@@ -1,0 +1,167 @@
+"""Independent cells at the same time, each probe still on fresh server connections.
+
+A lane is everything that shares one pooler process (or, for the direct and shared routes, one
+PostgreSQL and driver): its probes run one after another, in the order pytest will report them;
+lanes run side by side in threads, as many as `jobs`. Servers and poolers are started up front,
+from the main thread (a fork from a thread is not safe with PDEATHSIG's preexec hook), and
+pytest's items then take their outcomes in pytest's own order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Outcome, ServerId, Target, Verdict
+from leakcheck.probes.base import Probe
+from leakcheck.provision.base import Backend
+from leakcheck.run import signals
+from leakcheck.run.runner import is_running_pooler, pool_settings, pooler_lane, run_probe
+
+LaneKey = tuple[object, ...]
+#: Seconds a stopped run waits for its lanes' running probes before it stops the servers under them.
+CLOSE_GRACE = 2.0
+Work = tuple[Probe, Target]
+
+#: The most probe runs one matrix may collect (the full native matrix is 1,728): more is a usage
+#: error that says to split the matrix, never a run that starts without a word.
+MAX_RUNS = 5000
+#: The most pooler processes one run starts for one PostgreSQL version. Every lane's pooler starts
+#: up front and runs to the end, each with server connections of that PostgreSQL's 100
+#: (max_connections, pg_server.py); the full native matrix starts 42 per version.
+MAX_POOLERS_PER_PG = 64
+_SPLIT = ("split it: fewer --pg, pooler versions, settings axes or drivers per run (or one matrix file "
+          "per pooler), and join the runs' --results with `leakcheck merge`")
+
+
+def check_capacity(work: Sequence[Work]) -> None:
+    """A one-line UsageError, before any server starts, when the matrix is larger than one run holds."""
+    if len(work) > MAX_RUNS:
+        raise UsageError(f"the matrix has {len(work)} probe runs, more than the {MAX_RUNS} one run takes; {_SPLIT}")
+    poolers: dict[object, set[LaneKey]] = {}
+    for probe, target in work:
+        if pool_settings(probe, target) is not None and not is_running_pooler(target):
+            poolers.setdefault(target.pg, set()).add(lane_of(probe, target))
+    for pg, lanes in poolers.items():
+        if len(lanes) > MAX_POOLERS_PER_PG:
+            raise UsageError(f"the matrix needs {len(lanes)} pooler processes on PostgreSQL {pg}, more than the "
+                             f"{MAX_POOLERS_PER_PG} one server holds (each keeps server connections); {_SPLIT}")
+
+
+def default_jobs() -> int:
+    """Four lanes per core, at most 8: a lane spends most of its time waiting for its servers
+    (measured on 2 cores: 2 lanes 21 s, 4 lanes 18 s, 8 lanes 17 s, 12 or 16 lanes no better)."""
+    return max(1, min(8, 4 * (os.cpu_count() or 1)))
+
+
+def lane_of(probe: Probe, target: Target) -> LaneKey:
+    """Runs that share a pooler process share a lane; every run through a running pooler (--pooled-dsn)
+    shares one lane, whatever its driver: its server connections are the same for all of them."""
+    if is_running_pooler(target):
+        return ("running pooler", target.pooler)
+    return (target.pg, target.pooler, target.route, target.driver, pool_settings(probe, target))
+
+
+class Lanes:
+    """Runs `work` in lanes; `result()` waits for one outcome."""
+
+    def __init__(self, backend: Backend, jobs: int, name: Callable[[Probe, Target], str],
+                 on_test: Callable[[str], None] = lambda _: None) -> None:
+        self.backend, self.jobs, self.name, self.on_test = backend, jobs, name, on_test
+        self._futures: dict[tuple[str, str], Future[Outcome]] = {}
+        self._stop = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._lanes: list[Future[None]] = []
+
+    def start(self, work: Sequence[Work]) -> None:
+        try:
+            self._start(work)
+        except BaseException as exc:  # every test gets this failure, none waits for a lane that never ran
+            for future in self._futures.values():
+                if not future.done():
+                    future.set_exception(exc)
+            raise
+
+    def _start(self, work: Sequence[Work]) -> None:
+        lanes: dict[LaneKey, list[Work]] = {}
+        for probe, target in work:
+            self._futures[self._key(probe, target)] = Future()
+        for probe, target in work:
+            lanes.setdefault(lane_of(probe, target), []).append((probe, target))
+        with signals.deferred():  # servers start whole, or not at all; a stop signal acts right after
+            self._start_together([items[0] for items in lanes.values()])
+            warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
+        self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="leakcheck-lane")
+        for key, items in lanes.items():
+            self._lanes.append(self._pool.submit(self._run_lane, items, warm[key]))
+
+    def result(self, probe: Probe, target: Target) -> Outcome:
+        signals.check()  # a swallowed Ctrl-C ends the run here, at the next test
+        return self._futures[self._key(probe, target)].result()
+
+    def close(self) -> None:
+        """Let no lane start another probe; wait for the running ones, CLOSE_GRACE seconds at most when
+        interrupted (the servers are stopped next, which ends a probe stuck on a hung one), else each
+        bounded by its timeout."""
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            wait(self._lanes, timeout=CLOSE_GRACE if signals.received() else None)
+
+    def _key(self, probe: Probe, target: Target) -> tuple[str, str]:
+        return probe.id, target.test_id(probe.id)
+
+    def _start_together(self, firsts: Sequence[Work]) -> None:
+        """Every lane's servers at once, where the backend can (the native one: see its warm())."""
+        warm = getattr(self.backend, "warm", None)
+        if warm is None:
+            return
+        pgs = [target.pg for _, target in firsts]
+        poolers = []
+        for probe, target in firsts:
+            settings = pool_settings(probe, target)
+            if settings is not None and target.pooler is not None:
+                poolers.append((target.pg, target.pooler, settings, pooler_lane(target)))
+        with contextlib.suppress(Exception):  # only a head start: each lane's warm-up reports failures
+            warm(pgs, poolers)
+
+    def _warm_up(self, first: Work) -> BaseException | None:
+        """Start the lane's servers now, from the main thread; a failure goes to its first test."""
+        probe, target = first
+        self.on_test(self.name(probe, target))
+        settings = pool_settings(probe, target)
+        try:
+            if not is_running_pooler(target):  # a running pooler's PostgreSQL may be out of reach
+                self.backend.postgres(target.pg)
+            if settings is not None:
+                assert target.pooler is not None
+                with self.backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)):
+                    pass
+        except Exception as exc:  # noqa: BLE001 - reported as the first test's error outcome
+            return exc
+        return None
+
+    def _run_lane(self, items: Sequence[Work], failed: BaseException | None) -> None:
+        earlier: set[ServerId] = set()
+        for index, (probe, target) in enumerate(items):
+            future = self._futures[self._key(probe, target)]
+            if self._stop.is_set():
+                future.cancel()
+                continue
+            try:
+                if failed is not None and index == 0:
+                    outcome = _error(probe, target, f"the harness failed: {type(failed).__name__}: {failed}")
+                else:
+                    self.on_test(self.name(probe, target))
+                    outcome = run_probe(self.backend, probe, target, earlier)
+                future.set_result(outcome)
+            except BaseException as exc:  # noqa: BLE001 - never leave pytest waiting
+                future.set_exception(exc)
+
+
+def _error(probe: Probe, target: Target, evidence: str) -> Outcome:
+    return Outcome(probe=probe.id, target=target, verdict=Verdict.ERROR, evidence=evidence, security=probe.security)

@@ -1,0 +1,204 @@
+"""The run: one backend, the resolved targets, every outcome, and how each is judged."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from leakcheck.config.config import Config, PoolerTable
+from leakcheck.drivers.agents import client as agents
+from leakcheck.drivers.clients import driver_version
+from leakcheck.gate.expectations import Expectation, load
+from leakcheck.gate.judge import Judgement, Policy, judge
+from leakcheck.model.axes import combinations
+from leakcheck.model.errors import LeakcheckError
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.verdicts import Outcome, Route, Target
+from leakcheck.model.versions import Spec, Version
+from leakcheck.probes.base import Probe
+from leakcheck.provision.base import Backend
+from leakcheck.provision.pgbouncer import team_ini
+from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS
+from leakcheck.run.failfast import FailFast
+from leakcheck.run.lanes import Lanes, check_capacity, default_jobs
+from leakcheck.run.runner import run_probe
+
+
+def choose_backend(requested: str, pooled_dsn: str | None = None) -> tuple[str, str]:
+    """The backend to use and why (`auto`: containers when a Docker engine answers, else native)."""
+    if pooled_dsn is not None:
+        return "dsn", "--pooled-dsn: a running pooler, nothing started"
+    if requested != "auto":
+        return requested, f"--backend={requested}"
+    try:
+        from leakcheck.provision.containers.engine import connect
+    except ImportError:
+        return "native", "auto: testcontainers is not installed (pip install 'leakcheck[containers]')"
+    try:
+        connect().client.close()
+    except LeakcheckError as exc:
+        return "native", f"auto: {exc}"
+    return "containers", "auto: a Docker engine answered"
+
+
+def make_backend(config: Config) -> Backend:
+    """The backend `config.backend` names (`auto` decided by `choose_backend`)."""
+    if config.pooled_dsn is not None:
+        from leakcheck.provision.external import ExternalBackend
+
+        external: Backend = ExternalBackend(config.pooled_dsn, config.direct_dsn)
+        return external
+    if choose_backend(config.backend)[0] == "containers":
+        from leakcheck.provision.containers.backend import ContainersBackend
+
+        backend: Backend = ContainersBackend(pg_image=config.pg_image, bouncer_image=config.bouncer_image,
+                                             odyssey_image=config.odyssey_image, pgpool_image=config.pgpool_image)
+        return backend
+    from leakcheck.provision.native import NativeBackend
+
+    return NativeBackend()
+
+
+def pooler_cells(tables: Sequence[PoolerTable], resolve: Callable[[PoolerKind, Spec], Version]) -> list[Pooler]:
+    """Each table's versions (resolved) crossed with that table's own axes and ini, in order, once each."""
+    out: list[Pooler] = []
+    for table in tables:
+        for kind, spec in table.poolers:
+            ini = table.ini if kind is PoolerKind.PGBOUNCER and table.ini else ""
+            out += [Pooler(kind, resolve(kind, spec), combo, ini) for combo in combinations(table.axes, kind)]
+    return list(dict.fromkeys(out))
+
+
+@dataclass
+class MatrixRun:
+    config: Config
+    outcomes: list[Outcome] = field(default_factory=list)
+    #: the --expect verdicts, loaded and checked before the run (preflight); loaded on first use if not
+    expected: Mapping[str, Expectation] | None = None
+    _backend: FailFast | None = None
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _choice: tuple[str, str] | None = None
+    _lanes: Lanes | None = None
+
+    @property
+    def choice(self) -> tuple[str, str]:
+        """The backend this run uses and why (decided once)."""
+        if self._choice is None:
+            self._choice = choose_backend(self.config.backend, self.config.pooled_dsn)
+        return self._choice
+
+    @property
+    def why(self) -> str:
+        return f"backend {self.choice[0]} ({self.choice[1]})"
+
+    @property
+    def backend(self) -> Backend:
+        """The run's backend; a server that failed to start is not retried by later tests (FailFast)."""
+        if self._backend is None:
+            chosen = replace(self.config, backend=self.choice[0])
+            self._backend = self._stack.enter_context(FailFast(make_backend(chosen)))
+        return self._backend
+
+    def close(self) -> None:
+        try:
+            if self._lanes is not None:
+                self._lanes.close()
+        finally:
+            try:
+                agents.stop_all()  # the driver agents the lanes reused
+            finally:
+                self._stack.close()
+
+    def start(self, work: Sequence[tuple[Probe, Target]]) -> None:
+        """Run `work` (the selected tests, in pytest's order) in concurrent lanes from now on."""
+        if self._lanes is None and work:
+            failfast = self._failfast() if self._backend is not None else None
+
+            def on_test(name: str) -> None:
+                if failfast is not None:
+                    failfast.current = name
+
+            self._lanes = Lanes(self.backend, self.config.jobs or default_jobs(), _test_name, on_test)
+            self._lanes.start(work)
+
+    def poolers(self) -> list[Pooler]:
+        """Every pooler cell: each --pooler/--bouncer version crossed with its kind's settings axes (a matrix
+        file's: each [[pooler]] table's versions with that table's axes and ini)."""
+        return pooler_cells(self.config.pooler_tables, self.backend.resolve_pooler)
+
+    def targets(self) -> list[Target]:
+        """Resolve every --pg and pooler value (fetching or building as needed)."""
+        if self.config.pooled_dsn is not None:
+            return self._dsn_targets()
+        pgs = list(dict.fromkeys(self.backend.resolve_pg(s) for s in self.config.pg))
+        poolers = self.poolers()
+        drivers = [(d, driver_version(d)) for d in self.config.drivers]
+        out = [Target(pg, p, Route.TRANSACTION, d, v) for pg in pgs for p in poolers for d, v in drivers]
+        if self.config.controls:
+            out += [Target(pg, None, route, d, v) for route in (Route.DIRECT, Route.SHARED)
+                    for pg in pgs for d, v in drivers]
+            # The session control runs each pooler cell in session mode: a pool_mode axis makes no other one.
+            session = list(dict.fromkeys(
+                replace(p, settings=tuple(kv for kv in p.settings if kv[0] != "pool_mode")) for p in poolers))
+            out += [Target(pg, p, Route.SESSION, d, v) for pg in pgs for p in session for d, v in drivers]
+        return out
+
+    def _dsn_targets(self) -> list[Target]:
+        """A running pooler: its PostgreSQL's version as it reports it; controls only with --direct-dsn
+        (there is no session-mode control: leakcheck cannot change that pooler's mode)."""
+        pg = self.backend.resolve_pg(Spec("server"))
+        pooler = Pooler(PoolerKind.DSN, None, config=self.config.dsn_name)
+        drivers = [(d, driver_version(d)) for d in self.config.drivers]
+        out = [Target(pg, pooler, Route.TRANSACTION, d, v) for d, v in drivers]
+        if self.config.controls and self.config.direct_dsn is not None:
+            out += [Target(pg, None, route, d, v) for route in (Route.DIRECT, Route.SHARED) for d, v in drivers]
+        return out
+
+    def items(self) -> list[tuple[str, Probe, Target]]:
+        """Every test of the matrix; a matrix larger than one run holds is a UsageError (lanes.check_capacity)."""
+        out = [(_test_name(probe, target), probe, target) for target in self.targets() for probe in self.config.probes]
+        check_capacity([(probe, target) for _, probe, target in out])
+        return out
+
+    def run(self, probe: Probe, target: Target) -> Outcome:
+        """The outcome of one test: from its lane when started, else measured here and now."""
+        if self._lanes is not None:
+            outcome = self._lanes.result(probe, target)
+        else:
+            backend = self.backend
+            self._failfast().current = _test_name(probe, target)
+            outcome = run_probe(backend, probe, target)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def judge(self, probe: Probe, outcome: Outcome) -> Judgement:
+        """Whether the outcome passes (judge.judge, shared with `leakcheck run` and `leakcheck merge`)."""
+        if self.config.expect is not None and self.expected is None:
+            self.expected = load(self.config.expect)
+        return judge(probe, outcome, self.policy)
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(expected=self.expected, required=self.config.require, update=self.config.update)
+
+    def _failfast(self) -> FailFast:
+        assert self._backend is not None
+        return self._backend
+
+    def describe(self) -> list[str]:
+        """The run header's lines on servers (once started) and on the team's ini (what leakcheck overrode)."""
+        lines = list(self.backend.describe()) if self._backend is not None else []
+        return lines + self.config_lines()
+
+    def config_lines(self) -> list[str]:
+        if self.config.bouncer_ini is None:
+            return []
+        team = team_ini.load(self.config.bouncer_ini)
+        said = team_ini.overrides(team, HARNESS_KEYS, DROPPED_KEYS)
+        return [f"--bouncer-ini {self.config.bouncer_ini}: kept as written except:", *(f"  {line}" for line in said)]
+
+
+def _test_name(probe: Probe, target: Target) -> str:
+    kind = "test_leak" if target.route is Route.TRANSACTION else "test_control"
+    return f"{kind}[{target.test_id(probe.id)}]"

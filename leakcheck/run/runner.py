@@ -1,0 +1,230 @@
+"""Run one probe for one target and turn what it saw into an Outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+
+from leakcheck.drivers.clients import Client, ServerError, connect
+from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
+from leakcheck.model.faults import machine_fault
+from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
+from leakcheck.probes.base import Login, Probe, Scenario
+from leakcheck.provision.base import USER, Backend, Endpoint
+from leakcheck.provision.pgbouncer import team_ini
+from leakcheck.provision.pgbouncer.admin import query_postgres
+from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.provision.postgres.fixtures import APP_ROLE
+from leakcheck.run import running_pooler
+
+#: Seconds one probe may take, connections included, before it is an error.
+PROBE_TIMEOUT = 30.0
+#: Pool size for the session-mode control (two clients each keep a server).
+SESSION_POOL = 2
+
+
+def control_expectation(probe: Probe, route: Route) -> Verdict:
+    """What a control route must measure for this probe: the negative controls (direct sessions,
+    session mode) isolated; the positive control (one shared session) leaks for session state."""
+    if route is Route.SHARED and probe.scope is Scope.SESSION:
+        return Verdict.LEAKS
+    return Verdict.ISOLATED
+
+
+def subject_mode(pooler: Pooler | None) -> PoolMode:
+    """The pool mode probes run in: the cell's pool_mode axis, else the team's ini, else transaction
+    (pgpool-II has no transaction pooling: it runs as it is, in its session mode)."""
+    if pooler is None:
+        return PoolMode.TRANSACTION
+    if pooler.kind is PoolerKind.PGPOOL:
+        return PoolMode.SESSION
+    team = team_ini.load(pooler.config) if pooler.config and pooler.kind is PoolerKind.PGBOUNCER else None
+    given = pooler.setting("pool_mode") or (team.value("pool_mode") if team else None)
+    try:
+        return PoolMode((given or "transaction").strip().lower())
+    except ValueError:
+        return PoolMode.TRANSACTION  # the pooler itself refuses the value when it starts
+
+
+def pooler_lane(target: Target) -> str:
+    """Which of a cell's pooler processes a run uses: one per driver and route (the probes and the
+    session control may ask for the same pool settings, e.g. pgpool-II's only mode)."""
+    return f"{target.driver.value}/{target.route.value}"
+
+
+def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
+    """What the pooler runs with for this probe on this target's route (None: no pooler)."""
+    if target.route is Route.TRANSACTION:
+        mode = subject_mode(target.pooler)
+        # In session mode a pool of one makes B wait for A to leave: give each client its own place.
+        size = probe.pool_size if mode is not PoolMode.SESSION else max(SESSION_POOL, probe.pool_size)
+        return PoolSettings(mode, size)
+    if target.route is Route.SESSION:
+        return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size))
+    return None
+
+
+@contextlib.contextmanager
+def _endpoint(backend: Backend, probe: Probe, target: Target) -> Iterator[Endpoint]:
+    settings = pool_settings(probe, target)
+    if settings is None:
+        yield backend.postgres(target.pg)
+        return
+    assert target.pooler is not None, "a pooled route needs a pooler"
+    with backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)) as endpoint:
+        yield endpoint
+
+
+async def _close(*clients: Client) -> None:
+    for client in clients:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), 5)
+
+
+def is_running_pooler(target: Target) -> bool:
+    """A pooler leakcheck did not start (--pooled-dsn): see running_pooler.py."""
+    return target.route is Route.TRANSACTION and target.pooler is not None and target.pooler.kind is PoolerKind.DSN
+
+
+async def _measure(
+    probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint]
+) -> tuple[Observation, tuple[Proof, ...]]:
+    role = USER if probe.login == Login.SUPERUSER else APP_ROLE
+    where = endpoint.as_user(role)
+    running = is_running_pooler(target)
+    a = await connect(target.driver, "A", where)
+    try:
+        if endpoint.dsn:  # a server the user gave (--pooled-dsn, --direct-dsn): has it what the probe uses?
+            await running_pooler.check_needs(probe, a)
+        if running:
+            await running_pooler.discard(a)
+            b = await running_pooler.share_a_server(a, lambda: connect(target.driver, "B", where))
+        # The positive control: B drives A's very session. Elsewhere B is its own application.
+        elif target.route is Route.SHARED:
+            b = a.alias("B")
+        else:
+            b = await connect(target.driver, "B", where)
+    except BaseException:
+        await _close(a)
+        raise
+
+    async def third() -> Client:
+        try:
+            return await connect(target.driver, "C", direct().as_user(APP_ROLE))
+        except ProvisionError as exc:
+            raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
+
+    promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
+    scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised)
+    try:
+        observation = await probe.body(scenario)
+        if running:
+            await running_pooler.discard(a, b)
+    except BaseException:
+        if running:  # a failed probe must not leave its state on the team's pooler either (best effort)
+            with contextlib.suppress(Exception):
+                await running_pooler.discard(a, b)
+        raise
+    finally:
+        await scenario.close()
+        await _close(a, b)
+    return observation, tuple(scenario.proofs)
+
+
+def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[ServerId] | None = None) -> Outcome:
+    """Measure; any harness failure becomes an ERROR outcome, never a verdict.
+
+    `earlier`: the server identities earlier probes on the same pooler saw (updated here). A probe
+    whose proofs name one of them did not start from fresh server connections: an error.
+    """
+
+    def outcome(verdict: Verdict, evidence: str, observation: Observation | None = None) -> Outcome:
+        return Outcome(
+            probe=probe.id, target=target, verdict=verdict, evidence=evidence,
+            details=observation.details if observation else (), facts=observation.facts if observation else (),
+            security=probe.security,
+        )
+
+    used: list[Endpoint] = []
+    try:
+        with _endpoint(backend, probe, target) as endpoint:
+            used.append(endpoint)
+            if not is_running_pooler(target):
+                backend.postgres(target.pg)  # started before the clients connect
+
+            def direct() -> Endpoint:
+                return backend.postgres(target.pg)
+
+            measured = asyncio.run(asyncio.wait_for(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT))
+    except TimeoutError:
+        silent = who_stopped(backend, target, used[0] if used else None)
+        return outcome(Verdict.ERROR, f"the probe did not finish within {PROBE_TIMEOUT:.0f} s: {silent}")
+    except NotApplicable as exc:
+        return outcome(Verdict.NOT_APPLICABLE, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the harness reports any failure as an error outcome
+        refused = NotApplicable.refused(exc)
+        if refused is not None and target.route is Route.TRANSACTION:
+            return outcome(Verdict.NOT_APPLICABLE, refused)
+        return outcome(Verdict.ERROR, failure(exc))
+    observation, proofs = measured
+    if earlier is not None and not is_running_pooler(target):  # a running pooler keeps its servers
+        reused = sorted({str(p.server) for p in proofs if p.server in earlier})
+        earlier.update(p.server for p in proofs)
+        if reused:
+            return outcome(Verdict.ERROR, f"server connection(s) {', '.join(reused)} already served an earlier "
+                           "probe on this pooler: the reset did not give fresh server connections")
+    verdict, evidence = classify(target.route, proofs, observation)
+    unshared = never_shared(probe, target, proofs) if verdict is Verdict.ERROR else None
+    if unshared is not None:
+        return outcome(Verdict.NOT_APPLICABLE, unshared)
+    return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+
+
+def who_stopped(backend: Backend, target: Target, endpoint: Endpoint | None) -> str:
+    """After a probe's timeout, which server it used does not answer a `SELECT 1` (connect and query
+    each bounded, see provision/pgbouncer/admin.py): its PostgreSQL first, then the pooler in front of it."""
+    checks: list[tuple[str, Endpoint]] = []
+    if not is_running_pooler(target):
+        try:
+            direct = backend.postgres(target.pg)
+        except (LeakcheckError, OSError) as exc:
+            return one_line(exc, 300)
+        checks.append((f"PostgreSQL {target.pg} at {direct.host}:{direct.port}", direct))
+    if endpoint is not None and target.pooler is not None and target.route in (Route.TRANSACTION, Route.SESSION):
+        checks.append((f"{target.pooler.kind.product} {target.pooler.label()} at {endpoint.host}:{endpoint.port}",
+                       endpoint))
+    for what, where in checks:
+        try:
+            query_postgres(where)
+        except Exception as exc:  # noqa: BLE001 - any failure to answer names the server
+            return f"{what} stopped answering ({one_line(exc, 160)})"
+    return "every server it used still answers (a probe too slow for the machine?)"
+
+
+def failure(exc: Exception) -> str:
+    """An error outcome's evidence: a machine fault says so (faults.py), anything else is the harness's."""
+    if isinstance(exc, MachineFault):
+        return str(exc)
+    fault = machine_fault(exc.sqlstate, closed=exc.closed) if isinstance(exc, ServerError) else None
+    if fault is not None:
+        return str(MachineFault.during(fault, exc))
+    return f"the harness failed: {type(exc).__name__}: {exc}".strip()
+
+
+def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str | None:
+    """Measured: a pooler in session mode (pgpool-II has no other) gave A and B different server
+    connections at every step while both were connected, so the probe cannot run through it. In
+    transaction or statement mode (a pool of one) that is a harness failure, never this."""
+    settings = pool_settings(probe, target)
+    if target.route is not Route.TRANSACTION or settings is None or settings.mode is not PoolMode.SESSION:
+        return None
+    a = {p.server for p in proofs if p.client == "A"}
+    b = {p.server for p in proofs if p.client == "B"}
+    if len(a) != 1 or len(b) != 1 or a == b:  # in session mode a client that changed servers lost its session
+        return None
+    kind = target.pooler.kind.product if target.pooler else "the pooler"
+    return (f"{kind} in session mode gave A and B different server connections while both were connected "
+            f"(A on {', '.join(sorted(map(str, a)))}; B on {', '.join(sorted(map(str, b)))}): it does not share "
+            "a server connection between connected clients, so this probe cannot run through it")
