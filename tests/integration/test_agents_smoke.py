@@ -27,7 +27,7 @@ SPECS = tuple(s.spec for s in CATALOGUE if not s.spec.npm)
 
 pytestmark = pytest.mark.integration
 
-AGENTS = Path(__file__).parents[2] / "leakcheck" / "agents"
+AGENTS = Path(__file__).parents[2] / "leakcheck" / "drivers" / "agents"
 #: bounds: a build (javac, go build) and one answer (a JVM's first connect included)
 BUILD_SECONDS = 180
 ANSWER_SECONDS = 30

@@ -29,7 +29,7 @@ def test_bootstrap_installs_exactly_the_apt_packages_the_agents_need() -> None:
 
 @pytest.mark.parametrize("spec", SPECS, ids=[spec.id for spec in SPECS])
 def test_every_source_an_agent_names_is_in_its_folder(spec: AgentSpec) -> None:
-    folder = ROOT / "leakcheck" / "agents" / spec.id
+    folder = ROOT / "leakcheck" / "drivers" / "agents" / spec.id
     assert spec.sources and all((folder / name).is_file() for name in spec.sources)
 
 
