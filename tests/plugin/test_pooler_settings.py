@@ -6,9 +6,18 @@ import json
 
 import pytest
 
+from tests.server_user_access import let_the_server_user_enter
+
 pytestmark = pytest.mark.integration
 
 ONE = ["--pg=16", "--drivers=psycopg", "--controls=no"]
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytester's folder, enterable by the server user: PgBouncer must be able to read the team's ini."""
+    let_the_server_user_enter(pytester.path)
+    return pytester
 
 
 def verdicts(pytester: pytest.Pytester) -> dict[tuple[str, str], str]:
@@ -83,7 +92,8 @@ def test_the_teams_ini_runs_with_only_the_harness_keys_overridden_and_they_are_l
 
 
 def test_an_ini_pgbouncer_rejects_gives_pgbouncers_message(pytester: pytest.Pytester) -> None:
-    (pytester.path / "bad.ini").write_text("[pgbouncer]\nthis is not a setting\n")
+    # Parsed as PgBouncer parses it (so not refused up front), but a setting no PgBouncer knows.
+    (pytester.path / "bad.ini").write_text("[pgbouncer]\nno_such_setting_anywhere = 1\n")
     result = pytester.runpytest_inprocess(*ONE, "--bouncer=1.24", "--probes=timezone", "--bouncer-ini=bad.ini")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*PgBouncer 1.24.* did not start: *It said: *"])
