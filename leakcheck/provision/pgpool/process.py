@@ -33,6 +33,7 @@ from leakcheck.model.errors import StartError, one_line
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.pooler_process import PoolerProcess, Settings
 from leakcheck.provision.host.proc_sockets import idle_children
+from leakcheck.provision.pgbouncer.admin import execute
 from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgpool.conf import PgpoolLayout, bind_failure, render_files, start_error
 
@@ -54,10 +55,11 @@ def answers_port(endpoint: Endpoint, port: int) -> str | None:
     pgpool-II, not some other server, is there), else why not (readiness on both backends)."""
     try:
         with _connect(endpoint) as conn:
-            row = conn.execute("PGPOOL SHOW port").fetchone()
-    except psycopg.Error as exc:
+            rows = execute(conn, "PGPOOL SHOW port", "pgpool-II")  # bounded: a stopped pgpool never hangs this
+    except (psycopg.Error, StartError) as exc:
         return one_line(exc, 160)
-    return None if row is not None and str(row[0]) == str(port) else f"PGPOOL SHOW port answered {row!r}"
+    answered = [next(iter(row.values()), "") for row in rows]
+    return None if answered == [str(port)] else f"PGPOOL SHOW port answered {answered!r}"
 
 
 def refused_setting(endpoint: Endpoint, extra: Settings) -> str | None:
@@ -68,8 +70,10 @@ def refused_setting(endpoint: Endpoint, extra: Settings) -> str | None:
     with _connect(endpoint) as conn:
         for name, value in extra:
             try:
-                conn.execute(f"PGPOOL SHOW {name}")
-            except psycopg.Error as exc:
+                execute(conn, f"PGPOOL SHOW {name}", "pgpool-II")  # bounded, as every console command
+            except StartError as exc:
+                if "did not answer" in str(exc):
+                    raise
                 return (f"pgpool.conf sets {name} = {value!r}, and PGPOOL SHOW {name} answered: "
                         f"{one_line(exc, 160)} (pgpool-II ignores settings it does not know)")
     return None
