@@ -179,3 +179,48 @@ def test_sigterm_while_the_pgbouncer_is_stopped_ends_the_command_within_seconds_
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def _bouncer_of(session: int) -> int | None:
+    """The transaction-mode PgBouncer a matrix run under `session` started, once it runs."""
+    for pid in children_of(session):
+        argv = _cmdline(pid)
+        ini = next((Path(a) for a in argv if a.endswith("pgbouncer.ini")), None)
+        if ini is not None and "pool_mode = transaction\n" in ini.read_text():
+            return pid
+    return None
+
+
+def test_sigterm_while_a_lane_waits_on_a_stopped_pgbouncer_ends_the_matrix_run_within_seconds(
+    tmp_path: Path,
+) -> None:
+    # The matrix itself, not one command: a lane thread sits in the pool reset on the stopped console
+    # while the main thread is told to stop (before the console had a deadline, close() waited on it).
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--rootdir={tmp_path}", str(tmp_path),
+         "--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--controls=no", "--jobs=1", "-v"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    bouncer = None
+    with proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # the first probe's result: the pooler runs and is between probes
+                if "test_leak[" in line and ("PASSED" in line or "FAILED" in line):
+                    break
+            bouncer = _bouncer_of(proc.pid)
+            assert bouncer is not None, "no transaction-mode PgBouncer under the run"
+            os.kill(bouncer, signal.SIGSTOP)
+            time.sleep(1.0)  # the next probe's reset now waits on the stopped console
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOPPED_POOLER_BOUND)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"SIGTERM did not end a matrix run on a stopped PgBouncer within {STOPPED_POOLER_BOUND} s")
+            assert not Path(f"/proc/{bouncer}").exists() or _cmdline(bouncer) == [""], "the PgBouncer is left"
+            assert not children_of(proc.pid), "the run left processes behind"
+        finally:
+            if bouncer is not None and Path(f"/proc/{bouncer}").exists():
+                os.kill(bouncer, signal.SIGCONT)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
