@@ -220,12 +220,10 @@ def failure(exc: Exception) -> str:
 def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str | None:
     """Measured: a pooler in session mode (pgpool-II has no other) gave A and B different server
     connections at every step while both were connected, so the probe cannot run through it. In
-    transaction or statement mode (a pool of one) that is a harness failure, never this; except for
-    a hand-over probe, in any mode: its pooler did not hand B (a pool of one) the server A left."""
+    transaction or statement mode (a pool of one) that is a harness failure, never this. For a
+    hand-over probe in session mode: the pooler did not hand B (a pool of one) the server A left."""
     settings = pool_settings(probe, target)
-    if target.route is not Route.TRANSACTION or settings is None:
-        return None
-    if settings.mode is not PoolMode.SESSION and not probe.handover:
+    if target.route is not Route.TRANSACTION or settings is None or settings.mode is not PoolMode.SESSION:
         return None
     a = {p.server for p in proofs if p.client == "A"}
     b = {p.server for p in proofs if p.client == "B"}
