@@ -14,16 +14,22 @@ import zlib
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation
-from leakcheck.probes.base import Probe, Scenario, probe
+from leakcheck.probes.base import Attempt, Probe, Scenario, probe
 from leakcheck.probes.settings import setting
 
 
-async def _left(s: Scenario, what: str, statements: tuple[str, ...], check: str, expected: object) -> None:
-    """A changes its session, reads the change back (or nothing was exercised), then leaves for B."""
-    await s.change(s.a, what, *statements)
-    mine = await s.observe(s.a, f"read back {what}", check)
-    if mine != expected:
-        raise ProbeError(f"A's {what} read back {mine!r}, not {expected!r}; nothing was exercised")
+async def _left(s: Scenario, what: str, statements: tuple[str, ...], check: str, expected: object,
+                after_commit: bool = False) -> None:
+    """A changes its session and reads the change back in the same transaction (or nothing was
+    exercised; a pooler's reset after each transaction must not count here), then leaves for B.
+    `after_commit`: the change shows only once committed (LISTEN), so A reads it in its next one."""
+    if after_commit:
+        await s.change(s.a, what, *statements)
+        mine = Attempt(await s.observe(s.a, f"read back {what}", check))
+    else:
+        mine = await s.run(s.a, what, *statements, f"SELECT {check}")
+    if mine.failed or mine.value != expected:
+        raise ProbeError(f"A's {what} read back {mine}, not {expected!r}; nothing was exercised")
     await s.hand_over()
 
 
@@ -80,7 +86,7 @@ async def handover_listen(s: Scenario) -> Observation:
     listed = f"'{channel}' = ANY(ARRAY(SELECT pg_listening_channels()))"
     # A: subscribes and leaves. B: is its session listening? C, outside the pool, notifies the channel;
     # then B notifies itself on its own channel, a sentinel that arrives after C's notification would.
-    await _left(s, "LISTEN", (f"LISTEN {channel}",), listed, True)
+    await _left(s, "LISTEN", (f"LISTEN {channel}",), listed, True, after_commit=True)
     b_listens = await s.observe(s.b, "read pg_listening_channels", listed)
     c = await s.c()
     await c.execute(f"NOTIFY {channel}, 'from_c'")
