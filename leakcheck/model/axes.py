@@ -3,7 +3,8 @@
 - `--pooler=odyssey:1.5,pgbouncer:1.26,pgpool:4.3` (`--bouncer=1.26` is `--pooler=pgbouncer:1.26`);
 - `--bouncer-set NAME=V1,V2` (repeatable) and `--pooler-set KIND:NAME=V1,V2`: a setting of that
   pooler as a matrix axis; several axes are crossed. A value holding a comma is quoted:
-  `--bouncer-set 'track_extra_parameters="IntervalStyle,search_path",IntervalStyle'`.
+  `--bouncer-set 'track_extra_parameters="IntervalStyle,search_path",IntervalStyle'`; an empty value
+  is written `""` (`--bouncer-set 'server_reset_query="DISCARD ALL",""'`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from leakcheck.model.versions import Spec, parse_spec
 KIND_NAMES = {"pgbouncer": PoolerKind.PGBOUNCER, "odyssey": PoolerKind.ODYSSEY, "pgpool": PoolerKind.PGPOOL,
               "pgpool-ii": PoolerKind.PGPOOL, "pgpool2": PoolerKind.PGPOOL}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+#: An empty value written on purpose, as `""` (`server_reset_query="DISCARD ALL",""`).
+_QUOTED_EMPTY = re.compile(r'(?:^|,)\s*""\s*(?=,|$)')
 _POOLER_HELP = ("a comma separated list of KIND:VERSION such as odyssey:1.5,pgbouncer:1.26 "
                 "(KIND: pgbouncer, odyssey, pgpool)")
 
@@ -82,8 +85,9 @@ def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterabl
     except (csv.Error, StopIteration):
         raise UsageError.bad_value(option, raw, f"{shape}; quote a value that holds a comma") from None
     values = [v.strip() for v in values]
-    if not values or not all(values):
-        raise UsageError.bad_value(option, raw, f"{shape} with no empty value (quote a value with a comma)")
+    if not values or values.count("") > len(_QUOTED_EMPTY.findall(values_text)):
+        raise UsageError.bad_value(option, raw, f"{shape} with no empty value (quote a value with a comma; "
+                                   'an empty value on purpose is written "")')
     return Axis(kind, name, tuple(dict.fromkeys(values)))
 
 

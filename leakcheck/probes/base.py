@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from leakcheck.drivers.clients import Client, ServerError
+from leakcheck.drivers.clients import Client, Notification, Row, ServerError
 from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, Scope, ServerId, Slot
@@ -78,6 +78,8 @@ class Scenario:
     #: the pooler promises to hand B the server A used last (PgBouncer does): the proofs check it, and a
     #: miss is an error; other poolers hand servers out in their own order (B retries; not applicable)
     placement_promised: bool = True
+    #: a hand-over probe's B: the next application, connected only when A has left (hand_over)
+    next_b: Callable[[], Awaitable[Client]] | None = None
     _c: Client | None = None
     _slot: dict[str, Slot] = field(default_factory=dict)
 
@@ -178,6 +180,21 @@ class Scenario:
         finally:
             await attempt(self.b.execute("COMMIT"))
 
+    async def hand_over(self) -> None:
+        """A leaves (disconnects); then B, the next application, connects. A pooler that caches A's
+        server connection hands it to B, which the proofs check (a pool of one, one pgpool-II child).
+        On the direct route B gets a new backend; on the shared route (the positive control) B takes
+        over A's very session, with nothing reset; on the session route (a negative control) A stays
+        connected, so B is given a server connection of its own."""
+        if self.route is Route.SHARED:
+            self.b = self.a.alias("B")
+            return
+        if self.next_b is None:
+            raise ProbeError("this scenario has no next client for a hand-over")
+        if self.route is not Route.SESSION:
+            await self.a.close()
+        self.b = await self.next_b()
+
     async def close(self) -> None:
         if self._c is not None:
             with contextlib.suppress(Exception):
@@ -185,6 +202,36 @@ class Scenario:
 
 
 ProbeBody = Callable[[Scenario], Awaitable[Observation]]
+
+
+@dataclass
+class NotYet:
+    """A hand-over probe's B before A has left (Scenario.hand_over): using it is the probe's mistake."""
+
+    label: str = "B"
+    notifications: list[Notification] = field(default_factory=list)
+    statement_names: str = "false"
+
+    def _early(self) -> ProbeError:
+        return ProbeError(f"{self.label} is not connected before A's hand-over (Scenario.hand_over)")
+
+    async def query(self, sql: str) -> list[Row]:
+        raise self._early()
+
+    async def execute(self, sql: str) -> None:
+        raise self._early()
+
+    async def prepared(self, sql: str) -> list[Row]:
+        raise self._early()
+
+    def reported(self, name: str) -> str | None:
+        raise self._early()
+
+    def alias(self, label: str) -> Client:
+        raise self._early()
+
+    async def close(self) -> None:
+        return None
 
 
 class Login:
@@ -206,14 +253,16 @@ class Probe:
     security: bool = False  # the state guards data or identity: a leak exposes it
     login: str = Login.APP
     fixtures: bool = False  # uses the roles and tables of provision/postgres/fixtures.py
+    #: B connects only after A left (Scenario.hand_over): what a pooler hands the next client
+    handover: bool = False
 
 
 def probe(
     id: str, state: str, *, scope: Scope = Scope.SESSION, pool_size: int = 1, security: bool = False,
-    login: str = Login.APP, fixtures: bool = False,
+    login: str = Login.APP, fixtures: bool = False, handover: bool = False,
 ) -> Callable[[ProbeBody], Probe]:
     def wrap(body: ProbeBody) -> Probe:
         return Probe(id=id, state=state, body=body, scope=scope, pool_size=pool_size, security=security,
-                     login=login, fixtures=fixtures)
+                     login=login, fixtures=fixtures, handover=handover)
 
     return wrap

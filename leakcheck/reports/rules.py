@@ -233,6 +233,23 @@ def custom_setting_placeholder(o: Outcome, c: Cell) -> str | None:
     return None
 
 
+def handover(o: Outcome, c: Cell) -> str | None:
+    """What a pooler's reset on a client's exit must undo before it hands the server to the next client."""
+    if o.verdict is not Verdict.LEAKS:
+        return None
+    if c.is_pgpool:
+        return ("Keep `DISCARD ALL` in pgpool-II's `reset_query_list` (its default is `ABORT; DISCARD ALL`): it "
+                "runs when a client disconnects, before the cached backend serves the next session.")
+    if c.is_bouncer:
+        return (f"Keep `server_reset_query = DISCARD ALL` in {c.ini} (the default): in session mode PgBouncer runs "
+                "it when a client leaves, before the next client gets that server connection.")
+    if c.is_odyssey:
+        return ("Keep Odyssey's `pool_discard yes` (or a `pool_discard_string` holding `DISCARD ALL`): it runs "
+                "when a client leaves, before the next client gets that server connection.")
+    return ("Have the pooler run `DISCARD ALL` when a client disconnects, before the next client gets its server "
+            "connection; meanwhile end the session's state yourself before disconnecting.")
+
+
 RULES: dict[str, Rule] = {
     "statement_timeout": _per_transaction("statement_timeout", "SET LOCAL statement_timeout = '5s'"),
     "lock_timeout": _per_transaction("lock_timeout", "SET LOCAL lock_timeout = '1s'"),
@@ -265,4 +282,6 @@ RULES: dict[str, Rule] = {
     "client_encoding": client_encoding,
     "temp_buffers_blocked": temp_buffers_blocked,
     "custom_setting_placeholder": custom_setting_placeholder,
+    **{p: handover for p in ("handover_setting", "handover_temp_table", "handover_advisory_lock", "handover_prepare",
+                             "handover_listen", "handover_role")},
 }

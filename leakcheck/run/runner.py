@@ -11,7 +11,7 @@ from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, 
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
-from leakcheck.probes.base import Login, Probe, Scenario
+from leakcheck.probes.base import Login, NotYet, Probe, Scenario
 from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.admin import query_postgres
@@ -58,8 +58,9 @@ def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
     """What the pooler runs with for this probe on this target's route (None: no pooler)."""
     if target.route is Route.TRANSACTION:
         mode = subject_mode(target.pooler)
-        # In session mode a pool of one makes B wait for A to leave: give each client its own place.
-        size = probe.pool_size if mode is not PoolMode.SESSION else max(SESSION_POOL, probe.pool_size)
+        # In session mode a pool of one makes B wait for A to leave: give each client its own place
+        # (a hand-over's B connects once A has left: a pool of one makes the pooler hand it A's server).
+        size = probe.pool_size if mode is not PoolMode.SESSION or probe.handover else max(SESSION_POOL, probe.pool_size)
         return PoolSettings(mode, size)
     if target.route is Route.SESSION:
         return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size))
@@ -104,6 +105,8 @@ async def _measure(
         # The positive control: B drives A's very session. Elsewhere B is its own application.
         elif target.route is Route.SHARED:
             b = a.alias("B")
+        elif probe.handover:  # B connects when A has left (Scenario.hand_over)
+            b = NotYet()
         else:
             b = await connect(target.driver, "B", where)
     except BaseException:
@@ -117,7 +120,8 @@ async def _measure(
             raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
-    scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised)
+    scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised,
+                        next_b=lambda: connect(target.driver, "B", where))
     try:
         observation = await probe.body(scenario)
         if running:
@@ -129,7 +133,7 @@ async def _measure(
         raise
     finally:
         await scenario.close()
-        await _close(a, b)
+        await _close(a, b, scenario.b)
     return observation, tuple(scenario.proofs)
 
 
@@ -216,7 +220,8 @@ def failure(exc: Exception) -> str:
 def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str | None:
     """Measured: a pooler in session mode (pgpool-II has no other) gave A and B different server
     connections at every step while both were connected, so the probe cannot run through it. In
-    transaction or statement mode (a pool of one) that is a harness failure, never this."""
+    transaction or statement mode (a pool of one) that is a harness failure, never this. For a
+    hand-over probe in session mode: the pooler did not hand B (a pool of one) the server A left."""
     settings = pool_settings(probe, target)
     if target.route is not Route.TRANSACTION or settings is None or settings.mode is not PoolMode.SESSION:
         return None
@@ -225,6 +230,15 @@ def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str
     if len(a) != 1 or len(b) != 1 or a == b:  # in session mode a client that changed servers lost its session
         return None
     kind = target.pooler.kind.product if target.pooler else "the pooler"
+    if probe.handover:
+        where = f"A on {_servers(a)}; B on {_servers(b)}"
+        return (f"{kind} did not hand B the server connection A left ({where}), although its pool holds one: "
+                "what A left behind cannot be observed through it (e.g. connection_cache=off)")
     return (f"{kind} in session mode gave A and B different server connections while both were connected "
             f"(A on {', '.join(sorted(map(str, a)))}; B on {', '.join(sorted(map(str, b)))}): it does not share "
             "a server connection between connected clients, so this probe cannot run through it")
+
+
+def _servers(servers: set[ServerId]) -> str:
+    """Server identities with their backend start: a reused pid is told apart."""
+    return ", ".join(sorted(f"{s} (started {s.started})" for s in servers))

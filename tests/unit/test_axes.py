@@ -42,6 +42,18 @@ def test_a_value_may_hold_spaces() -> None:
     assert parse_axis("server_reset_query=DISCARD ALL", "--bouncer-set", BOUNCER).values == ("DISCARD ALL",)
 
 
+def test_an_empty_value_written_as_two_quotes_is_a_value() -> None:
+    axis = parse_axis('server_reset_query="DISCARD ALL",""', "--bouncer-set", BOUNCER)
+    assert axis.values == ("DISCARD ALL", "")
+    assert parse_axis('server_reset_query=""', "--bouncer-set", BOUNCER).values == ("",)
+
+
+@pytest.mark.parametrize("raw", ["server_reset_query=DISCARD ALL,", "server_reset_query=", 'x="a,""",,b'])
+def test_an_empty_value_not_written_as_two_quotes_is_refused(raw: str) -> None:
+    with pytest.raises(UsageError, match='an empty value on purpose is written ""'):
+        parse_axis(raw, "--bouncer-set", BOUNCER)
+
+
 def test_pooler_set_names_the_kind_first() -> None:
     axis = parse_axis("odyssey:pool_discard=yes,no", "--pooler-set", None)
     assert axis == Axis(PoolerKind.ODYSSEY, "pool_discard", ("yes", "no"))

@@ -54,3 +54,17 @@ def test_a_proof_without_backend_start_is_an_error_not_a_proof() -> None:
         s._prove(a, "read", 7, None)
     s._prove(a, "read", 7, "1733000000000000")
     assert s.proofs == [Proof("read", "A", ServerId(7, "1733000000000000"))]
+
+
+def test_a_hand_over_in_session_mode_not_handed_the_server_a_left_is_not_applicable_with_both_identities() -> None:
+    from leakcheck.probes.handover import handover_setting
+
+    said = never_shared(handover_setting, target("pgpool", "4.7.3"), proofs(("A", 1), ("A", 1), ("B", 2)))
+    assert said is not None and "did not hand B the server connection A left" in said
+    assert "pid 1 (started 1000)" in said and "pid 2 (started 2000)" in said
+
+
+def test_a_hand_over_in_transaction_mode_not_handed_the_server_stays_an_error() -> None:
+    from leakcheck.probes.handover import handover_setting
+
+    assert never_shared(handover_setting, target("pgbouncer", "1.24.1"), proofs(("A", 1), ("B", 2))) is None

@@ -1,0 +1,116 @@
+"""Hand-overs: A leaves, the next application B connects, and is handed A's server connection.
+
+pgpool-II caches a backend per child process for the next session (`connection_cache`) and runs
+`reset_query_list` when a client disconnects; PgBouncer and Odyssey in session mode run their reset
+(`server_reset_query`, `pool_discard`) when a client leaves. A pool of one makes the pooler hand B
+the server A used, which the proofs check (Scenario.hand_over); what A left there, B observes.
+Only B's own session counts (its own locks, its own temp schema, its own channels): A's backend,
+on the direct route, may still be ending while B connects.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from leakcheck.model.errors import ProbeError
+from leakcheck.model.verdicts import Observation
+from leakcheck.probes.base import Attempt, Probe, Scenario, probe
+from leakcheck.probes.settings import setting
+
+
+async def _left(s: Scenario, what: str, statements: tuple[str, ...], check: str, expected: object,
+                after_commit: bool = False) -> None:
+    """A changes its session and reads the change back in the same transaction (or nothing was
+    exercised; a pooler's reset after each transaction must not count here), then leaves for B.
+    `after_commit`: the change shows only once committed (LISTEN), so A reads it in its next one."""
+    if after_commit:
+        await s.change(s.a, what, *statements)
+        mine = Attempt(await s.observe(s.a, f"read back {what}", check))
+    else:
+        mine = await s.run(s.a, what, *statements, f"SELECT {check}")
+    if mine.failed or mine.value != expected:
+        raise ProbeError(f"A's {what} read back {mine}, not {expected!r}; nothing was exercised")
+    await s.hand_over()
+
+
+@probe("handover_setting", "a SET the previous client left (work_mem)", handover=True)
+async def handover_setting(s: Scenario) -> Observation:
+    # A: a session-level setting no pooler tracks; A leaves. B: connects and reads it.
+    await _left(s, "SET work_mem", ("SET work_mem = '1234kB'",), setting("work_mem"), "1234kB")
+    seen = await s.observe(s.b, "read work_mem", setting("work_mem"))
+    return Observation(evidence=f"A: SET work_mem='1234kB', left. B, the next client, read {seen!r}",
+                       leaked=seen == "1234kB")
+
+
+@probe("handover_temp_table", "a temporary table the previous client left", handover=True)
+async def handover_temp_table(s: Scenario) -> Observation:
+    table = s.name("tmp")
+    regclass = f"to_regclass('pg_temp.{table}')::text"  # B's own temp schema only
+    # A: a temp table lives until its session ends; A leaves. B: does its session resolve it?
+    await _left(s, "CREATE TEMP TABLE", (f"CREATE TEMP TABLE {table} (v int)",), f"{regclass} IS NOT NULL", True)
+    seen = await s.observe(s.b, "to_regclass", regclass)
+    return Observation(evidence=f"A: CREATE TEMP TABLE {table}, left. B resolved it as {seen!r}",
+                       leaked=seen is not None)
+
+
+@probe("handover_advisory_lock", "a session advisory lock the previous client left", handover=True)
+async def handover_advisory_lock(s: Scenario) -> Observation:
+    key = zlib.crc32(s.token.encode()) & 0x7FFFFFFF
+    mine = (f"(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {key} AND granted "
+            "AND pid = pg_backend_pid())")
+    # A: takes a session lock and leaves without unlocking. B: does its own session hold it?
+    await _left(s, "pg_advisory_lock", (f"SELECT pg_advisory_lock({key})",), mine, 1)
+    held = await s.observe(s.b, "read pg_locks", mine)
+    if int(held):
+        await s.run(s.b, "unlock all", "SELECT pg_advisory_unlock_all()")
+    return Observation(evidence=f"A: pg_advisory_lock({key}), left. B's own session holds it {held} time(s)",
+                       leaked=int(held) > 0)
+
+
+@probe("handover_prepare", "an SQL prepared statement the previous client left", handover=True)
+async def handover_prepare(s: Scenario) -> Observation:
+    stmt = s.name("stmt")
+    count = f"(SELECT count(*) FROM pg_prepared_statements WHERE name = '{stmt}')"
+    # A: PREPARE (a session's statement, as SQL); A leaves. B: is it in B's session? Can B run it?
+    await _left(s, "PREPARE", (f"PREPARE {stmt} AS SELECT 42",), count, 1)
+    seen = await s.observe(s.b, "read pg_prepared_statements", count)
+    ran = await s.run(s.b, "EXECUTE", f"EXECUTE {stmt}") if int(seen) else None
+    return Observation(evidence=f"A: PREPARE {stmt}, left. B's pg_prepared_statements lists {seen}"
+                       + (f"; B's EXECUTE gave {ran}" if ran is not None else ""),
+                       leaked=int(seen) > 0)
+
+
+@probe("handover_listen", "a LISTEN the previous client left (is B notified?)", handover=True)
+async def handover_listen(s: Scenario) -> Observation:
+    channel, mark = s.name("chan"), s.name("sb")
+    listed = f"'{channel}' = ANY(ARRAY(SELECT pg_listening_channels()))"
+    # A: subscribes and leaves. B: is its session listening? C, outside the pool, notifies the channel;
+    # then B notifies itself on its own channel, a sentinel that arrives after C's notification would.
+    await _left(s, "LISTEN", (f"LISTEN {channel}",), listed, True, after_commit=True)
+    b_listens = await s.observe(s.b, "read pg_listening_channels", listed)
+    c = await s.c()
+    await c.execute(f"NOTIFY {channel}, 'from_c'")
+    await s.change(s.b, "sentinel", f"LISTEN {mark}", f"NOTIFY {mark}, 'sentinel'")
+    if not any(n.channel == mark for n in s.b.notifications):
+        return Observation(evidence="B's own sentinel notification did not arrive",
+                           broke="LISTEN/NOTIFY did not deliver a client's own notification")
+    got = sum(n.channel == channel for n in s.b.notifications)
+    await s.run(s.b, "UNLISTEN", "UNLISTEN *")
+    return Observation(evidence=f"A: LISTEN {channel}, left. B's session listens on it: {b_listens!r}; "
+                       f"C notified it and B (which never listened) received {got} notification(s), "
+                       "proven final by a sentinel",
+                       leaked=bool(b_listens) or got > 0)
+
+
+@probe("handover_role", "a SET ROLE the previous client left", handover=True, security=True, fixtures=True)
+async def handover_role(s: Scenario) -> Observation:
+    # A: switches to another role and leaves. B: which role does its query run as?
+    await _left(s, "SET ROLE", ("SET ROLE leakcheck_other",), "current_user", "leakcheck_other")
+    seen = await s.observe(s.b, "read current_user", "current_user")
+    return Observation(evidence=f"A: SET ROLE leakcheck_other, left. B's current_user is {seen!r}",
+                       leaked=seen == "leakcheck_other")
+
+
+PROBES: tuple[Probe, ...] = (
+    handover_setting, handover_temp_table, handover_advisory_lock, handover_prepare, handover_listen, handover_role,
+)
