@@ -19,18 +19,23 @@ from leakcheck.probes.settings import setting
 
 
 async def _left(s: Scenario, what: str, statements: tuple[str, ...], check: str, expected: object,
-                after_commit: bool = False) -> None:
+                after_commit: bool = False) -> bool:
     """A changes its session and reads the change back in the same transaction (or nothing was
     exercised; a pooler's reset after each transaction must not count here), then leaves for B.
-    `after_commit`: the change shows only once committed (LISTEN), so A reads it in its next one."""
+    `after_commit`: the change shows only once committed (LISTEN), so A reads it in its next one;
+    whether A still had it then is returned (False: the pooler cleaned it between A's transactions,
+    a measurement: A's state was lost)."""
     if after_commit:
         await s.change(s.a, what, *statements)
         mine = Attempt(await s.observe(s.a, f"read back {what}", check))
+        kept = bool(mine.value == expected)
     else:
         mine = await s.run(s.a, what, *statements, f"SELECT {check}")
-    if mine.failed or mine.value != expected:
-        raise ProbeError(f"A's {what} read back {mine}, not {expected!r}; nothing was exercised")
+        kept = not mine.failed and mine.value == expected
+        if not kept:
+            raise ProbeError(f"A's {what} read back {mine}, not {expected!r}; nothing was exercised")
     await s.hand_over()
+    return kept
 
 
 @probe("handover_setting", "a SET the previous client left (work_mem)", handover=True)
@@ -86,7 +91,7 @@ async def handover_listen(s: Scenario) -> Observation:
     listed = f"'{channel}' = ANY(ARRAY(SELECT pg_listening_channels()))"
     # A: subscribes and leaves. B: is its session listening? C, outside the pool, notifies the channel;
     # then B notifies itself on its own channel, a sentinel that arrives after C's notification would.
-    await _left(s, "LISTEN", (f"LISTEN {channel}",), listed, True, after_commit=True)
+    kept = await _left(s, "LISTEN", (f"LISTEN {channel}",), listed, True, after_commit=True)
     b_listens = await s.observe(s.b, "read pg_listening_channels", listed)
     c = await s.c()
     await c.execute(f"NOTIFY {channel}, 'from_c'")
@@ -96,10 +101,11 @@ async def handover_listen(s: Scenario) -> Observation:
                            broke="LISTEN/NOTIFY did not deliver a client's own notification")
     got = sum(n.channel == channel for n in s.b.notifications)
     await s.run(s.b, "UNLISTEN", "UNLISTEN *")
-    return Observation(evidence=f"A: LISTEN {channel}, left. B's session listens on it: {b_listens!r}; "
+    gone = "" if kept else " (A's own next transaction no longer listened: the pooler cleaned it)"
+    return Observation(evidence=f"A: LISTEN {channel}{gone}, left. B's session listens on it: {b_listens!r}; "
                        f"C notified it and B (which never listened) received {got} notification(s), "
                        "proven final by a sentinel",
-                       leaked=bool(b_listens) or got > 0)
+                       leaked=bool(b_listens) or got > 0, lost=not kept)
 
 
 @probe("handover_role", "a SET ROLE the previous client left", handover=True, security=True, fixtures=True)
