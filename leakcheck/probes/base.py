@@ -206,14 +206,17 @@ class Probe:
     security: bool = False  # the state guards data or identity: a leak exposes it
     login: str = Login.APP
     fixtures: bool = False  # uses the roles and tables of provision/postgres/fixtures.py
+    #: a setting A sends in its startup packet, (name, value): the runner connects A with it, each driver
+    #: its own way (drivers/clients.py `connect`); B connects without it
+    startup: tuple[str, str] | None = None
 
 
 def probe(
     id: str, state: str, *, scope: Scope = Scope.SESSION, pool_size: int = 1, security: bool = False,
-    login: str = Login.APP, fixtures: bool = False,
+    login: str = Login.APP, fixtures: bool = False, startup: tuple[str, str] | None = None,
 ) -> Callable[[ProbeBody], Probe]:
     def wrap(body: ProbeBody) -> Probe:
         return Probe(id=id, state=state, body=body, scope=scope, pool_size=pool_size, security=security,
-                     login=login, fixtures=fixtures)
+                     login=login, fixtures=fixtures, startup=startup)
 
     return wrap
