@@ -19,6 +19,8 @@ async def _a_runs_again(s: Scenario, marker: str, before: list[str], after: list
     retry, recovered = await retried(s, s.a, "prepared run after B's clean-up", marker, run)
     removed = [n for n in before if n not in after]
     foreign = not retry.failed and retry.value != marker
+    if removed and not run.failed and names:  # gone, yet A's run found it prepared: made again for A
+        recovered = f"A's statement was prepared again on the server as {names} (by the pooler or the driver)"
     return Observation(
         evidence=f"A prepared SELECT '{marker}'. B saw {before} and {b_did}, then saw {after}; A's next prepared "
         f"run gave {run}" + (f" (prepared there as {names})" if names else "")

@@ -73,9 +73,10 @@ async def protocol_prepare(s: Scenario) -> Observation:
     # a driver that re-prepares a taken name in place (PDO on 42P05) replaces A's statement with B's.
     b_run = await s.prepared(s.b, "prepared run", f"'{other}'::text")
     b_again = await s.prepared(s.b, "prepared run again", f"'{other}'::text")
-    b_names = set(await s.observe(s.b, "read pg_prepared_statements", names_holding(other)))
-    replaced = [n for n in names if n in b_names]
-    # A: runs its own statement again, and must get its own value back, not B's.
+    # A: which of its statement names on its server now hold B's text, then runs its own statement
+    # again, and must get its own value back, not B's.
+    b_texts = set(await s.observe(s.a, "read pg_prepared_statements", names_holding(other)))
+    replaced = [n for n in names if n in b_texts]
     a_again, a_recovered = await retried(s, s.a, "prepared run again", marker,
                                          await s.prepared(s.a, "prepared run again", f"'{marker}'::text"))
     foreign = not a_again.failed and a_again.value != marker
