@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
-from leakcheck.probes.prepared import fails, names_holding, prepare_in_a, retried, run_and_read_names
+from leakcheck.probes.prepared import fails, first_failed, names_holding, prepare_in_a, retried, run_and_read_names
 
 
 async def _a_runs_again(s: Scenario, marker: str, before: list[str], after: list[str], b_did: str,
@@ -36,7 +36,7 @@ async def _cleanup_all(s: Scenario, command: str) -> Observation:
     marker = s.name("prep")
     first, _ = await prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+        return first_failed(first)
     # B: the statements holding A's text on the server they share, then the clean-up. DISCARD ALL
     # cannot run in a transaction block: B's reads before and after carry its proofs (a pool of one).
     before = list(await s.observe(s.b, "read pg_prepared_statements", names_holding(marker)))
@@ -61,7 +61,7 @@ async def cleanup_deallocate_named(s: Scenario) -> Observation:
     marker = s.name("prep")
     first, _ = await prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+        return first_failed(first)
     # B: reads the names of A's statements (the driver's or PgBouncer's PGBOUNCER_n) and drops the first.
     before = list(await s.observe(s.b, "read pg_prepared_statements", names_holding(marker)))
     if not before:

@@ -45,6 +45,11 @@ async def prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
     return run, names
 
 
+def first_failed(first: Attempt) -> Observation:
+    """What a probe saw when A's very first prepared run failed: a break (proven by A's first proof)."""
+    return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+
+
 def fails(*runs: tuple[str, Attempt]) -> str | None:
     """The failed runs, named by who ran them, or None when every one worked."""
     errors = [f"{who}: {r}" for who, r in runs if r.failed]
@@ -65,7 +70,7 @@ async def protocol_prepare(s: Scenario) -> Observation:
     marker, other = s.name("prep"), s.name("bprep")
     first, names = await prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+        return first_failed(first)
     # B: can B's session see A's statement under the name A's driver gave it?
     mine = names_holding(marker, driver_names=s.a.statement_names)
     visible = await s.observe(s.b, "read pg_prepared_statements", mine)
@@ -100,7 +105,7 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
     marker = s.name("prep")
     first, names = await prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+        return first_failed(first)
     # B claims A's server; A runs its statement on the other one, and B looks for it on A's old one.
     async with s.a_on_another_server():
         # "Works" needs proof it ran prepared there too, not as a plain query (read in the same
@@ -141,7 +146,7 @@ async def prepared_disclosure(s: Scenario) -> Observation:
     marker = s.name("secret")
     first, names = await prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+        return first_failed(first)
     # B: reads A's SQL text from pg_prepared_statements (any name: the driver's or PgBouncer's).
     visible = list(await s.observe(s.b, "read pg_prepared_statements", names_holding(marker)))
     # B: runs each by name with SQL EXECUTE, and gets A's result.
