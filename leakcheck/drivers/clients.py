@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import asyncpg
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
 from leakcheck.model.errors import UsageError
@@ -79,8 +80,12 @@ class PsycopgClient:
     statement_names: str = "name LIKE '\\_pg3\\_%'"
 
     @classmethod
-    async def connect(cls, label: str, endpoint: Endpoint) -> PsycopgClient:
-        conn = await psycopg.AsyncConnection.connect(endpoint.conninfo(), autocommit=True, connect_timeout=10)
+    async def connect(cls, label: str, endpoint: Endpoint, startup: tuple[str, str] | None = None) -> PsycopgClient:
+        # libpq's way: the startup packet's `options` (-c name=value)
+        conninfo = endpoint.conninfo()
+        if startup:
+            conninfo = make_conninfo(conninfo, options=f"-c {startup[0]}={startup[1]}")
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
         client = cls(label, conn)
         conn.add_notify_handler(lambda n: client.notifications.append(Notification(n.channel, n.payload)))
         return client
@@ -136,13 +141,15 @@ class AsyncpgClient:
     statement_names: str = "name LIKE '\\_\\_asyncpg\\_%'"
 
     @classmethod
-    async def connect(cls, label: str, endpoint: Endpoint) -> AsyncpgClient:
+    async def connect(cls, label: str, endpoint: Endpoint, startup: tuple[str, str] | None = None) -> AsyncpgClient:
+        # asyncpg's way: server_settings, each one a startup parameter of its own (name=value)
+        settings = {"server_settings": {startup[0]: startup[1]}} if startup else {}
         if endpoint.dsn:
-            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection)
+            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection, **settings)
         else:
             conn = await asyncpg.connect(
                 host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
-                database=endpoint.dbname, timeout=10, connection_class=_AppConnection,
+                database=endpoint.dbname, timeout=10, connection_class=_AppConnection, **settings,
             )
         client = cls(label, conn)
         conn._leakcheck_seen = client.notifications
@@ -206,11 +213,13 @@ def _shipped(driver: Driver) -> Shipped:
     return found
 
 
-async def connect(driver: Driver, label: str, endpoint: Endpoint) -> Client:
+async def connect(driver: Driver, label: str, endpoint: Endpoint, startup: tuple[str, str] | None = None) -> Client:
+    """A connected client; `startup` (name, value) is a setting sent in its startup packet, the driver's way."""
     if driver == Driver.PSYCOPG:
-        return await PsycopgClient.connect(label, endpoint)
+        return await PsycopgClient.connect(label, endpoint, startup)
     if driver == Driver.ASYNCPG:
-        return await AsyncpgClient.connect(label, endpoint)
+        return await AsyncpgClient.connect(label, endpoint, startup)
     from leakcheck.drivers.agents.client import AgentClient  # agents import this module (ServerError, Notification)
 
-    return await AgentClient.connect(_shipped(driver), label, endpoint)
+    found = _shipped(driver)
+    return await AgentClient.connect(found, label, endpoint, found.startup_settings(startup) if startup else None)

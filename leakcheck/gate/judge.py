@@ -2,7 +2,8 @@
 `leakcheck merge`.
 
 - A control passes when it measured what its route requires (`control_expectation`), or when the
-  probe cannot run there (not applicable).
+  probe cannot run there (not applicable). The positive control passes when it saw the leak, also
+  when what leaked broke the client too (BREAKS+leaked: a clean-up in the one shared session).
 - A leak test, with a baseline (--expect): its measured verdict must be the expected one. An
   expected leak/loss/break is *accepted* (reported as an expected failure, with its evidence);
   any difference fails, both ways: a new problem, or a problem that went away (re-record it).
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from leakcheck.gate.expectations import Expectation, gate_value, key, lookup
-from leakcheck.model.verdicts import Outcome, Verdict
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.run.runner import control_expectation
 
@@ -54,7 +55,7 @@ class Policy:
 def judge(probe: Probe, outcome: Outcome, policy: Policy) -> Judgement:
     if outcome.route.is_control:
         want = control_expectation(probe, outcome.route)
-        if outcome.verdict is want:
+        if outcome.verdict is want or (want is Verdict.LEAKS and Fact.LEAKED in outcome.facts):
             return Judgement(Kind.PASSED)
         if outcome.verdict is Verdict.NOT_APPLICABLE:
             return Judgement(Kind.NOT_APPLICABLE, f"not applicable: {outcome.evidence}")

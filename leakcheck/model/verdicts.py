@@ -35,6 +35,9 @@ class Fact(StrEnum):
     LEAKED = "leaked"  #: the other client saw, or was affected by, the state
     LOST = "lost"  #: the client's own state was gone
     MISREPORTED = "misreported"  #: a driver was told (ParameterStatus) a value the server did not have
+    #: the driver or the pooler got over what the other client did by itself (a retry, a re-prepare, a
+    #: silent replacement of a statement): how the application kept going, never a verdict of its own
+    RECOVERED = "recovered"
 
 
 #: The documented order: the first fact present names the verdict (none: isolated).
@@ -115,11 +118,12 @@ class Observation:
     broke: str | None = None
     misreported: bool = False
     details: tuple[tuple[str, str], ...] = ()
+    recovered: str | None = None  #: how the driver or pooler recovered (Fact.RECOVERED), in the evidence too
 
     @property
     def facts(self) -> tuple[Fact, ...]:
         seen = {Fact.BROKE: self.broke is not None, Fact.LEAKED: self.leaked, Fact.LOST: self.lost,
-                Fact.MISREPORTED: self.misreported}
+                Fact.MISREPORTED: self.misreported, Fact.RECOVERED: self.recovered is not None}
         return tuple(f for f in Fact if seen[f])
 
 

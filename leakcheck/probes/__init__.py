@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from leakcheck.model.errors import UsageError
-from leakcheck.probes import discovered, handover, listen, locks, objects, prepared, security, settings
+from leakcheck.probes import (
+    cleanup,
+    discovered,
+    handover,
+    listen,
+    locks,
+    objects,
+    prepared,
+    security,
+    settings,
+    startup,
+)
 from leakcheck.probes.base import Probe, Scenario
 
 PROBES: tuple[Probe, ...] = (
-    settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + security.PROBES
-    + handover.PROBES + discovered.PROBES
+    settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + cleanup.PROBES
+    + startup.PROBES + security.PROBES + handover.PROBES + discovered.PROBES
 )
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]

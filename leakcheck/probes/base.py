@@ -255,14 +255,18 @@ class Probe:
     fixtures: bool = False  # uses the roles and tables of provision/postgres/fixtures.py
     #: B connects only after A left (Scenario.hand_over): what a pooler hands the next client
     handover: bool = False
+    #: a setting A sends in its startup packet, (name, value): the runner connects A with it, each driver
+    #: its own way (drivers/clients.py `connect`); B connects without it
+    startup: tuple[str, str] | None = None
 
 
 def probe(
     id: str, state: str, *, scope: Scope = Scope.SESSION, pool_size: int = 1, security: bool = False,
     login: str = Login.APP, fixtures: bool = False, handover: bool = False,
+    startup: tuple[str, str] | None = None,
 ) -> Callable[[ProbeBody], Probe]:
     def wrap(body: ProbeBody) -> Probe:
         return Probe(id=id, state=state, body=body, scope=scope, pool_size=pool_size, security=security,
-                     login=login, fixtures=fixtures, handover=handover)
+                     login=login, fixtures=fixtures, handover=handover, startup=startup)
 
     return wrap

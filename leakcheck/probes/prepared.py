@@ -8,7 +8,7 @@ from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
 
 
-def _names(marker: str, driver_names: str = "") -> str:
+def names_holding(marker: str, driver_names: str = "") -> str:
     """An expression: the names of prepared statements whose text holds `marker` (and, when given,
     whose name is one a driver gives: `Client.statement_names`; PgBouncer's own are PGBOUNCER_N)."""
     only = f" AND ({driver_names})" if driver_names else ""
@@ -17,26 +17,26 @@ def _names(marker: str, driver_names: str = "") -> str:
     return f"ARRAY(SELECT name FROM pg_prepared_statements WHERE statement LIKE {pattern}{only} ORDER BY name)"
 
 
-async def _run_and_read_names(s: Scenario, step: str, marker: str) -> tuple[Attempt, list[str]]:
+async def run_and_read_names(s: Scenario, step: str, marker: str) -> tuple[Attempt, list[str]]:
     """A's prepared run and a look at its server's statements, in one transaction: one server, and no
     pooler reset (server_reset_query_always) in between. No names when the run failed."""
     await s.a.execute("BEGIN")
     try:
         run = await s.prepared(s.a, step, f"'{marker}'::text")
-        names = [] if run.failed else list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
+        names = [] if run.failed else list(await s.observe(s.a, "read pg_prepared_statements", names_holding(marker)))
     finally:
         await attempt(s.a.execute("ROLLBACK" if run.failed else "COMMIT"))
     return run, names
 
 
-async def _prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
+async def prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
     """A proves its server, then runs `SELECT marker` twice its driver's prepared way. A failure is
     returned (a break, proven by A's first proof); a run that was not really prepared is an error."""
     await s.observe(s.a, "connected", "1")
     run = await s.prepared(s.a, "prepared run", f"'{marker}'::text")
     if run.failed:
         return run, []
-    run, names = await _run_and_read_names(s, "prepared run", marker)
+    run, names = await run_and_read_names(s, "prepared run", marker)
     if run.failed:
         return run, []
     if not names:
@@ -45,28 +45,57 @@ async def _prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
     return run, names
 
 
-def _fails(*runs: tuple[str, Attempt]) -> str | None:
+def first_failed(first: Attempt) -> Observation:
+    """What a probe saw when A's very first prepared run failed: a break (proven by A's first proof)."""
+    return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+
+
+def fails(*runs: tuple[str, Attempt]) -> str | None:
+    """The failed runs, named by who ran them, or None when every one worked."""
     errors = [f"{who}: {r}" for who, r in runs if r.failed]
     return "; ".join(errors) if errors else None
 
 
+async def retried(s: Scenario, client: Client, step: str, marker: str, run: Attempt) -> tuple[Attempt, str | None]:
+    """After a failed prepared run, the client runs it once more, as an application's next request
+    does: its result, and how the driver recovered when that one worked (Fact.RECOVERED)."""
+    if not run.failed:
+        return run, None
+    again = await s.prepared(client, f"{step}, retried", f"'{marker}'::text")
+    return again, None if again.failed else f"{client.label}'s next run worked after {run}"
+
+
 @probe("protocol_prepare", "protocol-level prepared statement, same server")
 async def protocol_prepare(s: Scenario) -> Observation:
-    marker = s.name("prep")
-    first, names = await _prepare_in_a(s, marker)
+    marker, other = s.name("prep"), s.name("bprep")
+    first, names = await prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+        return first_failed(first)
     # B: can B's session see A's statement under the name A's driver gave it?
-    visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names=s.a.statement_names))
-    # B: prepares the very same query (two app instances running the same code); A runs it again.
-    b_run = await s.prepared(s.b, "prepared run", f"'{marker}'::text")
-    b_again = await s.prepared(s.b, "prepared run again", f"'{marker}'::text")
-    a_again = await s.prepared(s.a, "prepared run again", f"'{marker}'::text")
+    mine = names_holding(marker, driver_names=s.a.statement_names)
+    visible = await s.observe(s.b, "read pg_prepared_statements", mine)
+    # B: prepares a query of its own (another application's text), so a colliding name cannot pass unseen:
+    # a driver that re-prepares a taken name in place (PDO on 42P05) replaces A's statement with B's.
+    b_run = await s.prepared(s.b, "prepared run", f"'{other}'::text")
+    b_again = await s.prepared(s.b, "prepared run again", f"'{other}'::text")
+    # A: which of its statement names on its server now hold B's text, then runs its own statement
+    # again, and must get its own value back, not B's.
+    b_texts = set(await s.observe(s.a, "read pg_prepared_statements", names_holding(other)))
+    replaced = [n for n in names if n in b_texts]
+    a_again, a_recovered = await retried(s, s.a, "prepared run again", marker,
+                                         await s.prepared(s.a, "prepared run again", f"'{marker}'::text"))
+    foreign = not a_again.failed and a_again.value != marker
+    recovered = [r for r in (
+        f"B's next run worked after {b_run}" if b_run.failed and not b_again.failed else None,
+        f"B's driver put its own statement under A's name(s) {replaced}" if replaced else None, a_recovered,
+    ) if r]
     return Observation(
         evidence=f"A prepared SELECT '{marker}' (server names {names}). B saw driver-named {list(visible)}; "
-        f"B's prepared run gave {b_run}, again {b_again}; A's re-run gave {a_again}",
-        leaked=bool(visible),
-        broke=_fails(("B", b_run), ("B again", b_again), ("A again", a_again)),
+        f"B's prepared run of SELECT '{other}' gave {b_run}, again {b_again}; A's re-run gave {a_again}"
+        + (" (B's result, not A's)" if foreign else "") + (f"; recovered: {'; '.join(recovered)}" if recovered else ""),
+        leaked=bool(visible) or foreign or bool(replaced),
+        broke=fails(("B", b_run), ("B again", b_again), ("A again", a_again)),
+        recovered="; ".join(recovered) or None,
     )
 
 
@@ -74,16 +103,19 @@ async def protocol_prepare(s: Scenario) -> Observation:
        pool_size=2)
 async def protocol_prepare_moved(s: Scenario) -> Observation:
     marker = s.name("prep")
-    first, names = await _prepare_in_a(s, marker)
+    first, names = await prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+        return first_failed(first)
     # B claims A's server; A runs its statement on the other one, and B looks for it on A's old one.
     async with s.a_on_another_server():
         # "Works" needs proof it ran prepared there too, not as a plain query (read in the same
         # transaction: one server, no pooler reset in between); a failed run, a proof that A really
         # was elsewhere.
-        again, there = await _run_and_read_names(s, "prepared run elsewhere", marker)
-        visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names=s.a.statement_names))
+        again, there = await run_and_read_names(s, "prepared run elsewhere", marker)
+        # A's next request: does the driver get over a failure by itself?
+        retry, recovered = await retried(s, s.a, "prepared run elsewhere", marker, again)
+        visible = await s.observe(s.b, "read pg_prepared_statements",
+                                  names_holding(marker, driver_names=s.a.statement_names))
     if not again.failed and not there:
         raise ProbeError("A's statement ran on the other server connection without being prepared there; "
                          "the move was not exercised")
@@ -91,10 +123,11 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
     return Observation(
         evidence=f"A prepared SELECT '{marker}' (server names {names}). While B held that server, A's "
         f"prepared run on another one gave {again}" + (f" (prepared there as {there})" if there else "")
-        + f"; B saw driver-named {list(visible)} on A's old one",
+        + (f", then {retry}" if again.failed else "") + f"; B saw driver-named {list(visible)} on A's old one",
         lost=missing,
         leaked=bool(visible),
         broke=str(again) if again.failed and not missing else None,
+        recovered=recovered,
     )
 
 
@@ -111,11 +144,11 @@ async def _execute_by_name(s: Scenario, client: Client, names: list[str]) -> lis
 @probe("prepared_disclosure", "another client's prepared SQL text, and running it by name", security=True)
 async def prepared_disclosure(s: Scenario) -> Observation:
     marker = s.name("secret")
-    first, names = await _prepare_in_a(s, marker)
+    first, names = await prepare_in_a(s, marker)
     if first.failed:
-        return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
+        return first_failed(first)
     # B: reads A's SQL text from pg_prepared_statements (any name: the driver's or PgBouncer's).
-    visible = list(await s.observe(s.b, "read pg_prepared_statements", _names(marker)))
+    visible = list(await s.observe(s.b, "read pg_prepared_statements", names_holding(marker)))
     # B: runs each by name with SQL EXECUTE, and gets A's result.
     ran = await _execute_by_name(s, s.b, visible)
     return Observation(

@@ -161,6 +161,29 @@ def protocol_prepare(o: Outcome, c: Cell) -> str:
     return f"{what}. {_prepare_fix(c)}"
 
 
+def cleanup(o: Outcome, c: Cell) -> str:
+    """Another client's DEALLOCATE ALL / DISCARD ALL / DEALLOCATE name under a prepared statement."""
+    stop = ("Do not send `DEALLOCATE ALL`, `DISCARD ALL` or `DEALLOCATE name` through a transaction pool (Prisma's "
+            "`pgbouncer=true`, a pool's reset query, an ORM's clean-up): on a shared server connection they drop "
+            "other clients' statements")
+    if o.verdict is Verdict.LEAKS:
+        return f"{stop}; here the statements were prepared again for their owner, at the cost of a re-prepare."
+    return f"{stop}; until then the other clients' next prepared runs may fail. {_prepare_fix(c)}"
+
+
+def startup_parameters(o: Outcome, c: Cell) -> str | None:
+    if o.verdict is Verdict.NOT_APPLICABLE and c.is_bouncer:
+        return (f"{c.named} refuses this startup parameter: set it per role (`ALTER ROLE app SET ...`) or per "
+                "transaction (`SET LOCAL`), or add it to `ignore_startup_parameters` knowing it is then dropped.")
+    if o.verdict is Verdict.LEAKS:
+        return ("A setting one client sent at connect reached another client: set it per role or per transaction "
+                "instead of in the connection string.")
+    if o.verdict is Verdict.LOST:
+        return ("The pooler accepted the startup parameter but the client's session lacks it: set it per role "
+                "(`ALTER ROLE app SET ...`) or per transaction (`SET LOCAL`).")
+    return None
+
+
 def _tracking_on(c: Cell) -> bool:
     given = c.setting("max_prepared_statements")
     if given is not None:
@@ -273,6 +296,10 @@ RULES: dict[str, Rule] = {
     "protocol_prepare": protocol_prepare,
     "protocol_prepare_moved": protocol_prepare,
     "prepared_disclosure": prepared_disclosure,
+    "cleanup_deallocate_all": cleanup,
+    "cleanup_discard_all": cleanup,
+    "cleanup_deallocate_named": cleanup,
+    "startup_parameters": startup_parameters,
     "rls_tenant": rls_tenant,
     "temp_shadow": temp_shadow,
     "lastval": lastval,

@@ -45,10 +45,12 @@ FACT_MEANING = {
     Fact.LEAKED: "the other client saw or was affected by the state",
     Fact.LOST: "the client's own state was gone",
     Fact.MISREPORTED: "a driver was told (ParameterStatus) a value the server did not have",
+    Fact.RECOVERED: "the driver or pooler got over it by itself (a retry, a re-prepare, a silent replacement)",
 }
 
 SUFFIX = ("+fact: another fact the probe saw besides the verdict's own, e.g. BREAKS+leaked "
-          "(broke, leaked, lost, or misreported: a driver was told a value the server did not have)")
+          "(broke, leaked, lost, misreported: a driver was told a value the server did not have, or recovered: "
+          "the driver or pooler got over it by itself)")
 SECURITY = "[security]: the state guards data or identity, so a leak exposes it"
 MISSING = "-: not measured in this run"
 

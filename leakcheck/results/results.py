@@ -21,7 +21,7 @@ version 2:
   order given, `config` the team's --bouncer-ini as given ("" if none; a dsn pooler's name),
   `label` what test ids show. `route` is transaction, session, direct or shared; `driver_version`
   the installed release (null when unknown); `verdict` isolated, leaks, lost, breaks,
-  not_applicable, error or skipped; `facts` any of broke, leaked, lost, misreported; `details` the
+  not_applicable, error or skipped; `facts` any of broke, leaked, lost, misreported, recovered; `details` the
   parameter probes' extra properties (names to strings); `advice` (added within version 2, optional)
   what to do about this verdict in this cell, one line (`leakcheck.reports.advice`; code between
   backticks), or null when there is nothing to do (isolated, skipped, every control). It is derived

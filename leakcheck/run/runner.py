@@ -21,6 +21,9 @@ from leakcheck.run import running_pooler
 
 #: Seconds one probe may take, connections included, before it is an error.
 PROBE_TIMEOUT = 30.0
+#: How PgBouncer's refusal of a startup parameter reads ("unsupported startup parameter: search_path",
+#: "unsupported options startup parameter: parameter cannot be changed").
+STARTUP_REFUSAL = "startup parameter"
 #: Pool size for the session-mode control (two clients each keep a server).
 SESSION_POOL = 2
 
@@ -89,13 +92,29 @@ def is_running_pooler(target: Target) -> bool:
     return target.route is Route.TRANSACTION and target.pooler is not None and target.pooler.kind is PoolerKind.DSN
 
 
+async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
+    """A, with the probe's startup parameter if it has one. A pooler refusing that parameter at
+    connect (PgBouncer: "unsupported startup parameter") is measured, in the pooler's own words: the
+    setting cannot be sent there (not applicable). Any other connect failure stays an error."""
+    if probe.startup is None:
+        return await connect(target.driver, "A", where)
+    name, value = probe.startup
+    try:
+        return await connect(target.driver, "A", where, startup=probe.startup)
+    except Exception as exc:
+        words = one_line(exc, 200)
+        if STARTUP_REFUSAL not in words:
+            raise
+        raise NotApplicable(f"A's connect with the startup parameter {name}={value} was refused: {words}") from exc
+
+
 async def _measure(
     probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint]
 ) -> tuple[Observation, tuple[Proof, ...]]:
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
     where = endpoint.as_user(role)
     running = is_running_pooler(target)
-    a = await connect(target.driver, "A", where)
+    a = await _connect_a(probe, target, where)
     try:
         if endpoint.dsn:  # a server the user gave (--pooled-dsn, --direct-dsn): has it what the probe uses?
             await running_pooler.check_needs(probe, a)

@@ -9,6 +9,7 @@ import pytest
 
 from leakcheck.drivers.agents.catalogue import CATALOGUE
 from leakcheck.drivers.agents.spec import AgentSpec
+from leakcheck.model.errors import NotApplicable
 
 #: the agents built from their spec alone (the npm ones are tested in test_agents.py with their packages)
 SPECS = tuple(s.spec for s in CATALOGUE if not s.spec.npm)
@@ -38,3 +39,16 @@ def test_an_agent_names_each_setting_once_and_starts_from_its_folder(spec: Agent
     names = [name for name, _ in spec.settings]
     assert len(names) == len(set(names))
     assert any("{dir}" in part for part in spec.run)
+
+
+def test_an_agent_with_a_startup_setting_gets_the_parameter_as_its_own_setting() -> None:
+    node = next(s for s in CATALOGUE if s.spec.id == "node-postgres")
+    settings = node.startup_settings(("search_path", "lc_s"))
+    assert settings == {"options": "-c search_path=lc_s"}
+    assert set(settings) <= {name for name, _ in node.spec.settings}
+
+
+def test_an_agent_without_a_startup_setting_makes_the_probe_not_applicable() -> None:
+    pdo = next(s for s in CATALOGUE if s.spec.id == "pdo")
+    with pytest.raises(NotApplicable, match="pdo agent has no setting that sends search_path"):
+        pdo.startup_settings(("search_path", "lc_s"))

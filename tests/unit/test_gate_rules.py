@@ -10,7 +10,7 @@ from leakcheck.gate import expectations, record
 from leakcheck.gate.expectations import Expectation
 from leakcheck.gate.judge import Kind, Policy, judge
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
 from leakcheck.probes import PROBES
 
 from .outcomes import make
@@ -114,3 +114,21 @@ def test_a_new_probe_is_recorded_in_the_form_the_file_holds_its_cell_in() -> Non
     plan = record.plan(anyone, [measured(Verdict.LEAKS)])  # search_path: no entry yet
     assert "pg16/pgbouncer1.24/psycopg/search_path" in plan.verdicts
     assert record.plan({}, [measured(Verdict.LEAKS)]).verdicts.keys() == {KEY}
+
+
+def test_a_positive_control_that_broke_and_also_leaked_shows_the_leak_and_passes() -> None:
+    shared = make("cleanup_deallocate_all", "16.14", "", Route.SHARED, "asyncpg", Verdict.BREAKS,
+                  "A: 26000 after its own session's DEALLOCATE ALL", facts=(Fact.BROKE, Fact.LEAKED))
+    assert judge(PROBE["cleanup_deallocate_all"], shared, Policy()).kind is Kind.PASSED
+
+
+def test_a_positive_control_that_broke_without_leaking_still_fails() -> None:
+    shared = make("cleanup_deallocate_all", "16.14", "", Route.SHARED, "asyncpg", Verdict.BREAKS,
+                  "A: 26000", facts=(Fact.BROKE,))
+    assert judge(PROBE["cleanup_deallocate_all"], shared, Policy()).fails
+
+
+def test_a_negative_control_that_broke_and_leaked_fails() -> None:
+    direct = make("cleanup_deallocate_all", "16.14", "", Route.DIRECT, "asyncpg", Verdict.BREAKS,
+                  "A: 26000", facts=(Fact.BROKE, Fact.LEAKED))
+    assert judge(PROBE["cleanup_deallocate_all"], direct, Policy()).fails

@@ -82,3 +82,10 @@ def test_an_outcome_names_the_facts_its_verdict_does_not() -> None:
 
 def test_only_leaks_lost_and_breaks_are_problems() -> None:
     assert {v for v in Verdict if v.is_problem} == {Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS}
+
+
+def test_a_recovery_is_a_fact_that_never_names_the_verdict() -> None:
+    proofs = [Proof("run", "A", ServerId(1, "t")), Proof("run", "B", ServerId(1, "t"))]
+    seen = Observation(evidence="A's next run worked after 26000", recovered="A's next run worked after 26000")
+    verdict, _ = classify(Route.TRANSACTION, proofs, seen)
+    assert Fact.RECOVERED in seen.facts and verdict is Verdict.ISOLATED

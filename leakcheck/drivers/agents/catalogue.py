@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from leakcheck.drivers.agents.spec import AgentSpec
+from leakcheck.model.errors import NotApplicable
 from leakcheck.model.target import NATIVE_DRIVERS
 
 _NODE = ("node", "{dir}/agent.js")
@@ -36,12 +37,22 @@ class Shipped:
     spec: AgentSpec
     #: a SQL condition on `name` that holds for the names this driver gives its prepared statements
     statement_names: str
+    #: how a probe's startup parameter reaches this driver's startup packet: (the agent's setting, its
+    #: value with {name} and {value}); () where the driver has no way
+    startup: tuple[str, str] | tuple[()] = ()
+
+    def startup_settings(self, startup: tuple[str, str]) -> dict[str, str]:
+        """The connect request's settings that make the driver send `startup` (name, value) at connect."""
+        if not self.startup:
+            raise NotApplicable(f"the {self.spec.id} agent has no setting that sends {startup[0]} at connect")
+        setting, template = self.startup
+        return {setting: template.format(name=startup[0], value=startup[1])}
 
 
 CATALOGUE: tuple[Shipped, ...] = (
     # node-postgres: a query config with `name` (the agent names them stmt_1, stmt_2... per connection)
-    Shipped(AgentSpec("node-postgres", "node", ("agent.js",), npm=("pg@8",), run=_NODE),
-            "name LIKE 'stmt\\_%'"),
+    Shipped(AgentSpec("node-postgres", "node", ("agent.js",), npm=("pg@8",), run=_NODE, settings=(("options", ""),)),
+            "name LIKE 'stmt\\_%'", ("options", "-c {name}={value}")),
     # postgres.js: prepares every query by default, named by a random per-connection prefix and a counter
     Shipped(AgentSpec("postgres-js", "node", ("agent.js",), npm=("postgres@3",), run=_NODE,
                       settings=(("prepare", "true"),)),
@@ -67,6 +78,7 @@ CATALOGUE: tuple[Shipped, ...] = (
             ),
         ),
         "name LIKE 'S\\_%'",
+        ("options", "-c {name}={value}"),  # pgjdbc's own for search_path is currentSchema, also a startup parameter
     ),
     # PHP PDO: prepare() + execute(), named pdo_stmt_%08x (ATTR_EMULATE_PREPARES false, the default)
     Shipped(
@@ -91,6 +103,7 @@ CATALOGUE: tuple[Shipped, ...] = (
             settings=(("options", ""), ("application_name", "")),
         ),
         "name ~ '^a[0-9]+$'",
+        ("options", "-c {name}={value}"),
     ),
     # pgx v4: its statement cache (default mode prepare), named lrupsc_N_M
     Shipped(
@@ -110,6 +123,7 @@ CATALOGUE: tuple[Shipped, ...] = (
             ),
         ),
         "name LIKE 'lrupsc\\_%'",
+        ("options", "-c {name}={value}"),
     ),
 )
 

@@ -56,12 +56,15 @@ async function run(config) {
 
 async function connect(req) {
   await close()
-  for (const name of Object.keys(req.settings || {})) {
-    throw Object.assign(new Error(`node-postgres agent has no setting ${name}`), { usage: true })
+  const settings = req.settings || {}
+  for (const name of Object.keys(settings)) {
+    if (name !== 'options') {
+      throw Object.assign(new Error(`node-postgres agent has no setting ${name}`), { usage: true })
+    }
   }
   const c = new pg.Client({
     host: req.host, port: req.port, user: req.user, password: req.password, database: req.dbname,
-    connectionTimeoutMillis: 10000, types,
+    connectionTimeoutMillis: 10000, types, ...(settings.options ? { options: settings.options } : {}),
   })
   c.on('notification', (n) => notifications.push({ channel: n.channel, payload: n.payload || '' }))
   c.on('error', (err) => { broken = err })
