@@ -23,7 +23,7 @@ async def _run_and_read_names(s: Scenario, step: str, marker: str) -> tuple[Atte
     await s.a.execute("BEGIN")
     try:
         run = await s.prepared(s.a, step, f"'{marker}'::text")
-        names = [] if run.failed else list(await s.observe(s.a, "read pg_prepared_statements", _names(marker)))
+        names = [] if run.failed else await s.observe_array(s.a, "read pg_prepared_statements", _names(marker))
     finally:
         await attempt(s.a.execute("ROLLBACK" if run.failed else "COMMIT"))
     return run, names
@@ -57,7 +57,8 @@ async def protocol_prepare(s: Scenario) -> Observation:
     if first.failed:
         return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
     # B: can B's session see A's statement under the name A's driver gave it?
-    visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names=s.a.statement_names))
+    visible = await s.observe_array(s.b, "read pg_prepared_statements",
+                                    _names(marker, driver_names=s.a.statement_names))
     # B: prepares the very same query (two app instances running the same code); A runs it again.
     b_run = await s.prepared(s.b, "prepared run", f"'{marker}'::text")
     b_again = await s.prepared(s.b, "prepared run again", f"'{marker}'::text")
@@ -83,7 +84,8 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
         # transaction: one server, no pooler reset in between); a failed run, a proof that A really
         # was elsewhere.
         again, there = await _run_and_read_names(s, "prepared run elsewhere", marker)
-        visible = await s.observe(s.b, "read pg_prepared_statements", _names(marker, driver_names=s.a.statement_names))
+        visible = await s.observe_array(s.b, "read pg_prepared_statements",
+                                        _names(marker, driver_names=s.a.statement_names))
     if not again.failed and not there:
         raise ProbeError("A's statement ran on the other server connection without being prepared there; "
                          "the move was not exercised")
@@ -115,7 +117,7 @@ async def prepared_disclosure(s: Scenario) -> Observation:
     if first.failed:
         return Observation(evidence=f"A's first prepared run failed: {first}", broke=f"A: {first}")
     # B: reads A's SQL text from pg_prepared_statements (any name: the driver's or PgBouncer's).
-    visible = list(await s.observe(s.b, "read pg_prepared_statements", _names(marker)))
+    visible = await s.observe_array(s.b, "read pg_prepared_statements", _names(marker))
     # B: runs each by name with SQL EXECUTE, and gets A's result.
     ran = await _execute_by_name(s, s.b, visible)
     return Observation(

@@ -65,6 +65,8 @@ CATALOGUE: tuple[Shipped, ...] = (
                 ("options", ""),
                 ("readOnlyMode", "transaction"),
             ),
+            # pgjdbc 42.5.5 sends extra_float_digits in every startup packet (ConnectionFactoryImpl)
+            ignored_startup=("extra_float_digits",),
         ),
         "name LIKE 'S\\_%'",
     ),

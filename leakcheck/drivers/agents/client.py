@@ -66,6 +66,13 @@ def _where(endpoint: Endpoint) -> dict[str, Any]:
             "user": parts.get("user", ""), "password": parts.get("password", ""), "dbname": parts.get("dbname", "")}
 
 
+def _shaped(value: object) -> bool:
+    """A value of protocol 1: JSON null, a boolean, a number, text, or an array of such values."""
+    if isinstance(value, list):
+        return all(map(_shaped, value))
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
 @dataclass
 class _Lease:
     slot: tuple[str, str, str]
@@ -117,7 +124,11 @@ class AgentClient:
         raise ServerError(str(error.get("sqlstate") or "?????"), f"{message} ({kind})" if kind else message)
 
     async def _rows(self, op: str, sql: str) -> list[Row]:
-        return [tuple(row) for row in (await self._call(op, sql=sql)).get("rows") or ()]
+        rows = (await self._call(op, sql=sql)).get("rows") or []
+        if not isinstance(rows, list) or not all(isinstance(row, list) and all(map(_shaped, row)) for row in rows):
+            raise AgentFault(f"the {self._lease.agent.driver} agent answered {op!r} with rows of a shape protocol "
+                             f"1 does not have (lists of null, booleans, numbers, text and arrays): {rows!r:.200}")
+        return [tuple(row) for row in rows]
 
     async def query(self, sql: str) -> list[Row]:
         return await self._rows("query", sql)
