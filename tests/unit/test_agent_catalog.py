@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.drivers.agents.catalogue import CATALOGUE
+from leakcheck.drivers.agents.client import _shaped
 from leakcheck.drivers.agents.spec import AgentSpec
 
 #: the agents built from their spec alone (the npm ones are tested in test_agents.py with their packages)
@@ -38,3 +39,8 @@ def test_an_agent_names_each_setting_once_and_starts_from_its_folder(spec: Agent
     names = [name for name, _ in spec.settings]
     assert len(names) == len(set(names))
     assert any("{dir}" in part for part in spec.run)
+
+
+def test_an_array_text_form_is_not_a_protocol_value_inside_rows_but_a_json_array_is() -> None:
+    assert _shaped(["PGBOUNCER_1", None, [1, 2.5, True]]) and _shaped("{PGBOUNCER_1}")
+    assert not _shaped({"name": "PGBOUNCER_1"}) and not _shaped([{"a": 1}])

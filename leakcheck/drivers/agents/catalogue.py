@@ -36,6 +36,11 @@ class Shipped:
     spec: AgentSpec
     #: a SQL condition on `name` that holds for the names this driver gives its prepared statements
     statement_names: str
+    #: executions of one statement before the driver prepares it by name (pgjdbc: its prepareThreshold)
+    prepared_times: int = 1
+    #: what the driver refuses to go on with, by the start of its message, and why: such a probe step
+    #: cannot apply to this driver (not applicable, with the driver's words), it is no measurement
+    refusals: tuple[tuple[str, str], ...] = ()
 
 
 CATALOGUE: tuple[Shipped, ...] = (
@@ -69,6 +74,13 @@ CATALOGUE: tuple[Shipped, ...] = (
             ignored_startup=("extra_float_digits",),
         ),
         "name LIKE 'S\\_%'",
+        prepared_times=5,
+        refusals=(
+            ("The server's client_encoding parameter was changed", "pgjdbc closes its connection when "
+             "client_encoding is not UTF8"),
+            ("The server's DateStyle parameter was changed", "pgjdbc closes its connection when DateStyle "
+             "does not begin with ISO"),
+        ),
     ),
     # PHP PDO: prepare() + execute(), named pdo_stmt_%08x (ATTR_EMULATE_PREPARES false, the default)
     Shipped(
@@ -112,6 +124,8 @@ CATALOGUE: tuple[Shipped, ...] = (
             ),
         ),
         "name LIKE 'lrupsc\\_%'",
+        refusals=(("simple protocol queries must be run with client_encoding=UTF8",
+                   "pgx runs no simple-protocol query unless client_encoding is UTF8"),),
     ),
 )
 
