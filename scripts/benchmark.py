@@ -5,6 +5,11 @@
     python scripts/benchmark.py --cold           # also the first run on an empty cache (fetch + build)
     python scripts/benchmark.py --pg 16 --bouncer 1.24
     python scripts/benchmark.py --merge-only         # only `leakcheck merge` of many outcomes (no server)
+    python scripts/benchmark.py --drivers            # also every shipped driver, one matrix each
+
+With --drivers, the matrix runs once per shipped driver (psycopg first: agents are started once per
+lane and client slot and reused, so a JVM is not started per probe) and each driver's runs a second
+are given with their ratio to psycopg's.
 
 The floor is measured in the same run on the same machine: the same number of runs, each two
 direct PostgreSQL connections sending as many statements as a probe does on average, with no
@@ -32,6 +37,7 @@ from pathlib import Path
 import psycopg
 
 from leakcheck.cli import merge
+from leakcheck.drivers.agents.catalogue import CATALOGUE
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Driver, Outcome, Route, Target, Verdict
 from leakcheck.model.versions import Version, parse_spec
@@ -45,14 +51,14 @@ from leakcheck.run.lanes import default_jobs
 STATEMENTS_PER_RUN = 14
 
 
-def matrix(pg: str, bouncer: str, cache: str | None) -> tuple[int, float]:
+def matrix(pg: str, bouncer: str, cache: str | None, drivers: str = "") -> tuple[int, float]:
     """Probe runs and seconds of `pytest --pg --bouncer` from an empty folder (controls included)."""
     env = dict(os.environ)
     if cache is not None:
         env["LEAKCHECK_CACHE"] = cache
     with tempfile.TemporaryDirectory() as empty:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={empty}", empty,
-               f"--pg={pg}", f"--bouncer={bouncer}"]
+               f"--pg={pg}", f"--bouncer={bouncer}", *([f"--drivers={drivers}"] if drivers else [])]
         start = time.perf_counter()
         done = subprocess.run(cmd, env=env, cwd=empty, capture_output=True, text=True, check=False)
         seconds = time.perf_counter() - start
@@ -108,6 +114,16 @@ def merge_phase(n: int) -> tuple[float, float]:
         return seconds, time.perf_counter() - start
 
 
+def per_driver(pg: str, bouncer: str) -> None:
+    """The matrix once per driver: runs a second, and the ratio to psycopg's (the target: within 2)."""
+    rates: dict[str, float] = {}
+    for driver in ("psycopg", *(s.spec.id for s in CATALOGUE)):
+        runs, seconds = matrix(pg, bouncer, None, driver)
+        rates[driver] = runs / seconds
+        print(f"driver {driver}: {runs} probe runs in {seconds:.1f} s = {rates[driver]:.1f} runs/s; "
+              f"ratio to psycopg {rates[driver] / rates['psycopg']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pg", default="16,17,18")
@@ -115,6 +131,7 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true", help="also time a first run with an empty cache")
     parser.add_argument("--merge-outcomes", type=int, default=40_000, help="N for the merge phase (also 4N)")
     parser.add_argument("--merge-only", action="store_true", help="only the merge phase (no server)")
+    parser.add_argument("--drivers", action="store_true", help="also the matrix of each shipped driver")
     args = parser.parse_args()
     for n in (args.merge_outcomes, 4 * args.merge_outcomes):
         seconds, base = merge_phase(n)
@@ -129,6 +146,8 @@ def main() -> None:
           f"= {rate:.1f} runs/s ({default_jobs()} lanes at a time, {os.cpu_count()} cores)")
     print(f"floor (same runs, {STATEMENTS_PER_RUN} statements on 2 direct connections, no harness): "
           f"{base:.1f} runs/s; ratio {rate / base:.2f}")
+    if args.drivers:
+        per_driver(args.pg, args.bouncer)
     if args.cold:
         cold = tempfile.mkdtemp(prefix="leakcheck-cold-")
         os.chmod(cold, 0o755)

@@ -101,6 +101,16 @@ class Scenario:
         self._prove(client, step, pid, started)
         return value
 
+    async def observe_array(self, client: Client, step: str, expr: str) -> list[Any]:
+        """`observe` of an array expression (ARRAY(SELECT ...)): a value of another shape (an
+        array's text form, `'{a,b}'`, which iterated gives its characters) is a harness error, never
+        a verdict."""
+        value = await self.observe(client, step, expr)
+        if not isinstance(value, list):
+            raise ProbeError(f"{client.label}'s driver returned {value!r} for an array at {step!r}, not a list "
+                             "(agent protocol 1: arrays as JSON arrays): nothing is measured from a misread value")
+        return value
+
     async def run(self, client: Client, step: str, *statements: str) -> Attempt:
         """Statements in one transaction block that starts with the client's server identity.
         The value is the first column of the last statement's first row; a failure rolls back."""

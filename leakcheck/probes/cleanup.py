@@ -39,9 +39,9 @@ async def _cleanup_all(s: Scenario, command: str) -> Observation:
         return first_failed(first)
     # B: the statements holding A's text on the server they share, then the clean-up. DISCARD ALL
     # cannot run in a transaction block: B's reads before and after carry its proofs (a pool of one).
-    before = list(await s.observe(s.b, "read pg_prepared_statements", names_holding(marker)))
+    before = await s.observe_array(s.b, "read pg_prepared_statements", names_holding(marker))
     done = await attempt(s.b.execute(command))
-    after = list(await s.observe(s.b, f"read pg_prepared_statements after {command}", names_holding(marker)))
+    after = await s.observe_array(s.b, f"read pg_prepared_statements after {command}", names_holding(marker))
     # A: its next prepared execution.
     return await _a_runs_again(s, marker, before, after, f"ran {command}: {done}", done if done.failed else None)
 
@@ -63,14 +63,14 @@ async def cleanup_deallocate_named(s: Scenario) -> Observation:
     if first.failed:
         return first_failed(first)
     # B: reads the names of A's statements (the driver's or PgBouncer's PGBOUNCER_n) and drops the first.
-    before = list(await s.observe(s.b, "read pg_prepared_statements", names_holding(marker)))
+    before = await s.observe_array(s.b, "read pg_prepared_statements", names_holding(marker))
     if not before:
         after: list[str] = []
         did = "had no name to deallocate"
     else:
         quoted = '"' + before[0].replace('"', '""') + '"'
         dropped = await s.run(s.b, f"DEALLOCATE {before[0]}", f"DEALLOCATE {quoted}")
-        after = list(await s.observe(s.b, "read pg_prepared_statements after DEALLOCATE", names_holding(marker)))
+        after = await s.observe_array(s.b, "read pg_prepared_statements after DEALLOCATE", names_holding(marker))
         did = f"ran DEALLOCATE {before[0]}: {dropped}"
     # A: its next prepared execution (B's DEALLOCATE failing is no break of A's: it is recorded, not counted).
     return await _a_runs_again(s, marker, before, after, did)

@@ -23,7 +23,7 @@ async def run_and_read_names(s: Scenario, step: str, marker: str) -> tuple[Attem
     await s.a.execute("BEGIN")
     try:
         run = await s.prepared(s.a, step, f"'{marker}'::text")
-        names = [] if run.failed else list(await s.observe(s.a, "read pg_prepared_statements", names_holding(marker)))
+        names = [] if run.failed else await s.observe_array(s.a, "read pg_prepared_statements", names_holding(marker))
     finally:
         await attempt(s.a.execute("ROLLBACK" if run.failed else "COMMIT"))
     return run, names
@@ -73,14 +73,14 @@ async def protocol_prepare(s: Scenario) -> Observation:
         return first_failed(first)
     # B: can B's session see A's statement under the name A's driver gave it?
     mine = names_holding(marker, driver_names=s.a.statement_names)
-    visible = await s.observe(s.b, "read pg_prepared_statements", mine)
+    visible = await s.observe_array(s.b, "read pg_prepared_statements", mine)
     # B: prepares a query of its own (another application's text), so a colliding name cannot pass unseen:
     # a driver that re-prepares a taken name in place (PDO on 42P05) replaces A's statement with B's.
     b_run = await s.prepared(s.b, "prepared run", f"'{other}'::text")
     b_again = await s.prepared(s.b, "prepared run again", f"'{other}'::text")
     # A: which of its statement names on its server now hold B's text, then runs its own statement
     # again, and must get its own value back, not B's.
-    b_texts = set(await s.observe(s.a, "read pg_prepared_statements", names_holding(other)))
+    b_texts = set(await s.observe_array(s.a, "read pg_prepared_statements", names_holding(other)))
     replaced = [n for n in names if n in b_texts]
     a_again, a_recovered = await retried(s, s.a, "prepared run again", marker,
                                          await s.prepared(s.a, "prepared run again", f"'{marker}'::text"))
@@ -114,8 +114,8 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
         again, there = await run_and_read_names(s, "prepared run elsewhere", marker)
         # A's next request: does the driver get over a failure by itself?
         retry, recovered = await retried(s, s.a, "prepared run elsewhere", marker, again)
-        visible = await s.observe(s.b, "read pg_prepared_statements",
-                                  names_holding(marker, driver_names=s.a.statement_names))
+        visible = await s.observe_array(s.b, "read pg_prepared_statements",
+                                        names_holding(marker, driver_names=s.a.statement_names))
     if not again.failed and not there:
         raise ProbeError("A's statement ran on the other server connection without being prepared there; "
                          "the move was not exercised")
@@ -148,7 +148,7 @@ async def prepared_disclosure(s: Scenario) -> Observation:
     if first.failed:
         return first_failed(first)
     # B: reads A's SQL text from pg_prepared_statements (any name: the driver's or PgBouncer's).
-    visible = list(await s.observe(s.b, "read pg_prepared_statements", names_holding(marker)))
+    visible = await s.observe_array(s.b, "read pg_prepared_statements", names_holding(marker))
     # B: runs each by name with SQL EXECUTE, and gets A's result.
     ran = await _execute_by_name(s, s.b, visible)
     return Observation(

@@ -73,8 +73,8 @@ async def rls_tenant(s: Scenario) -> Observation:
     if inside.failed or not mine:
         raise ProbeError(f"A saw no rows of tenant_a in lc_tenant_rows ({inside}); nothing was exercised")
     # B: set no tenant, so the policy must show it nothing.
-    seen = list(await s.observe(s.b, "read lc_tenant_rows", _ROWS))
-    again = list(await s.observe(s.a, "read its rows", _ROWS))
+    seen = await s.observe_array(s.b, "read lc_tenant_rows", _ROWS)
+    again = await s.observe_array(s.a, "read its rows", _ROWS)
     return Observation(
         evidence=f"A: set_config('app.tenant','tenant_a',false), saw rows {mine}. B (no tenant) saw {seen}. "
         f"A then saw {again}",
@@ -91,7 +91,7 @@ async def rls_tenant_local(s: Scenario) -> Observation:
                        f"SELECT {_ROWS}")
     if not mine.value:
         raise ProbeError(f"A saw no rows of tenant_a inside its transaction ({mine}); nothing was exercised")
-    seen = list(await s.observe(s.b, "read lc_tenant_rows", _ROWS))
+    seen = await s.observe_array(s.b, "read lc_tenant_rows", _ROWS)
     return Observation(
         evidence=f"A: set_config('app.tenant','tenant_a',true) saw {mine.value}, COMMIT. B (no tenant) saw {seen}",
         leaked=bool(seen),

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 
+from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.clients import Client, ServerError, connect
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
@@ -64,10 +65,16 @@ def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
         # In session mode a pool of one makes B wait for A to leave: give each client its own place
         # (a hand-over's B connects once A has left: a pool of one makes the pooler hand it A's server).
         size = probe.pool_size if mode is not PoolMode.SESSION or probe.handover else max(SESSION_POOL, probe.pool_size)
-        return PoolSettings(mode, size)
+        return PoolSettings(mode, size, _ignored_startup(target))
     if target.route is Route.SESSION:
-        return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size))
+        return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size), _ignored_startup(target))
     return None
+
+
+def _ignored_startup(target: Target) -> tuple[str, ...]:
+    """The startup parameters the target's driver sends that PgBouncer must be told to ignore."""
+    agent = shipped(target.driver.value)
+    return agent.spec.ignored_startup if agent is not None else ()
 
 
 @contextlib.contextmanager

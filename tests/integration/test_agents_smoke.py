@@ -15,11 +15,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from leakcheck.drivers.agents.catalogue import CATALOGUE
 from leakcheck.drivers.agents.spec import AgentSpec
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.postgres.fixtures import SCRAM_ITERATIONS
 from leakcheck.provision.postgres.server import PgServer
 
 #: the agents built from their spec alone (the npm ones are tested in test_agents.py with their packages)
@@ -137,17 +137,10 @@ def agent(spec: AgentSpec, built: Path) -> Iterator[Agent]:
 
 @pytest.fixture(scope="module")
 def server(postgres: PgServer) -> Endpoint:
-    """The module's PostgreSQL, its passwords stretched to 4096 SCRAM rounds.
-
-    pgjdbc 42.5.5 refuses fewer ("iteration must be >= 4096", RFC 7677's minimum), and the run's
-    servers store them with 16 (provision/fixtures.SCRAM_ITERATIONS).
-    """
-    endpoint = postgres.endpoint()
-    with psycopg.connect(endpoint.conninfo(), autocommit=True) as conn:
-        conn.execute("SET scram_iterations = 4096")
-        for role, password in endpoint.credentials:
-            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
-    return endpoint
+    """The module's PostgreSQL, with the run's passwords (stored with SCRAM_ITERATIONS = 4096 rounds:
+    pgjdbc 42.5.5 refuses fewer, "iteration must be >= 4096", RFC 7677's minimum)."""
+    assert SCRAM_ITERATIONS >= 4096
+    return postgres.endpoint()
 
 
 def ok(answer: dict[str, Any]) -> dict[str, Any]:

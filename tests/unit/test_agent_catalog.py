@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.drivers.agents.catalogue import CATALOGUE
+from leakcheck.drivers.agents.client import _shaped
 from leakcheck.drivers.agents.spec import AgentSpec
 from leakcheck.model.errors import NotApplicable
 
@@ -52,3 +53,8 @@ def test_an_agent_without_a_startup_setting_makes_the_probe_not_applicable() -> 
     pdo = next(s for s in CATALOGUE if s.spec.id == "pdo")
     with pytest.raises(NotApplicable, match="pdo agent has no setting that sends search_path"):
         pdo.startup_settings(("search_path", "lc_s"))
+
+
+def test_an_array_text_form_is_not_a_protocol_value_inside_rows_but_a_json_array_is() -> None:
+    assert _shaped(["PGBOUNCER_1", None, [1, 2.5, True]]) and _shaped("{PGBOUNCER_1}")
+    assert not _shaped({"name": "PGBOUNCER_1"}) and not _shaped([{"a": 1}])

@@ -47,3 +47,14 @@ def test_the_auth_file_lists_and_quotes_each_user_and_password() -> None:
 
 def test_clients_and_the_admin_console_need_a_password() -> None:
     assert settings_of(render_ini(PoolSettings(), LAYOUT))["auth_type"] == "md5"
+
+
+def test_a_drivers_ignored_startup_parameter_joins_the_axis_value_of_ignore_startup_parameters() -> None:
+    ini = render_ini(PoolSettings(ignored_startup=("extra_float_digits",)), LAYOUT,
+                     (("ignore_startup_parameters", "options"),))
+    assert [line for line in ini.splitlines() if line.startswith("ignore_startup_parameters")] == [
+        "ignore_startup_parameters = options, extra_float_digits"]
+
+
+def test_no_ignore_startup_parameters_line_is_written_when_no_driver_needs_one() -> None:
+    assert "ignore_startup_parameters" not in render_ini(PoolSettings(), LAYOUT)

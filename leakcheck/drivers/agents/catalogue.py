@@ -40,6 +40,11 @@ class Shipped:
     #: how a probe's startup parameter reaches this driver's startup packet: (the agent's setting, its
     #: value with {name} and {value}); () where the driver has no way
     startup: tuple[str, str] | tuple[()] = ()
+    #: executions of one statement before the driver prepares it by name (pgjdbc: its prepareThreshold)
+    prepared_times: int = 1
+    #: what the driver refuses to go on with, by the start of its message, and why: such a probe step
+    #: cannot apply to this driver (not applicable, with the driver's words), it is no measurement
+    refusals: tuple[tuple[str, str], ...] = ()
 
     def startup_settings(self, startup: tuple[str, str]) -> dict[str, str]:
         """The connect request's settings that make the driver send `startup` (name, value) at connect."""
@@ -76,9 +81,18 @@ CATALOGUE: tuple[Shipped, ...] = (
                 ("options", ""),
                 ("readOnlyMode", "transaction"),
             ),
+            # pgjdbc 42.5.5 sends extra_float_digits in every startup packet (ConnectionFactoryImpl)
+            ignored_startup=("extra_float_digits",),
         ),
         "name LIKE 'S\\_%'",
         ("options", "-c {name}={value}"),  # pgjdbc's own for search_path is currentSchema, also a startup parameter
+        prepared_times=5,
+        refusals=(
+            ("The server's client_encoding parameter was changed", "pgjdbc closes its connection when "
+             "client_encoding is not UTF8"),
+            ("The server's DateStyle parameter was changed", "pgjdbc closes its connection when DateStyle "
+             "does not begin with ISO"),
+        ),
     ),
     # PHP PDO: prepare() + execute(), named pdo_stmt_%08x (ATTR_EMULATE_PREPARES false, the default)
     Shipped(
@@ -124,6 +138,8 @@ CATALOGUE: tuple[Shipped, ...] = (
         ),
         "name LIKE 'lrupsc\\_%'",
         ("options", "-c {name}={value}"),
+        refusals=(("simple protocol queries must be run with client_encoding=UTF8",
+                   "pgx runs no simple-protocol query unless client_encoding is UTF8"),),
     ),
 )
 

@@ -19,6 +19,7 @@ from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import AgentFault, AgentProcess
 from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.model.errors import NotApplicable
 from leakcheck.provision.base import Endpoint
 
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
@@ -66,6 +67,13 @@ def _where(endpoint: Endpoint) -> dict[str, Any]:
             "user": parts.get("user", ""), "password": parts.get("password", ""), "dbname": parts.get("dbname", "")}
 
 
+def _shaped(value: object) -> bool:
+    """A value of protocol 1: JSON null, a boolean, a number, text, or an array of such values."""
+    if isinstance(value, list):
+        return all(map(_shaped, value))
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
 @dataclass
 class _Lease:
     slot: tuple[str, str, str]
@@ -80,6 +88,7 @@ class AgentClient:
     label: str
     statement_names: str
     _lease: _Lease
+    _shipped: Shipped
     notifications: list[Notification] = field(default_factory=list)
     _parameters: dict[str, str] = field(default_factory=dict)
 
@@ -88,7 +97,7 @@ class AgentClient:
                       settings: dict[str, str] | None = None) -> AgentClient:
         slot = (shipped.spec.id, threading.current_thread().name, label)  # the lane's thread, not a worker's
         agent = await asyncio.to_thread(_lease, shipped, slot)
-        client = cls(label, shipped.statement_names, _Lease(slot, agent))
+        client = cls(label, shipped.statement_names, _Lease(slot, agent), shipped)
         try:
             await client._call("connect", settings=settings or {}, **_where(endpoint))
         except BaseException:
@@ -114,10 +123,17 @@ class AgentClient:
         kind, message = str(error.get("class", "")), str(error.get("message", ""))
         if kind in ("usage", "unsupported"):
             raise AgentFault(f"the {self._lease.agent.driver} agent refused {op!r} ({kind}): {message}")
+        refusal = next((why for start, why in self._shipped.refusals if message.startswith(start)), None)
+        if refusal is not None:
+            raise NotApplicable(f"{self.label}'s driver refused to go on: {message} ({refusal})")
         raise ServerError(str(error.get("sqlstate") or "?????"), f"{message} ({kind})" if kind else message)
 
-    async def _rows(self, op: str, sql: str) -> list[Row]:
-        return [tuple(row) for row in (await self._call(op, sql=sql)).get("rows") or ()]
+    async def _rows(self, op: str, sql: str, **fields: Any) -> list[Row]:
+        rows = (await self._call(op, sql=sql, **fields)).get("rows") or []
+        if not isinstance(rows, list) or not all(isinstance(row, list) and all(map(_shaped, row)) for row in rows):
+            raise AgentFault(f"the {self._lease.agent.driver} agent answered {op!r} with rows of a shape protocol "
+                             f"1 does not have (lists of null, booleans, numbers, text and arrays): {rows!r:.200}")
+        return [tuple(row) for row in rows]
 
     async def query(self, sql: str) -> list[Row]:
         return await self._rows("query", sql)
@@ -126,7 +142,7 @@ class AgentClient:
         await self._call("execute", sql=sql)
 
     async def prepared(self, sql: str) -> list[Row]:
-        return await self._rows("prepared", sql)
+        return await self._rows("prepared", sql, times=self._shipped.prepared_times)
 
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)

@@ -28,3 +28,6 @@ class AgentSpec:
     run: tuple[str, ...] = ()
     #: the driver settings it accepts (--driver-set ID:NAME=V), with their defaults as the driver has them
     settings: tuple[tuple[str, str], ...] = ()
+    #: startup parameters the driver always sends that PgBouncer refuses unless it is told to ignore
+    #: them (`ignore_startup_parameters`, as every team running this driver through PgBouncer sets)
+    ignored_startup: tuple[str, ...] = ()

@@ -32,6 +32,9 @@ class PoolSettings:
 
     mode: PoolMode = PoolMode.TRANSACTION
     pool_size: int = 1
+    #: startup parameters the clients' driver sends that PgBouncer must ignore to let it in (pgjdbc's
+    #: extra_float_digits): added to `ignore_startup_parameters`, whatever the team's ini or axes say
+    ignored_startup: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ def render_ini(
     team_keys: list[Item] = [(k, v) for k, v in (team.section("pgbouncer") if team else ()) if k not in controlled]
     if "max_client_conn" not in {k for k, _ in [*team_keys, *axes]}:
         team_keys.append(("max_client_conn", "100"))
+    if settings.ignored_startup:
+        team_keys, axes = _ignoring(settings.ignored_startup, team_keys, axes)
     lines = [
         "[databases]",
         # No user= here: each client's own role logs in to the server (one pool per role).
@@ -127,6 +132,15 @@ def render_ini(
     for section in team.kept_sections() if team else ():
         lines += _section(section)
     return "\n".join(lines)
+
+
+def _ignoring(names: tuple[str, ...], team: list[Item], axes: list[Item]) -> tuple[list[Item], list[Item]]:
+    """The keys with `names` added to ignore_startup_parameters (the axis's value, else the team's)."""
+    key = "ignore_startup_parameters"
+    given = next((v for k, v in reversed([*team, *axes]) if k == key), "")
+    have = [n.strip() for n in given.split(",") if n.strip()]
+    merged = ", ".join([*have, *(n for n in names if n not in have)])
+    return [i for i in team if i[0] != key], [*(i for i in axes if i[0] != key), (key, merged)]
 
 
 def _section(section: Section) -> list[str]:

@@ -63,12 +63,50 @@ function value(mixed $value, string $type): mixed
     if (is_resource($value)) { // bytea comes as a stream: PostgreSQL's hex text form
         return '\\x' . bin2hex(stream_get_contents($value));
     }
+    if (str_starts_with($type, '_') && is_string($value)) { // an array type: _int4, _text...
+        return array_elements($value, substr($type, 1));
+    }
     return match ($type) {
         'int2', 'int4', 'int8' => (int) $value,
         'float4', 'float8' => is_finite((float) $value) ? (float) $value : (string) $value,
-        'bool' => (bool) $value,
+        'bool' => is_string($value) ? $value === 't' || $value === '1' : (bool) $value,
         default => (string) $value,
     };
+}
+
+/** A PostgreSQL array's text form ({1,"a b",NULL,{2}}) as a list; its elements as scalars of `$type`. */
+function array_elements(string $text, string $type): array
+{
+    $at = strpos($text, '{'); // skips a dimension decoration, [1:2]={...}
+    $position = $at === false ? 0 : $at;
+    return array_level($text, $position, $type);
+}
+
+function array_level(string $text, int &$i, string $type): array
+{
+    $out = [];
+    $i++; // past '{'
+    while ($i < strlen($text) && $text[$i] !== '}') {
+        if ($text[$i] === ',') {
+            $i++;
+        } elseif ($text[$i] === '{') {
+            $out[] = array_level($text, $i, $type);
+        } elseif ($text[$i] === '"') {
+            $element = '';
+            for ($i++; $text[$i] !== '"'; $i++) {
+                $element .= $text[$i] === '\\' ? $text[++$i] : $text[$i];
+            }
+            $i++;
+            $out[] = value($element, $type);
+        } else {
+            $end = strcspn($text, ',}', $i);
+            $element = substr($text, $i, $end);
+            $i += $end;
+            $out[] = $element === 'NULL' ? null : value($element, $type);
+        }
+    }
+    $i++; // past '}'
+    return $out;
 }
 
 function rows(PDOStatement $statement): array

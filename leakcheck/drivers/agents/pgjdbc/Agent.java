@@ -243,6 +243,19 @@ public final class Agent {
         return rows;
     }
 
+    /** An array's elements (nested arrays for more dimensions): numbers, booleans and null as JSON, the rest as text. */
+    private static List<Object> elements(Object array) {
+        List<Object> out = new ArrayList<>();
+        for (Object element : (Object[]) array) {
+            if (element instanceof Object[]) out.add(elements(element));
+            else if (element instanceof Short || element instanceof Integer || element instanceof Long) out.add(((Number) element).longValue());
+            else if (element instanceof Float || element instanceof Double) out.add(((Number) element).doubleValue());
+            else if (element == null || element instanceof Boolean) out.add(element);
+            else out.add(element.toString());
+        }
+        return out;
+    }
+
     private static Object value(ResultSet rs, int i, int type) throws SQLException {
         Object value;
         switch (type) {
@@ -254,6 +267,10 @@ public final class Agent {
                 break;
             case Types.BIT: case Types.BOOLEAN:
                 value = rs.getBoolean(i);
+                break;
+            case Types.ARRAY:
+                java.sql.Array array = rs.getArray(i);
+                value = array == null ? null : elements(array.getArray());
                 break;
             default:
                 value = rs.getString(i);

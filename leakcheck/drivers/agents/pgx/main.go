@@ -256,7 +256,24 @@ func value(ci *pgtype.ConnInfo, field pgproto3.FieldDescription, raw []byte) any
 			}
 		}
 	}
-	switch field.DataTypeOID {
+	return scalar(field.DataTypeOID, text)
+}
+
+// arrays maps an array type's oid to its element type's (bool, int2, int4, int8, float4, float8,
+// text, name, varchar, bpchar).
+var arrays = map[uint32]uint32{1000: 16, 1005: 21, 1007: 23, 1016: 20, 1021: 700, 1022: 701, 1009: 25,
+	1003: 19, 1015: 1043, 1014: 1042}
+
+// scalar is a value's text form as the protocol wants it, for its type.
+func scalar(oid uint32, text string) any {
+	if element, ok := arrays[oid]; ok {
+		i := strings.IndexByte(text, '{') // skips a dimension decoration, [1:2]={...}
+		if i < 0 {
+			return text
+		}
+		return elements(text, &i, element)
+	}
+	switch oid {
 	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
 		if n, err := strconv.ParseInt(text, 10, 64); err == nil {
 			return n
@@ -269,6 +286,42 @@ func value(ci *pgtype.ConnInfo, field pgproto3.FieldDescription, raw []byte) any
 		return text == "t"
 	}
 	return text
+}
+
+// elements parses one level of an array's text form ({1,"a b",NULL,{2}}) from text[*i] on.
+func elements(text string, i *int, oid uint32) []any {
+	out := []any{}
+	for *i++; *i < len(text) && text[*i] != '}'; {
+		switch c := text[*i]; {
+		case c == ',':
+			*i++
+		case c == '{':
+			out = append(out, elements(text, i, oid))
+		case c == '"':
+			var b strings.Builder
+			for *i++; *i < len(text) && text[*i] != '"'; *i++ {
+				if text[*i] == '\\' {
+					*i++
+				}
+				b.WriteByte(text[*i])
+			}
+			*i++
+			out = append(out, scalar(oid, b.String()))
+		default:
+			end := strings.IndexAny(text[*i:], ",}")
+			if end < 0 {
+				end = len(text) - *i
+			}
+			if word := text[*i : *i+end]; word == "NULL" {
+				out = append(out, nil)
+			} else {
+				out = append(out, scalar(oid, word))
+			}
+			*i += end
+		}
+	}
+	*i++
+	return out
 }
 
 // drain adds the notifications pgx holds or has pending (a 2 ms wait) and the ParameterStatus values.

@@ -23,6 +23,9 @@ class Agent
   SETTINGS = PG::Connection.conndefaults.map { |d| d[:keyword] } - %w[host hostaddr port user password dbname]
   INTEGERS = [20, 21, 23].freeze # int8, int2, int4
   FLOATS = [700, 701].freeze # float4, float8
+  # array type oid -> its element type's oid (bool, int2, int4, int8, float4, float8, text, name, varchar, bpchar)
+  ARRAYS = { 1000 => 16, 1005 => 21, 1007 => 23, 1016 => 20, 1021 => 700, 1022 => 701, 1009 => 25,
+             1003 => 19, 1015 => 1043, 1014 => 1042 }.freeze
 
   def initialize
     @conn = nil
@@ -112,11 +115,17 @@ class Agent
 
   def value(text, oid)
     return nil if text.nil?
+    return elements(PG::TextDecoder::Array.new.decode(text), ARRAYS[oid]) if ARRAYS.include?(oid)
     return text.to_i if INTEGERS.include?(oid)
     return (text =~ /\A-?[\d.e+-]+\z/i ? text.to_f : text) if FLOATS.include?(oid)
     return text == "t" if oid == 16
 
     text
+  end
+
+  # An array's elements (nested for more dimensions) as scalars of the element type.
+  def elements(decoded, oid)
+    decoded.map { |e| e.is_a?(Array) ? elements(e, oid) : value(e, oid) }
   end
 
   def drain(answer)
