@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from leakcheck.model.errors import UsageError
-from leakcheck.probes import discovered, listen, locks, objects, prepared, security, settings
+from leakcheck.probes import cancel, discovered, listen, locks, objects, prepared, security, settings
 from leakcheck.probes.base import Probe, Scenario
 
 PROBES: tuple[Probe, ...] = (
-    settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + security.PROBES
+    settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + security.PROBES + cancel.PROBES
     + discovered.PROBES
 )
 

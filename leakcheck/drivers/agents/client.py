@@ -19,6 +19,7 @@ from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import AgentFault, AgentProcess
 from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.model.errors import NotApplicable
 from leakcheck.provision.base import Endpoint
 
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
@@ -130,6 +131,17 @@ class AgentClient:
 
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)
+
+    async def cancel(self) -> None:
+        """The agent's `cancel`, sent beside the request now running (process.py); an agent whose
+        driver cannot cancel (now) answers `unsupported`: the probe is not applicable, in its words."""
+        answer = await asyncio.to_thread(self._lease.agent.request, "cancel")
+        if answer.get("ok"):
+            return
+        error = answer.get("error") or {}
+        if error.get("class") == "unsupported":
+            raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {error.get('message', '')}")
+        raise ServerError(str(error.get("sqlstate") or "?????"), f"{error.get('message', '')} ({error.get('class')})")
 
     def alias(self, label: str) -> AgentClient:
         return replace(self, label=label)  # same agent, connection, notification list and parameters
