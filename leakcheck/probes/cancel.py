@@ -69,59 +69,69 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds is not None else f"not within {CANCEL_BOUND:.0f} s"
 
 
-@probe("cancel_own", "cancel request (does A's driver cancel A's own running statement?)", scope=Scope.TRANSACTION)
-async def cancel_own(s: Scenario) -> Observation:
-    long = Long(s, s.a, "cancel_own", session_end_observed=True)  # pgx's cancel also closes its connection
-    # A: a long statement (it waits for C's lock); C sees it run on A's server connection.
-    await long.start("long statement")
+async def _cancel_beside(s: Scenario, long: Long) -> tuple[float | None, Attempt, Attempt]:
+    """A's driver cancels while `long` runs: seconds until `long` ended (None: not within
+    CANCEL_BOUND), its result once C let go, and the cancel call's own result. The cancel call runs
+    beside the wait, since some drivers answer a cancel only after the statement before it (PDO);
+    NotApplicable when A's driver cannot cancel."""
+    began = asyncio.get_running_loop().time()
+    cancelling = asyncio.create_task(attempt(s.a.cancel()))
     try:
-        # A: its driver cancels it; how long until the statement ends? (Some drivers answer a cancel
-        # only after the statement: it runs beside the wait.)
-        began = asyncio.get_running_loop().time()
-        cancelling = asyncio.create_task(attempt(s.a.cancel()))
         acted = await long.ended_within(CANCEL_BOUND, began)
     finally:
         result = await long.release()  # C lets go: a statement the cancel did not stop completes now
-    sent = await asyncio.wait_for(cancelling, FINISH_BOUND)  # NotApplicable: the driver cannot cancel
+    return acted, result, await asyncio.wait_for(cancelling, FINISH_BOUND)
+
+
+def _stopped(result: Attempt) -> bool:
+    """The statement ended as a cancel ends it: 57014, or its connection closed (pgx v4 closes it)."""
+    return result.state("57014") or result.state("08006") or (result.error is not None and result.error.closed)
+
+
+@probe("cancel_own", "cancel request (does A's driver cancel A's own running statement?)", scope=Scope.TRANSACTION)
+async def cancel_own(s: Scenario) -> Observation:
+    # B: takes its proof first (in a pool of one, the server A is about to use); a driver may close
+    # the connection it cancelled on (pgx), which on the shared control is B's too.
+    await s.observe(s.b, "before A's statement", "1")
+    long = Long(s, s.a, "cancel_own", session_end_observed=True)
+    # A: a long statement (it waits for C's lock); C sees it run on A's server connection.
+    await long.start("long statement")
+    # A: its driver cancels it; how long until the statement ends?
+    acted, result, sent = await _cancel_beside(s, long)
     if acted is not None and not result.failed:
         raise ProbeError(f"A's statement completed while C held the lock it waited for ({result}): "
                          "nothing was exercised")
-    # B: takes its proof (in a pool of one, A's server connection).
-    await s.observe(s.b, "after the cancel", "1")
-    cancelled = acted is not None
+    cancelled = acted is not None and _stopped(result)
     return Observation(
-        evidence=f"A's statement waiting on C's lock; A's driver sent a cancel{_failed(sent)}: "
-        f"the statement ended {'after ' if cancelled else ''}{_ms(acted)}, with {result}",
-        lost=not cancelled,
-        broke=f"A's cancel failed: {sent.error}" if sent.failed else None,
+        evidence=f"A's statement waited on C's lock; A's driver sent a cancel{_failed(sent)}: the statement "
+        + (f"ended after {_ms(acted)} with {result}" if acted is not None
+           else f"was not stopped within {CANCEL_BOUND:.0f} s and completed when C let go ({result})"),
+        lost=acted is None,
+        broke=(f"A's cancel failed: {sent.error}" if sent.failed
+               else f"A's statement failed: {result}" if acted is not None and not cancelled else None),
         details=(("cancel_acted_ms", f"{acted * 1000:.0f}" if acted is not None else ""),),
     )
 
 
 @probe("cancel_late", "cancel request sent late (does A's old cancel key stop B's statement?)")
 async def cancel_late(s: Scenario) -> Observation:
-    long = Long(s, s.b, "cancel_late")
+    long = Long(s, s.b, "cancel_late", session_end_observed=True)
     # A: one statement, finished: A's server connection is free again.
     await s.observe(s.a, "runs and finishes", "1")
     # B: a long statement on the same server connection (a pool of one), seen running by C.
     await long.start("long statement")
-    try:
-        # A: its driver sends a cancel with A's key, while A runs nothing.
-        began = asyncio.get_running_loop().time()
-        sent = await asyncio.wait_for(attempt(s.a.cancel()), FINISH_BOUND)
-        acted = await long.ended_within(CANCEL_BOUND, began)
-    finally:
-        result = await long.release()  # C lets go: B's statement completes normally unless cancelled
-    cancelled = acted is not None and result.state("57014")
-    other = acted is not None and not cancelled
+    # A: its driver sends a cancel with A's key, while A runs nothing.
+    acted, result, sent = await _cancel_beside(s, long)
+    cancelled = acted is not None and _stopped(result)
     return Observation(
-        evidence=f"A finished; B's statement waited on C's lock; A's driver sent a cancel with A's key "
+        evidence=f"A finished; B's statement waited on C's lock; A's driver sent a cancel with A's key"
         f"{_failed(sent)}: B's statement "
-        + (f"was cancelled after {_ms(acted)} ({result})" if cancelled else
-           f"ended after {_ms(acted)} with {result}" if other else f"completed normally when C let go ({result})"),
+        + (f"was stopped after {_ms(acted)} ({result})" if cancelled else
+           f"ended after {_ms(acted)} with {result}" if acted is not None
+           else f"completed normally when C let go ({result})"),
         leaked=cancelled,
         broke=(f"A's cancel failed: {sent.error}" if sent.failed
-               else f"B's statement failed: {result}" if other else None),
+               else f"B's statement failed: {result}" if acted is not None and not cancelled else None),
         details=(("cancel_acted_ms", f"{acted * 1000:.0f}" if acted is not None else ""),),
     )
 

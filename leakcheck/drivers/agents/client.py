@@ -103,12 +103,7 @@ class AgentClient:
         return self._lease.agent.pid
 
     async def _call(self, op: str, **fields: Any) -> dict[str, Any]:
-        answer = await asyncio.to_thread(self._lease.agent.request, op, **fields)
-        self.notifications.extend(Notification(str(n.get("channel", "")), str(n.get("payload", "")))
-                                  for n in answer.get("notifications") or ())
-        if isinstance(answer.get("parameters"), dict):
-            self._parameters.clear()
-            self._parameters.update({str(k): str(v) for k, v in answer["parameters"].items()})
+        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, op, **fields))
         if answer.get("ok"):
             return answer
         error = answer.get("error") or {}
@@ -116,6 +111,15 @@ class AgentClient:
         if kind in ("usage", "unsupported"):
             raise AgentFault(f"the {self._lease.agent.driver} agent refused {op!r} ({kind}): {message}")
         raise ServerError(str(error.get("sqlstate") or "?????"), f"{message} ({kind})" if kind else message)
+
+    def _absorb(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """The answer, its notifications and ParameterStatus values kept (any answer may carry them)."""
+        self.notifications.extend(Notification(str(n.get("channel", "")), str(n.get("payload", "")))
+                                  for n in answer.get("notifications") or ())
+        if isinstance(answer.get("parameters"), dict):
+            self._parameters.clear()
+            self._parameters.update({str(k): str(v) for k, v in answer["parameters"].items()})
+        return answer
 
     async def _rows(self, op: str, sql: str) -> list[Row]:
         return [tuple(row) for row in (await self._call(op, sql=sql)).get("rows") or ()]
@@ -135,7 +139,7 @@ class AgentClient:
     async def cancel(self) -> None:
         """The agent's `cancel`, sent beside the request now running (process.py); an agent whose
         driver cannot cancel (now) answers `unsupported`: the probe is not applicable, in its words."""
-        answer = await asyncio.to_thread(self._lease.agent.request, "cancel")
+        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, "cancel"))
         if answer.get("ok"):
             return
         error = answer.get("error") or {}
