@@ -37,8 +37,8 @@ class Long:
 
     async def start(self, step: str) -> None:
         c = await self.s.c()
-        await c.query(f"SELECT pg_advisory_lock({self.key})")
-        sql = f"SELECT pg_advisory_xact_lock({self.key}) /* {self.marker} */"
+        await c.query(f"SELECT 1 FROM pg_advisory_lock({self.key})")  # (no void column: pgjdbc cannot read one)
+        sql = f"SELECT 1 FROM pg_advisory_xact_lock({self.key}) /* {self.marker} */"
         self.task = asyncio.create_task(attempt(self.client.query(sql), session_end_observed=self.session_end_observed))
         try:
             await self.s.running(self.client, step, self.marker, START_BOUND)
