@@ -25,7 +25,8 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
-from leakcheck.model.errors import UsageError
+from leakcheck.drivers.cancel import CANCEL_TIMEOUT, send_cancel_request
+from leakcheck.model.errors import NotApplicable, UsageError
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
@@ -66,6 +67,13 @@ class Client(Protocol):
     def reported(self, name: str) -> str | None: ...
     def alias(self, label: str) -> Client: ...
     async def close(self) -> None: ...
+
+    async def cancel(self) -> None:
+        """The driver's cancel request for this connection, sent with the key it got at login: it
+        stops the statement now running (a `query` awaited elsewhere), or, when none runs, reaches
+        whatever that key names now (probes/cancel.py). Returns once it was sent; NotApplicable when
+        the driver cannot send one."""
+        ...
 
 
 def _sqlstate(exc: BaseException) -> str:
@@ -112,6 +120,13 @@ class PsycopgClient:
 
     def alias(self, label: str) -> PsycopgClient:
         return dataclasses.replace(self, label=label)  # same connection, same notification list
+
+    async def cancel(self) -> None:
+        # psycopg's own (libpq's PQcancelConn): the key of this connection, whether or not a query runs.
+        try:
+            await self.conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+        except psycopg.Error as exc:
+            raise ServerError(_sqlstate(exc), f"psycopg's cancel_safe() failed: {exc}") from exc
 
     async def close(self) -> None:
         await self.conn.close()
@@ -186,6 +201,18 @@ class AsyncpgClient:
 
     def alias(self, label: str) -> AsyncpgClient:
         return dataclasses.replace(self, label=label)
+
+    async def cancel(self) -> None:
+        # asyncpg's public cancel is cancelling the awaiting task, which hides the server's answer
+        # (57014) and needs a query running; its Connection._cancel sends exactly this packet with the
+        # BackendKeyData its protocol kept, to the address it connected to.
+        addr, protocol = self.conn._addr, self.conn._protocol
+        if not isinstance(addr, tuple):
+            raise NotApplicable(f"asyncpg is connected over a Unix socket ({addr}); leakcheck cancels over TCP only")
+        try:
+            await send_cancel_request(addr[0], addr[1], protocol.backend_pid, protocol.backend_secret)
+        except (OSError, TimeoutError) as exc:
+            raise ServerError("08006", f"the cancel request to {addr[0]}:{addr[1]} failed: {exc!r}") from exc
 
     async def close(self) -> None:
         if not self.conn.is_closed():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from leakcheck.model.errors import UsageError
 from leakcheck.probes import (
+    cancel,
     cleanup,
     discovered,
     handover,
@@ -19,7 +20,7 @@ from leakcheck.probes.base import Probe, Scenario
 
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + cleanup.PROBES
-    + startup.PROBES + security.PROBES + handover.PROBES + discovered.PROBES
+    + startup.PROBES + security.PROBES + cancel.PROBES + handover.PROBES + discovered.PROBES
 )
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]

@@ -8,6 +8,7 @@ connection in the middle of a transaction block.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -151,6 +152,24 @@ class Scenario:
         self._prove(client, step, pid, started)
         return Attempt(value=value)
 
+    async def running(self, client: Client, step: str, marker: str, within: float) -> ServerId:
+        """C waits (at most `within` seconds) until the client's statement marked `marker` runs, and
+        takes the server connection it runs on as the client's proof: a statement that is still
+        running cannot return its own identity."""
+        c = await self.c()
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            rows = await c.query(
+                "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text FROM pg_stat_activity "
+                f"WHERE state = 'active' AND pid <> pg_backend_pid() AND position('{marker}' IN query) > 0")
+            if rows:
+                (pid, started), = [r[:2] for r in rows]
+                self._prove(client, step, pid, started)
+                return ServerId(int(pid), str(started))
+            if asyncio.get_running_loop().time() > deadline:
+                raise ProbeError(f"{client.label}'s statement {marker} was not seen running within {within:.0f} s")
+            await asyncio.sleep(0.02)
+
     async def c(self) -> Client:
         """C: a direct PostgreSQL session outside the pool (a third application, or an operator)."""
         if self._c is None:
@@ -235,6 +254,9 @@ class NotYet:
         raise self._early()
 
     def reported(self, name: str) -> str | None:
+        raise self._early()
+
+    async def cancel(self) -> None:
         raise self._early()
 
     def alias(self, label: str) -> Client:

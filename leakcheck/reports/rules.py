@@ -113,6 +113,12 @@ def listen_notify(o: Outcome, c: Cell) -> str:
             "through a transaction pool.")
 
 
+def cancel_late(o: Outcome, c: Cell) -> str:
+    return ("A cancel sent after the client's own statement had ended stopped another client's statement on the "
+            "same server connection: send cancels only while your statement runs (most drivers' cancel does), and "
+            "bound statements with `SET LOCAL statement_timeout` rather than a late cancel.")
+
+
 def temp_table(o: Outcome, c: Cell) -> str:
     return ("Create temp tables `ON COMMIT DROP` and use them in that one transaction, or use a regular table keyed "
             f"by a session id; a plain temp table stays on the server connection.{reset_tail(c)}")
@@ -290,6 +296,7 @@ RULES: dict[str, Rule] = {
     "session_authorization": session_authorization,
     "advisory_lock": advisory_lock,
     "listen_notify": listen_notify,
+    "cancel_late": cancel_late,
     "temp_table": temp_table,
     "with_hold_cursor": with_hold_cursor,
     "sql_prepare": sql_prepare,

@@ -100,3 +100,24 @@ def test_pgbouncer_statements_are_readable_and_runnable_by_another_client_from_1
 def test_a_notification_for_a_listener_goes_to_whoever_holds_the_server(measure: Measure, driver: Driver) -> None:
     outcome = measure("listen_notify", TEST_PG[0], TEST_BOUNCER[-1], driver)
     assert outcome.verdict is Verdict.LEAKS and Fact.LOST in outcome.facts, outcome.evidence
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+@pytest.mark.parametrize("bouncer", TEST_BOUNCER)
+def test_a_drivers_cancel_stops_its_own_statement_through_pgbouncer(
+    measure: Measure, bouncer: str, driver: Driver
+) -> None:
+    outcome = measure("cancel_own", TEST_PG[0], bouncer, driver)
+    assert outcome.verdict is Verdict.ISOLATED, outcome.evidence
+    assert "57014" in outcome.evidence  # the statement itself was cancelled
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+@pytest.mark.parametrize("bouncer", TEST_BOUNCER)
+def test_a_cancel_sent_after_the_statement_ended_does_not_stop_the_next_clients_statement(
+    measure: Measure, bouncer: str, driver: Driver
+) -> None:
+    # PgBouncer keys cancels per client (#717, fixed in 1.18): A's key names A, not the server.
+    outcome = measure("cancel_late", TEST_PG[0], bouncer, driver)
+    assert outcome.verdict is Verdict.ISOLATED, outcome.evidence
+    assert "completed normally" in outcome.evidence

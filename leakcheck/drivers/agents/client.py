@@ -111,12 +111,7 @@ class AgentClient:
         return self._lease.agent.pid
 
     async def _call(self, op: str, **fields: Any) -> dict[str, Any]:
-        answer = await asyncio.to_thread(self._lease.agent.request, op, **fields)
-        self.notifications.extend(Notification(str(n.get("channel", "")), str(n.get("payload", "")))
-                                  for n in answer.get("notifications") or ())
-        if isinstance(answer.get("parameters"), dict):
-            self._parameters.clear()
-            self._parameters.update({str(k): str(v) for k, v in answer["parameters"].items()})
+        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, op, **fields))
         if answer.get("ok"):
             return answer
         error = answer.get("error") or {}
@@ -127,6 +122,15 @@ class AgentClient:
         if refusal is not None:
             raise NotApplicable(f"{self.label}'s driver refused to go on: {message} ({refusal})")
         raise ServerError(str(error.get("sqlstate") or "?????"), f"{message} ({kind})" if kind else message)
+
+    def _absorb(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """The answer, its notifications and ParameterStatus values kept (any answer may carry them)."""
+        self.notifications.extend(Notification(str(n.get("channel", "")), str(n.get("payload", "")))
+                                  for n in answer.get("notifications") or ())
+        if isinstance(answer.get("parameters"), dict):
+            self._parameters.clear()
+            self._parameters.update({str(k): str(v) for k, v in answer["parameters"].items()})
+        return answer
 
     async def _rows(self, op: str, sql: str, **fields: Any) -> list[Row]:
         rows = (await self._call(op, sql=sql, **fields)).get("rows") or []
@@ -146,6 +150,17 @@ class AgentClient:
 
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)
+
+    async def cancel(self) -> None:
+        """The agent's `cancel`, sent beside the request now running (process.py); an agent whose
+        driver cannot cancel (now) answers `unsupported`: the probe is not applicable, in its words."""
+        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, "cancel"))
+        if answer.get("ok"):
+            return
+        error = answer.get("error") or {}
+        if error.get("class") == "unsupported":
+            raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {error.get('message', '')}")
+        raise ServerError(str(error.get("sqlstate") or "?????"), f"{error.get('message', '')} ({error.get('class')})")
 
     def alias(self, label: str) -> AgentClient:
         return replace(self, label=label)  # same agent, connection, notification list and parameters

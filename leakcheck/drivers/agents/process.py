@@ -13,7 +13,6 @@ import json
 import queue
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,7 +37,10 @@ class AgentProcess:
     def __init__(self, driver: str, argv: list[str], folder: Path) -> None:
         self.driver = driver
         self._lock = threading.Lock()
-        self._answers: queue.Queue[bytes | None] = queue.Queue()
+        self._route = threading.Lock()  # guards the writes to stdin, _next and _waiting
+        self._waiting: dict[int, queue.Queue[dict[str, Any] | None]] = {}
+        self._broken: str | None = None
+        self._ended = False
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._next = 0
         try:
@@ -65,9 +67,24 @@ class AgentProcess:
         return self._proc.poll() is None
 
     def _read(self, out: IO[bytes]) -> None:
-        for line in out:
-            self._answers.put(line)
-        self._answers.put(None)
+        """Hands each answer to the request of its id; answers to requests given up on are skipped. A
+        line that is not an answer, or the end of stdout, ends every wait (a fault)."""
+        for raw in out:
+            try:
+                answer = json.loads(raw)
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or not isinstance(answer.get("id"), int):
+                self._broken = f"wrote {raw[:200]!r}, not an answer"
+                break
+            with self._route:
+                waiting = self._waiting.get(answer["id"])
+            if waiting is not None:
+                waiting.put(answer)
+        with self._route:
+            self._ended = True
+            for waiting in self._waiting.values():
+                waiting.put(None)
 
     def _keep_stderr(self, err: IO[bytes]) -> None:
         for line in err:
@@ -80,39 +97,48 @@ class AgentProcess:
         return AgentFault(f"the {self.driver} agent (pid {self.pid}) {what}{tail}")
 
     def request(self, op: str, timeout: float = REQUEST_TIMEOUT, **fields: Any) -> dict[str, Any]:
-        """The answer to one request (`ok` false included); AgentFault when none comes in time."""
+        """The answer to one request (`ok` false included); AgentFault when none comes in time.
+        Requests wait for the one before (the agent answers in order), except `cancel`, which is
+        sent while an earlier request runs and may be answered first (answers are matched by id)."""
+        if op == "cancel":
+            return self._exchange(op, timeout, fields)
         if not self._lock.acquire(timeout=timeout):
             raise self._fault(f"was still busy with an earlier request after {timeout:.0f} s")
         try:
-            self._next += 1
-            wanted = self._next
-            line = json.dumps({"id": wanted, "op": op, **fields}) + "\n"
-            try:
-                assert self._proc.stdin is not None
-                self._proc.stdin.write(line.encode())
-                self._proc.stdin.flush()
-            except OSError as exc:
-                raise self._fault(f"cannot be written to ({exc})") from exc
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    raw = self._answers.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    raise self._fault(f"gave no answer to {op!r} within {timeout:.0f} s") from None
-                if raw is None:
-                    self._answers.put(None)
-                    raise self._fault(f"ended (exit status {self._proc.wait()}) before answering {op!r}")
-                try:
-                    answer = json.loads(raw)
-                except ValueError:
-                    raise self._fault(f"wrote a line that is not JSON: {raw[:200]!r}") from None
-                if not isinstance(answer, dict) or not isinstance(answer.get("id"), int):
-                    raise self._fault(f"wrote {raw[:200]!r}, not an answer")
-                if answer["id"] == wanted:
-                    return answer
-                # an older request's answer (its caller gave up waiting): skipped
+            return self._exchange(op, timeout, fields)
         finally:
             self._lock.release()
+
+    def _exchange(self, op: str, timeout: float, fields: dict[str, Any]) -> dict[str, Any]:
+        failed: str | None = None
+        with self._route:  # (a fault stops the agent, which waits for the reader: raised outside)
+            self._next += 1
+            wanted = self._next
+            mine: queue.Queue[dict[str, Any] | None] = queue.Queue()
+            if self._ended:
+                failed = self._broken or f"ended before {op!r} was sent"
+            else:
+                self._waiting[wanted] = mine
+                try:
+                    assert self._proc.stdin is not None
+                    self._proc.stdin.write((json.dumps({"id": wanted, "op": op, **fields}) + "\n").encode())
+                    self._proc.stdin.flush()
+                except OSError as exc:
+                    self._waiting.pop(wanted, None)
+                    failed = f"cannot be written to ({exc})"
+        if failed is not None:
+            raise self._fault(failed)
+        try:
+            try:
+                answer = mine.get(timeout=timeout)
+            except queue.Empty:
+                raise self._fault(f"gave no answer to {op!r} within {timeout:.0f} s") from None
+            if answer is None:
+                raise self._fault(self._broken or f"ended (exit status {self._proc.wait()}) before answering {op!r}")
+            return answer
+        finally:
+            with self._route:
+                self._waiting.pop(wanted, None)
 
     def stop(self) -> None:
         """Close its stdin (it ends), then kill it if it has not ended within STOP_TIMEOUT."""

@@ -11,7 +11,6 @@ const text = (value) => value
 let client = null
 let names = new Map() // SQL text -> the name this connection gave it: stmt_1, stmt_2... (as an app names them)
 let notifications = []
-let running = null // the query now running, for `cancel`
 let broken = null // an error the connection emitted between requests (e.g. the server closed it)
 
 // Values: booleans and numbers as JSON, int8 exactly (its digits), arrays as arrays, the rest as text.
@@ -45,13 +44,7 @@ function failure(err) {
 
 async function run(config) {
   if (broken) throw broken
-  const query = client.query(config)
-  running = query
-  try {
-    return await query
-  } finally {
-    running = null
-  }
+  return await client.query(config)
 }
 
 async function connect(req) {
@@ -127,9 +120,16 @@ lines.on('line', (line) => {
     return answer(null, null, Object.assign(new Error(`not JSON: ${line.slice(0, 80)}`), { usage: true }))
   }
   if (req.op === 'cancel') {
-    // Answered at once: pg's Client.prototype.cancel (undocumented) opens a connection and sends CancelRequest.
-    if (running && client) client.cancel(client, running)
-    return answer(req.id, {})
+    // Answered at once, whether or not a query runs: pg's own cancel path (what the undocumented
+    // Client.prototype.cancel does): a new pg.Connection sends CancelRequest with this client's key.
+    if (!client) return answer(req.id, null, Object.assign(new Error('not connected'), { usage: true }))
+    const con = new pg.Connection()
+    let done = false
+    const reply = (err) => { if (!done) { done = true; answer(req.id, err ? null : {}, err) } }
+    con.on('error', (err) => reply(err))
+    con.on('connect', () => { con.cancel(client.processID, client.secretKey); reply(null) })
+    con.connect(client.port, client.host)
+    return
   }
   if (req.op === 'exit') {
     queue = queue.then(close).then(() => { answer(req.id, {}); process.exit(0) })

@@ -33,7 +33,7 @@ public final class Agent {
     private static final PrintStream OUT = new PrintStream(System.out, true, StandardCharsets.UTF_8);
     private static final Map<String, Object> END = new HashMap<>();
 
-    private Connection conn;
+    private volatile Connection conn;
     private final Map<String, PreparedStatement> prepared = new HashMap<>();
     private volatile Statement running;
 
@@ -86,8 +86,16 @@ public final class Agent {
 
     private Map<String, Object> cancel(Object id) {
         Statement statement = running;
+        Connection connection = conn;
         try {
-            if (statement != null) statement.cancel();
+            if (statement != null) {
+                statement.cancel();
+            } else if (connection != null) {
+                // Nothing runs: Statement.cancel would do nothing; PGConnection.cancelQuery sends the key all the same.
+                connection.unwrap(PGConnection.class).cancelQuery();
+            } else {
+                return failure(id, "", "usage", "not connected: send connect first");
+            }
             return success(id);
         } catch (SQLException e) {
             return failure(id, e.getSQLState(), e.getClass().getName(), e.getMessage());

@@ -115,6 +115,16 @@ func (a *agent) cancel(id any) answer {
 	defer a.mu.Unlock()
 	if a.running != nil {
 		a.running()
+		return answer{"id": id, "ok": true}
+	}
+	if a.conn == nil {
+		return a.failure(id, usage{"usage", "not connected: send connect first"})
+	}
+	// Nothing runs: pgconn's CancelRequest sends this connection's key all the same.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.conn.PgConn().CancelRequest(ctx); err != nil {
+		return a.failure(id, err)
 	}
 	return answer{"id": id, "ok": true}
 }

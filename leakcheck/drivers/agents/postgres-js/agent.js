@@ -121,7 +121,10 @@ lines.on('line', (line) => {
     return answer(null, null, Object.assign(new Error(`not JSON: ${line.slice(0, 80)}`), { usage: true }))
   }
   if (req.op === 'cancel') {
-    if (running) running.cancel() // postgres.js's own: a CancelRequest on a new connection
+    if (!running) {
+      return answer(req.id, null, Object.assign(new Error('postgres.js cancels a query object only while it runs: nothing runs now'), { unsupported: true }))
+    }
+    running.cancel() // postgres.js's own: a CancelRequest on a new connection
     return answer(req.id, {})
   }
   if (req.op === 'exit') {
