@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 from leakcheck.model.errors import UsageError
-from leakcheck.probes import discovered, listen, locks, objects, prepared, security, settings
+from leakcheck.probes import discovered, fleet, listen, locks, objects, prepared, security, settings
 from leakcheck.probes.base import Probe, Scenario
 
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + security.PROBES
-    + discovered.PROBES
+    + discovered.PROBES + fleet.PROBES
 )
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]
 
 
-def select(ids: str | None, option: str = "--probes") -> tuple[Probe, ...]:
-    """The probes named in a comma separated list (all when None), in registry order."""
+def select(ids: str | None, option: str = "--probes", fleet: bool = False) -> tuple[Probe, ...]:
+    """The probes named in a comma separated list (all when None: a fleet's own probes only when the matrix
+    has a fleet), in registry order."""
     if ids is None or ids.strip() in ("", "all"):
-        return PROBES
+        return tuple(p for p in PROBES if fleet or not p.fleet)
     wanted = [i.strip() for i in ids.split(",")]
     if not all(wanted):
         raise UsageError(f"{option}={ids!r} has an empty item; give probe ids separated by commas, or all")

@@ -18,6 +18,7 @@ from leakcheck.drivers.clients import Client, ServerError
 from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, Scope, ServerId, Slot
+from leakcheck.provision.base import Endpoint
 
 #: How many transactions B may open to be handed A's server connection (a_on_another_server).
 PLACEMENT_TRIES = 10
@@ -78,6 +79,8 @@ class Scenario:
     #: the pooler promises to hand B the server A used last (PgBouncer does): the proofs check it, and a
     #: miss is an error; other poolers hand servers out in their own order (B retries; not applicable)
     placement_promised: bool = True
+    #: where A connected (its first item), then, in a fleet (--bouncer-fleet), the fleet's other processes
+    addresses: tuple[Endpoint, ...] = ()
     _c: Client | None = None
     _slot: dict[str, Slot] = field(default_factory=dict)
 
@@ -206,14 +209,17 @@ class Probe:
     security: bool = False  # the state guards data or identity: a leak exposes it
     login: str = Login.APP
     fixtures: bool = False  # uses the roles and tables of provision/postgres/fixtures.py
+    #: about a fleet itself (--bouncer-fleet): in the default selection only when the matrix has a fleet, and
+    #: A and B both on its first process (other probes put B on the second, see runner.py)
+    fleet: bool = False
 
 
 def probe(
     id: str, state: str, *, scope: Scope = Scope.SESSION, pool_size: int = 1, security: bool = False,
-    login: str = Login.APP, fixtures: bool = False,
+    login: str = Login.APP, fixtures: bool = False, fleet: bool = False,
 ) -> Callable[[ProbeBody], Probe]:
     def wrap(body: ProbeBody) -> Probe:
         return Probe(id=id, state=state, body=body, scope=scope, pool_size=pool_size, security=security,
-                     login=login, fixtures=fixtures)
+                     login=login, fixtures=fixtures, fleet=fleet)
 
     return wrap
