@@ -93,9 +93,13 @@ class BouncerFleet:
         return "\n".join(f"--- {self.describe(i)}\n{m.log_text()}" for i, m in enumerate(self.members))
 
     def reset(self) -> None:
-        """Every member closes its server connections (KILL/RESUME on its own console)."""
-        for member in self.members:
-            member.reset()
+        """Every member closes its server connections (KILL/RESUME on its own console); a member that
+        cannot is named (it may have just ended: the fleet lost a process)."""
+        for i, member in enumerate(self.members):
+            try:
+                member.reset()
+            except StartError as exc:
+                raise StartError(f"{self.describe(i)}: {exc}") from None
 
     def endpoint(self) -> Endpoint:
         """The shared port on 127.0.0.1, and each process at its own socket (`members`)."""
