@@ -14,7 +14,16 @@ from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
 from leakcheck.drivers.agents.catalogue import known_drivers
 from leakcheck.gate.diff import Cell, parse_cell
-from leakcheck.model.axes import Axis, check_distinct, parse_axis, parse_poolers
+from leakcheck.model.axes import (
+    NO_FLEET,
+    Axis,
+    FleetShape,
+    check_distinct,
+    check_peering,
+    parse_axis,
+    parse_fleet,
+    parse_poolers,
+)
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
 from leakcheck.model.verdicts import Driver
@@ -90,6 +99,7 @@ class Config:
     pgpool_image: str | None = None  #: --pgpool-image: containers backend, pgpool-II's image template
     #: a matrix file's [[pooler]] tables, each its own (empty: poolers, axes and bouncer_ini make one)
     tables: tuple[PoolerTable, ...] = ()
+    fleet: FleetShape = NO_FLEET  #: --bouncer-fleet: each PgBouncer cell a fleet of processes on one port
 
     @property
     def pooler_tables(self) -> tuple[PoolerTable, ...]:
@@ -191,9 +201,10 @@ class Config:
                          "--report-md": report_md, "--junitxml": junitxml},
                         {EXPECT: expect, "the --matrix file": matrix, "the --bouncer-ini file": bouncer_ini},
                         may_rewrite=("--record", EXPECT) if update == "yes" else None)
-        probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"))
         pooled, direct, name = _dsns(raw)
-        poolers = _poolers(raw) if pooled is None else ()
+        fleet = _fleet(raw, backend)
+        probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"), fleet.is_fleet)
+        poolers = _poolers(raw, fleet) if pooled is None else ()
         if diff is not None and pooled is None:
             _diff_in_matrix(diff, parse_spec_list(pg, "--pg"), poolers)
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
@@ -217,7 +228,7 @@ class Config:
             bouncer_image=check_template(bouncer_image, "--bouncer-image") if bouncer_image is not None else None,
             results=Path(results) if results is not None else None,
             jobs=_jobs(get("leakcheck_jobs", "a number of lanes such as 4, or auto")),
-            axes=_axes(raw, poolers),
+            axes=_checked_axes(_axes(raw, poolers), fleet),
             bouncer_ini=bouncer_ini,
             pooled_dsn=pooled, direct_dsn=direct, dsn_name=name,
             require=_required_among(raw, probes),
@@ -228,6 +239,7 @@ class Config:
             odyssey_image=check_template(odyssey_image, "--odyssey-image") if odyssey_image is not None else None,
             pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
             tables=_tables(raw.get(matrix_file.TABLES)) if pooled is None else (),
+            fleet=fleet,
         )
 
 
@@ -254,10 +266,37 @@ def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
     return pooled, direct, name
 
 
-def _poolers(raw: dict[str, str | None]) -> tuple[tuple[PoolerKind, Spec], ...]:
-    """--bouncer's versions as PgBouncer, then --pooler's; PgBouncer DEFAULT_BOUNCER when neither is given."""
+def _fleet(raw: dict[str, str | None], backend: str) -> FleetShape:
+    """--bouncer-fleet, checked (a fleet runs natively for now; none in a matrix file)."""
+    given = _given(raw, "leakcheck_bouncer_fleet", "a number of processes such as 2, or releases such as 1.24,1.26")
+    if given is None:
+        return NO_FLEET
+    fleet = parse_fleet(given)
+    if backend != "native":
+        raise UsageError(f"--bouncer-fleet={given}: fleets run on the native backend only (so far); "
+                         "give --backend=native")
+    if raw.get(matrix_file.TABLES):
+        raise UsageError(f"--bouncer-fleet={given} with a matrix file's [[pooler]] tables: give the PgBouncer "
+                         "releases with --bouncer instead")
+    return fleet
+
+
+def _checked_axes(axes: tuple[Axis, ...], fleet: FleetShape) -> tuple[Axis, ...]:
+    check_peering(axes, fleet)
+    return axes
+
+
+def _poolers(raw: dict[str, str | None], fleet: FleetShape = NO_FLEET) -> tuple[tuple[PoolerKind, Spec], ...]:
+    """--bouncer's versions as PgBouncer, then --pooler's; PgBouncer DEFAULT_BOUNCER when neither is given.
+    A rolling-upgrade fleet's releases are the PgBouncer releases (--bouncer may name the same ones)."""
     bouncer = _given(raw, "leakcheck_bouncer", "PgBouncer versions such as 1.24,1.26")
     pooler = _given(raw, "leakcheck_pooler", "poolers such as odyssey:1.5,pgbouncer:1.26")
+    if fleet.releases:
+        named = ",".join(s.raw for s in fleet.releases)
+        if bouncer is not None and {s.raw for s in parse_spec_list(bouncer, "--bouncer")} != set(named.split(",")):
+            raise UsageError(f"--bouncer={bouncer} and --bouncer-fleet={named}: a rolling-upgrade fleet runs the "
+                             f"releases it names; give --bouncer={named} or leave --bouncer out")
+        bouncer = named
     if bouncer is None and pooler is None:
         bouncer = DEFAULT_BOUNCER
     found = [(PoolerKind.PGBOUNCER, spec) for spec in (parse_spec_list(bouncer, "--bouncer") if bouncer else ())]
@@ -381,9 +420,9 @@ def _items(raw: str, option: str, expected: str) -> list[str]:
     return names
 
 
-def _probes(raw: str) -> tuple[Probe, ...]:
+def _probes(raw: str, fleet: bool = False) -> tuple[Probe, ...]:
     if raw.strip() == "all":
-        return select(None)
+        return select(None, fleet=fleet)
     return select(",".join(_items(raw, "--probes", "probe ids separated by commas, or all")))
 
 

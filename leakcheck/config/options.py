@@ -23,6 +23,9 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "FROM..TO, e.g. pg16/pgbouncer1.24..pg18/pgbouncer1.26 (alone, it runs just those two cells)", None),
     ("--pooler", "leakcheck_pooler", "poolers as KIND:VERSION, comma separated: pgbouncer, odyssey or pgpool, e.g. "
      "odyssey:1.5,pgbouncer:1.26 (--bouncer=V is pgbouncer:V); a version or a path to the binary", None),
+    ("--bouncer-fleet", "leakcheck_bouncer_fleet", "run each PgBouncer as a fleet on one port (so_reuseport): N "
+     "processes of each --bouncer release (e.g. 2), or one process per release given for a rolling upgrade (e.g. "
+     "1.24,1.26: each order is a cell); --bouncer-set peering=yes,no links them with peer_id and [peers]", None),
     ("--bouncer-ini", "leakcheck_bouncer_ini", "your own pgbouncer.ini: every setting kept except what leakcheck must "
      "control (listen address and port, the database entry, pool size, auth, log/pid/socket paths; listed in the "
      "run header)", None),

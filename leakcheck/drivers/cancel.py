@@ -1,4 +1,5 @@
-"""A CancelRequest sent by hand: the 16 bytes a driver sends on a new connection to stop a query.
+"""A CancelRequest sent by hand: the 16 bytes a driver sends on a new connection to stop a query, to
+any address, so a probe chooses which process a cancel reaches (a fleet's other PgBouncer).
 
 The packet (PostgreSQL's protocol, "CancelRequest"): length 16, code 80877102, the backend pid and
 the secret key the server (or pooler) gave in BackendKeyData. Nobody answers it: the server, or
@@ -14,18 +15,25 @@ import struct
 
 #: Seconds to connect, send the packet and see the peer close the connection.
 CANCEL_TIMEOUT = 5.0
+#: PostgreSQL's CancelRequest code (1234 << 16 | 5678).
 CANCEL_CODE = 80877102
 
 
 def cancel_packet(pid: int, secret: int) -> bytes:
+    """The 16-byte CancelRequest packet (pid and key as the server sent them, signed 32-bit)."""
     return struct.pack("!iiii", 16, CANCEL_CODE, pid, secret)
 
 
 async def send_cancel_request(host: str, port: int, pid: int, secret: int, timeout: float = CANCEL_TIMEOUT) -> None:
-    """Send one CancelRequest for (pid, secret) to host:port and wait, bounded, for the peer to close."""
+    """Send one CancelRequest for (pid, secret) to host:port (TCP, or a Unix socket folder as libpq
+    names one: a host that starts with '/') and wait, bounded, for the peer to close.
+    OSError/TimeoutError if it cannot be delivered."""
 
     async def send() -> None:
-        reader, writer = await asyncio.open_connection(host, port)
+        if host.startswith("/"):
+            reader, writer = await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+        else:
+            reader, writer = await asyncio.open_connection(host, port)
         try:
             writer.write(cancel_packet(pid, secret))
             await writer.drain()

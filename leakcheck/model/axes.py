@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import PoolerKind, Setting
-from leakcheck.model.versions import Spec, parse_spec
+from leakcheck.model.versions import Spec, parse_spec, parse_spec_list
 
 #: How users may name each pooler kind (a DSN pooler is given with --pooled-dsn, not here).
 KIND_NAMES = {"pgbouncer": PoolerKind.PGBOUNCER, "odyssey": PoolerKind.ODYSSEY, "pgpool": PoolerKind.PGPOOL,
@@ -105,3 +105,54 @@ def combinations(axes: Sequence[Axis], kind: PoolerKind) -> list[tuple[Setting, 
     mine = [a for a in axes if a.kind is kind]
     return [tuple(zip((a.name for a in mine), values, strict=True))
             for values in itertools.product(*(a.values for a in mine))]
+
+
+#: The most PgBouncer processes one fleet may run (each is a process and a pool of the machine's).
+MAX_FLEET = 4
+#: leakcheck's own PgBouncer meta-setting (`--bouncer-set peering=yes,no`): yes = `peer_id` and a
+#: `[peers]` section naming the fleet's other processes; no = neither.
+PEERING = "peering"
+PEERING_FROM = (1, 19)  #: the first PgBouncer release that knows peer_id
+
+
+@dataclass(frozen=True)
+class FleetShape:
+    """`--bouncer-fleet`: N processes of each --bouncer release, or one process per release given
+    (a rolling upgrade: `1.24,1.26`). size 1 and no releases: one process, no fleet."""
+
+    size: int = 1
+    releases: tuple[Spec, ...] = ()
+
+    @property
+    def is_fleet(self) -> bool:
+        return self.size > 1 or len(self.releases) > 1
+
+
+#: One process, no fleet (the default shape).
+NO_FLEET = FleetShape()
+
+
+def parse_fleet(raw: str, option: str = "--bouncer-fleet") -> FleetShape:
+    """`2` (two processes of each release) or `1.24,1.26` (one process of each, in that order)."""
+    text = raw.strip()
+    expected = (f"a number of processes from 2 to {MAX_FLEET} (e.g. 2), or two or more PgBouncer releases "
+                "for a rolling upgrade (e.g. 1.24,1.26)")
+    if text.isascii() and text.isdigit():
+        if not 2 <= int(text) <= MAX_FLEET:
+            raise UsageError.bad_value(option, raw, expected)
+        return FleetShape(size=int(text))
+    releases = parse_spec_list(text, option) if text else ()
+    if len(releases) < 2 or len(releases) > MAX_FLEET or any(s.version is None for s in releases):
+        raise UsageError.bad_value(option, raw, f"{expected}; versions, not paths")
+    return FleetShape(releases=releases)
+
+
+def check_peering(axes: Sequence[Axis], fleet: FleetShape) -> None:
+    """peering=yes|no, and only for a fleet (one process has no peer)."""
+    for axis in axes:
+        if axis.kind is PoolerKind.PGBOUNCER and axis.name == PEERING:
+            if not set(axis.values) <= {"yes", "no"}:
+                raise UsageError.bad_value(f"--bouncer-set {PEERING}", ",".join(axis.values), "yes, no or yes,no")
+            if not fleet.is_fleet:
+                raise UsageError(f"--bouncer-set {PEERING}={','.join(axis.values)}: peering links the processes "
+                                 "of a fleet; add --bouncer-fleet=2 (or --bouncer-fleet=1.24,1.26)")

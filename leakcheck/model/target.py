@@ -79,13 +79,22 @@ class Pooler:
     settings: tuple[Setting, ...] = ()
     #: the team's config file (--bouncer-ini) as given; "" for the harness's own; for a DSN pooler its name
     config: str = ""
+    #: a fleet (--bouncer-fleet): the release of each process on one port, the first one `version`;
+    #: () for one process
+    fleet: tuple[Version, ...] = ()
 
     def label(self, version_parts: int | None = None) -> str:
         """`pgbouncer1.24.1[max_prepared_statements=0]`; `version_parts=2` gives the gate key's form
-        (`pgbouncer1.24[...]`: patch releases share expectations)."""
+        (`pgbouncer1.24[...]`: patch releases share expectations). A fleet: `pgbouncer1.26.1x2[peering=yes]`
+        (two processes of one release), `pgbouncer1.24.1+1.26.1[...]` (a rolling upgrade, in process order)."""
         if self.kind is PoolerKind.DSN:
             return f"dsn-{self.config or 'pooler'}"
         version = "" if self.version is None else str(self.version.prefix(version_parts or 9))
+        releases = [str(v.prefix(version_parts or 9)) for v in self.fleet]
+        if len(set(releases)) == 1:
+            version += f"x{len(releases)}"
+        elif releases:
+            version = "+".join(releases)
         extras = ([f"ini={config_stem(self.config)}"] if self.config else []) + [f"{k}={v}" for k, v in self.settings]
         return f"{self.kind.value}{version}" + (f"[{','.join(extras)}]" if extras else "")
 

@@ -7,6 +7,7 @@ from leakcheck.probes import (
     cancel,
     cleanup,
     discovered,
+    fleet,
     handover,
     listen,
     locks,
@@ -20,16 +21,17 @@ from leakcheck.probes.base import Probe, Scenario
 
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + cleanup.PROBES
-    + startup.PROBES + security.PROBES + cancel.PROBES + handover.PROBES + discovered.PROBES
+    + startup.PROBES + security.PROBES + cancel.PROBES + handover.PROBES + discovered.PROBES + fleet.PROBES
 )
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]
 
 
-def select(ids: str | None, option: str = "--probes") -> tuple[Probe, ...]:
-    """The probes named in a comma separated list (all when None), in registry order."""
+def select(ids: str | None, option: str = "--probes", fleet: bool = False) -> tuple[Probe, ...]:
+    """The probes named in a comma separated list (all when None: a fleet's own probes only when the matrix
+    has a fleet), in registry order."""
     if ids is None or ids.strip() in ("", "all"):
-        return PROBES
+        return tuple(p for p in PROBES if fleet or not p.fleet)
     wanted = [i.strip() for i in ids.split(",")]
     if not all(wanted):
         raise UsageError(f"{option}={ids!r} has an empty item; give probe ids separated by commas, or all")

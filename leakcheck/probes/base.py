@@ -19,6 +19,7 @@ from leakcheck.drivers.clients import Client, Notification, Row, ServerError
 from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, Scope, ServerId, Slot
+from leakcheck.provision.base import Endpoint
 
 #: How many transactions B may open to be handed A's server connection (a_on_another_server).
 PLACEMENT_TRIES = 10
@@ -81,6 +82,8 @@ class Scenario:
     placement_promised: bool = True
     #: a hand-over probe's B: the next application, connected only when A has left (hand_over)
     next_b: Callable[[], Awaitable[Client]] | None = None
+    #: where A connected (its first item), then, in a fleet (--bouncer-fleet), the fleet's other processes
+    addresses: tuple[Endpoint, ...] = ()
     _c: Client | None = None
     _slot: dict[str, Slot] = field(default_factory=dict)
 
@@ -290,15 +293,18 @@ class Probe:
     #: a setting A sends in its startup packet, (name, value): the runner connects A with it, each driver
     #: its own way (drivers/clients.py `connect`); B connects without it
     startup: tuple[str, str] | None = None
+    #: about a fleet itself (--bouncer-fleet): in the default selection only when the matrix has a fleet, and
+    #: A and B both on its first process (other probes put B on the second, see runner.py)
+    fleet: bool = False
 
 
 def probe(
     id: str, state: str, *, scope: Scope = Scope.SESSION, pool_size: int = 1, security: bool = False,
     login: str = Login.APP, fixtures: bool = False, handover: bool = False,
-    startup: tuple[str, str] | None = None,
+    startup: tuple[str, str] | None = None, fleet: bool = False,
 ) -> Callable[[ProbeBody], Probe]:
     def wrap(body: ProbeBody) -> Probe:
         return Probe(id=id, state=state, body=body, scope=scope, pool_size=pool_size, security=security,
-                     login=login, fixtures=fixtures, handover=handover, startup=startup)
+                     login=login, fixtures=fixtures, handover=handover, startup=startup, fleet=fleet)
 
     return wrap

@@ -22,7 +22,8 @@ OTHER_ROLE = "leakcheck_other"
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a client connects: always 127.0.0.1 (or a container this run started)."""
+    """Where a client connects: always 127.0.0.1 (or a container this run started), or a Unix socket in
+    the run's own folder (a fleet's processes)."""
 
     host: str
     port: int
@@ -32,6 +33,9 @@ class Endpoint:
     credentials: tuple[tuple[str, str], ...] = ()
     #: a URI the user gave (--pooled-dsn, --direct-dsn): used as it is, for every role
     dsn: str = ""
+    #: a fleet (--bouncer-fleet): each process at its own address (its Unix socket folder in the run's
+    #: folder, on the fleet's port), in the fleet's order; `host:port` is the port they share
+    members: tuple[Endpoint, ...] = ()
 
     @property
     def password(self) -> str:
@@ -45,7 +49,7 @@ class Endpoint:
 
     def as_user(self, user: str) -> Endpoint:
         """The same server for another of the run's roles (a DSN's own user serves every role)."""
-        return self if self.dsn else replace(self, user=user)
+        return self if self.dsn else replace(self, user=user, members=tuple(m.as_user(user) for m in self.members))
 
 
 def new_credentials(*roles: str) -> tuple[tuple[str, str], ...]:

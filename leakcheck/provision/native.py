@@ -19,6 +19,7 @@ from leakcheck.provision.host.system import ServerUser, cache_root, server_user
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
+from leakcheck.provision.pgbouncer.fleet import BouncerFleet
 from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.pgpool.process import PgpoolProcess
@@ -28,6 +29,8 @@ from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve
 
 #: One pooler process serves each (PostgreSQL, pooler, pool settings, lane).
 PoolerKey = tuple[Version, Pooler, PoolSettings, str]
+#: A pooler process, or a PgBouncer fleet used as one.
+Running = PoolerProcess | BouncerFleet
 
 
 def _tried(step: Callable[[PgServer], None]) -> Callable[[PgServer], bool]:
@@ -57,7 +60,7 @@ class NativeBackend:
         self._pgs: dict[Version, PgInstall] = {}
         self._binaries: dict[tuple[PoolerKind, Version], Binary] = {}
         self._servers: dict[Version, PgServer] = {}
-        self._poolers: dict[PoolerKey, PoolerProcess] = {}
+        self._poolers: dict[PoolerKey, Running] = {}
         self._lock = threading.RLock()  # lanes run in threads; servers start from the main thread
         self._stack = contextlib.ExitStack()
         self._user: ServerUser | None = None
@@ -103,9 +106,13 @@ class NativeBackend:
         self._binaries.setdefault((kind, binary.version), binary)
         return binary.version
 
-    def _process(self, pooler: Pooler, settings: PoolSettings, server: Endpoint) -> PoolerProcess:
+    def _process(self, pooler: Pooler, settings: PoolSettings, server: Endpoint) -> Running:
         assert pooler.version is not None
         binary = self._binaries[(pooler.kind, pooler.version)]
+        if pooler.fleet:
+            binaries = tuple(self._binaries[(pooler.kind, v)] for v in pooler.fleet)
+            team = team_ini.load(pooler.config) if pooler.config else None
+            return BouncerFleet(binaries, settings, server, self.user, pooler.settings, team)
         if pooler.kind is PoolerKind.ODYSSEY:
             return OdysseyProcess(binary, settings, pooler.settings, server, self.user)
         if pooler.kind is PoolerKind.PGPOOL:
@@ -153,10 +160,10 @@ class NativeBackend:
                 with contextlib.suppress(Exception):
                     server.launch()
                     self._servers[server.version] = server
-            spawned: list[tuple[PoolerKey, PoolerProcess]] = []
+            spawned: list[tuple[PoolerKey, Running]] = []
             for key in dict.fromkeys(poolers):
                 pg, pooler, settings, _ = key
-                known = pooler.version is not None and (pooler.kind, pooler.version) in self._binaries
+                known = all((pooler.kind, v) in self._binaries for v in (pooler.fleet or (pooler.version,)))
                 if key in self._poolers or pg not in self._servers or not known:
                     continue
                 process = self._process(pooler, settings, self._servers[pg].endpoint())
@@ -180,12 +187,22 @@ class NativeBackend:
                 process = self._process(pooler, settings, server.endpoint())
                 self._stack.enter_context(process)
                 self._poolers[key] = process
-        if not process.running():
-            tail = "\n".join(process.log_text().strip().splitlines()[-10:])
-            raise StartError(f"{pooler.kind.product} {pooler.label()} ({settings.mode.value} pool of "
-                             f"{settings.pool_size}) exited during the run; its log ends:\n{tail}")
+        self._check_running(process, pooler, settings)
         process.reset()  # e.g. PgBouncer's KILL/RESUME: this use starts from fresh server connections
         yield process.endpoint()
+        if isinstance(process, BouncerFleet):  # a fleet that lost a process during the probe: an error naming it
+            self._check_running(process, pooler, settings)
+
+    @staticmethod
+    def _check_running(process: Running, pooler: Pooler, settings: PoolSettings) -> None:
+        what = f"{pooler.kind.product} {pooler.label()} ({settings.mode.value} pool of {settings.pool_size})"
+        if isinstance(process, BouncerFleet):
+            lost = process.lost()
+            if lost is not None:
+                raise StartError(f"{what}: {lost}")
+        elif not process.running():
+            tail = "\n".join(process.log_text().strip().splitlines()[-10:])
+            raise StartError(f"{what} exited during the run; its log ends:\n{tail}")
 
     def describe(self) -> Iterator[str]:
         for version, install in sorted(self._pgs.items()):

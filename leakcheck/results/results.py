@@ -60,7 +60,7 @@ OPTION = "--results"
 #: The properties that make an outcome; any other property of a leak test is a detail (these are not).
 FIELDS = ("probe", "pg_version", "pooler_kind", "pooler_version", "pooler_settings", "pooler_config", "route",
           "driver", "driver_version", "verdict", "evidence", "facts", "security")
-_NOT_DETAILS = frozenset({*FIELDS, "matrix_key", "pooler", "bouncer_version"})
+_NOT_DETAILS = frozenset({*FIELDS, "matrix_key", "pooler", "bouncer_version", "pooler_fleet"})
 _NONE = "-"  #: how a property says "empty" (no PgBouncer on a direct route, no facts)
 
 _ROUTE_ORDER = (Route.TRANSACTION, Route.DIRECT, Route.SHARED, Route.SESSION)
@@ -98,6 +98,7 @@ def properties(outcome: Outcome) -> list[tuple[str, str]]:
         ("pooler_version", str(pooler.version) if pooler and pooler.version else _NONE),
         ("pooler_settings", json.dumps([list(kv) for kv in pooler.settings]) if pooler and pooler.settings else _NONE),
         ("pooler_config", pooler.config if pooler and pooler.config else _NONE),
+        ("pooler_fleet", ",".join(map(str, pooler.fleet)) if pooler and pooler.fleet else _NONE),
         ("bouncer_version", str(bouncer) if bouncer else _NONE),
         ("route", outcome.route.value), ("driver", outcome.driver.value),
         ("driver_version", str(version) if version else _NONE), ("verdict", outcome.verdict.value),
@@ -132,7 +133,9 @@ def from_properties(props: Iterable[Sequence[object]]) -> Outcome | None:
     if named["pooler_kind"] != _NONE:
         settings = () if named["pooler_settings"] == _NONE else _settings(json.loads(named["pooler_settings"]))
         config = "" if named["pooler_config"] == _NONE else named["pooler_config"]
-        pooler = Pooler(PoolerKind(named["pooler_kind"]), _version_or_none(named["pooler_version"]), settings, config)
+        fleet = named.get("pooler_fleet", _NONE)
+        pooler = Pooler(PoolerKind(named["pooler_kind"]), _version_or_none(named["pooler_version"]), settings, config,
+                        () if fleet == _NONE else tuple(Version.parse(v) for v in fleet.split(",")))
     target = Target(Version.parse(named["pg_version"]), pooler, Route(named["route"]), Driver(named["driver"]),
                     _version_or_none(named["driver_version"]))
     return Outcome(
@@ -216,7 +219,8 @@ def pooler_json(pooler: Pooler | None) -> dict[str, Any] | None:
     if pooler is None:
         return None
     return {"kind": pooler.kind.value, "version": str(pooler.version) if pooler.version else None,
-            "settings": [list(kv) for kv in pooler.settings], "config": pooler.config, "label": pooler.label()}
+            "settings": [list(kv) for kv in pooler.settings], "config": pooler.config, "label": pooler.label(),
+            **({"fleet": [str(v) for v in pooler.fleet]} if pooler.fleet else {})}
 
 
 def _outcome_json(o: Outcome) -> dict[str, Any]:
@@ -351,8 +355,11 @@ def _pooler(data: Any) -> Pooler | None:
     config = data.get("config", "")
     if not isinstance(config, str):
         raise TypeError(f"a pooler's config is {config!r}, not a string")
+    fleet = data.get("fleet", [])
+    if not isinstance(fleet, list) or not all(isinstance(v, str) for v in fleet):
+        raise TypeError(f"a pooler's fleet is {fleet!r}, not a list of versions")
     return Pooler(PoolerKind(_text(data, "kind")), _optional_version(data.get("version")),
-                  _settings(data.get("settings", [])), config)
+                  _settings(data.get("settings", [])), config, tuple(Version.parse(v) for v in fleet))
 
 
 def _unmeasured(data: Any) -> Unmeasured:

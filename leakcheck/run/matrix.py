@@ -11,8 +11,8 @@ from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import driver_version
 from leakcheck.gate.expectations import Expectation, load
 from leakcheck.gate.judge import Judgement, Policy, judge
-from leakcheck.model.axes import combinations
-from leakcheck.model.errors import LeakcheckError
+from leakcheck.model.axes import NO_FLEET, PEERING, PEERING_FROM, FleetShape, combinations
+from leakcheck.model.errors import LeakcheckError, UsageError
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Outcome, Route, Target
 from leakcheck.model.versions import Spec, Version
@@ -60,14 +60,41 @@ def make_backend(config: Config) -> Backend:
     return NativeBackend()
 
 
-def pooler_cells(tables: Sequence[PoolerTable], resolve: Callable[[PoolerKind, Spec], Version]) -> list[Pooler]:
-    """Each table's versions (resolved) crossed with that table's own axes and ini, in order, once each."""
+def pooler_cells(
+    tables: Sequence[PoolerTable], resolve: Callable[[PoolerKind, Spec], Version], fleet: FleetShape = NO_FLEET
+) -> list[Pooler]:
+    """Each table's versions (resolved) crossed with that table's own axes and ini, in order, once each.
+    A fleet: each PgBouncer release as `fleet.size` processes, or (a rolling upgrade) one cell per order of
+    its releases, each release first once (1.24,1.26 and 1.26,1.24)."""
     out: list[Pooler] = []
+    rolled = False
     for table in tables:
         for kind, spec in table.poolers:
             ini = table.ini if kind is PoolerKind.PGBOUNCER and table.ini else ""
-            out += [Pooler(kind, resolve(kind, spec), combo, ini) for combo in combinations(table.axes, kind)]
+            shapes: list[tuple[Version, ...]] = [(resolve(kind, spec),)]
+            if kind is PoolerKind.PGBOUNCER and fleet.size > 1:
+                shapes = [shapes[0] * fleet.size]
+            elif kind is PoolerKind.PGBOUNCER and fleet.releases:
+                if rolled:
+                    continue  # the fleet's cells come once, at its first release
+                rolled = True
+                versions = [resolve(kind, s) for s in fleet.releases]
+                shapes = [tuple(versions[i:] + versions[:i]) for i in range(len(versions))]
+            for shape in shapes:
+                for combo in combinations(table.axes, kind):
+                    cell = Pooler(kind, shape[0], combo, ini, shape if len(shape) > 1 else ())
+                    check_fleet(cell)
+                    out.append(cell)
     return list(dict.fromkeys(out))
+
+
+def check_fleet(cell: Pooler) -> None:
+    """peering=yes on a release that refuses peer_id (PgBouncer 1.18: a fatal config error) is a one-line
+    error before any server starts."""
+    old = [v for v in cell.fleet if v < Version(PEERING_FROM)]
+    if cell.setting(PEERING) == "yes" and old:
+        raise UsageError(f"{cell.label()}: PgBouncer {old[0]} has no peering (peer_id and [peers] came in "
+                         f"{'.'.join(map(str, PEERING_FROM))}); drop peering=yes or that release from the fleet")
 
 
 @dataclass
@@ -125,7 +152,7 @@ class MatrixRun:
     def poolers(self) -> list[Pooler]:
         """Every pooler cell: each --pooler/--bouncer version crossed with its kind's settings axes (a matrix
         file's: each [[pooler]] table's versions with that table's axes and ini)."""
-        return pooler_cells(self.config.pooler_tables, self.backend.resolve_pooler)
+        return pooler_cells(self.config.pooler_tables, self.backend.resolve_pooler, self.config.fleet)
 
     def targets(self) -> list[Target]:
         """Resolve every --pg and pooler value (fetching or building as needed)."""

@@ -119,7 +119,10 @@ async def _measure(
     probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint]
 ) -> tuple[Observation, tuple[Proof, ...]]:
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
-    where = endpoint.as_user(role)
+    # A fleet: A on its first process; B on the second, or on A's for a probe about the fleet itself.
+    addresses = endpoint.members or (endpoint,)
+    where = addresses[0].as_user(role)
+    b_where = (addresses[0] if probe.fleet else addresses[1 % len(addresses)]).as_user(role)
     running = is_running_pooler(target)
     a = await _connect_a(probe, target, where)
     try:
@@ -134,7 +137,7 @@ async def _measure(
         elif probe.handover:  # B connects when A has left (Scenario.hand_over)
             b = NotYet()
         else:
-            b = await connect(target.driver, "B", where)
+            b = await connect(target.driver, "B", b_where)
     except BaseException:
         await _close(a)
         raise
@@ -147,7 +150,7 @@ async def _measure(
 
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
     scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised,
-                        next_b=lambda: connect(target.driver, "B", where))
+                        next_b=lambda: connect(target.driver, "B", where), addresses=addresses)
     try:
         observation = await probe.body(scenario)
         if running:
@@ -248,11 +251,17 @@ def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str
     connections at every step while both were connected, so the probe cannot run through it. In
     transaction or statement mode (a pool of one) that is a harness failure, never this. For a
     hand-over probe in session mode: the pooler did not hand B (a pool of one) the server A left."""
+    a = {p.server for p in proofs if p.client == "A"}
+    b = {p.server for p in proofs if p.client == "B"}
+    fleet = target.pooler.fleet if target.pooler is not None else ()
+    if target.route is Route.TRANSACTION and fleet and not probe.fleet and a and b and not a & b:
+        return (f"A on the fleet's first process (PgBouncer {fleet[0]}) and B on its second (PgBouncer {fleet[1]}) "
+                f"never shared a server connection (A on {', '.join(sorted(map(str, a)))}; B on "
+                f"{', '.join(sorted(map(str, b)))}): each process of a fleet has its own pool, so this probe "
+                "cannot run across them")
     settings = pool_settings(probe, target)
     if target.route is not Route.TRANSACTION or settings is None or settings.mode is not PoolMode.SESSION:
         return None
-    a = {p.server for p in proofs if p.client == "A"}
-    b = {p.server for p in proofs if p.client == "B"}
     if len(a) != 1 or len(b) != 1 or a == b:  # in session mode a client that changed servers lost its session
         return None
     kind = target.pooler.kind.product if target.pooler else "the pooler"

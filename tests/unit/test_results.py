@@ -61,7 +61,8 @@ def test_a_report_without_an_outcome_gives_none() -> None:
 def test_the_properties_are_the_documented_junit_ones() -> None:
     names = [name for name, _ in results.properties(SEARCH_PATH)]
     assert names == ["probe", "pg_version", "pooler", "pooler_kind", "pooler_version", "pooler_settings",
-                     "pooler_config", "bouncer_version", "route", "driver", "driver_version", "verdict", "evidence",
+                     "pooler_config", "pooler_fleet", "bouncer_version", "route", "driver", "driver_version", "verdict",
+                     "evidence",
                      "facts", "security", "b_reported", "b_server_value", "b_reported_matches_server"]
     props = dict(results.properties(SEARCH_PATH))
     assert props["pooler"] == "pgbouncer1.24.1[max_prepared_statements=0]" and props["driver_version"] == "0.32.0"

@@ -108,14 +108,20 @@ class PoolerProcess:
             raise
         return self
 
-    def spawn(self) -> None:
+    def spawn(self, port: int = 0) -> None:
         """Its temp dir (marked: a later run sweeps it if we are killed) and the process, not yet waited
-        for (several can then get ready at once). From the main thread."""
-        self.tmpdir = fresh_name(f"leakcheck-{self.name}{self.version}-")
-        create(self.tmpdir)
-        self.user.chown(self.tmpdir)
-        self.port = free_port()
+        for (several can then get ready at once), on `port` (0: a free one). From the main thread."""
+        self.make_dir()
+        self.port = port or free_port()
         self._spawn()
+
+    def make_dir(self) -> Path:
+        """Its temp dir, made once (a fleet makes every process's before any starts: they name each other's)."""
+        if self.tmpdir is None:
+            self.tmpdir = fresh_name(f"leakcheck-{self.name}{self.version}-")
+            create(self.tmpdir)
+            self.user.chown(self.tmpdir)
+        return self.tmpdir
 
     def finish(self) -> None:
         """Wait until the spawned pooler answers (a lost port is retried on another), then whatever the

@@ -54,6 +54,11 @@ class BouncerLayout:
     #: clients and the admin console need the run's password (md5: a challenge of one hash; SCRAM would
     #: stretch the 192-bit random password 4096 times per connection, protecting nothing)
     auth_type: str = "md5"
+    #: in a fleet (--bouncer-fleet): share listen_port with the fleet's other processes
+    so_reuseport: bool = False
+    #: with peering: this process's peer_id (from 1) and the others' (peer_id, unix_socket_dir)
+    peer_id: int = 0
+    peers: tuple[tuple[int, str], ...] = ()
 
 
 #: [pgbouncer] keys leakcheck sets itself, whatever the team's ini or --bouncer-set say (each says why).
@@ -70,6 +75,8 @@ HARNESS_KEYS: dict[str, str] = {
     "default_pool_size": "a pool of one makes both clients share a server (two for the *_moved probes)",
     "min_pool_size": "no server connection opened ahead of a client",
     "reserve_pool_size": "no extra server connection",
+    "so_reuseport": "a fleet's processes share one port (set in a fleet only)",
+    "peer_id": "a fleet's peering (set in a fleet with peering=yes only)",
 }
 #: [pgbouncer] keys dropped from a team's ini: they would send logins, auth or the process elsewhere.
 DROPPED_KEYS: dict[str, str] = {
@@ -102,7 +109,8 @@ def harness_values(settings: PoolSettings, layout: BouncerLayout) -> dict[str, s
         "default_pool_size": str(settings.pool_size),
         "min_pool_size": "0",
         "reserve_pool_size": "0",
-    }
+    } | ({"so_reuseport": "1"} if layout.so_reuseport else {}) | (
+        {"peer_id": str(layout.peer_id)} if layout.peer_id else {})
 
 
 def render_ini(
@@ -130,7 +138,11 @@ def render_ini(
         "",
     ]
     for section in team.kept_sections() if team else ():
-        lines += _section(section)
+        if not (layout.so_reuseport and section.name == "peers"):  # a fleet's peers are its own processes
+            lines += _section(section)
+    if layout.peers:
+        port = layout.listen_port
+        lines += ["[peers]", *(f"{peer} = host={folder} port={port}" for peer, folder in layout.peers), ""]
     return "\n".join(lines)
 
 

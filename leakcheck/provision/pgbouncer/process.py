@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from leakcheck.model.axes import PEERING
 from leakcheck.model.errors import StartError, one_line
 from leakcheck.model.target import Setting
 from leakcheck.model.versions import Version
@@ -50,6 +51,16 @@ class BouncerProcess(PoolerProcess):
         self.team = team
         self._console: psycopg.Connection[Any] | None = None
         self._layout: BouncerLayout | None = None
+        #: in a fleet (fleet.py): its peer_id (0: no peering) and the other processes' (peer_id, socket folder)
+        self.in_fleet = False
+        self.peer_id = 0
+        self.peers: tuple[tuple[int, str], ...] = ()
+
+    def endpoint(self) -> Endpoint:
+        """In a fleet, its own address: its Unix socket (the TCP port is the fleet's, shared)."""
+        if self.in_fleet and self.tmpdir is not None:
+            return Endpoint(str(self.tmpdir), self.port, credentials=self.credentials)
+        return super().endpoint()
 
     def reset(self) -> None:
         """KILL/RESUME on the admin console: no server connection survives to the next probe.
@@ -74,12 +85,14 @@ class BouncerProcess(PoolerProcess):
         layout = BouncerLayout(
             listen_port=self.port, server_host=self.server_host, server_port=self.server_port, dbname=DBNAME,
             user=USER, auth_file=str(tmp / "users.txt"), logfile=str(tmp / "pgbouncer.log"),
-            pidfile=str(tmp / "pgbouncer.pid"),
+            pidfile=str(tmp / "pgbouncer.pid"), unix_socket_dir=str(tmp) if self.in_fleet else "",
+            so_reuseport=self.in_fleet, peer_id=self.peer_id, peers=self.peers,
         )
         self._layout = layout
         for stale in ("pgbouncer.log", "pgbouncer.pid"):
             (tmp / stale).unlink(missing_ok=True)
-        (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout, self.extra, self.team))
+        axes = [(k, v) for k, v in self.extra if k != PEERING]  # leakcheck's own meta-setting, not PgBouncer's
+        (tmp / "pgbouncer.ini").write_text(render_ini(self.settings, layout, axes, self.team))
         self.user.write_private(tmp / "users.txt", render_auth_file(self.credentials))
         # stdout+stderr go to pgbouncer.out: also what precedes the logfile.
         return [str(tmp / "pgbouncer.ini")]
