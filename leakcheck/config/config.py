@@ -13,8 +13,9 @@ from leakcheck.config import inputs, matrix_file
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
 from leakcheck.drivers.agents.catalogue import known_drivers
+from leakcheck.drivers.settings import check_axis
 from leakcheck.gate.diff import Cell, parse_cell
-from leakcheck.model.axes import Axis, check_distinct, parse_axis, parse_poolers
+from leakcheck.model.axes import Axis, DriverAxis, check_distinct, parse_axis, parse_driver_axis, parse_poolers
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
 from leakcheck.model.verdicts import Driver
@@ -90,6 +91,7 @@ class Config:
     pgpool_image: str | None = None  #: --pgpool-image: containers backend, pgpool-II's image template
     #: a matrix file's [[pooler]] tables, each its own (empty: poolers, axes and bouncer_ini make one)
     tables: tuple[PoolerTable, ...] = ()
+    driver_axes: tuple[DriverAxis, ...] = ()  #: --driver-set: driver settings crossed into the matrix
 
     @property
     def pooler_tables(self) -> tuple[PoolerTable, ...]:
@@ -194,6 +196,7 @@ class Config:
         probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"))
         pooled, direct, name = _dsns(raw)
         poolers = _poolers(raw) if pooled is None else ()
+        drivers = _drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg"))
         if diff is not None and pooled is None:
             _diff_in_matrix(diff, parse_spec_list(pg, "--pg"), poolers)
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
@@ -206,7 +209,7 @@ class Config:
         return cls(
             pg=parse_spec_list(pg, "--pg"),
             poolers=poolers,
-            drivers=_drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg")),
+            drivers=drivers,
             probes=probes,
             controls=controls == "yes",
             backend=backend,
@@ -228,6 +231,7 @@ class Config:
             odyssey_image=check_template(odyssey_image, "--odyssey-image") if odyssey_image is not None else None,
             pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
             tables=_tables(raw.get(matrix_file.TABLES)) if pooled is None else (),
+            driver_axes=_driver_axes(raw.get("leakcheck_driver_set"), drivers),
         )
 
 
@@ -286,6 +290,27 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
         if axis.kind is PoolerKind.PGBOUNCER and axis.name == "pool_mode" and not set(axis.values) <= modes:
             raise UsageError(f"--bouncer-set pool_mode={','.join(axis.values)}: pool_mode is one of "
                              f"{', '.join(sorted(modes))}")
+    return tuple(axes)
+
+
+def _driver_axes(given: str | None, drivers: Sequence[Driver]) -> tuple[DriverAxis, ...]:
+    """--driver-set, each checked against its driver's known settings; a driver the run does not drive,
+    or a setting given twice, is an error."""
+    axes: list[DriverAxis] = []
+    for line in given.split("\n") if given is not None else ():
+        if not line.strip():
+            raise UsageError.empty("--driver-set", "a driver setting and its values, e.g. pgjdbc:prepareThreshold=0,5")
+        axis = parse_driver_axis(line)
+        if axis.driver not in known_drivers():
+            raise UsageError.bad_value("--driver-set", line, f"a driver among {', '.join(known_drivers())}")
+        if axis.driver not in drivers:
+            raise UsageError(f"--driver-set={line}: {axis.driver} is not among --drivers "
+                             f"({','.join(drivers)}): add it there")
+        check_axis(axis)
+        if any((a.driver, a.name) == (axis.driver, axis.name) for a in axes):
+            raise UsageError(f"the {axis.driver} setting {axis.name} is given as an axis twice; give its values "
+                             f"once: --driver-set {axis.driver}:{axis.name}=V1,V2")
+        axes.append(axis)
     return tuple(axes)
 
 

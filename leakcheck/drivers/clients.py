@@ -24,7 +24,9 @@ import asyncpg
 import psycopg
 
 from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
+from leakcheck.drivers.settings import native_values
 from leakcheck.model.errors import UsageError
+from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
@@ -58,6 +60,8 @@ class Client(Protocol):
     notifications: list[Notification]
     #: a SQL condition on pg_prepared_statements.name: the names this client's driver gives its statements
     statement_names: str
+    #: the driver settings it was connected with that differ from the driver's defaults (--driver-set)
+    settings: tuple[Setting, ...]
 
     async def query(self, sql: str) -> list[Row]: ...
     async def execute(self, sql: str) -> None: ...
@@ -77,11 +81,14 @@ class PsycopgClient:
     conn: psycopg.AsyncConnection[Any]
     notifications: list[Notification] = field(default_factory=list)
     statement_names: str = "name LIKE '\\_pg3\\_%'"
+    settings: tuple[Setting, ...] = ()
 
     @classmethod
-    async def connect(cls, label: str, endpoint: Endpoint) -> PsycopgClient:
+    async def connect(cls, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = ()) -> PsycopgClient:
         conn = await psycopg.AsyncConnection.connect(endpoint.conninfo(), autocommit=True, connect_timeout=10)
-        client = cls(label, conn)
+        for name, value in native_values(Driver.PSYCOPG, settings).items():
+            setattr(conn, name, value)  # prepare_threshold, prepared_max: the connection's own attributes
+        client = cls(label, conn, settings=settings)
         conn.add_notify_handler(lambda n: client.notifications.append(Notification(n.channel, n.payload)))
         return client
 
@@ -134,17 +141,19 @@ class AsyncpgClient:
     conn: Any
     notifications: list[Notification] = field(default_factory=list)
     statement_names: str = "name LIKE '\\_\\_asyncpg\\_%'"
+    settings: tuple[Setting, ...] = ()
 
     @classmethod
-    async def connect(cls, label: str, endpoint: Endpoint) -> AsyncpgClient:
+    async def connect(cls, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = ()) -> AsyncpgClient:
+        given = native_values(Driver.ASYNCPG, settings)  # statement_cache_size etc.: connect's own arguments
         if endpoint.dsn:
-            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection)
+            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection, **given)
         else:
             conn = await asyncpg.connect(
                 host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
-                database=endpoint.dbname, timeout=10, connection_class=_AppConnection,
+                database=endpoint.dbname, timeout=10, connection_class=_AppConnection, **given,
             )
-        client = cls(label, conn)
+        client = cls(label, conn, settings=settings)
         conn._leakcheck_seen = client.notifications
         return client
 
@@ -206,11 +215,12 @@ def _shipped(driver: Driver) -> Shipped:
     return found
 
 
-async def connect(driver: Driver, label: str, endpoint: Endpoint) -> Client:
+async def connect(driver: Driver, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = ()) -> Client:
+    """One application connection of `driver`, with the cell's driver settings (drivers/settings.py)."""
     if driver == Driver.PSYCOPG:
-        return await PsycopgClient.connect(label, endpoint)
+        return await PsycopgClient.connect(label, endpoint, settings)
     if driver == Driver.ASYNCPG:
-        return await AsyncpgClient.connect(label, endpoint)
+        return await AsyncpgClient.connect(label, endpoint, settings)
     from leakcheck.drivers.agents.client import AgentClient  # agents import this module (ServerError, Notification)
 
-    return await AgentClient.connect(_shipped(driver), label, endpoint)
+    return await AgentClient.connect(_shipped(driver), label, endpoint, settings)

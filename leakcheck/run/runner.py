@@ -94,25 +94,26 @@ async def _measure(
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
     where = endpoint.as_user(role)
     running = is_running_pooler(target)
-    a = await connect(target.driver, "A", where)
+    settings = target.driver_settings
+    a = await connect(target.driver, "A", where, settings)
     try:
         if endpoint.dsn:  # a server the user gave (--pooled-dsn, --direct-dsn): has it what the probe uses?
             await running_pooler.check_needs(probe, a)
         if running:
             await running_pooler.discard(a)
-            b = await running_pooler.share_a_server(a, lambda: connect(target.driver, "B", where))
+            b = await running_pooler.share_a_server(a, lambda: connect(target.driver, "B", where, settings))
         # The positive control: B drives A's very session. Elsewhere B is its own application.
         elif target.route is Route.SHARED:
             b = a.alias("B")
         else:
-            b = await connect(target.driver, "B", where)
+            b = await connect(target.driver, "B", where, settings)
     except BaseException:
         await _close(a)
         raise
 
     async def third() -> Client:
         try:
-            return await connect(target.driver, "C", direct().as_user(APP_ROLE))
+            return await connect(target.driver, "C", direct().as_user(APP_ROLE), settings)
         except ProvisionError as exc:
             raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 

@@ -19,6 +19,7 @@ from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import AgentFault, AgentProcess
 from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.model.target import Setting
 from leakcheck.provision.base import Endpoint
 
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
@@ -81,16 +82,17 @@ class AgentClient:
     statement_names: str
     _lease: _Lease
     notifications: list[Notification] = field(default_factory=list)
+    settings: tuple[Setting, ...] = ()
     _parameters: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     async def connect(cls, shipped: Shipped, label: str, endpoint: Endpoint,
-                      settings: dict[str, str] | None = None) -> AgentClient:
+                      settings: tuple[Setting, ...] = ()) -> AgentClient:
         slot = (shipped.spec.id, threading.current_thread().name, label)  # the lane's thread, not a worker's
         agent = await asyncio.to_thread(_lease, shipped, slot)
-        client = cls(label, shipped.statement_names, _Lease(slot, agent))
+        client = cls(label, shipped.statement_names, _Lease(slot, agent), settings=settings)
         try:
-            await client._call("connect", settings=settings or {}, **_where(endpoint))
+            await client._call("connect", settings=dict(settings), **_where(endpoint))
         except BaseException:
             await client.close()
             raise
