@@ -23,8 +23,9 @@ version 3:
   `label` what test ids show. `route` is transaction, session, direct or shared; `driver_version`
   the installed release (null when unknown); `driver_settings` the cell's driver settings axes
   (`--driver-set`) that differ from the driver's defaults, in the order given (empty: its
-  defaults); `verdict` isolated, leaks, lost, breaks, not_applicable, error or skipped; `facts` any of broke, leaked, lost, misreported; `details` the
-  parameter probes' extra properties (names to strings); `advice` (added within version 2, optional)
+  defaults); `verdict` isolated, leaks, lost, breaks, not_applicable, error or skipped; `facts`
+  any of broke, leaked, lost, misreported; `details` the parameter probes' extra properties
+  (names to strings); `advice` (added within version 2, optional)
   what to do about this verdict in this cell, one line (`leakcheck.reports.advice`; code between
   backticks), or null when there is nothing to do (isolated, skipped, every control). It is derived
   from the fields above, so a reader ignores it: files without it are read the same.
