@@ -338,9 +338,9 @@ def _diff_matrix(raw: dict[str, str | None], diff: tuple[Cell, Cell]) -> dict[st
     """--diff alone: the matrix of its two cells (their PostgreSQL and poolers)."""
     if any(raw.get(k) is not None for k in ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler")):
         return {}
-    if any(cell.settings or cell.config for cell in diff):
+    if any(cell.settings or cell.config or cell.driver_settings for cell in diff):
         raise UsageError("--diff with settings or an ini: give the matrix too (--pg, --bouncer, --bouncer-set, "
-                         "--bouncer-ini) so that it measures both cells")
+                         "--bouncer-ini, --driver-set) so that it measures both cells")
     pgs = ",".join(dict.fromkeys(str(c.pg) for c in diff))
     poolers = ",".join(dict.fromkeys(f"{c.kind.value}:{c.version}" for c in diff))
     return {"leakcheck_pg": pgs, "leakcheck_pooler": poolers}
