@@ -12,7 +12,8 @@ from leakcheck.config.matrix_file import parse
 from leakcheck.drivers.settings import cell_settings, known_settings, native_values
 from leakcheck.gate.baseline import parse_text, render_toml
 from leakcheck.gate.diff import compare, parse_cell, settings_notes
-from leakcheck.gate.expectations import Expectation, any_driver_version, key, lookup, parse as parse_baseline
+from leakcheck.gate.expectations import Expectation, any_driver_version, key, lookup
+from leakcheck.gate.expectations import parse as parse_baseline
 from leakcheck.model.axes import DriverAxis, parse_driver_axis
 from leakcheck.model.errors import UsageError
 from leakcheck.model.verdicts import Driver, Outcome, Route, Verdict
