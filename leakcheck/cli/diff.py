@@ -18,7 +18,7 @@ from leakcheck.cli.run import measure
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
 from leakcheck.gate import record
-from leakcheck.gate.diff import Cell, compare, parse_cell, render_markdown, render_text, sides_measured
+from leakcheck.gate.diff import Cell, compare, parse_cell, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.model.errors import UsageError
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.reports.safe_text import encodable, terminal_safe
@@ -55,9 +55,10 @@ def main(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"nothing measured {missing[0].raw}: check the cell (its versions and settings)")
     changes, same = compare(outcomes, before, after)
-    print(terminal_safe(render_text(changes, same, before, after)), end="")
+    notes = settings_notes(outcomes, before, after)
+    print(terminal_safe(render_text(changes, same, before, after, notes)), end="")
     if args.md is not None:
-        record.write_atomic(args.md, encodable(render_markdown(changes, same, before, after)))
+        record.write_atomic(args.md, encodable(render_markdown(changes, same, before, after, notes)))
         print(f"leakcheck: wrote the diff to {args.md}")
     errors = [o for o in outcomes if o.verdict is Verdict.ERROR and (before.matches(o) or after.matches(o))]
     if errors:
@@ -67,13 +68,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run(cell: Cell, args: argparse.Namespace) -> list[Outcome]:
-    """One side, measured now: its PostgreSQL, its pooler with its settings, both drivers."""
+    """One side, measured now: its PostgreSQL, its pooler with its settings, its driver with its
+    settings (else --drivers)."""
     axes = "\n".join(f"{cell.kind.value}:{name}={value}" for name, value in cell.settings) or None
     if cell.config and not args.bouncer_ini:
         raise UsageError(f"{cell.raw} names a team ini ({cell.config}): give its path with --bouncer-ini")
+    driver_axes = "\n".join(f"{cell.driver}:{name}={value}" for name, value in cell.driver_settings) or None
     config = Config.from_strings({
         "leakcheck_pg": str(cell.pg), "leakcheck_pooler": f"{cell.kind.value}:{cell.version}",
-        "leakcheck_pooler_set": axes, "leakcheck_drivers": args.drivers, "leakcheck_probes": args.probes,
+        "leakcheck_pooler_set": axes, "leakcheck_drivers": cell.driver or args.drivers,
+        "leakcheck_driver_set": driver_axes, "leakcheck_probes": args.probes,
         "leakcheck_controls": args.controls, "leakcheck_backend": args.backend,
         "leakcheck_bouncer_ini": args.bouncer_ini if cell.config else None,
     })

@@ -13,14 +13,17 @@ from leakcheck.config import inputs, matrix_file
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
 from leakcheck.drivers.agents.catalogue import known_drivers
+from leakcheck.drivers.settings import check_axis
 from leakcheck.gate.diff import Cell, parse_cell
 from leakcheck.model.axes import (
     NO_FLEET,
     Axis,
+    DriverAxis,
     FleetShape,
     check_distinct,
     check_peering,
     parse_axis,
+    parse_driver_axis,
     parse_fleet,
     parse_poolers,
 )
@@ -100,6 +103,7 @@ class Config:
     #: a matrix file's [[pooler]] tables, each its own (empty: poolers, axes and bouncer_ini make one)
     tables: tuple[PoolerTable, ...] = ()
     fleet: FleetShape = NO_FLEET  #: --bouncer-fleet: each PgBouncer cell a fleet of processes on one port
+    driver_axes: tuple[DriverAxis, ...] = ()  #: --driver-set: driver settings crossed into the matrix
 
     @property
     def pooler_tables(self) -> tuple[PoolerTable, ...]:
@@ -205,6 +209,7 @@ class Config:
         fleet = _fleet(raw, backend)
         probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"), fleet.is_fleet)
         poolers = _poolers(raw, fleet) if pooled is None else ()
+        drivers = _drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg"))
         if diff is not None and pooled is None:
             _diff_in_matrix(diff, parse_spec_list(pg, "--pg"), poolers)
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
@@ -217,7 +222,7 @@ class Config:
         return cls(
             pg=parse_spec_list(pg, "--pg"),
             poolers=poolers,
-            drivers=_drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg")),
+            drivers=drivers,
             probes=probes,
             controls=controls == "yes",
             backend=backend,
@@ -240,6 +245,7 @@ class Config:
             pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
             tables=_tables(raw.get(matrix_file.TABLES)) if pooled is None else (),
             fleet=fleet,
+            driver_axes=_driver_axes(raw.get("leakcheck_driver_set"), drivers),
         )
 
 
@@ -328,6 +334,27 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
     return tuple(axes)
 
 
+def _driver_axes(given: str | None, drivers: Sequence[Driver]) -> tuple[DriverAxis, ...]:
+    """--driver-set, each checked against its driver's known settings; a driver the run does not drive,
+    or a setting given twice, is an error."""
+    axes: list[DriverAxis] = []
+    for line in given.split("\n") if given is not None else ():
+        if not line.strip():
+            raise UsageError.empty("--driver-set", "a driver setting and its values, e.g. pgjdbc:prepareThreshold=0,5")
+        axis = parse_driver_axis(line)
+        if axis.driver not in known_drivers():
+            raise UsageError.bad_value("--driver-set", line, f"a driver among {', '.join(known_drivers())}")
+        if axis.driver not in drivers:
+            raise UsageError(f"--driver-set={line}: {axis.driver} is not among --drivers "
+                             f"({','.join(drivers)}): add it there")
+        check_axis(axis)
+        if any((a.driver, a.name) == (axis.driver, axis.name) for a in axes):
+            raise UsageError(f"the {axis.driver} setting {axis.name} is given as an axis twice; give its values "
+                             f"once: --driver-set {axis.driver}:{axis.name}=V1,V2")
+        axes.append(axis)
+    return tuple(axes)
+
+
 def _tables(given: str | None) -> tuple[PoolerTable, ...]:
     """The matrix file's [[pooler]] tables (matrix_file.TABLES), each checked as its own options."""
     tables = []
@@ -352,9 +379,9 @@ def _diff_matrix(raw: dict[str, str | None], diff: tuple[Cell, Cell]) -> dict[st
     """--diff alone: the matrix of its two cells (their PostgreSQL and poolers)."""
     if any(raw.get(k) is not None for k in ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler")):
         return {}
-    if any(cell.settings or cell.config for cell in diff):
+    if any(cell.settings or cell.config or cell.driver_settings for cell in diff):
         raise UsageError("--diff with settings or an ini: give the matrix too (--pg, --bouncer, --bouncer-set, "
-                         "--bouncer-ini) so that it measures both cells")
+                         "--bouncer-ini, --driver-set) so that it measures both cells")
     pgs = ",".join(dict.fromkeys(str(c.pg) for c in diff))
     poolers = ",".join(dict.fromkeys(f"{c.kind.value}:{c.version}" for c in diff))
     return {"leakcheck_pg": pgs, "leakcheck_pooler": poolers}

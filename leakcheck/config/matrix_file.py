@@ -13,6 +13,9 @@
     ini = "../deploy/pgbouncer.ini"      # optional, PgBouncer only (--bouncer-ini)
     settings = { max_prepared_statements = ["0", "200"] }   # optional: axes, crossed
 
+    [driver_settings]                    # optional: driver settings as axes (--driver-set), crossed
+    psycopg = { prepare_threshold = ["None", "5"] }
+
 The file becomes the same option values the command line takes (config.Config.from_strings);
 an option given on the command line (or as an ini key) wins over the file's. Each [[pooler]] table
 is its own: its settings and ini apply to its versions only; a pooler option on the command line
@@ -64,10 +67,10 @@ def load(path: Path) -> dict[str, str]:
 
 
 def parse(data: dict[str, Any], folder: Path, where: str) -> dict[str, str]:
-    unknown = set(data) - set(_SCALARS) - {"pooler"}
+    unknown = set(data) - set(_SCALARS) - {"pooler", "driver_settings"}
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: "
-                         f"{', '.join(sorted([*_SCALARS, 'pooler']))}")
+                         f"{', '.join(sorted([*_SCALARS, 'pooler', 'driver_settings']))}")
     raw: dict[str, str] = {}
     for name, key in _SCALARS.items():
         if name in data:
@@ -88,7 +91,19 @@ def parse(data: dict[str, Any], folder: Path, where: str) -> dict[str, str]:
     ini = next((t["ini"] for t in tables if t["ini"]), "")
     if ini:
         raw["leakcheck_bouncer_ini"] = ini
+    driver_axes = _driver_settings(data.get("driver_settings", {}), where)
+    if driver_axes:
+        raw["leakcheck_driver_set"] = "\n".join(driver_axes)
     return raw
+
+
+def _driver_settings(table: Any, where: str) -> list[str]:
+    """[driver_settings] as --driver-set lines: `psycopg = { prepare_threshold = ["None", "5"] }`."""
+    shape = 'a table of drivers, each a table of settings, e.g. psycopg = { prepare_threshold = ["None", "5"] }'
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise UsageError(f"{where}: driver_settings must be {shape}")
+    return [f"{driver}:{name}={_text(values if isinstance(values, list) else [values], f'{where}: {driver}.{name}')}"
+            for driver, settings in table.items() for name, values in settings.items()]
 
 
 def _text(value: Any, where: str) -> str:

@@ -73,6 +73,9 @@ LIST_OPTIONS: tuple[tuple[str, str, str], ...] = (
      "values are crossed; quote a value holding a comma), e.g. max_prepared_statements=0,200"),
     ("--pooler-set", "leakcheck_pooler_set", "a setting of any pooler as a matrix axis, KIND:NAME=V1,V2 "
      "(repeatable), e.g. odyssey:pool_reserve_prepared_statement=yes,no"),
+    ("--driver-set", "leakcheck_driver_set", "a driver setting as a matrix axis, DRIVER:NAME=V1,V2 (repeatable; "
+     "crossed; the driver's defaults are not written in ids), e.g. pgjdbc:prepareThreshold=0,5 or "
+     "psycopg:prepare_threshold=None,5"),
 )
 
 

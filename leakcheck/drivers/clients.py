@@ -26,7 +26,9 @@ from psycopg.conninfo import make_conninfo
 
 from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
 from leakcheck.drivers.cancel import CANCEL_TIMEOUT, send_cancel_request
+from leakcheck.drivers.settings import native_values
 from leakcheck.model.errors import NotApplicable, UsageError
+from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
@@ -60,6 +62,8 @@ class Client(Protocol):
     notifications: list[Notification]
     #: a SQL condition on pg_prepared_statements.name: the names this client's driver gives its statements
     statement_names: str
+    #: the driver settings it was connected with that differ from the driver's defaults (--driver-set)
+    settings: tuple[Setting, ...]
 
     async def query(self, sql: str) -> list[Row]: ...
     async def execute(self, sql: str) -> None: ...
@@ -86,15 +90,19 @@ class PsycopgClient:
     conn: psycopg.AsyncConnection[Any]
     notifications: list[Notification] = field(default_factory=list)
     statement_names: str = "name LIKE '\\_pg3\\_%'"
+    settings: tuple[Setting, ...] = ()
 
     @classmethod
-    async def connect(cls, label: str, endpoint: Endpoint, startup: tuple[str, str] | None = None) -> PsycopgClient:
-        # libpq's way: the startup packet's `options` (-c name=value)
+    async def connect(cls, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
+                      startup: tuple[str, str] | None = None) -> PsycopgClient:
+        # a startup parameter, libpq's way: the startup packet's `options` (-c name=value)
         conninfo = endpoint.conninfo()
         if startup:
             conninfo = make_conninfo(conninfo, options=f"-c {startup[0]}={startup[1]}")
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
-        client = cls(label, conn)
+        for name, value in native_values(Driver.PSYCOPG, settings).items():
+            setattr(conn, name, value)  # prepare_threshold, prepared_max: the connection's own attributes
+        client = cls(label, conn, settings=settings)
         conn.add_notify_handler(lambda n: client.notifications.append(Notification(n.channel, n.payload)))
         return client
 
@@ -154,19 +162,22 @@ class AsyncpgClient:
     conn: Any
     notifications: list[Notification] = field(default_factory=list)
     statement_names: str = "name LIKE '\\_\\_asyncpg\\_%'"
+    settings: tuple[Setting, ...] = ()
 
     @classmethod
-    async def connect(cls, label: str, endpoint: Endpoint, startup: tuple[str, str] | None = None) -> AsyncpgClient:
-        # asyncpg's way: server_settings, each one a startup parameter of its own (name=value)
-        settings = {"server_settings": {startup[0]: startup[1]}} if startup else {}
+    async def connect(cls, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
+                      startup: tuple[str, str] | None = None) -> AsyncpgClient:
+        given = native_values(Driver.ASYNCPG, settings)  # statement_cache_size etc.: connect's own arguments
+        if startup:  # a startup parameter, asyncpg's way: server_settings, each one its own (name=value)
+            given = {**given, "server_settings": {startup[0]: startup[1]}}
         if endpoint.dsn:
-            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection, **settings)
+            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection, **given)
         else:
             conn = await asyncpg.connect(
                 host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
-                database=endpoint.dbname, timeout=10, connection_class=_AppConnection, **settings,
+                database=endpoint.dbname, timeout=10, connection_class=_AppConnection, **given,
             )
-        client = cls(label, conn)
+        client = cls(label, conn, settings=settings)
         conn._leakcheck_seen = client.notifications
         return client
 
@@ -240,13 +251,16 @@ def _shipped(driver: Driver) -> Shipped:
     return found
 
 
-async def connect(driver: Driver, label: str, endpoint: Endpoint, startup: tuple[str, str] | None = None) -> Client:
-    """A connected client; `startup` (name, value) is a setting sent in its startup packet, the driver's way."""
+async def connect(driver: Driver, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
+                  startup: tuple[str, str] | None = None) -> Client:
+    """One application connection of `driver`, with the cell's driver settings (drivers/settings.py);
+    `startup` (name, value) is a setting sent in its startup packet, the driver's way."""
     if driver == Driver.PSYCOPG:
-        return await PsycopgClient.connect(label, endpoint, startup)
+        return await PsycopgClient.connect(label, endpoint, settings, startup)
     if driver == Driver.ASYNCPG:
-        return await AsyncpgClient.connect(label, endpoint, startup)
+        return await AsyncpgClient.connect(label, endpoint, settings, startup)
     from leakcheck.drivers.agents.client import AgentClient  # agents import this module (ServerError, Notification)
 
     found = _shipped(driver)
-    return await AgentClient.connect(found, label, endpoint, found.startup_settings(startup) if startup else None)
+    return await AgentClient.connect(found, label, endpoint, settings,
+                                     found.startup_settings(startup) if startup else None)

@@ -1,16 +1,20 @@
 """The upgrade diff: what changes for each probe and driver from one cell to another (pure).
 
 A cell is written as in gate keys and ids: `pg16/pgbouncer1.24`, `pg18.4/pgbouncer1.26.1`,
-`pg18/pgbouncer1.24[max_prepared_statements=0]`, `pg16/odyssey1.5`. Only what changes is shown,
-with both sides' evidence and the advice for the side you move to.
+`pg18/pgbouncer1.24[max_prepared_statements=0]`, `pg16/odyssey1.5`, and may end with a driver and
+its settings (`--driver-set`): `pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]`. A cell without a
+driver means each driver with its defaults; `pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]..
+pg16/pgbouncer1.24/pgjdbc` says whether that workaround is still needed there. Only what changes
+is shown, with both sides' evidence and the advice for the side you move to.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from leakcheck.drivers.settings import cell_settings
 from leakcheck.model.axes import KIND_NAMES
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Driver, PoolerKind, Route, Setting, config_stem
@@ -18,9 +22,12 @@ from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.reports.advice import advice
 from leakcheck.reports.markdown import md_advice, md_text
+from leakcheck.reports.workarounds import workarounds
 
 _CELL = re.compile(r"pg([0-9]+(?:\.[0-9]+)*)/([a-z-]+?)([0-9]+(?:\.[0-9]+)*)(?:\[(.*)\])?")
-_SHAPE = "a cell such as pg16/pgbouncer1.24 or pg18/pgbouncer1.26[max_prepared_statements=0]"
+_DRIVER = re.compile(r"([a-z][a-z-]*?)(?:[0-9]+(?:\.[0-9]+)*)?(?:\[([^\]/]*)\])?")
+_SHAPE = ("a cell such as pg16/pgbouncer1.24, pg18/pgbouncer1.26[max_prepared_statements=0] or "
+          "pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]")
 
 
 @dataclass(frozen=True)
@@ -33,33 +40,44 @@ class Cell:
     version: Version
     settings: tuple[Setting, ...] = ()
     config: str = ""  #: the stem of a team ini (`ini=prod` in the brackets)
+    driver: str = ""  #: the driver the cell names ("": every driver)
+    driver_settings: tuple[Setting, ...] = ()  #: its settings that differ from its defaults (none: the defaults)
 
     def matches(self, outcome: Outcome) -> bool:
         pooler = outcome.pooler
         if outcome.route is not Route.TRANSACTION or pooler is None or pooler.kind is not self.kind:
             return False
+        if self.driver and outcome.driver.value != self.driver:
+            return False
         return (self.pg.matches(outcome.pg) and pooler.version is not None and self.version.matches(pooler.version)
                 and sorted(pooler.settings) == sorted(self.settings)
+                and sorted(outcome.target.driver_settings) == sorted(self.driver_settings)
                 and (config_stem(pooler.config) if pooler.config else "") == self.config)
 
 
 def parse_cell(text: str, option: str = "leakcheck diff") -> Cell:
-    found = _CELL.fullmatch(text.strip())
+    head, slash, tail = text.strip().rpartition("/")
+    driver = _DRIVER.fullmatch(tail) if slash and _CELL.fullmatch(head) else None
+    found = _CELL.fullmatch(head if driver else text.strip())
     kind = KIND_NAMES.get(found.group(2)) if found else None
     if found is None or kind is None:
         raise UsageError.bad_value(option, text, _SHAPE)
-    settings: list[Setting] = []
-    config = ""
-    for item in filter(None, (found.group(4) or "").split(",")):
+    settings = _pairs(found.group(4), option, text)
+    config = dict(settings).get("ini", "")
+    return Cell(text.strip(), Version.parse(found.group(1)), kind, Version.parse(found.group(3)),
+                tuple(kv for kv in settings if kv[0] != "ini"), config,
+                driver.group(1) if driver else "",
+                cell_settings(driver.group(1), _pairs(driver.group(2), option, text)) if driver else ())
+
+
+def _pairs(text: str | None, option: str, raw: str) -> tuple[Setting, ...]:
+    out: list[Setting] = []
+    for item in filter(None, (text or "").split(",")):
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
-            raise UsageError.bad_value(option, text, f"{_SHAPE} (settings as name=value, comma separated)")
-        if name.strip() == "ini":
-            config = value.strip()
-        else:
-            settings.append((name.strip(), value.strip()))
-    return Cell(text.strip(), Version.parse(found.group(1)), kind, Version.parse(found.group(3)),
-                tuple(settings), config)
+            raise UsageError.bad_value(option, raw, f"{_SHAPE} (settings as name=value, comma separated)")
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,8 @@ def _said(outcome: Outcome | None) -> str:
 def compare(outcomes: Iterable[Outcome], before: Cell, after: Cell) -> tuple[list[Change], int]:
     """The changes (a verdict or a fact differs, or one side did not measure it) and how many
     (probe, driver) pairs stayed the same. Where a prefix matches several releases, the newest counts."""
+    if bool(before.driver) != bool(after.driver):  # one side names a driver: the other means that driver too
+        before, after = (replace(c, driver=c.driver or before.driver or after.driver) for c in (before, after))
     sides: list[dict[tuple[str, Driver], Outcome]] = [{}, {}]
     for outcome in outcomes:
         for side, cell in zip(sides, (before, after), strict=True):
@@ -110,9 +130,19 @@ def sides_measured(outcomes: Sequence[Outcome], cells: Sequence[Cell]) -> list[C
 def run_diff_lines(outcomes: Sequence[Outcome], before: Cell, after: Cell) -> list[str]:
     """What a run with --diff=BEFORE..AFTER prints after its matrix: the diff, and each side it missed."""
     changes, same = compare(outcomes, before, after)
-    lines = render_text(changes, same, before, after).splitlines()
+    lines = render_text(changes, same, before, after, settings_notes(outcomes, before, after)).splitlines()
     return lines + [f"leakcheck: the run measured nothing of {cell.raw}: add it to the matrix"
                     for cell in sides_measured(outcomes, [before, after])]
+
+
+def settings_notes(outcomes: Iterable[Outcome], before: Cell, after: Cell) -> list[str]:
+    """What the two sides say of the driver settings they differ by: needed, or no longer needed
+    (reports/workarounds.py); nothing when they name no driver settings."""
+    if not (before.driver_settings or after.driver_settings):
+        return []
+    if bool(before.driver) != bool(after.driver):
+        before, after = (replace(c, driver=c.driver or before.driver or after.driver) for c in (before, after))
+    return workarounds(o for o in outcomes if before.matches(o) or after.matches(o))
 
 
 def grouped(changes: Sequence[Change]) -> list[tuple[Change, list[Driver]]]:
@@ -123,9 +153,9 @@ def grouped(changes: Sequence[Change]) -> list[tuple[Change, list[Driver]]]:
     return list(out.values())
 
 
-def render_text(changes: Sequence[Change], same: int, before: Cell, after: Cell) -> str:
+def render_text(changes: Sequence[Change], same: int, before: Cell, after: Cell, notes: Sequence[str] = ()) -> str:
     """The terminal form: one block per change (drivers that agree together), both sides' evidence,
-    the advice for `after`."""
+    the advice for `after`; then `notes` (settings_notes)."""
     lines = [f"leakcheck diff {before.raw} -> {after.raw}: {len(changes)} changed, {same} the same", ""]
     for change, drivers in grouped(changes):
         mark = " [security]" if change.security else ""
@@ -140,11 +170,15 @@ def render_text(changes: Sequence[Change], same: int, before: Cell, after: Cell)
         lines.append("")
     if not changes:
         lines.append("nothing changes: every probe measured the same on both sides")
+    if notes:
+        lines += ["", "driver settings:", *(f"  {n}" for n in notes)]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render_markdown(changes: Sequence[Change], same: int, before: Cell, after: Cell) -> str:
-    """A pull-request comment: a table of what changes, evidence and advice folded per change."""
+def render_markdown(changes: Sequence[Change], same: int, before: Cell, after: Cell,
+                    notes: Sequence[str] = ()) -> str:
+    """A pull-request comment: a table of what changes, evidence and advice folded per change; then
+    `notes` (settings_notes)."""
     lines = [f"### leakcheck: `{before.raw}` → `{after.raw}`", "",
              f"{len(changes)} changed, {same} the same.", ""]
     if changes:
@@ -162,5 +196,7 @@ def render_markdown(changes: Sequence[Change], same: int, before: Cell, after: C
                     f"after: {md_text(c.after.evidence)}" if c.after else "after: not measured",
                     *([f"advice: {md_advice(hint)}"] if hint else [])]
             lines += [f"<details><summary>{c.probe} ({c.driver.value})</summary>", "", *body, "", "</details>"]
+    if notes:
+        lines += ["", "**Driver settings:**", "", *(f"- {md_text(n)}" for n in notes)]
     return "\n".join(lines).rstrip() + "\n"
 

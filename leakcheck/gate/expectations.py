@@ -10,6 +10,7 @@ from pathlib import Path
 from leakcheck.config import inputs
 from leakcheck.gate.baseline import Expectation, Malformed, parse_text, render_json, render_toml
 from leakcheck.model.errors import UsageError
+from leakcheck.model.target import settings_label
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 
 __all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
@@ -17,25 +18,28 @@ __all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
 #: The verdicts a baseline may hold: measurements. An error or a skip measured nothing.
 GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE)
 
-#: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]/<probe>
+#: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>][<settings>]/<probe>
 _KEY = re.compile(r"pg[0-9]+/(?:[a-z]+[0-9]+\.[0-9]+(?:\[[^\]]*\])?|dsn-[^/]+)"
-                  r"/[a-z]+(?:[0-9]+\.[0-9]+)?/[A-Za-z0-9_.-]+")
+                  r"/[a-z][a-z-]*?(?:[0-9]+\.[0-9]+)?(?:\[[^\]/]*\])?/[A-Za-z0-9_.-]+")
 _LAYOUT = 'format = 2, then tables such as ["pg16/pgbouncer1.24"."psycopg3.3"] with timezone = "isolated"'
 
 
 def key(outcome: Outcome) -> str:
     """The cell's gate key: the PostgreSQL major, the pooler's major.minor and its settings axes,
-    the driver's major.minor, the probe. Patch releases share expectations."""
+    the driver's major.minor and its settings axes, the probe. Patch releases share expectations."""
     pooler = outcome.pooler.label(2) if outcome.pooler is not None else "-"
     version = outcome.target.driver_version
-    driver = f"{outcome.driver.value}{version.prefix(2) if version is not None else ''}"
+    driver = (f"{outcome.driver.value}{version.prefix(2) if version is not None else ''}"
+              f"{settings_label(outcome.target.driver_settings)}")
     return f"pg{outcome.pg.prefix(1)}/{pooler}/{driver}/{outcome.probe}"
 
 
 def any_driver_version(k: str) -> str:
-    """The key for every release of the key's driver: `.../psycopg3.3/probe` -> `.../psycopg/probe`."""
+    """The key for every release of the key's driver (its settings kept): `.../psycopg3.3/probe` ->
+    `.../psycopg/probe`, `.../pgjdbc42.5[prepareThreshold=0]/probe` -> `.../pgjdbc[prepareThreshold=0]/probe`."""
     head, driver, probe = k.rsplit("/", 2)
-    return f"{head}/{driver.rstrip('0123456789.')}/{probe}"
+    name, bracket, settings = driver.partition("[")
+    return f"{head}/{name.rstrip('0123456789.')}{bracket}{settings}/{probe}"
 
 
 def lookup(outcome: Outcome, expected: Mapping[str, Expectation]) -> Expectation | None:

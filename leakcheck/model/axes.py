@@ -5,6 +5,9 @@
   pooler as a matrix axis; several axes are crossed. A value holding a comma is quoted:
   `--bouncer-set 'track_extra_parameters="IntervalStyle,search_path",IntervalStyle'`; an empty value
   is written `""` (`--bouncer-set 'server_reset_query="DISCARD ALL",""'`).
+- `--driver-set DRIVER:NAME=V1,V2` (repeatable): a setting of a driver as an axis, crossed the same
+  way (`pgjdbc:prepareThreshold=0,5`); which names a driver takes is the driver's business
+  (drivers/clients.known_settings).
 """
 
 from __future__ import annotations
@@ -78,17 +81,57 @@ def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterabl
     if name in set(reserved):
         raise UsageError(f"{option}={raw!r}: leakcheck sets {name} itself (see the README's list of the "
                          "settings leakcheck controls); leave it out")
-    if "\n" in values_text or "\x00" in values_text:
+    return Axis(kind, name, _values(values_text, option, raw, shape))
+
+
+def _values(text: str, option: str, raw: str, shape: str) -> tuple[str, ...]:
+    """`V1,V2` (csv: a quoted value may hold a comma), each stripped, none empty, duplicates dropped."""
+    if "\n" in text or "\x00" in text:
         raise UsageError.bad_value(option, raw, f"{shape} on one line")
     try:
-        values = next(csv.reader([values_text], skipinitialspace=True))
+        values = next(csv.reader([text], skipinitialspace=True))
     except (csv.Error, StopIteration):
         raise UsageError.bad_value(option, raw, f"{shape}; quote a value that holds a comma") from None
     values = [v.strip() for v in values]
-    if not values or values.count("") > len(_QUOTED_EMPTY.findall(values_text)):
+    if not values or values.count("") > len(_QUOTED_EMPTY.findall(text)):
         raise UsageError.bad_value(option, raw, f"{shape} with no empty value (quote a value with a comma; "
                                    'an empty value on purpose is written "")')
-    return Axis(kind, name, tuple(dict.fromkeys(values)))
+    return tuple(dict.fromkeys(values))
+
+
+@dataclass(frozen=True)
+class DriverAxis:
+    """One setting of one driver (its id, as --drivers takes it), with the values the matrix crosses."""
+
+    driver: str
+    name: str
+    values: tuple[str, ...]
+
+
+_DRIVER_SHAPE = "DRIVER:NAME=V1,V2 (e.g. pgjdbc:prepareThreshold=0,5)"
+#: What a driver setting's value may not hold: it is written in ids, gate keys and diff cells.
+_NOT_IN_DRIVER_VALUES = set("/[],")
+
+
+def parse_driver_axis(raw: str, option: str = "--driver-set") -> DriverAxis:
+    """`pgjdbc:prepareThreshold=0,5` -> DriverAxis("pgjdbc", "prepareThreshold", ("0", "5"))."""
+    driver, colon, text = raw.strip().partition(":")
+    name, eq, values_text = text.partition("=")
+    if not colon or not driver.strip() or not eq or not _NAME.fullmatch(name.strip()):
+        raise UsageError.bad_value(option, raw, f"{_DRIVER_SHAPE}: a driver, ':', a setting name, '=', its values")
+    values = _values(values_text, option, raw, _DRIVER_SHAPE)
+    bad = [v for v in values if set(v) & _NOT_IN_DRIVER_VALUES]
+    if bad:
+        raise UsageError.bad_value(option, raw, f"values without '/', '[', ']' or ',' (ids and gate keys show "
+                                   f"them; {bad[0]!r} has one)")
+    return DriverAxis(driver.strip(), name.strip(), values)
+
+
+def driver_combinations(axes: Sequence[DriverAxis], driver: str) -> list[tuple[Setting, ...]]:
+    """Every crossing of `driver`'s axes (one empty combination when it has none), in the axes' order."""
+    mine = [a for a in axes if a.driver == driver]
+    return [tuple(zip((a.name for a in mine), values, strict=True))
+            for values in itertools.product(*(a.values for a in mine))]
 
 
 def check_distinct(axes: Sequence[Axis]) -> None:

@@ -14,6 +14,11 @@ from leakcheck.model.versions import Version
 Setting = tuple[str, str]
 
 
+def settings_label(settings: tuple[Setting, ...]) -> str:
+    """`[prepare_threshold=None,prepared_max=10]`, or "" for none (as ids show a cell's settings)."""
+    return f"[{','.join(f'{k}={v}' for k, v in settings)}]" if settings else ""
+
+
 class Route(StrEnum):
     """How the two clients reach PostgreSQL."""
 
@@ -115,18 +120,20 @@ def config_stem(path: str) -> str:
 @dataclass(frozen=True)
 class Target:
     """Where a probe runs: a PostgreSQL, a pooler (none on the direct and shared routes), a route,
-    a driver and the driver's version (None when unknown, e.g. read from an older results file)."""
+    a driver, the driver's version (None when unknown, e.g. read from an older results file) and the
+    driver's settings axes (`--driver-set`; only the values that differ from the driver's defaults)."""
 
     pg: Version
     pooler: Pooler | None
     route: Route
     driver: Driver
     driver_version: Version | None = field(default=None)
+    driver_settings: tuple[Setting, ...] = ()
 
     @property
     def client(self) -> str:
-        """The driver and its version as ids show them: `psycopg3.3.9`."""
-        return f"{self.driver.value}{self.driver_version or ''}"
+        """The driver, its version and its settings as ids show them: `pgjdbc42.5.5[prepareThreshold=0]`."""
+        return f"{self.driver.value}{self.driver_version or ''}{settings_label(self.driver_settings)}"
 
     def test_id(self, probe_id: str) -> str:
         parts = [f"pg{self.pg}"]

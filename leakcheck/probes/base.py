@@ -18,6 +18,7 @@ from typing import Any
 from leakcheck.drivers.clients import Client, Notification, Row, ServerError
 from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
+from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 from leakcheck.provision.base import Endpoint
 
@@ -243,6 +244,7 @@ class NotYet:
     label: str = "B"
     notifications: list[Notification] = field(default_factory=list)
     statement_names: str = "false"
+    settings: tuple[Setting, ...] = ()
 
     def _early(self) -> ProbeError:
         return ProbeError(f"{self.label} is not connected before A's hand-over (Scenario.hand_over)")

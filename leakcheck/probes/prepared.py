@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from leakcheck.drivers.clients import Client
-from leakcheck.model.errors import ProbeError
+from leakcheck.model.errors import NotApplicable, ProbeError
+from leakcheck.model.target import settings_label
 from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
+
+#: How a prepared probe's evidence begins when the cell's driver settings turn preparing off.
+NEVER_PREPARED = "the driver never prepared"
 
 
 def names_holding(marker: str, driver_names: str = "") -> str:
@@ -39,6 +43,10 @@ async def prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
     run, names = await run_and_read_names(s, "prepared run", marker)
     if run.failed:
         return run, []
+    if not names and s.a.settings:  # the team's setting turns preparing off: nothing to measure
+        raise NotApplicable(f"{NEVER_PREPARED}: with {settings_label(s.a.settings)} {s.a.label}'s "
+                            "prepared run left no statement on the server (pg_prepared_statements is empty), "
+                            "so protocol-level prepares do not happen with these driver settings")
     if not names:
         raise ProbeError(f"{s.a.label}'s driver did not prepare its statement on the server "
                          "(pg_prepared_statements is empty); the probe cannot measure protocol prepares here")

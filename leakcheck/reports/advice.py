@@ -15,6 +15,7 @@ from leakcheck.model.errors import REFUSALS
 from leakcheck.model.verdicts import Fact, Outcome, Scope, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Login, Probe
+from leakcheck.probes.prepared import NEVER_PREPARED
 from leakcheck.reports.cell import Cell, reset_tail
 from leakcheck.reports.rules import RULES
 
@@ -70,6 +71,10 @@ def not_applicable(outcome: Outcome, cell: Cell, probe: Probe | None) -> str:
                 "one works through it: no `SET LOCAL`, `pg_advisory_xact_lock`, `ON COMMIT DROP` or "
                 "multi-statement transaction; use it only for single-statement autocommit work and give the "
                 "rest `pool_mode=transaction` or `session`.")
+    if outcome.evidence.startswith(NEVER_PREPARED):
+        return ("These driver settings never prepare a statement on the server, so no protocol-level prepared "
+                "statement can leak or break through the pooler: keep them while a cell without them measures a "
+                "problem; compare the cell with the driver's defaults to see whether they are still needed.")
     if cell.is_dsn and probe is not None and probe.login == Login.SUPERUSER:
         return "This probe logs in as a superuser: give `--pooled-dsn` a superuser login to measure it."
     if cell.is_dsn and probe is not None and probe.fixtures:

@@ -18,6 +18,7 @@ from leakcheck.reports.grid import SHARED_RULE, Grid, control_grids, pooled_grid
 from leakcheck.reports.html_assets import CSP, CSS, JS
 from leakcheck.reports.terminal import render_counts
 from leakcheck.reports.words import FACT_MEANING, MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, word
+from leakcheck.reports.workarounds import TITLE, workarounds
 
 _STATE = {p.id: p.state for p in PROBES}
 
@@ -98,6 +99,10 @@ def render_html(outcomes: Iterable[Outcome], *, title: str = "leakcheck report")
     articles = "".join(_article(keys[(g.title, p, c)], g.title, o) for g, _ in grids
                        for p in g.probes for c in g.columns if (o := g.at(p, c)) is not None)
     legend = _legend(verdicts, any(o.route is Route.SHARED for o in results))
+    said = workarounds(results)
+    if said:
+        items = "".join(f"<li>{esc(line)}</li>" for line in said)
+        legend = f'<section data-testid="workarounds"><h2>{esc(TITLE)}</h2><ul>{items}</ul></section>{legend}'
     empty = "" if results else '<p data-testid="empty">No outcomes: nothing was measured.</p>'
     return (
         f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -18,6 +18,7 @@ from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
 from leakcheck.reports.terminal import render_counts
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, flagged, word
+from leakcheck.reports.workarounds import TITLE, workarounds
 
 #: Characters of one comment, below GitHub's 65,536 with room to spare.
 LIMIT = 60_000
@@ -101,6 +102,9 @@ def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", li
         chunks.append(("\n", ""))  # the blank line that ends a table
     controls = _controls(results)
     chunks += [(f"{controls}\n\n", "section")] if controls else []
+    said = workarounds(results)
+    chunks += [(f"### {md_text(TITLE)}\n\n" + "".join(f"- {md_text(line)}\n" for line in said) + "\n", "section")
+               ] if said else []
     chunks += [(f"{_legend(results)}\n\n", "section")] if results else []
     problems = [o for g in grids for o in g.outcomes() if flagged(o)]
     if problems:

@@ -9,6 +9,7 @@ from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, canonical_order, pooled_grids
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
+from leakcheck.reports.workarounds import TITLE, workarounds
 
 __all__ = ["LONG_COLUMN", "canonical_order", "cell", "render_counts", "render_legend", "render_matrix",
            "use_color", "word"]
@@ -91,6 +92,9 @@ def render_matrix(outcomes: Iterable[Outcome], *, color: bool = False, legend: b
             lines.append(f"{route.value} control ({CONTROL[route]}): {render_counts(controls)}")
     if any(o.route is Route.SHARED for o in results):
         lines.append(f"({SHARED_RULE})")
+    said = workarounds(results)
+    if said:
+        lines += ["", f"{TITLE}:", *(terminal_safe(f"  {line}", newlines=False) for line in said)]
     if legend and results:
         lines += ["", *render_legend(results, color=color).splitlines()]
     return "\n".join(lines).rstrip() + "\n" if lines else ""

@@ -3,14 +3,15 @@
 A test report carries its outcome as JUnit-style properties (`LeakItem.runtest` fills them), so the
 process that gets the reports (a serial run, or pytest-xdist's controller, which runs no test)
 knows every outcome. `--results=PATH.json` writes them for `leakcheck merge`; the layout,
-version 2:
+version 3:
 
-    {"schema": "leakcheck-results", "version": 2,
+    {"schema": "leakcheck-results", "version": 3,
      "outcomes": [{"probe": "statement_timeout", "pg": "16.14",
                    "pooler": {"kind": "pgbouncer", "version": "1.24.1",
                               "settings": [["max_prepared_statements", "0"]], "config": "",
                               "label": "pgbouncer1.24.1[max_prepared_statements=0]"},
                    "route": "transaction", "driver": "psycopg", "driver_version": "3.3.9",
+                   "driver_settings": [["prepare_threshold", "None"]],
                    "verdict": "leaks", "facts": ["leaked"], "security": false, "evidence": "A: SET ...",
                    "details": {"b_reported": "..."}, "advice": "Set statement_timeout per transaction ..."}, ...],
      "unmeasured": [{"test": "leakcheck::test_leak[...]", "why": "worker 'gw1' crashed ..."}]}
@@ -20,18 +21,21 @@ version 2:
   `version` null only for a running pooler (dsn), `settings` the cell's settings axes in the
   order given, `config` the team's --bouncer-ini as given ("" if none; a dsn pooler's name),
   `label` what test ids show. `route` is transaction, session, direct or shared; `driver_version`
-  the installed release (null when unknown); `verdict` isolated, leaks, lost, breaks,
-  not_applicable, error or skipped; `facts` any of broke, leaked, lost, misreported, recovered; `details` the
-  parameter probes' extra properties (names to strings); `advice` (added within version 2, optional)
+  the installed release (null when unknown); `driver_settings` the cell's driver settings axes
+  (`--driver-set`) that differ from the driver's defaults, in the order given (empty: its
+  defaults); `verdict` isolated, leaks, lost, breaks, not_applicable, error or skipped; `facts`
+  any of broke, leaked, lost, misreported, recovered; `details` the parameter probes' extra properties
+  (names to strings); `advice` (added within version 2, optional)
   what to do about this verdict in this cell, one line (`leakcheck.reports.advice`; code between
   backticks), or null when there is nothing to do (isolated, skipped, every control). It is derived
   from the fields above, so a reader ignores it: files without it are read the same.
 - `unmeasured`: leak tests that failed without an outcome (a crashed xdist worker, a failed
   setup); they never pass a gate.
 
-Version 1 (PgBouncer only: `"bouncer": "1.24.1"` instead of `pooler`, no driver_version) is still
-read. A reader refuses any other schema or version (a one-line UsageError): a new field that
-changes what an outcome means gets a new version.
+Version 2 (no driver_settings: the drivers' defaults) and version 1 (PgBouncer only: `"bouncer":
+"1.24.1"` instead of `pooler`, no driver_version) are still read. A reader refuses any other
+schema or version (a one-line UsageError): a new field that changes what an outcome means gets a
+new version.
 """
 
 from __future__ import annotations
@@ -52,14 +56,14 @@ from leakcheck.probes import PROBES
 from leakcheck.reports.advice import advice
 
 SCHEMA = "leakcheck-results"
-VERSION = 2
-#: Versions this leakcheck reads (1: PgBouncer only, no settings, no driver versions).
-READS = (1, 2)
+VERSION = 3
+#: Versions this leakcheck reads (1: PgBouncer only, no settings, no driver versions; 2: no driver settings).
+READS = (1, 2, 3)
 OPTION = "--results"
 
 #: The properties that make an outcome; any other property of a leak test is a detail (these are not).
 FIELDS = ("probe", "pg_version", "pooler_kind", "pooler_version", "pooler_settings", "pooler_config", "route",
-          "driver", "driver_version", "verdict", "evidence", "facts", "security")
+          "driver", "driver_version", "driver_settings", "verdict", "evidence", "facts", "security")
 _NOT_DETAILS = frozenset({*FIELDS, "matrix_key", "pooler", "bouncer_version", "pooler_fleet"})
 _NONE = "-"  #: how a property says "empty" (no PgBouncer on a direct route, no facts)
 
@@ -101,7 +105,10 @@ def properties(outcome: Outcome) -> list[tuple[str, str]]:
         ("pooler_fleet", ",".join(map(str, pooler.fleet)) if pooler and pooler.fleet else _NONE),
         ("bouncer_version", str(bouncer) if bouncer else _NONE),
         ("route", outcome.route.value), ("driver", outcome.driver.value),
-        ("driver_version", str(version) if version else _NONE), ("verdict", outcome.verdict.value),
+        ("driver_version", str(version) if version else _NONE),
+        ("driver_settings", json.dumps([list(kv) for kv in outcome.target.driver_settings])
+         if outcome.target.driver_settings else _NONE),
+        ("verdict", outcome.verdict.value),
         ("evidence", outcome.evidence), ("facts", ",".join(outcome.facts) or _NONE),
         ("security", str(outcome.security).lower()), *outcome.details,
     ]
@@ -113,7 +120,7 @@ def _version_or_none(text: str) -> Version | None:
 
 def _settings(value: Any) -> tuple[Setting, ...]:
     if not isinstance(value, list) or not all(isinstance(kv, list) and len(kv) == 2 for kv in value):
-        raise TypeError(f"pooler settings must be a list of [name, value] pairs, not {value!r}")
+        raise TypeError(f"settings must be a list of [name, value] pairs, not {value!r}")
     return tuple((str(k), str(v)) for k, v in value)
 
 
@@ -136,8 +143,9 @@ def from_properties(props: Iterable[Sequence[object]]) -> Outcome | None:
         fleet = named.get("pooler_fleet", _NONE)
         pooler = Pooler(PoolerKind(named["pooler_kind"]), _version_or_none(named["pooler_version"]), settings, config,
                         () if fleet == _NONE else tuple(Version.parse(v) for v in fleet.split(",")))
+    driver_settings = () if named["driver_settings"] == _NONE else _settings(json.loads(named["driver_settings"]))
     target = Target(Version.parse(named["pg_version"]), pooler, Route(named["route"]), Driver(named["driver"]),
-                    _version_or_none(named["driver_version"]))
+                    _version_or_none(named["driver_version"]), driver_settings)
     return Outcome(
         probe=named["probe"], target=target, verdict=Verdict(named["verdict"]),
         evidence=named["evidence"], details=tuple(details),
@@ -163,7 +171,7 @@ def canonical(outcomes: Iterable[Outcome]) -> list[Outcome]:
         p = o.pooler
         pooler = (p.kind.value, p.version.parts if p.version else (), p.settings, p.config) if p else ()
         return (_ROUTE_ORDER.index(o.route), o.pg.parts, pooler, o.driver.value,
-                o.target.driver_version.parts if o.target.driver_version else (),
+                o.target.driver_version.parts if o.target.driver_version else (), o.target.driver_settings,
                 _PROBE_ORDER.get(o.probe, len(_PROBE_ORDER)), o.probe)
 
     return sorted(outcomes, key=key)
@@ -228,6 +236,7 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
     return {
         "probe": o.probe, "pg": str(o.pg), "pooler": pooler_json(o.pooler), "route": o.route.value,
         "driver": o.driver.value, "driver_version": str(version) if version else None,
+        "driver_settings": [list(kv) for kv in o.target.driver_settings],
         "verdict": o.verdict.value, "facts": [f.value for f in o.facts], "security": o.security,
         "evidence": o.evidence, "details": dict(o.details), "advice": advice(o),
     }
@@ -326,7 +335,8 @@ def _outcome(data: Any) -> Outcome:
         raise TypeError(f"facts must be a list, details an object, security true or false in {data!r}")
     if "pooler" in data:  # version 2
         target = Target(Version.parse(_text(data, "pg")), _pooler(data["pooler"]), Route(_text(data, "route")),
-                        Driver(_text(data, "driver")), _optional_version(data.get("driver_version")))
+                        Driver(_text(data, "driver")), _optional_version(data.get("driver_version")),
+                        _settings(data.get("driver_settings", [])))
     else:  # version 1: PgBouncer only
         bouncer = _text(data, "bouncer")
         pooler = Pooler(PoolerKind.PGBOUNCER, Version.parse(bouncer)) if bouncer else None

@@ -9,11 +9,20 @@ from dataclasses import dataclass, field, replace
 from leakcheck.config.config import Config, PoolerTable
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import driver_version
+from leakcheck.drivers.settings import cell_settings
 from leakcheck.gate.expectations import Expectation, load
 from leakcheck.gate.judge import Judgement, Policy, judge
-from leakcheck.model.axes import NO_FLEET, PEERING, PEERING_FROM, FleetShape, combinations
+from leakcheck.model.axes import (
+    NO_FLEET,
+    PEERING,
+    PEERING_FROM,
+    DriverAxis,
+    FleetShape,
+    combinations,
+    driver_combinations,
+)
 from leakcheck.model.errors import LeakcheckError, UsageError
-from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Outcome, Route, Target
 from leakcheck.model.versions import Spec, Version
 from leakcheck.probes.base import Probe
@@ -97,6 +106,17 @@ def check_fleet(cell: Pooler) -> None:
                          f"{'.'.join(map(str, PEERING_FROM))}); drop peering=yes or that release from the fleet")
 
 
+DriverCell = tuple[Driver, Version | None, tuple[Setting, ...]]
+
+
+def driver_cells(drivers: Sequence[Driver], axes: Sequence[DriverAxis],
+                 version: Callable[[Driver], Version | None]) -> list[DriverCell]:
+    """Each driver at its release crossed with its settings axes; a crossing that holds only the
+    driver's defaults is the plain driver (ids unchanged), once."""
+    out = [(d, version(d), cell_settings(d.value, combo)) for d in drivers for combo in driver_combinations(axes, d)]
+    return list(dict.fromkeys(out))
+
+
 @dataclass
 class MatrixRun:
     config: Config
@@ -160,15 +180,15 @@ class MatrixRun:
             return self._dsn_targets()
         pgs = list(dict.fromkeys(self.backend.resolve_pg(s) for s in self.config.pg))
         poolers = self.poolers()
-        drivers = [(d, driver_version(d)) for d in self.config.drivers]
-        out = [Target(pg, p, Route.TRANSACTION, d, v) for pg in pgs for p in poolers for d, v in drivers]
+        drivers = driver_cells(self.config.drivers, self.config.driver_axes, driver_version)
+        out = [Target(pg, p, Route.TRANSACTION, d, v, s) for pg in pgs for p in poolers for d, v, s in drivers]
         if self.config.controls:
-            out += [Target(pg, None, route, d, v) for route in (Route.DIRECT, Route.SHARED)
-                    for pg in pgs for d, v in drivers]
+            out += [Target(pg, None, route, d, v, s) for route in (Route.DIRECT, Route.SHARED)
+                    for pg in pgs for d, v, s in drivers]
             # The session control runs each pooler cell in session mode: a pool_mode axis makes no other one.
             session = list(dict.fromkeys(
                 replace(p, settings=tuple(kv for kv in p.settings if kv[0] != "pool_mode")) for p in poolers))
-            out += [Target(pg, p, Route.SESSION, d, v) for pg in pgs for p in session for d, v in drivers]
+            out += [Target(pg, p, Route.SESSION, d, v, s) for pg in pgs for p in session for d, v, s in drivers]
         return out
 
     def _dsn_targets(self) -> list[Target]:
@@ -176,10 +196,10 @@ class MatrixRun:
         (there is no session-mode control: leakcheck cannot change that pooler's mode)."""
         pg = self.backend.resolve_pg(Spec("server"))
         pooler = Pooler(PoolerKind.DSN, None, config=self.config.dsn_name)
-        drivers = [(d, driver_version(d)) for d in self.config.drivers]
-        out = [Target(pg, pooler, Route.TRANSACTION, d, v) for d, v in drivers]
+        drivers = driver_cells(self.config.drivers, self.config.driver_axes, driver_version)
+        out = [Target(pg, pooler, Route.TRANSACTION, d, v, s) for d, v, s in drivers]
         if self.config.controls and self.config.direct_dsn is not None:
-            out += [Target(pg, None, route, d, v) for route in (Route.DIRECT, Route.SHARED) for d, v in drivers]
+            out += [Target(pg, None, route, d, v, s) for route in (Route.DIRECT, Route.SHARED) for d, v, s in drivers]
         return out
 
     def items(self) -> list[tuple[str, Probe, Target]]:

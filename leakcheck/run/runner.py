@@ -104,10 +104,10 @@ async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
     connect (PgBouncer: "unsupported startup parameter") is measured, in the pooler's own words: the
     setting cannot be sent there (not applicable). Any other connect failure stays an error."""
     if probe.startup is None:
-        return await connect(target.driver, "A", where)
+        return await connect(target.driver, "A", where, target.driver_settings)
     name, value = probe.startup
     try:
-        return await connect(target.driver, "A", where, startup=probe.startup)
+        return await connect(target.driver, "A", where, target.driver_settings, startup=probe.startup)
     except Exception as exc:
         words = one_line(exc, 200)
         if STARTUP_REFUSAL not in words:
@@ -124,33 +124,34 @@ async def _measure(
     where = addresses[0].as_user(role)
     b_where = (addresses[0] if probe.fleet else addresses[1 % len(addresses)]).as_user(role)
     running = is_running_pooler(target)
+    settings = target.driver_settings  # the cell's --driver-set values: every client of the cell has them
     a = await _connect_a(probe, target, where)
     try:
         if endpoint.dsn:  # a server the user gave (--pooled-dsn, --direct-dsn): has it what the probe uses?
             await running_pooler.check_needs(probe, a)
         if running:
             await running_pooler.discard(a)
-            b = await running_pooler.share_a_server(a, lambda: connect(target.driver, "B", where))
+            b = await running_pooler.share_a_server(a, lambda: connect(target.driver, "B", where, settings))
         # The positive control: B drives A's very session. Elsewhere B is its own application.
         elif target.route is Route.SHARED:
             b = a.alias("B")
         elif probe.handover:  # B connects when A has left (Scenario.hand_over)
             b = NotYet()
         else:
-            b = await connect(target.driver, "B", b_where)
+            b = await connect(target.driver, "B", b_where, settings)
     except BaseException:
         await _close(a)
         raise
 
     async def third() -> Client:
         try:
-            return await connect(target.driver, "C", direct().as_user(APP_ROLE))
+            return await connect(target.driver, "C", direct().as_user(APP_ROLE), settings)
         except ProvisionError as exc:
             raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
     scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised,
-                        next_b=lambda: connect(target.driver, "B", where), addresses=addresses)
+                        next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses)
     try:
         observation = await probe.body(scenario)
         if running:

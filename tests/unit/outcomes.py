@@ -9,12 +9,13 @@ from leakcheck.model.versions import Version
 
 
 def make(probe: str, pg: str, bouncer: str, route: Route, driver: str, verdict: Verdict, evidence: str,
-         driver_version: str = "", settings: tuple[tuple[str, str], ...] = (), **rest: Any) -> Outcome:
+         driver_version: str = "", settings: tuple[tuple[str, str], ...] = (),
+         driver_settings: tuple[tuple[str, str], ...] = (), **rest: Any) -> Outcome:
     """An Outcome as `Outcome(probe, pg, bouncer, route, driver, verdict, evidence)` read before its
     target was typed ("" for no PgBouncer; `driver` with no version unless one is given)."""
     pooler = Pooler(PoolerKind.PGBOUNCER, Version.parse(bouncer), settings) if bouncer else None
     version = Version.parse(driver_version) if driver_version else None
-    target = Target(Version.parse(pg), pooler, route, Driver(driver), version)
+    target = Target(Version.parse(pg), pooler, route, Driver(driver), version, driver_settings)
     return Outcome(probe, target, verdict, evidence, **rest)
 
 

@@ -61,9 +61,9 @@ def test_a_report_without_an_outcome_gives_none() -> None:
 def test_the_properties_are_the_documented_junit_ones() -> None:
     names = [name for name, _ in results.properties(SEARCH_PATH)]
     assert names == ["probe", "pg_version", "pooler", "pooler_kind", "pooler_version", "pooler_settings",
-                     "pooler_config", "pooler_fleet", "bouncer_version", "route", "driver", "driver_version", "verdict",
-                     "evidence",
-                     "facts", "security", "b_reported", "b_server_value", "b_reported_matches_server"]
+                     "pooler_config", "pooler_fleet", "bouncer_version", "route", "driver", "driver_version",
+                     "driver_settings", "verdict", "evidence", "facts", "security", "b_reported", "b_server_value",
+                     "b_reported_matches_server"]
     props = dict(results.properties(SEARCH_PATH))
     assert props["pooler"] == "pgbouncer1.24.1[max_prepared_statements=0]" and props["driver_version"] == "0.32.0"
     assert dict(results.properties(DIRECT))["bouncer_version"] == "-"
@@ -108,19 +108,41 @@ def test_a_results_file_holds_every_field_and_reads_back(tmp_path: Path) -> None
     lost = Unmeasured("leakcheck::test_leak[pg16.14-pgbouncer1.24.1-psycopg-timezone]", "worker 'gw0' crashed")
     results.save(path, Results((DIRECT, SEARCH_PATH), (lost,)))
     data = json.loads(path.read_text())
-    assert (data["schema"], data["version"]) == ("leakcheck-results", 2)
+    assert (data["schema"], data["version"]) == ("leakcheck-results", 3)
     assert "Schema-qualify" in data["outcomes"][0].pop("advice")  # derived from the verdict and cell
     assert data["outcomes"][0] == {
         "probe": "search_path", "pg": "18.4",
         "pooler": {"kind": "pgbouncer", "version": "1.24.1", "settings": [["max_prepared_statements", "0"]],
                    "config": "", "label": "pgbouncer1.24.1[max_prepared_statements=0]"},
-        "route": "transaction", "driver": "asyncpg", "driver_version": "0.32.0",
+        "route": "transaction", "driver": "asyncpg", "driver_version": "0.32.0", "driver_settings": [],
         "verdict": "leaks", "facts": ["leaked", "misreported"], "security": False,
         "evidence": "B read 'a, public' [A on pid 1]",
         "details": {"b_reported": '"$user", public', "b_server_value": "a, public",
                     "b_reported_matches_server": "false"},
     }
     assert results.load(path) == Results((SEARCH_PATH, DIRECT), (lost,))  # canonical: leak tests first
+
+
+def test_driver_settings_survive_the_results_file_and_the_test_report(tmp_path: Path) -> None:
+    tuned = make("protocol_prepare", "16.14", "1.24.1", Route.TRANSACTION, "asyncpg", Verdict.NOT_APPLICABLE, "e",
+                 driver_version="0.32.0", driver_settings=(("statement_cache_size", "0"),))
+    path = tmp_path / "r.json"
+    results.save(path, Results((tuned, outcome("protocol_prepare", driver="asyncpg"))))
+    written = [o["driver_settings"] for o in json.loads(path.read_text())["outcomes"]]
+    assert written == [[], [["statement_cache_size", "0"]]]  # the driver's defaults first
+    assert results.load(path).outcomes[1] == tuned
+    assert results.from_properties(results.properties(tuned)) == tuned
+    assert dict(results.properties(tuned))["driver_settings"] == '[["statement_cache_size", "0"]]'
+
+
+def test_a_version_2_file_reads_as_outcomes_with_the_drivers_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    results.save(path, Results((SEARCH_PATH,)))
+    data = json.loads(path.read_text())
+    data["version"] = 2
+    del data["outcomes"][0]["driver_settings"]
+    path.write_text(json.dumps(data))
+    assert results.load(path).outcomes == (SEARCH_PATH,)
 
 
 def test_a_version_1_file_reads_as_pgbouncer_outcomes_without_driver_versions(tmp_path: Path) -> None:
@@ -144,7 +166,7 @@ def test_equal_runs_write_byte_identical_files(tmp_path: Path) -> None:
         ("{", "is not JSON"),
         ("[]", "schema is 'list'"),
         ('{"format": 1, "verdicts": {}}', "schema is None"),  # a matrix file is not a results file
-        ('{"schema": "leakcheck-results", "version": 3, "outcomes": []}', "is version 3 of leakcheck-results"),
+        ('{"schema": "leakcheck-results", "version": 4, "outcomes": []}', "is version 4 of leakcheck-results"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": {}}', "outcomes and unmeasured must be lists"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x"}]}', "a malformed entry"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x", "pg": "16", "bouncer": "",'

@@ -20,6 +20,7 @@ from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import AgentFault, AgentProcess
 from leakcheck.drivers.clients import Notification, Row, ServerError
 from leakcheck.model.errors import NotApplicable
+from leakcheck.model.target import Setting
 from leakcheck.provision.base import Endpoint
 
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
@@ -90,16 +91,19 @@ class AgentClient:
     _lease: _Lease
     _shipped: Shipped
     notifications: list[Notification] = field(default_factory=list)
+    settings: tuple[Setting, ...] = ()
     _parameters: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    async def connect(cls, shipped: Shipped, label: str, endpoint: Endpoint,
-                      settings: dict[str, str] | None = None) -> AgentClient:
+    async def connect(cls, shipped: Shipped, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
+                      startup: dict[str, str] | None = None) -> AgentClient:
+        """`settings`: the cell's driver settings (--driver-set); `startup`: the agent's own settings that
+        send a probe's startup parameter (catalogue `startup_settings`), on top of them."""
         slot = (shipped.spec.id, threading.current_thread().name, label)  # the lane's thread, not a worker's
         agent = await asyncio.to_thread(_lease, shipped, slot)
-        client = cls(label, shipped.statement_names, _Lease(slot, agent), shipped)
+        client = cls(label, shipped.statement_names, _Lease(slot, agent), shipped, settings=settings)
         try:
-            await client._call("connect", settings=settings or {}, **_where(endpoint))
+            await client._call("connect", settings={**dict(settings), **(startup or {})}, **_where(endpoint))
         except BaseException:
             await client.close()
             raise
