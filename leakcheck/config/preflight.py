@@ -184,7 +184,10 @@ def check_server_user_reads(user: ServerUser, paths: Iterable[tuple[Path, str]])
     fixes = {str(p): fix for p, fix in wanted}
     first = failed[0]
     more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    above = [str(p) for p in reversed(Path(first).parents)]
+    blocked = unreadable_by(user, above, execute=True)
+    where = f" ({blocked[0]} blocks it: that user cannot enter it)" if blocked else ""
     raise UsageError(
         f"the server user {user.name} (postgres and pgbouncer run as it because leakcheck runs as root) "
-        f"cannot read {first}{more}: {fixes.get(first, 'make it readable')}, or set LEAKCHECK_RUN_AS"
+        f"cannot read {first}{more}{where}: {fixes.get(first, 'make it readable')}, or set LEAKCHECK_RUN_AS"
     )

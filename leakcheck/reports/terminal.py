@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
@@ -11,11 +13,13 @@ from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
 from leakcheck.reports.workarounds import TITLE, workarounds
 
-__all__ = ["LONG_COLUMN", "canonical_order", "cell", "render_counts", "render_legend", "render_matrix",
+__all__ = ["LONG_COLUMN", "WIDTH", "canonical_order", "cell", "render_counts", "render_legend", "render_matrix",
            "use_color", "word"]
 
 #: Column names longer than this are numbered, with a legend under the table.
 LONG_COLUMN = 40
+#: The terminal matrix fits this many columns (a wider table numbers its columns, then is cut).
+WIDTH = 120
 
 #: SGR codes per verdict: problems stand out, measurements that passed are quiet.
 _SGR = {
@@ -64,16 +68,37 @@ def _probe_label(probe: str, security: bool) -> tuple[str, str]:
     return (probe + " [security]", _SECURITY_SGR) if security else (probe, "")
 
 
-def render_matrix(outcomes: Iterable[Outcome], *, color: bool = False, legend: bool = False) -> str:
+def _width(rows: Sequence[Sequence[tuple[str, str]]]) -> int:
+    """How wide `_table` draws these rows (two spaces between columns)."""
+    columns = range(len(rows[0]))
+    return sum(max(len(terminal_safe(r[i][0], newlines=False)) for r in rows) for i in columns) + 2 * (len(rows[0]) - 1)
+
+
+def _fitting(rows: list[list[tuple[str, str]]], width: int) -> list[list[list[tuple[str, str]]]]:
+    """The table cut into tables of consecutive columns, each with the row labels, each at most
+    `width` wide (a column that cannot fit next to the labels gets a table of its own)."""
+    tables: list[list[list[tuple[str, str]]]] = []
+    chosen: list[int] = []
+    for i in range(1, len(rows[0])):
+        trial = [*chosen, i]
+        if chosen and _width([[r[0], *(r[j] for j in trial)] for r in rows]) > width:
+            tables.append([[r[0], *(r[j] for j in chosen)] for r in rows])
+            trial = [i]
+        chosen = trial
+    tables.append([[r[0], *(r[j] for j in chosen)] for r in rows])
+    return tables
+
+
+def render_matrix(outcomes: Iterable[Outcome], *, color: bool = False, legend: bool = False,
+                  width: int = WIDTH) -> str:
     """Pooled-route verdicts: one table per PostgreSQL version, probes as rows, pooler (with its
-    settings) x driver as columns; then one line on the controls. `color` adds ANSI colours (the
-    caller decides: `use_color`, or pytest's terminal writer); `legend` explains the words."""
+    settings) x driver as columns; then one line on the controls. A table wider than `width` (or
+    with a column name longer than LONG_COLUMN) numbers its columns, with a key under it; one still
+    too wide is cut into tables of consecutive columns. `color` adds ANSI colours (the caller
+    decides: `use_color`, or pytest's terminal writer); `legend` explains the words."""
     results = list(outcomes)
     lines: list[str] = []
     for g in pooled_grids(results):
-        long = any(len(c) > LONG_COLUMN for c in g.columns)
-        names = [f"({i})" for i in range(1, len(g.columns) + 1)] if long else list(g.columns)
-        header = [(g.title, _HEADER_SGR), *((n, _HEADER_SGR) for n in names)]
         body = []
         for p in g.probes:
             row = [_probe_label(p, p in g.security)]
@@ -81,8 +106,13 @@ def render_matrix(outcomes: Iterable[Outcome], *, color: bool = False, legend: b
                 o = g.at(p, c)
                 row.append((cell(o), _SGR[o.verdict]) if o is not None else ("-", ""))
             body.append(row)
-        lines += ["through the pooler (pooler[settings]/driver; the poolers leakcheck starts run a pool of one)",
-                  *_table([header, *body], color)]
+        named = [[(g.title, _HEADER_SGR), *((c, _HEADER_SGR) for c in g.columns)], *body]
+        long = any(len(c) > LONG_COLUMN for c in g.columns) or _width(named) > width
+        names = [f"({i})" for i in range(1, len(g.columns) + 1)] if long else list(g.columns)
+        header = [(g.title, _HEADER_SGR), *((n, _HEADER_SGR) for n in names)]
+        lines.append("through the pooler (pooler[settings]/driver; the poolers leakcheck starts run a pool of one)")
+        for part in _fitting([header, *body], width):
+            lines += _table(part, color)
         if long:
             lines += [terminal_safe(f"  {n} {c}", newlines=False) for n, c in zip(names, g.columns, strict=True)]
         lines.append("")
@@ -109,7 +139,14 @@ def render_legend(outcomes: Iterable[Outcome], *, color: bool = False) -> str:
     lines += [f"  {SUFFIX}"] if any(o.other_facts for o in results) else []
     lines += [f"  {SECURITY}"] if any(o.security for o in results) else []
     lines.append(f"  {MISSING}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(wrapped for line in lines for wrapped in _wrap(line)) + "\n"
+
+
+def _wrap(line: str) -> list[str]:
+    """A legend line cut at WIDTH columns (its ANSI codes, if any, count for nothing)."""
+    if len(re.sub(r"\x1b\[[0-9;]*m", "", line)) <= WIDTH:
+        return [line]
+    return textwrap.wrap(line, WIDTH, initial_indent="", subsequent_indent="    ", break_on_hyphens=False)
 
 
 def render_counts(outcomes: Iterable[Outcome]) -> str:

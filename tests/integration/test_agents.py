@@ -16,8 +16,7 @@ from leakcheck.model.target import Driver
 from leakcheck.provision.host.proc_sockets import socket_inodes
 from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
-
-from .conftest import TEST_PG, Measure
+from tests.support.servers import TEST_PG, Measure
 
 pytestmark = pytest.mark.integration
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leakcheck.model.verdicts import Driver, Fact, Verdict
-
-from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
+from tests.support.servers import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 
 pytestmark = pytest.mark.integration
 

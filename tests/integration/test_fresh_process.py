@@ -15,8 +15,7 @@ from leakcheck.drivers.clients import AsyncpgClient, PsycopgClient, connect
 from leakcheck.model.verdicts import Driver
 from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
-
-from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
+from tests.support.servers import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,7 @@ from leakcheck.provision.base import Backend, Endpoint
 from leakcheck.provision.native import NativeBackend
 from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.run.runner import control_expectation, run_probe
-
-from .conftest import DRIVERS, TEST_PG, Measure
+from tests.support.servers import DRIVERS, TEST_PG, Measure
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,7 @@ from leakcheck.model.verdicts import Driver, Observation, Route, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Login, Scenario, probe
 from leakcheck.probes.settings import setting
-
-from .conftest import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
+from tests.support.servers import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 
 pytestmark = pytest.mark.integration
 

@@ -114,6 +114,25 @@ def test_a_server_that_cannot_start_reports_its_log_and_leaves_nothing(
     server.__exit__(None, None, None)  # a second exit is harmless
 
 
+def test_a_bad_server_setting_is_reported_as_the_setting_and_keeps_the_cached_template(
+    monkeypatch: pytest.MonkeyPatch, no_leftovers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    install = resolve("16")
+    with PgServer(install, cache_root(), server_user()) as server:  # the cached template exists
+        assert server.tmpdir is not None
+    template = next((cache_root() / "templates").glob(f"{install.version}-*"))
+    before = template.stat().st_ino
+    monkeypatch.setattr(pg_server, "_SETTINGS", (*pg_server._SETTINGS, "no_such_setting=1"))
+    with pytest.raises(StartError) as refused:
+        PgServer(install, cache_root(), server_user()).__enter__()
+    first = str(refused.value).splitlines()[0]
+    assert 'refused a server setting: unrecognized configuration parameter "no_such_setting"' in first
+    assert "template" not in first and "overloaded" not in first
+    assert template.stat().st_ino == before
+    assert "rebuilding" not in caplog.text
+
+
 def test_the_server_accepts_our_user_on_the_endpoint_it_reports(no_leftovers: None) -> None:
     with PgServer(resolve("16"), cache_root(), server_user()) as server:
         endpoint = server.endpoint()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -103,6 +104,20 @@ def test_a_cache_the_server_user_cannot_read_is_one_line(
     monkeypatch.setenv("LEAKCHECK_CACHE", str(tmp_path / "cache"))  # under pytest's root-only folder
     line = one_usage_error(pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone", *ONE))
     assert f"the server user {server_user().name}" in line and f"cannot read {tmp_path / 'cache'}" in line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="servers run as another user only when leakcheck runs as root")
+def test_a_cache_under_a_folder_only_root_can_enter_names_that_folder(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    private = Path(tempfile.mkdtemp(prefix="leakcheck-rootonly-"))  # 0700, root's: the server user stops here
+    try:
+        (private / "inner").mkdir(mode=0o755)
+        monkeypatch.setenv("LEAKCHECK_CACHE", str(private / "inner" / "cache"))
+        line = one_usage_error(pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone", *ONE))
+    finally:
+        shutil.rmtree(private)
+    assert f"({private} blocks it: that user cannot enter it)" in line
 
 
 # --- a server that cannot start: once per cell ----------------------------------------------------

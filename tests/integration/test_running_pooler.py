@@ -16,8 +16,7 @@ from leakcheck.provision.base import USER, Endpoint
 from leakcheck.provision.native import NativeBackend
 from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
-
-from .conftest import TEST_PG, Measure
+from tests.support.servers import TEST_PG, Measure
 
 pytestmark = pytest.mark.integration
 

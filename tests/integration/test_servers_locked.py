@@ -21,8 +21,7 @@ from leakcheck.provision.native import NativeBackend
 from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.postgres.fixtures import APP_ROLE
-
-from .conftest import TEST_BOUNCER, TEST_PG, Measure
+from tests.support.servers import TEST_BOUNCER, TEST_PG, Measure
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.provision.host.children import SUPERVISOR
-from tests.conftest import refusal
+from tests.support.tier_guard import refusal
 
 
 @pytest.mark.parametrize(

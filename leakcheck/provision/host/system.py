@@ -9,6 +9,7 @@ import os
 import pwd
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -40,11 +41,42 @@ def cache_root() -> Path:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        blocked = blocking_folder(root)
+        if blocked is not None:
+            raise UsageError(f"cannot create the leakcheck cache {root}: {blocked} {fix}") from None
         raise UsageError(f"cannot create the leakcheck cache {root} ({exc.strerror or exc}): create it {fix}") from None
     if not os.access(root, os.R_OK | os.X_OK):
-        raise UsageError(f"cannot read the leakcheck cache {root} as {_me()}: give this user access {fix}")
+        blocked = blocking_folder(root) or f"{root} cannot be read by {_me()}"
+        raise UsageError(f"cannot read the leakcheck cache {root}: {blocked}: give this user access {fix}")
     keep_private(root)
     return root
+
+
+def blocking_folder(path: Path) -> str | None:
+    """The first folder on the way to `path` that this user cannot enter (e.g. a cache under
+    /root for another user), said as `/root (drwx------ root) cannot be entered by postgres`; else None."""
+    here = Path(path.anchor or "/")
+    for part in path.absolute().parts[1:]:
+        if not os.access(here, os.X_OK):
+            return f"{here} ({_owner_and_mode(here)}) cannot be entered by {_me()}"
+        here = here / part
+        if not os.path.lexists(here):
+            return None
+    if os.path.isdir(here) and not os.access(here, os.R_OK | os.X_OK):
+        return f"{here} ({_owner_and_mode(here)}) cannot be read by {_me()}"
+    return None
+
+
+def _owner_and_mode(folder: Path) -> str:
+    try:
+        st = folder.stat()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = f"uid {st.st_uid}"
+    return f"{stat.filemode(st.st_mode)} {owner}"
 
 
 def keep_private(root: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,6 +53,17 @@ _SETTINGS = (
 )
 
 
+#: How PostgreSQL names a setting it refuses at start (its log's FATAL/LOG lines).
+_REFUSED = re.compile(r'(unrecognized configuration parameter "[^"]+"|invalid value for parameter "[^"]+"[^\n]*'
+                      r'|parameter "[^"]+" (?:requires|cannot be)[^\n]*)')
+
+
+def refused_setting(log_text: str) -> str | None:
+    """The first setting `log_text` (a postgres log) says it refused, in its own words, else None."""
+    found = _REFUSED.search(log_text)
+    return found.group(1).strip() if found else None
+
+
 def _child_env() -> dict[str, str]:
     """Our environment without PG* variables, which would redirect initdb or postgres."""
     return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
@@ -80,6 +92,11 @@ class _Postmaster:
         self._process = ServerProcess(what, argv, self.user, self.rundir, self.log, env=_child_env(),
                                       stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT)
         self._process.start(self._answers, READY_TIMEOUT, "Is the machine overloaded?")
+
+    def bad_setting(self) -> str | None:
+        """The setting its log refuses (`unrecognized configuration parameter "x"`, `invalid value
+        for parameter "x": ...`), in PostgreSQL's own words, else None."""
+        return refused_setting(self.log_text())
 
     def _answers(self) -> str | None:
         try:
@@ -294,6 +311,10 @@ class PgServer:
             self._launch()
         except StartError as exc:
             template = self._template
+            said = self._server.bad_setting() if self._server is not None else None
+            if said is not None:  # a setting's fault, not the template's: keep the template
+                raise StartError(f"PostgreSQL {self.version} refused a server setting: {said}. "
+                                 f"Settings given: {' '.join(_SETTINGS)}\n{exc}") from None
             if not template.is_relative_to(self.cache) or not _runs_as(self.install, self.user):
                 raise  # not the template's fault
             first = (str(exc).splitlines() or ["?"])[0]

@@ -1,0 +1,72 @@
+"""The suite's own cache (tests/support/cache.py): seeded from the user's by hard links, never sharing a write."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cache import SEEDED, seed, use_test_cache
+
+
+def _users_cache(root: Path) -> Path:
+    (root / "postgres" / "16.14" / "bin").mkdir(parents=True)
+    (root / "postgres" / "16.14" / "bin" / "postgres").write_text("binary")
+    (root / "postgres" / ".16.14.lock").write_text("")
+    (root / "templates" / ".build-16.14-x").mkdir(parents=True)
+    os.symlink("bin/postgres", root / "postgres" / "16.14" / "link")
+    return root
+
+
+def test_the_test_cache_links_the_users_servers_instead_of_copying_them(tmp_path: Path) -> None:
+    users = _users_cache(tmp_path / "users")
+    seed(users, tmp_path / "tests")
+    binary = tmp_path / "tests" / "postgres" / "16.14" / "bin" / "postgres"
+    assert binary.stat().st_ino == (users / "postgres" / "16.14" / "bin" / "postgres").stat().st_ino
+    assert os.readlink(tmp_path / "tests" / "postgres" / "16.14" / "link") == "bin/postgres"
+
+
+def test_locks_and_half_built_folders_are_not_linked(tmp_path: Path) -> None:
+    seed(_users_cache(tmp_path / "users"), tmp_path / "tests")
+    assert not (tmp_path / "tests" / "postgres" / ".16.14.lock").exists()
+    assert not (tmp_path / "tests" / "templates" / ".build-16.14-x").exists()
+    assert not [p for p in (tmp_path / "tests").rglob(".seed-*")]
+
+
+def test_a_file_the_tests_replace_leaves_the_users_copy_as_it_was(tmp_path: Path) -> None:
+    users = _users_cache(tmp_path / "users")
+    seed(users, tmp_path / "tests")
+    replaced = tmp_path / "tests" / "postgres" / "16.14" / "bin" / "postgres"
+    fresh = replaced.with_name("new")
+    fresh.write_text("rebuilt")
+    os.rename(fresh, replaced)  # how the cache writes: a new file renamed into place
+    assert (users / "postgres" / "16.14" / "bin" / "postgres").read_text() == "binary"
+
+
+def test_what_the_test_cache_already_has_is_kept(tmp_path: Path) -> None:
+    users = _users_cache(tmp_path / "users")
+    ours = tmp_path / "tests" / "postgres" / "16.14" / "bin" / "postgres"
+    ours.parent.mkdir(parents=True)
+    ours.write_text("the tests' own")
+    (users / "pgbouncer").mkdir()
+    seed(users, tmp_path / "tests")
+    assert ours.read_text() == "the tests' own"
+    assert (tmp_path / "tests" / "pgbouncer").is_dir()
+
+
+def test_the_session_points_leakcheck_cache_at_the_test_cache_not_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    users = _users_cache(tmp_path / "users")
+    monkeypatch.setenv("LEAKCHECK_CACHE", str(users))
+    monkeypatch.delenv(SEEDED, raising=False)
+    monkeypatch.delenv("LEAKCHECK_TEST_CACHE", raising=False)
+    chosen = use_test_cache(os.environ)
+    assert chosen == Path(f"{users}-tests") and os.environ["LEAKCHECK_CACHE"] == str(chosen)
+    assert (chosen / "postgres" / "16.14" / "bin" / "postgres").read_text() == "binary"
+
+
+def test_this_session_does_not_use_the_users_cache() -> None:
+    assert os.environ.get(SEEDED) == "1"
+    assert os.environ["LEAKCHECK_CACHE"].endswith("-tests") or os.environ.get("LEAKCHECK_TEST_CACHE")
