@@ -90,7 +90,7 @@ SHOWN = pytest.StashKey[_ProgressLines]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "integration: needs real PostgreSQL/PgBouncer processes")
+    config.addinivalue_line("markers", "servers: needs real PostgreSQL/PgBouncer processes")
     config.addinivalue_line("markers", "containers: needs a Docker engine")
     config.addinivalue_line("markers", "leakcheck: a generated leak-matrix test (test_leak / test_control)")
     try:

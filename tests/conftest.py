@@ -14,7 +14,7 @@ from tests.support.tier_guard import WATCH
 
 
 def _watched(item: pytest.Item) -> bool:
-    return not any(item.get_closest_marker(mark) for mark in ("integration", "containers", "leakcheck"))
+    return not any(item.get_closest_marker(mark) for mark in ("servers", "containers", "browser", "leakcheck"))
 
 
 def _guarded(item: pytest.Item) -> Generator[None, Any, Any]:
@@ -31,8 +31,8 @@ def _guarded(item: pytest.Item) -> Generator[None, Any, Any]:
     finally:
         WATCH.on = False
     if WATCH.seen:
-        pytest.fail("this test is in the tier without servers (no integration/containers mark) but it "
-                    f"{'; '.join(dict.fromkeys(WATCH.seen))}: mark it integration, or keep it local", pytrace=False)
+        pytest.fail("this test is in the pure tier but it "
+                    f"{'; '.join(dict.fromkeys(WATCH.seen))}: move it to tests/servers", pytrace=False)
     return outcome
 
 
@@ -56,3 +56,15 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_configure(config: pytest.Config) -> None:
     """Every test, child and xdist worker uses the suite's own cache (tests/support/cache.py)."""
     use_test_cache(os.environ)
+
+
+#: The tiers are the folders: a test gets the mark of the folder it lives in.
+TIERS = ("servers", "containers", "browser")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.parts
+        for tier in TIERS:
+            if tier in parts and parts[parts.index(tier) - 1] == "tests" and not item.get_closest_marker(tier):
+                item.add_marker(getattr(pytest.mark, tier))

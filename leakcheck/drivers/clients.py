@@ -5,7 +5,7 @@ asyncpg's statement cache) and its own driver state, as in a fresh application p
 numbers its statements with a process-wide counter (`__asyncpg_stmt_N__`); two clients in one
 Python process would never collide by name, which two application processes do. So each asyncpg
 client numbers its statements from 1 on its own, exactly as the only connection of a fresh
-process does (tests/integration/test_fresh_process.py checks this against two real processes).
+process does (tests/servers/test_fresh_process.py checks this against two real processes).
 
 The harness's own statements (`query`, `execute`) add no driver state: psycopg runs them with
 prepare=False, asyncpg with a text longer than its max_cacheable_statement_size, so neither

@@ -18,8 +18,7 @@ from leakcheck.provision.base import Backend
 from leakcheck.provision.containers.backend import ContainersBackend
 from leakcheck.provision.native import NativeBackend
 from leakcheck.run.runner import run_probe
-
-from .test_containers_backend import _engine_or_skip, _template
+from tests.containers.test_containers_backend import _engine_or_skip, _template
 
 pytestmark = pytest.mark.containers
 

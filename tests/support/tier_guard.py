@@ -1,14 +1,14 @@
-"""The tier without servers (`pytest -m "not integration and not containers"`) starts no server and
+"""The tier without servers (`pytest tests/pure`) starts no server and
 reaches no network; this conftest makes that a checked rule instead of a hope.
 
-Every test of that tier (no `integration`, `containers` or `leakcheck` mark) runs under a Python
+Every test of that tier (in tests/pure: no `servers`, `containers`, `browser` or `leakcheck` mark) runs under a Python
 audit hook. It refuses, and fails the test for, anything that leaves this machine or starts a
 server: a connection or datagram to an address outside the loopback range, a name lookup of
 another host, starting a program that fetches (npm, apt-get, curl, wget, debootstrap, docker), or
 starting a real server binary (postgres, initdb, pg_ctl, pgbouncer, dockerd: an executable file,
 not a test's shell-script stand-in) for anything but `--version`. Unix sockets, 127.0.0.0/8 and ::1
 stay allowed. A refusal that the code under test catches (a fetch that "failed" quietly) still
-fails the test. Tests that need servers or the network carry `integration` (or `containers`).
+fails the test. Tests that need servers or the network live in tests/servers (or tests/containers).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The browser tier: the HTML report in a real headless browser (Debian chromium)."""

@@ -1,0 +1,240 @@
+"""The gate file: what --expect accepts, what --record writes, merges and never writes (pure, tmp_path)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from leakcheck.gate import expectations, judge, record
+from leakcheck.gate.expectations import Expectation
+from leakcheck.model.errors import UsageError
+from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.probes import PROBES
+from tests.pure.outcomes import make
+
+KEY_TZ = "pg16/pgbouncer1.24/psycopg/timezone"
+KEY_ST = "pg16/pgbouncer1.24/psycopg/statement_timeout"
+KEY_OLD = "pg15/pgbouncer1.18/asyncpg/timezone"
+
+
+def outcome(probe: str, verdict: Verdict, bouncer: str = "1.24.1", route: Route = Route.TRANSACTION) -> Outcome:
+    return make(probe, "16.14", bouncer, route, "psycopg", verdict, f"{probe} evidence")
+
+
+def E(verdict: Verdict, reason: str = "") -> Expectation:  # noqa: N802 - reads like the value it makes
+    return Expectation(verdict, reason)
+
+
+def write(path: Path, verdicts: dict[str, str]) -> Path:
+    path.write_text(json.dumps({"format": 1, "verdicts": verdicts}))
+    return path
+
+
+# --- --expect -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"format":1,"verdicts":null}', "verdicts is NoneType"),
+        ('{"format":2,"verdicts":{}}', "format is 2"),
+        ('{"verdicts":{}}', "format is None"),
+        ("[]", "the top level is list"),
+        ("{", "is not JSON"),
+        ('{"format":1,"verdicts":{"timezone":"isolated"}}', "the key 'timezone' is not"),
+        ('{"format":1,"verdicts":{"pg16/pgbouncer1.24/psycopg/timezone":"maybe"}}', "has the verdict 'maybe'"),
+        ('{"format":1,"verdicts":{"pg16/pgbouncer1.24/psycopg/timezone":1}}', "has the verdict 1"),
+    ],
+)
+def test_a_file_that_is_not_a_matrix_is_one_line_naming_what_is_wrong(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(content)
+    with pytest.raises(UsageError, match="m.json") as caught:
+        expectations.load(path)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_non_utf8_file_is_not_a_matrix(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(UsageError, match="not UTF-8"):
+        expectations.load(path)
+
+
+def test_a_folder_is_not_a_matrix_file(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is a folder"):
+        expectations.load(tmp_path)
+
+
+@pytest.mark.parametrize("refused", ["error", "skipped"])
+def test_an_error_or_skipped_expectation_is_refused(tmp_path: Path, refused: str) -> None:
+    path = write(tmp_path / "m.json", {KEY_TZ: "isolated", KEY_ST: refused})
+    with pytest.raises(UsageError, match="an error never passes a gate; re-record"):
+        expectations.load(path)
+
+
+def test_a_matrix_with_no_verdicts_cannot_be_a_gate(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="holds no verdicts"):
+        expectations.load(write(tmp_path / "m.json", {}))
+
+
+def test_a_measured_error_never_passes_whatever_the_expectations_say() -> None:
+    timezone = next(p for p in PROBES if p.id == "timezone")
+    for expected in ({KEY_TZ: E(Verdict.ERROR)}, {KEY_TZ: E(Verdict.ISOLATED)}, {}):
+        message = judge.problem(timezone, outcome("timezone", Verdict.ERROR), expected)
+        assert message is not None and message.startswith("measured error")
+
+
+# --- what --record writes -----------------------------------------------------------------------
+
+
+def test_errors_and_skips_are_not_recorded_and_keep_the_previous_value() -> None:
+    plan = record.plan(
+        {KEY_TZ: E(Verdict.LEAKS)},
+        [outcome("timezone", Verdict.ERROR), outcome("statement_timeout", Verdict.SKIPPED)],
+    )
+    assert plan.verdicts == {KEY_TZ: E(Verdict.LEAKS)}  # kept; statement_timeout has no entry
+    assert plan.unrecorded == {KEY_TZ: "error", KEY_ST: "skipped"} and plan.unrecorded_kept == 1
+    assert plan.measured == 0
+
+
+def test_a_partial_run_keeps_the_entries_it_did_not_measure() -> None:
+    plan = record.plan({KEY_OLD: E(Verdict.LOST), KEY_TZ: E(Verdict.LEAKS)}, [outcome("timezone", Verdict.ISOLATED)])
+    assert plan.verdicts == {KEY_OLD: E(Verdict.LOST), KEY_TZ: E(Verdict.ISOLATED)}
+    assert (plan.measured, plan.kept) == (1, 1)
+    lines = record.summary(Path("m.json"), plan)
+    assert lines == ["recorded 1 verdicts in m.json (1 kept from the previous file)"]
+
+
+def test_controls_are_not_recorded() -> None:
+    plan = record.plan({}, [outcome("timezone", Verdict.ISOLATED, bouncer="", route=Route.DIRECT)])
+    assert plan.verdicts == {} and plan.measured == 0
+
+
+def test_two_patch_releases_that_disagree_on_one_key_are_not_recorded() -> None:
+    plan = record.plan({}, [outcome("timezone", Verdict.ISOLATED, bouncer="1.24.0"),
+                            outcome("timezone", Verdict.LEAKS, bouncer="1.24.1")])
+    assert plan.verdicts == {} and plan.unrecorded == {KEY_TZ: "measured differently: isolated/leaks"}
+
+
+def test_error_entries_of_an_old_file_are_dropped_and_said_so() -> None:
+    plan = record.plan({KEY_OLD: E(Verdict.ERROR)}, [outcome("timezone", Verdict.ISOLATED)])
+    assert plan.verdicts == {KEY_TZ: E(Verdict.ISOLATED)} and plan.dropped == 1
+    assert any("dropped 1 error/skipped" in line for line in record.summary(Path("m.json"), plan))
+
+
+def test_the_summary_says_how_many_were_not_recorded_and_why() -> None:
+    plan = record.plan({KEY_TZ: E(Verdict.LEAKS)}, [outcome("timezone", Verdict.ERROR),
+                                                 outcome("statement_timeout", Verdict.LEAKS)])
+    first, second = record.summary(Path("m.json"), plan)
+    assert first == "recorded 1 verdicts in m.json (0 kept from the previous file)"
+    assert second.startswith("1 verdicts not recorded (1 error: an error or a skip measured nothing; 1 kept")
+
+
+def test_saving_merges_into_the_file_and_writes_only_measurements(tmp_path: Path) -> None:
+    path = write(tmp_path / "m.json", {KEY_OLD: "lost", KEY_TZ: "leaks"})
+    record.save(path, [outcome("timezone", Verdict.ERROR), outcome("statement_timeout", Verdict.LEAKS)])
+    assert json.loads(path.read_text()) == {"format": 1, "verdicts": {KEY_OLD: "lost", KEY_ST: "leaks",
+                                                                      KEY_TZ: "leaks"}}
+    assert expectations.load(path)  # what --record writes, --expect accepts
+
+
+# --- when --record writes -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exitstatus", "stopped", "reason"),
+    [
+        (pytest.ExitCode.OK, False, None),
+        (pytest.ExitCode.TESTS_FAILED, False, None),
+        (pytest.ExitCode.INTERRUPTED, False, "the run was interrupted"),
+        (pytest.ExitCode.TESTS_FAILED, True, "the run was interrupted"),
+        (pytest.ExitCode.USAGE_ERROR, False, "the run did not complete (exit status 4)"),
+        (pytest.ExitCode.INTERNAL_ERROR, False, "the run did not complete (exit status 3)"),
+    ],
+)
+def test_only_a_run_that_ran_to_the_end_may_write(exitstatus: int, stopped: bool, reason: str | None) -> None:
+    assert record.not_written(exitstatus, stopped) == reason
+
+
+def test_an_interrupted_run_leaves_the_file_byte_identical(tmp_path: Path) -> None:
+    path = write(tmp_path / "m.json", {KEY_OLD: "lost", KEY_TZ: "leaks"})
+    before = path.read_bytes()
+    reason = record.not_written(pytest.ExitCode.INTERRUPTED, stopped=True)
+    if reason is None:  # what the plugin does: write only without a reason
+        record.save(path, [outcome("timezone", Verdict.ISOLATED)])
+    assert reason == "the run was interrupted" and path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+def test_writing_replaces_the_file_in_one_step_and_keeps_its_mode(tmp_path: Path) -> None:
+    path = write(tmp_path / "m.json", {KEY_TZ: "leaks"})
+    path.chmod(0o644)
+    inode = path.stat().st_ino
+    record.write_atomic(path, "new\n")
+    assert path.read_text() == "new\n" and path.stat().st_ino != inode  # renamed over, not rewritten
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # no temp file left
+
+
+def test_writing_through_a_symlink_replaces_its_target(tmp_path: Path) -> None:
+    target = write(tmp_path / "real.json", {KEY_TZ: "leaks"})
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    record.write_atomic(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "m.json", {KEY_TZ: "leaks"})
+    before = path.read_bytes()
+    with pytest.raises(UnicodeEncodeError):
+        record.write_atomic(path, "\udcff")  # cannot be encoded: fails after the temp file exists
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+def test_writing_creates_missing_folders(tmp_path: Path) -> None:
+    record.write_atomic(tmp_path / "a" / "b" / "m.json", "x\n")
+    assert (tmp_path / "a" / "b" / "m.json").read_text() == "x\n"
+
+
+# --- checking the --record target before the run -----------------------------------------------
+
+
+def test_a_record_target_that_is_a_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is a folder"):
+        record.check_target(tmp_path)
+
+
+def test_a_record_target_under_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    with pytest.raises(UsageError, match="is a file"):
+        record.check_target(tmp_path / "f" / "m.json")
+
+
+def test_a_record_target_that_is_not_a_matrix_is_refused_before_the_run(tmp_path: Path) -> None:
+    (tmp_path / "m.json").write_text("not json")
+    with pytest.raises(UsageError, match="move it away"):
+        record.check_target(tmp_path / "m.json")
+
+
+def test_a_record_target_in_a_folder_that_cannot_be_created_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot create /proc/leakcheck"):
+        record.check_target(Path("/proc/leakcheck/m.json"))
+
+
+def test_checking_a_record_target_creates_nothing(tmp_path: Path) -> None:
+    assert record.check_target(tmp_path / "new" / "m.json") == {}
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any folder (see tests/servers/test_preflight.py)")
+def test_a_record_target_in_a_folder_without_write_permission_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "ro").mkdir(mode=0o555)
+    with pytest.raises(UsageError, match="cannot write in"):
+        record.check_target(tmp_path / "ro" / "m.json")

@@ -1,0 +1,75 @@
+"""The pytest plugin, driven with pytester: options, errors, and what runs by default."""
+
+import pytest
+
+from leakcheck.run.matrix import MatrixRun
+
+
+def test_without_pg_or_bouncer_no_leak_tests_are_generated(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_inprocess("-q")
+    result.assert_outcomes(passed=1)
+    assert "test_leak" not in result.stdout.str() and "leakcheck matrix" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pg=sixteen"], "--pg='sixteen' is not valid"),
+        (["--pg=16", "--bouncer=1.26,"], "--bouncer='1.26,' is not valid"),
+        (["--pg=16", "--drivers=jdbc"], "--drivers='jdbc' is not valid"),
+        (["--pg=16", "--probes=nope"], "unknown probe id(s) nope"),
+        (["--pg=16", "--controls=maybe"], "--controls='maybe' is not valid"),
+        (["--pg=16", "--backend=k8s"], "--backend='k8s' is not valid"),
+        (["--pg=16", "--jobs=0"], "--jobs='0' is not valid"),
+        (["--pg=16", "--jobs=many"], "--jobs='many' is not valid"),
+    ],
+)
+def test_a_bad_option_value_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, args: list[str], message: str
+) -> None:
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and message in errors[0]
+
+
+def test_every_option_is_also_an_ini_key(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nleakcheck_pg = banana\n")
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--pg='banana' is not valid" in result.stderr.str()
+
+
+def test_the_help_lists_the_options_with_their_ini_keys(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--help")
+    text = result.stdout.str()
+    for flag in ("--pg", "--bouncer", "--drivers", "--probes", "--controls", "--backend", "--expect", "--record",
+                 "--results", "--jobs"):
+        assert flag in text
+    assert "leakcheck_pg" in text and "leakcheck_expect" in text
+
+
+def test_auto_says_in_the_header_which_backend_runs_and_why(pytester: pytest.Pytester,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the header is under test: collection resolves no version (that would fetch PostgreSQL
+    # and PgBouncer into an empty cache; tests/servers/test_plugin_matrix.py resolves for real).
+    monkeypatch.setattr(MatrixRun, "targets", lambda self: [])
+    result = pytester.runpytest_inprocess("--pg=16", "--backend=auto", "--collect-only", "--probes=timezone",
+                                          "--drivers=psycopg", "--controls=no")
+    result.stdout.fnmatch_lines(["leakcheck: backend * (auto: *)"])
+
+
+def test_a_matrix_option_without_paths_runs_the_matrix_only_not_the_testpaths(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The repository's own case: an ini with testpaths = tests, and the README's main command typed in it.
+    monkeypatch.setattr(MatrixRun, "targets", lambda self: [])
+    pytester.makeini("[pytest]\ntestpaths = tests\n")
+    pytester.mkdir("tests").joinpath("test_own.py").write_text("def test_own(): pass\n")
+    matrix_only = pytester.runpytest_inprocess("--pg=16", "--collect-only", "-q", "--controls=no")
+    assert "test_own" not in matrix_only.stdout.str()
+    named = pytester.runpytest_inprocess("tests", "--pg=16", "--collect-only", "-q", "--controls=no")
+    assert "tests/test_own.py::test_own" in named.stdout.str()
+    plain = pytester.runpytest_inprocess("--collect-only", "-q")
+    assert "tests/test_own.py::test_own" in plain.stdout.str()

@@ -1,0 +1,155 @@
+"""Each shipped JavaScript agent against a real PostgreSQL and PgBouncer: the protocol's operations
+through the driver's public API, and two clients that never share an agent process."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leakcheck.drivers.agents import client as agents
+from leakcheck.drivers.agents.client import AgentClient
+from leakcheck.drivers.clients import ServerError, connect, driver_version
+from leakcheck.model.target import Driver
+from leakcheck.provision.host.proc_sockets import socket_inodes
+from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.provision.postgres.fixtures import APP_ROLE
+from tests.support.servers import TEST_PG, Measure
+
+pytestmark = pytest.mark.servers
+
+JS_AGENTS = [Driver("node-postgres"), Driver("postgres-js")]
+
+
+@pytest.fixture(autouse=True)
+def _stop_agents() -> Iterator[None]:
+    yield
+    agents.stop_all()
+
+
+async def _connect(driver: Driver, label: str, measure: Measure) -> AgentClient:
+    direct = measure.backend.postgres(measure.pg(TEST_PG[0])).as_user(APP_ROLE)
+    client = await connect(driver, label, direct)
+    assert isinstance(client, AgentClient)
+    return client
+
+
+@pytest.mark.parametrize("driver", JS_AGENTS, ids=str)
+def test_an_agent_runs_queries_with_json_values_and_reports_sqlstates(measure: Measure, driver: Driver) -> None:
+    async def run() -> tuple[list[tuple[object, ...]], str]:
+        client = await _connect(driver, "A", measure)
+        try:
+            rows = await client.query("SELECT 1, 9007199254740993::int8, true, 'x'::text, NULL, ARRAY['a','b'], "
+                                      "1.5::float8, 2.50::numeric")
+            with pytest.raises(ServerError) as caught:
+                await client.query("SELECT * FROM no_such_table_here")
+            return rows, caught.value.sqlstate
+        finally:
+            await client.close()
+
+    rows, sqlstate = asyncio.run(run())
+    assert rows == [(1, 9007199254740993, True, "x", None, ["a", "b"], 1.5, "2.50")]
+    assert sqlstate == "42P01"
+    assert driver_version(driver) is not None
+
+
+_MINE = "WHERE statement LIKE '%''harness''%' OR statement LIKE '%''app''%'"
+
+
+@pytest.mark.parametrize("driver", JS_AGENTS, ids=str)
+def test_an_agent_prepares_a_named_statement_only_on_its_prepared_path(measure: Measure, driver: Driver) -> None:
+    async def run() -> tuple[list[str], list[str], bool]:
+        client = await _connect(driver, "A", measure)
+        try:
+            # (postgres.js prepares its own fetch_types query at connect: its default, as in an application)
+            await client.query("SELECT 'harness'::text")
+            harness = [r[0] for r in await client.query(f"SELECT name FROM pg_prepared_statements {_MINE}")]
+            await client.prepared("SELECT 'app'::text")
+            await client.prepared("SELECT 'app'::text")
+            names = [r[0] for r in await client.query(f"SELECT name FROM pg_prepared_statements {_MINE}")]
+            named = await client.query(f"SELECT bool_and({client.statement_names}) FROM pg_prepared_statements")
+            return harness, names, bool(named[0][0])
+        finally:
+            await client.close()
+
+    harness, names, driver_named = asyncio.run(run())
+    assert harness == []
+    assert len(names) == 1 and driver_named, names
+
+
+@pytest.mark.parametrize("driver", JS_AGENTS, ids=str)
+def test_an_agent_hands_notifications_and_its_connection_to_the_next_probe(measure: Measure, driver: Driver) -> None:
+    async def run() -> tuple[list[str], int, int]:
+        client = await _connect(driver, "A", measure)
+        await client.execute("LISTEN lc_agent_chan")
+        await client.execute("NOTIFY lc_agent_chan, 'hi'")
+        await client.query("SELECT 1")
+        got = [n.payload for n in client.notifications if n.channel == "lc_agent_chan"]
+        first = client.agent_pid
+        await client.close()
+        again = await _connect(driver, "A", measure)  # the same slot: the same agent, a fresh connection
+        try:
+            return got, first, again.agent_pid
+        finally:
+            await again.close()
+
+    got, first, second = asyncio.run(run())
+    assert got == ["hi"]
+    assert first == second
+
+
+@pytest.mark.parametrize("driver", JS_AGENTS, ids=str)
+def test_two_clients_never_share_an_agent_process_or_a_connection(measure: Measure, driver: Driver) -> None:
+    async def run() -> tuple[int, int, int, int, int, set[int], set[int]]:
+        a = await _connect(driver, "A", measure)
+        b = await _connect(driver, "B", measure)
+        try:
+            ((a_backend,),) = await a.query("SELECT pg_backend_pid()")
+            ((b_backend, b_port),) = await b.query(
+                "SELECT pg_backend_pid(), client_port FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+            held = _local_ports(a.agent_pid), _local_ports(b.agent_pid)  # while both are connected
+            return a.agent_pid, b.agent_pid, a_backend, b_backend, b_port, *held
+        finally:
+            await a.close()
+            await b.close()
+
+    a_pid, b_pid, a_backend, b_backend, b_port, a_ports, b_ports = asyncio.run(run())
+    assert a_pid != b_pid and a_backend != b_backend
+    # B's server connection comes from a socket of B's own agent process, not A's.
+    assert b_port in b_ports and b_port not in a_ports
+
+
+def _local_ports(pid: int) -> set[int]:
+    """The local port of each TCP socket `pid` holds (field 1 of /proc/net/tcp)."""
+    inodes = {str(i) for i in socket_inodes(pid)}
+    out = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 9 and fields[9] in inodes:
+            out.add(int(fields[1].rpartition(":")[2], 16))
+    return out
+
+
+def test_node_postgres_named_statements_collide_between_two_clients_without_statement_tracking(
+    measure: Measure,
+) -> None:
+    pg, bouncer = measure.pg(TEST_PG[0]), measure.bouncer("1.18")
+    with measure.backend.pooler(pg, bouncer, PoolSettings()) as endpoint:
+        where = endpoint.as_user(APP_ROLE)
+
+        async def run() -> str:
+            a = await connect(Driver("node-postgres"), "A", where)
+            b = await connect(Driver("node-postgres"), "B", where)
+            try:
+                await a.prepared("SELECT 'a'::text")
+                with pytest.raises(ServerError) as caught:
+                    await b.prepared("SELECT 'b'::text")
+                return str(caught.value)
+            finally:
+                await a.close()
+                await b.close()
+
+        said = asyncio.run(run())
+    assert said.startswith('42P05: prepared statement "stmt_1" already exists'), said

@@ -1,0 +1,250 @@
+"""The driver agents of pgjdbc, PDO, ruby-pg and pgx, each built from its spec and spoken to as a real process."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from leakcheck.drivers.agents.catalogue import CATALOGUE
+from leakcheck.drivers.agents.spec import AgentSpec
+from leakcheck.provision.base import Endpoint
+from leakcheck.provision.postgres.fixtures import SCRAM_ITERATIONS
+from leakcheck.provision.postgres.server import PgServer
+
+#: the agents built from their spec alone (the npm ones are tested in test_agents.py with their packages)
+SPECS = tuple(s.spec for s in CATALOGUE if not s.spec.npm)
+
+pytestmark = pytest.mark.servers
+
+AGENTS = Path(__file__).parents[2] / "leakcheck" / "drivers" / "agents"
+#: bounds: a build (javac, go build) and one answer (a JVM's first connect included)
+BUILD_SECONDS = 180
+ANSWER_SECONDS = 30
+#: the tool each language's agent needs on PATH, and how its server statements are named
+TOOLS = {"java": ("java", "javac"), "php": ("php",), "ruby": ("ruby",), "go": ("go",)}
+NAMES = {"pgjdbc": r"S_\d+", "pdo": r"pdo_stmt_[0-9a-f]{8}", "ruby-pg": r"a1", "pgx": r"lrupsc_\d+_\d+"}
+ERROR_CLASSES = {"pgjdbc": "org.postgresql.util.PSQLException", "pdo": "PDOException",
+                 "ruby-pg": "PG::DivisionByZero", "pgx": "*pgconn.PgError"}
+#: how the statement a cancel stopped fails: pgx v4 cancels by context and closes its connection
+CANCELLED = {"pgjdbc": "57014", "ruby-pg": "57014", "pgx": "08006"}
+#: settings for the checks: pgjdbc names its statement at the first execution, not the fifth
+SETTINGS = {"pgjdbc": {"prepareThreshold": "1"}}
+
+
+def installed(package: str) -> bool:
+    status = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    return "install ok installed" in status.stdout
+
+
+def missing(spec: AgentSpec) -> list[str]:
+    absent = [tool for tool in TOOLS[spec.language] if shutil.which(tool) is None]
+    if shutil.which("dpkg-query"):
+        absent += [pkg for pkg in spec.apt if not installed(pkg)]
+    return absent
+
+
+def build(spec: AgentSpec, folder: Path) -> Path:
+    """The agent's sources copied into `folder` and its build commands run there."""
+    for name in spec.sources:
+        shutil.copy(AGENTS / spec.id / name, folder / name)
+    for command in spec.build:
+        subprocess.run([part.replace("{dir}", str(folder)) for part in command], cwd=folder, check=True,
+                       timeout=BUILD_SECONDS, capture_output=True)
+    return folder
+
+
+class Agent:
+    """One agent process and a JSON-lines conversation with it, every answer awaited with a bound."""
+
+    def __init__(self, spec: AgentSpec, folder: Path) -> None:
+        argv = [part.replace("{dir}", str(folder)) for part in spec.run]
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        encoding="utf-8")
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.next_id = 0
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def send(self, op: str, **fields: Any) -> int:
+        assert self.process.stdin is not None
+        self.next_id += 1
+        self.process.stdin.write(json.dumps({"id": self.next_id, "op": op, **fields}) + "\n")
+        self.process.stdin.flush()
+        return self.next_id
+
+    def answer(self) -> dict[str, Any]:
+        try:
+            answer: dict[str, Any] = json.loads(self.lines.get(timeout=ANSWER_SECONDS))
+        except queue.Empty:
+            pytest.fail(f"no answer from the agent within {ANSWER_SECONDS} s")
+        return answer
+
+    def __call__(self, op: str, **fields: Any) -> dict[str, Any]:
+        sent = self.send(op, **fields)
+        answer = self.answer()
+        assert answer["id"] == sent
+        return answer
+
+    def connect(self, server: Endpoint, settings: dict[str, str]) -> dict[str, Any]:
+        return self("connect", host=server.host, port=server.port, user=server.user, password=server.password,
+                    dbname=server.dbname, settings=settings)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=ANSWER_SECONDS)
+        self.reader.join(timeout=ANSWER_SECONDS)
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture(scope="module", params=SPECS, ids=[spec.id for spec in SPECS])
+def spec(request: pytest.FixtureRequest) -> AgentSpec:
+    chosen: AgentSpec = request.param
+    if absent := missing(chosen):
+        pytest.skip(f"{chosen.id} agent: {', '.join(absent)} missing (scripts/bootstrap installs them as root)")
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def built(spec: AgentSpec, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build(spec, tmp_path_factory.mktemp(spec.id))
+
+
+@pytest.fixture
+def agent(spec: AgentSpec, built: Path) -> Iterator[Agent]:
+    started = Agent(spec, built)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def server(postgres: PgServer) -> Endpoint:
+    """The module's PostgreSQL, with the run's passwords (stored with SCRAM_ITERATIONS = 4096 rounds:
+    pgjdbc 42.5.5 refuses fewer, "iteration must be >= 4096", RFC 7677's minimum)."""
+    assert SCRAM_ITERATIONS >= 4096
+    return postgres.endpoint()
+
+
+def ok(answer: dict[str, Any]) -> dict[str, Any]:
+    assert answer["ok"] is True, answer
+    return answer
+
+
+def test_an_agent_speaks_every_step_of_the_protocol_through_its_driver(
+    spec: AgentSpec, agent: Agent, server: Endpoint
+) -> None:
+    hello = ok(agent("hello"))
+    assert (hello["protocol"], hello["driver"]) == (1, spec.id) and hello["release"] and hello["runtime"]
+    ok(agent.connect(server, SETTINGS.get(spec.id, {})))
+
+    row = ok(agent("query", sql="SELECT pg_backend_pid(), 'a'::text, NULL, (2^40)::int8, true, 1.5::float8"))
+    pid = row["rows"][0][0]
+    assert row["rows"] == [[pid, "a", None, 2**40, True, 1.5]] and isinstance(pid, int)
+    ok(agent("execute", sql="CREATE TEMP TABLE t (x int); INSERT INTO t VALUES (7); SET application_name = 'x'"))
+    assert ok(agent("query", sql="SELECT x, current_setting('application_name') FROM t"))["rows"] == [[7, "x"]]
+    names = "SELECT name FROM pg_prepared_statements"
+    assert ok(agent("query", sql=names))["rows"] == [], "query added a named statement"
+
+    for _ in range(2):
+        assert ok(agent("prepared", sql="SELECT x + 1 FROM t", times=1))["rows"] == [[8]]
+    held = [name for [name] in ok(agent("query", sql=names))["rows"]]
+    assert len(held) == 1 and re.fullmatch(NAMES[spec.id], held[0]), held
+
+    error = agent("query", sql="SELECT 1/0")
+    assert error["ok"] is False and error["error"]["sqlstate"] == "22012", error
+    assert error["error"]["class"] == ERROR_CLASSES[spec.id] and error["error"]["message"]
+
+    ok(agent("execute", sql="LISTEN leakcheck_smoke"))
+    with psycopg.connect(server.conninfo(), autocommit=True) as other:
+        other.execute("SELECT pg_notify('leakcheck_smoke', 'hi')")
+    seen: list[dict[str, str]] = []
+    for _ in range(50):  # the notification arrives on the agent's connection asynchronously
+        seen += ok(agent("query", sql="SELECT 1"))["notifications"]
+        if seen:
+            break
+    assert seen == [{"channel": "leakcheck_smoke", "payload": "hi"}]
+
+    ok(agent("close"))
+    assert "notifications" not in ok(agent("hello"))
+    ok(agent("exit"))
+    assert agent.process.wait(timeout=ANSWER_SECONDS) == 0
+
+
+def test_an_agent_reports_the_parameters_its_driver_holds(
+    spec: AgentSpec, agent: Agent, server: Endpoint, postgres: PgServer
+) -> None:
+    answer = ok(agent.connect(server, {}))
+    assert answer["notifications"] == []
+    assert answer["parameters"]["server_version"].split(".")[0] == str(postgres.version.parts[0])
+    assert answer["parameters"]["client_encoding"] == "UTF8"
+
+
+def test_an_unknown_driver_setting_is_a_usage_error(spec: AgentSpec, agent: Agent, server: Endpoint) -> None:
+    answer = agent.connect(server, {"no_such_setting": "1"})
+    assert answer["ok"] is False and answer["error"]["class"] == "usage", answer
+
+
+def wait_until_running(server: Endpoint, text: str) -> None:
+    """Returns once `text` runs on the server (a cancel sent earlier would find nothing to stop)."""
+    active = "SELECT 1 FROM pg_stat_activity WHERE query = %s AND state = 'active'"
+    with psycopg.connect(server.conninfo(), autocommit=True) as watcher:
+        for _ in range(200):
+            if watcher.execute(active, [text]).fetchone():
+                return
+            time.sleep(0.05)
+    pytest.fail(f"{text!r} never ran within 10 s")
+
+
+def test_a_cancel_stops_the_running_statement_or_says_it_cannot(
+    spec: AgentSpec, agent: Agent, server: Endpoint
+) -> None:
+    ok(agent.connect(server, {}))
+    if spec.id == "pdo":  # PHP answers in order: a cancel behind a sleep would wait for it
+        assert agent("cancel")["error"]["class"] == "unsupported"
+        return
+    sleeping = agent.send("query", sql="SELECT pg_sleep(20)")
+    wait_until_running(server, "SELECT pg_sleep(20)")
+    cancel = agent.send("cancel")
+    answers = {each["id"]: each for each in (agent.answer(), agent.answer())}  # either may come first
+    assert answers[cancel]["ok"] is True, answers
+    assert answers[sleeping]["error"]["sqlstate"] == CANCELLED[spec.id], answers
+
+
+def test_two_agents_never_share_a_process_or_a_session(spec: AgentSpec, built: Path, server: Endpoint) -> None:
+    a, b = Agent(spec, built), Agent(spec, built)
+    try:
+        for each in (a, b):
+            ok(each.connect(server, SETTINGS.get(spec.id, {})))
+        ok(a("prepared", sql="SELECT 41 + 1", times=1))
+        pid_a = ok(a("query", sql="SELECT pg_backend_pid()"))["rows"]
+        pid_b = ok(b("query", sql="SELECT pg_backend_pid()"))["rows"]
+        assert a.process.pid != b.process.pid and pid_a != pid_b
+        assert ok(b("query", sql="SELECT name FROM pg_prepared_statements"))["rows"] == []
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_an_agent_ends_when_its_stdin_ends(spec: AgentSpec, agent: Agent, server: Endpoint) -> None:
+    ok(agent.connect(server, {}))
+    assert agent.process.stdin is not None
+    agent.process.stdin.close()
+    assert agent.process.wait(timeout=ANSWER_SECONDS) == 0

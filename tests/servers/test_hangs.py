@@ -1,0 +1,226 @@
+"""Every wait has a bound: a pooler that stops answering or a server that dies fails its cell, the run goes
+on, and a stop signal during such a hang ends the run within seconds, leaving nothing running.
+
+Real servers, stopped with SIGSTOP or killed with SIGKILL by the test. The only timing checks are generous
+bounds: a few times the bounds the README states (console 5 s, connect 3 s, probe 30 s, clean-up 2 s + stop).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.versions import parse_spec
+from leakcheck.probes import PROBES
+from leakcheck.provision.host.owner import start_time
+from leakcheck.provision.host.proc_sockets import children_of
+from leakcheck.provision.host.sysv_shm import attached, recorded_segment
+from leakcheck.provision.native import NativeBackend
+from leakcheck.run.failfast import FailFast
+from leakcheck.run.runner import PROBE_TIMEOUT, pool_settings, pooler_lane, run_probe
+
+pytestmark = pytest.mark.servers
+
+#: The console's 5 s and a connect's 3 s, three times over.
+STOPPED_POOLER_BOUND = 3 * (5 + 3)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def server_on(port: int, parent: int | None = None) -> int:
+    """The pid of the PostgreSQL or PgBouncer child of `parent` (default: this process) serving `port`."""
+    for pid in children_of(parent or os.getpid()):
+        argv = _cmdline(pid)
+        if str(port) in argv:  # postgres -p PORT
+            return pid
+        ini = next((Path(a) for a in argv if a.endswith("pgbouncer.ini")), None)
+        if ini is not None and f"listen_port = {port}\n" in ini.read_text():
+            return pid
+    raise AssertionError(f"no server of ours on port {port}")
+
+
+class Cell:
+    """PostgreSQL 16 and PgBouncer 1.24 on a backend of the test's own, as a matrix run uses it."""
+
+    def __init__(self, backend: NativeBackend) -> None:
+        self.backend = backend
+        self.run = FailFast(backend)  # as matrix runs wrap it: a server that failed once fails fast
+        self.pg = backend.resolve_pg(parse_spec("16", "--pg"))
+        self.pooler = Pooler(PoolerKind.PGBOUNCER, backend.resolve_pooler(PoolerKind.PGBOUNCER,
+                                                                           parse_spec("1.24", "--bouncer")))
+
+    def probe(self, route: Route = Route.TRANSACTION, probe: str = "timezone") -> Outcome:
+        chosen = next(p for p in PROBES if p.id == probe)
+        pooler = self.pooler if route is not Route.DIRECT else None
+        return run_probe(self.run, chosen, Target(self.pg, pooler, route, Driver.PSYCOPG))
+
+    def pooler_port(self) -> int:
+        """The port of the PgBouncer process the timezone probe uses."""
+        target = Target(self.pg, self.pooler, Route.TRANSACTION, Driver.PSYCOPG)
+        settings = pool_settings(next(p for p in PROBES if p.id == "timezone"), target)
+        assert settings is not None
+        with self.backend.pooler(self.pg, self.pooler, settings, pooler_lane(target)) as endpoint:
+            return endpoint.port
+
+
+@pytest.fixture
+def cell() -> Iterator[Cell]:
+    with NativeBackend() as backend:
+        yield Cell(backend)
+
+
+def test_a_stopped_pgbouncer_fails_its_cell_with_one_line_naming_it_and_the_run_goes_on(cell: Cell) -> None:
+    assert cell.probe().verdict is not Verdict.ERROR  # its PgBouncer runs and answers
+    bouncer = server_on(cell.pooler_port())
+    os.kill(bouncer, signal.SIGSTOP)
+    started = time.monotonic()
+    outcomes = [cell.probe() for _ in range(3)]
+    took = time.monotonic() - started
+
+    assert [o.verdict for o in outcomes] == [Verdict.ERROR] * 3
+    assert "PgBouncer" in outcomes[0].evidence and "\n" not in outcomes[0].evidence
+    assert "did not answer" in outcomes[0].evidence
+    assert all("PgBouncer" in o.evidence for o in outcomes[1:])
+    assert took < STOPPED_POOLER_BOUND, f"a stopped PgBouncer held its cell for {took:.0f} s"
+    # The rest of the run goes on: the same PostgreSQL, directly, still measures.
+    assert cell.probe(Route.DIRECT).verdict is not Verdict.ERROR
+
+
+def test_a_killed_postmaster_fails_its_cell_at_once_and_leaves_no_shared_memory_nor_folders() -> None:
+    with NativeBackend() as backend:
+        cell = Cell(backend)
+        assert cell.probe().verdict is not Verdict.ERROR  # PostgreSQL and its PgBouncer run
+        port = backend.postgres(cell.pg).port
+        postmaster = server_on(port)
+        data = Path(os.readlink(f"/proc/{postmaster}/cwd"))  # it runs in its data folder
+        folder = data.parent
+        segment = recorded_segment(data / "postmaster.pid")
+        assert segment is not None and attached(segment)
+        os.kill(postmaster, signal.SIGKILL)
+        while Path(f"/proc/{postmaster}/stat").read_text().split()[2] not in "ZX":
+            time.sleep(0.01)
+        started = time.monotonic()
+        pooled, direct = cell.probe(), cell.probe(Route.DIRECT)
+        took = time.monotonic() - started
+
+        for outcome in (pooled, direct):
+            assert outcome.verdict is Verdict.ERROR
+            assert f"PostgreSQL {cell.pg}" in outcome.evidence and "SIGKILL" in outcome.evidence
+        assert took < PROBE_TIMEOUT, f"a dead PostgreSQL took {took:.0f} s to fail its cell"
+    assert attached(segment) is None, f"shared memory segment {segment.shmid} remains"
+    assert not folder.exists()
+
+
+#: A leakcheck command whose PgBouncer is stopped (SIGSTOP) while it resets the pool, as in a run.
+_HUNG_COMMAND = textwrap.dedent("""
+    import os, signal, sys
+    from leakcheck.cli.exits import guarded
+    from leakcheck.provision.native import NativeBackend
+    from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+    from leakcheck.model.target import Pooler, PoolerKind
+    from leakcheck.model.versions import parse_spec
+
+    def body():
+        with NativeBackend() as backend:
+            pg = backend.resolve_pg(parse_spec("16", "--pg"))
+            pooler = Pooler(PoolerKind.PGBOUNCER, backend.resolve_pooler(PoolerKind.PGBOUNCER, parse_spec("1.24", "-")))
+            settings = PoolSettings(PoolMode.TRANSACTION, 1)
+            with backend.pooler(pg, pooler, settings) as endpoint:
+                print(endpoint.port, flush=True)
+            os.kill(int(sys.stdin.readline()), signal.SIGSTOP)
+            print("stopped", flush=True)
+            while True:  # every use resets the pool on the stopped PgBouncer's console
+                try:
+                    with backend.pooler(pg, pooler, settings):
+                        pass
+                except Exception:
+                    pass
+        return 0
+
+    sys.exit(guarded(body))
+""")
+
+
+def test_sigterm_while_the_pgbouncer_is_stopped_ends_the_command_within_seconds_and_nothing_is_left() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _HUNG_COMMAND], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, text=True)
+    with proc:
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            port = int(proc.stdout.readline())
+            bouncer = server_on(port, proc.pid)
+            started = start_time(bouncer)
+            proc.stdin.write(f"{bouncer}\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "stopped\n"
+            time.sleep(1.0)  # now inside a reset on the stopped console
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(15)  # the clean-up bound (a console wait, 2 s, a 3 s stop), three times over
+            except subprocess.TimeoutExpired:
+                pytest.fail("SIGTERM did not end a command waiting on a stopped PgBouncer within 15 s")
+            assert code == 130, proc.stderr.read() if proc.stderr else ""
+            assert start_time(bouncer) != started, "the stopped PgBouncer is still there"
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _bouncer_of(session: int) -> int | None:
+    """The transaction-mode PgBouncer a matrix run under `session` started, once it runs."""
+    for pid in children_of(session):
+        argv = _cmdline(pid)
+        ini = next((Path(a) for a in argv if a.endswith("pgbouncer.ini")), None)
+        if ini is not None and "pool_mode = transaction\n" in ini.read_text():
+            return pid
+    return None
+
+
+def test_sigterm_while_a_lane_waits_on_a_stopped_pgbouncer_ends_the_matrix_run_within_seconds(
+    tmp_path: Path,
+) -> None:
+    # The matrix itself, not one command: a lane thread sits in the pool reset on the stopped console
+    # while the main thread is told to stop (before the console had a deadline, close() waited on it).
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--rootdir={tmp_path}", str(tmp_path),
+         "--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--controls=no", "--jobs=1", "-v"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    bouncer = None
+    with proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # the first probe's result: the pooler runs and is between probes
+                if "test_leak[" in line and ("PASSED" in line or "FAILED" in line):
+                    break
+            bouncer = _bouncer_of(proc.pid)
+            assert bouncer is not None, "no transaction-mode PgBouncer under the run"
+            os.kill(bouncer, signal.SIGSTOP)
+            time.sleep(1.0)  # the next probe's reset now waits on the stopped console
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOPPED_POOLER_BOUND)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"SIGTERM did not end a matrix run on a stopped PgBouncer within {STOPPED_POOLER_BOUND} s")
+            assert not Path(f"/proc/{bouncer}").exists() or _cmdline(bouncer) == [""], "the PgBouncer is left"
+            assert not children_of(proc.pid), "the run left processes behind"
+        finally:
+            if bouncer is not None and Path(f"/proc/{bouncer}").exists():
+                os.kill(bouncer, signal.SIGCONT)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
