@@ -19,7 +19,8 @@ from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
 
 #: Seconds the long statement has to be seen running (C polls pg_stat_activity).
 START_BOUND = 5.0
-#: Seconds a cancel has, from when it was sent, to stop the long statement (then C lets go).
+#: Seconds a cancel has, from its delivery (the driver's cancel call returned), to stop the long
+#: statement (then C lets go).
 CANCEL_BOUND = 2.0
 #: Seconds the long statement, and a driver's cancel call, have to end once C let go.
 FINISH_BOUND = 10.0
@@ -73,13 +74,18 @@ def _ms(seconds: float | None) -> str:
 
 async def _cancel_beside(s: Scenario, long: Long) -> tuple[float | None, Attempt, Attempt]:
     """A's driver cancels while `long` runs: seconds until `long` ended (None: not within
-    CANCEL_BOUND), its result once C let go, and the cancel call's own result. The cancel call runs
-    beside the wait, since some drivers answer a cancel only after the statement before it (PDO);
-    NotApplicable when A's driver cannot cancel."""
-    began = asyncio.get_running_loop().time()
+    CANCEL_BOUND of the cancel's delivery), its result once C let go, and the cancel call's own
+    result. The cancel call runs beside the wait, since some drivers answer a cancel only after the
+    statement before it (PDO); NotApplicable when A's driver cannot cancel."""
+    assert long.task is not None
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     cancelling = asyncio.create_task(attempt(s.a.cancel()))
     try:
-        acted = await long.ended_within(CANCEL_BOUND, began)
+        # The bound counts from the cancel's delivery (the driver's call returned), not from its start:
+        # a slow machine's connect to the pooler must not turn into a lost cancel.
+        await asyncio.wait({cancelling, long.task}, timeout=FINISH_BOUND, return_when=asyncio.FIRST_COMPLETED)
+        acted = await long.ended_within(loop.time() - began + CANCEL_BOUND, began)
     finally:
         result = await long.release()  # C lets go: a statement the cancel did not stop completes now
     return acted, result, await asyncio.wait_for(cancelling, FINISH_BOUND)
