@@ -120,8 +120,13 @@ async def _measure(
             raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
+    # A pooler leakcheck started with the probe's pool size, that hands out servers in its own order
+    # (Odyssey): one more client of the pool, H, can hold a server to place A and B (Scenario.keep_a_home).
+    settings = pool_settings(probe, target)
+    holds = not promised and not running and settings is not None and settings.mode is not PoolMode.SESSION
     scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised,
-                        next_b=lambda: connect(target.driver, "B", where))
+                        next_b=lambda: connect(target.driver, "B", where),
+                        holder=(lambda: connect(target.driver, "H", where)) if holds else None)
     try:
         observation = await probe.body(scenario)
         if running:
