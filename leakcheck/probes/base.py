@@ -197,8 +197,9 @@ class Scenario:
             handed.append(str(got))
             await attempt(self.b.execute("COMMIT"))
         raise NotApplicable(f"B could not claim A's server connection ({home}) in {PLACEMENT_TRIES} "
-                            f"transactions (B was handed {', '.join(sorted(set(handed)))}): the pooler hands "
-                            "out servers in its own order, so A cannot be moved to another one as this probe needs")
+                            f"transactions (B was handed {', '.join(sorted(set(handed)))}): the pooler keeps B on "
+                            "other server connections (in its own order, or each connected client on its own), so A "
+                            "cannot be moved to another one as this probe needs")
 
     @contextlib.asynccontextmanager
     async def a_on_another_server(self) -> AsyncIterator[None]:
