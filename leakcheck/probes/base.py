@@ -85,7 +85,12 @@ class Scenario:
     next_b: Callable[[], Awaitable[Client]] | None = None
     #: where A connected (its first item), then, in a fleet (--bouncer-fleet), the fleet's other processes
     addresses: tuple[Endpoint, ...] = ()
+    #: H, one more client of a pool leakcheck started that hands out servers in its own order
+    #: (Odyssey): it holds a server connection so the probe's pool of two places A and B (keep_a_home)
+    holder: Callable[[], Awaitable[Client]] | None = None
     _c: Client | None = None
+    _h: Client | None = None
+    _h_server: ServerId | None = None
     _slot: dict[str, Slot] = field(default_factory=dict)
 
     def name(self, stem: str) -> str:
@@ -182,27 +187,67 @@ class Scenario:
             self._c = await self.third()
         return self._c
 
+    async def _identity(self, client: Client) -> ServerId:
+        """The server connection of the client's open transaction block (no proof recorded)."""
+        (pid, started), = [r[:2] for r in await client.query(f"SELECT {IDENTITY}")]
+        return ServerId(int(pid), str(started))
+
+    async def keep_a_home(self) -> None:
+        """Before A's first step of a probe that moves A (a_on_another_server). On a pooler that hands
+        out servers in its own order (Odyssey; `holder` given), H opens a transaction and holds one
+        server connection of the pool of two, so each of A's transactions runs on the other one,
+        HOME; a_on_another_server then has B claim HOME and lets H's go to A. Elsewhere (PgBouncer
+        hands B the server A used last; a running pooler's pool size is not known) it does nothing."""
+        if self.holder is None or self.route is not Route.TRANSACTION or self._h is not None:
+            return
+        self._h = await self.holder()
+        await self._h.execute("BEGIN")
+        self._h_server = await self._identity(self._h)
+
+    async def _claim_home_while_h_holds(self, home: ServerId | None) -> None:
+        """B opens its transaction while H holds the pool's other server connection: a pool of two
+        leaves B only A's (checked, with every server named); then H commits, so A's next steps can
+        only be given the one H held."""
+        assert self._h is not None
+        await self.b.execute("BEGIN")
+        got = await self._identity(self.b)
+        if home is not None and got != home:
+            await attempt(self.b.execute("COMMIT"))
+            raise NotApplicable(f"B was handed {got}, not A's server connection {home}, while H held "
+                                f"{self._h_server}: the pooler did not keep to the pool of two server connections "
+                                "the probe asked for, so A cannot be moved to another one as this probe needs")
+        await attempt(self._h.execute("COMMIT"))
+
+    async def _claim_by_retries(self, home: ServerId | None) -> None:
+        """B opens transactions until it is handed A's server connection (PgBouncer hands B the one A
+        used last at once: the proofs check it); PLACEMENT_TRIES at most, then not applicable."""
+        handed: list[str] = []
+        for _ in range(PLACEMENT_TRIES):
+            await self.b.execute("BEGIN")
+            got = await self._identity(self.b)
+            if home is None or got == home:
+                return
+            handed.append(str(got))
+            await attempt(self.b.execute("COMMIT"))
+        raise NotApplicable(f"B could not claim A's server connection ({home}) in {PLACEMENT_TRIES} "
+                            f"transactions (B was handed {', '.join(sorted(set(handed)))}): the pooler keeps B on "
+                            "other server connections (in its own order, or each connected client on its own), so A "
+                            "cannot be moved to another one as this probe needs")
+
     @contextlib.asynccontextmanager
     async def a_on_another_server(self) -> AsyncIterator[None]:
         """B claims A's server by holding a transaction open, so A's steps inside the block run on
         another server connection (the probe needs pool_size=2). A's proofs inside are AWAY,
-        B's stay HOME; the classifier checks both. A pooler that does not hand B the server A used
-        last (PgBouncer does) gets a few more tries; then the move cannot be set up: not applicable."""
+        B's stay HOME; the classifier checks both. On a pooler that hands out servers in its own
+        order, H (keep_a_home) makes B's claim certain; without H (a running pooler) B gets a few
+        tries, and then the move cannot be set up: not applicable."""
         a_last = next((p.server for p in reversed(self.proofs) if p.client == self.a.label), None)
         if self.route is not Route.TRANSACTION or self.placement_promised:
             a_last = None  # the controls have sessions of their own; PgBouncer's choice the proofs check
-        handed: list[str] = []
-        for _ in range(PLACEMENT_TRIES):
-            await self.b.execute("BEGIN")
-            (pid, started), = [r[:2] for r in await self.b.query(f"SELECT {IDENTITY}")]
-            if a_last is None or ServerId(int(pid), str(started)) == a_last:
-                break
-            handed.append(str(ServerId(int(pid), str(started))))
-            await attempt(self.b.execute("COMMIT"))
+        if self._h is not None:
+            await self._claim_home_while_h_holds(a_last)
         else:
-            raise NotApplicable(f"B could not claim A's server connection ({a_last}) in {PLACEMENT_TRIES} "
-                                f"transactions (B was handed {', '.join(sorted(set(handed)))}): the pooler hands "
-                                "out servers in its own order, so A cannot be moved to another one as this probe needs")
+            await self._claim_by_retries(a_last)
         try:
             await self.observe(self.b, "holds A's server", "1")
             self._slot[self.a.label] = Slot.AWAY
@@ -229,9 +274,10 @@ class Scenario:
         self.b = await self.next_b()
 
     async def close(self) -> None:
-        if self._c is not None:
-            with contextlib.suppress(Exception):
-                await self._c.close()
+        for client in (self._c, self._h):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.close()
 
 
 ProbeBody = Callable[[Scenario], Awaitable[Observation]]

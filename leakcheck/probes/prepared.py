@@ -110,6 +110,7 @@ async def protocol_prepare(s: Scenario) -> Observation:
 @probe("protocol_prepare_moved", "protocol-level prepared statement, client moved to another server",
        pool_size=2)
 async def protocol_prepare_moved(s: Scenario) -> Observation:
+    await s.keep_a_home()  # where the pooler chooses servers itself, H holds the one A must not use yet
     marker = s.name("prep")
     first, names = await prepare_in_a(s, marker)
     if first.failed:

@@ -143,6 +143,7 @@ async def set_role(s: Scenario) -> Observation:
 
 
 async def _moved(s: Scenario, name: str, value: str) -> Observation:
+    await s.keep_a_home()  # where the pooler chooses servers itself, H holds the one A must not use yet
     # A: sets the value on the server it has now, and reads it back in the same transaction.
     inside = await s.run(s.a, f"SET {name}", f"SET {name} = {value}", f"SELECT {setting(name)}")
     if inside.failed:

@@ -150,8 +150,9 @@ async def _measure(
             raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
+    holder = (lambda: connect(target.driver, "H", where, settings)) if may_hold(probe, target) else None
     scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised,
-                        next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses)
+                        next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses, holder=holder)
     try:
         observation = await probe.body(scenario)
         if running:
@@ -165,6 +166,21 @@ async def _measure(
         await scenario.close()
         await _close(a, b, scenario.b)
     return observation, tuple(scenario.proofs)
+
+
+#: Odyssey settings that decide how many server connections a client may hold: given as axes, H could wait
+#: for one that never comes free (in session mode each connected client keeps its own).
+_POOL_SHAPE = ("pool", "pool_size")
+
+
+def may_hold(probe: Probe, target: Target) -> bool:
+    """Whether H, one more client of the pool, may hold a server connection to place A and B
+    (Scenario.keep_a_home): only on a pooler leakcheck started with the probe's pool size in transaction
+    mode that hands out servers in its own order (Odyssey; PgBouncer hands B the one A used last)."""
+    pooler, settings = target.pooler, pool_settings(probe, target)
+    if pooler is None or pooler.kind is not PoolerKind.ODYSSEY or settings is None:
+        return False
+    return settings.mode is PoolMode.TRANSACTION and not any(pooler.setting(name) for name in _POOL_SHAPE)
 
 
 def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[ServerId] | None = None) -> Outcome:
