@@ -92,6 +92,7 @@ class Search:
     max_ops: int
     database: ExampleDatabase | None = None
     database_key: str = ""  # what was measured (versions, route, driver): examples are kept apart by it
+    ops: tuple[Op, ...] = UNIVERSE  # what may be drawn: the driver's (ops.universe)
 
 
 @dataclass

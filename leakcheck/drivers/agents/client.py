@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
-from leakcheck.drivers.agents.process import AgentFault, AgentProcess
+from leakcheck.drivers.agents.process import AgentFault, AgentProcess, AgentRefused
 from leakcheck.drivers.clients import Notification, Row, ServerError
 from leakcheck.provision.base import Endpoint
 
@@ -29,14 +30,14 @@ _idle: dict[tuple[str, str, str], list[AgentProcess]] = {}
 _started: list[AgentProcess] = []
 
 
-def _lease(shipped: Shipped, slot: tuple[str, str, str]) -> AgentProcess:
+def _lease(start: Callable[[], AgentProcess], slot: tuple[str, str, str]) -> AgentProcess:
     with _lock:
         idle = _idle.get(slot, [])
         while idle:
             agent = idle.pop()
             if agent.alive:
                 return agent
-    agent = installed(shipped.spec).start()
+    agent = start()
     with _lock:
         _started.append(agent)
     return agent
@@ -86,9 +87,16 @@ class AgentClient:
     @classmethod
     async def connect(cls, shipped: Shipped, label: str, endpoint: Endpoint,
                       settings: dict[str, str] | None = None) -> AgentClient:
-        slot = (shipped.spec.id, threading.current_thread().name, label)  # the lane's thread, not a worker's
-        agent = await asyncio.to_thread(_lease, shipped, slot)
-        client = cls(label, shipped.statement_names, _Lease(slot, agent))
+        return await cls.open(shipped.spec.id, lambda: installed(shipped.spec).start(), shipped.statement_names,
+                              label, endpoint, settings)
+
+    @classmethod
+    async def open(cls, driver_id: str, start: Callable[[], AgentProcess], statement_names: str, label: str,
+                   endpoint: Endpoint, settings: dict[str, str] | None = None) -> AgentClient:
+        """A client of any agent: `start` makes a new process when the slot has no idle one."""
+        slot = (driver_id, threading.current_thread().name, label)  # the lane's thread, not a worker's
+        agent = await asyncio.to_thread(_lease, start, slot)
+        client = cls(label, statement_names, _Lease(slot, agent))
         try:
             await client._call("connect", settings=settings or {}, **_where(endpoint))
         except BaseException:
@@ -113,7 +121,7 @@ class AgentClient:
         error = answer.get("error") or {}
         kind, message = str(error.get("class", "")), str(error.get("message", ""))
         if kind in ("usage", "unsupported"):
-            raise AgentFault(f"the {self._lease.agent.driver} agent refused {op!r} ({kind}): {message}")
+            raise AgentRefused(f"the {self._lease.agent.driver} agent refused {op!r} ({kind}): {message}", kind)
         raise ServerError(str(error.get("sqlstate") or "?????"), f"{message} ({kind})" if kind else message)
 
     async def _rows(self, op: str, sql: str) -> list[Row]:
@@ -127,6 +135,14 @@ class AgentClient:
 
     async def prepared(self, sql: str) -> list[Row]:
         return await self._rows("prepared", sql)
+
+    async def free(self, sql: str) -> None:
+        """The driver's own way to drop the statement `prepared` made for `sql` (AgentRefused where it has none)."""
+        await self._call("free", sql=sql)
+
+    async def transaction(self, op: str) -> None:
+        """`begin`, `commit` or `rollback` through the driver's transaction API."""
+        await self._call(op)
 
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)
