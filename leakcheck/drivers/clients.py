@@ -191,8 +191,10 @@ def driver_version(driver: Driver) -> Version | None:
     the one its own `hello` reported when it was installed into the cache (installed here if needed)."""
     if not driver.native:
         from leakcheck.drivers.agents.install import installed  # agents import this module (ServerError, Notification)
+        from leakcheck.drivers.agents.team import registered
 
-        return installed(_shipped(driver).spec).release
+        team = registered(driver.value)
+        return team.release if team is not None else installed(_shipped(driver).spec).release
     try:
         return version_in_output(importlib.metadata.version(driver.value))
     except importlib.metadata.PackageNotFoundError:
@@ -212,5 +214,9 @@ async def connect(driver: Driver, label: str, endpoint: Endpoint) -> Client:
     if driver == Driver.ASYNCPG:
         return await AsyncpgClient.connect(label, endpoint)
     from leakcheck.drivers.agents.client import AgentClient  # agents import this module (ServerError, Notification)
+    from leakcheck.drivers.agents.team import registered
 
+    team = registered(driver.value)
+    if team is not None:
+        return await AgentClient.open(team.driver.value, team.start, team.statement_names, label, endpoint)
     return await AgentClient.connect(_shipped(driver), label, endpoint)
