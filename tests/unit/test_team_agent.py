@@ -4,6 +4,7 @@ prefixed `cmd-`; as root it runs as the servers' unprivileged user."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import stat
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.config.config import Config
+from leakcheck.discover import command
 from leakcheck.drivers.agents import team
 from leakcheck.drivers.clients import driver_version
 from leakcheck.model.errors import UsageError
@@ -97,3 +99,15 @@ def test_an_unreadable_agent_is_refused_before_it_runs(folder: Path) -> None:
     path = _agent(folder, _hello(driver="private"), "private-agent", mode=stat.S_IRWXU)
     with pytest.raises(UsageError, match="cannot read and run it"):
         team.team_driver(f"cmd:{path}")
+
+
+def test_discover_takes_a_shipped_agent_or_a_team_agent_as_its_driver(folder: Path) -> None:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    path = _agent(folder, _hello(driver="discovered"), "discover-agent")
+    for given, expected in (("node-postgres", "node-postgres"), (f"cmd:{path}", "cmd-discovered")):
+        args = parser.parse_args(["--pg=16", "--bouncer=1.18", f"--driver={given}", "--database=none"])
+        assert command.options(args).driver.value == expected
+    args = parser.parse_args(["--pg=16", "--bouncer=1.18", f"--driver=cmd:{folder}/nothing", "--database=none"])
+    with pytest.raises(UsageError, match="--driver: cmd:.*/nothing: no such file"):
+        command.options(args)
