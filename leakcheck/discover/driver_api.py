@@ -15,12 +15,12 @@ from typing import Any
 import asyncpg
 import psycopg
 
+from leakcheck.discover.lab import Endpoint
 from leakcheck.discover.ops import Abilities
 from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError, connect
 from leakcheck.model.verdicts import Driver
-from leakcheck.provision.base import Endpoint
 
 _ERRORS = (psycopg.Error, asyncpg.PostgresError, asyncpg.InterfaceError)
 

@@ -66,7 +66,9 @@ def test_node_postgres_statements_of_two_clients_collide_by_name_through_pgbounc
 def test_a_short_node_postgres_discovery_finds_the_protocol_prepared_collision(native: NativeBackend) -> None:
     with Differential(_lab(native, Route.TRANSACTION), NODE) as measure:
         ops = universe(measure.abilities())
-        found = discover(measure, Search(seed=1, budget=10.0, max_examples=300, max_ops=6, ops=ops))
+        # 10 s finds it on an idle machine (`leakcheck discover --budget=10s --seed=1`); 30 s leaves room
+        # for a machine other test runs share (the search is timed, its rounds end with the budget)
+        found = discover(measure, Search(seed=1, budget=30.0, max_examples=300, max_ops=6, ops=ops))
     assert _collisions(found), f"no stmt_N collision among {len(found.findings)} finding(s): {found.stopped}"
 
 
