@@ -13,6 +13,7 @@ from leakcheck.config import inputs, matrix_file
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
 from leakcheck.drivers.agents.catalogue import known_drivers
+from leakcheck.drivers.agents.team import is_team, team_driver
 from leakcheck.drivers.settings import check_axis
 from leakcheck.gate.diff import Cell, parse_cell
 from leakcheck.model.axes import (
@@ -455,8 +456,9 @@ def _probes(raw: str, fleet: bool = False) -> tuple[Probe, ...]:
 
 def _drivers(raw: str) -> tuple[Driver, ...]:
     known = known_drivers()
-    names = _items(raw, "--drivers", f"a comma separated list of {', '.join(known)}")
-    bad = [n for n in names if n not in known]
+    expected = f"a comma separated list of {', '.join(known)} or cmd:PATH (a team's agent)"
+    names = _items(raw, "--drivers", expected)
+    bad = [n for n in names if n not in known and not is_team(n)]
     if bad:
-        raise UsageError.bad_value("--drivers", raw, f"a comma separated list of {', '.join(known)}")
-    return tuple(Driver(n) for n in dict.fromkeys(names))
+        raise UsageError.bad_value("--drivers", raw, expected)
+    return tuple(dict.fromkeys(team_driver(n) if is_team(n) else Driver(n) for n in names))

@@ -18,8 +18,9 @@ from leakcheck.config.options import FLAGS, LIST_OPTIONS, OPTIONS
 from leakcheck.discover import options as o
 from leakcheck.discover.known import confirmed
 from leakcheck.discover.output import parse_out, write
+from leakcheck.drivers.agents.catalogue import known_drivers
+from leakcheck.drivers.agents.team import is_team, spelled, team_driver
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import NATIVE_DRIVERS
 from leakcheck.model.verdicts import Driver, Route
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.run import signals
@@ -50,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag in CELL_LISTS:
         ini, text = lists[flag]
         parser.add_argument(flag, dest=ini, action="append", help=f"{text} (one value each: one cell)")
-    parser.add_argument("--driver", default="psycopg", help="psycopg or asyncpg (default psycopg)")
+    parser.add_argument("--driver", default="psycopg", help="the driver of both clients: psycopg, asyncpg, a shipped "
+                        "agent (node-postgres, pgjdbc, ...) or cmd:PATH, a team's own agent (default psycopg)")
     parser.add_argument("--route", default="transaction",
                         help="transaction (the subject), session or direct (controls that must find nothing)")
     parser.add_argument("--budget", default=o.DEFAULT_BUDGET,
@@ -68,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options(args: argparse.Namespace) -> o.Options:
     route = Route(o.parse_choice(args.route, "--route", tuple(r.value for r in o.ROUTES)))
-    driver = Driver(o.parse_choice(args.driver, "--driver", tuple(d.value for d in NATIVE_DRIVERS)))
+    driver = (team_driver(args.driver, "--driver") if is_team(args.driver)
+              else Driver(o.parse_choice(args.driver, "--driver", (*known_drivers(), "cmd:PATH"))))
     cell: dict[str, str] = {}
     for flag in (*CELL_OPTIONS, *CELL_LISTS):
         ini = FLAGS_BY_NAME[flag]
@@ -135,25 +138,27 @@ def run(opts: o.Options) -> int:
         from leakcheck.discover import engine, report
         from leakcheck.discover.differential import Differential
         from leakcheck.discover.lab import open_lab
+        from leakcheck.discover.ops import universe
         from leakcheck.discover.trace import Abort
     except ImportError as exc:
         raise UsageError(f"leakcheck discover needs hypothesis ({exc}): pip install 'leakcheck[discover]'") from None
     seed = opts.seed if opts.seed is not None else secrets.randbelow(2**32)
     database = DirectoryBasedExampleDatabase(opts.database) if opts.database is not None else None
     started = time.monotonic()
-    with open_lab({**dict(opts.cell), "leakcheck_drivers": opts.driver.value}, opts.route) as lab:
+    with open_lab({**dict(opts.cell), "leakcheck_drivers": spelled(opts.driver)}, opts.route) as lab:
         where, stem = lab.where.describe(), _stem(lab, opts)
         log.info("discover: %s, %s; budget %.0f s, seed %d (repeat with --seed=%d)", where, opts.driver, opts.budget,
                  seed, seed)
         try:
             with Differential(lab, opts.driver) as measure:
+                ops = universe(measure.abilities())
                 baseline = measure(())
                 if baseline.diffs:
                     first = baseline.diffs[0]
                     raise Abort(f"the route and the reference differ before any op ({first.who} {first.key}: "
                                 f"{first.subject} vs {first.reference}); nothing can be compared")
                 found = engine.discover(measure, engine.Search(seed, opts.budget, opts.max_examples, opts.max_ops,
-                                                               database, stem))
+                                                               database, stem, ops))
                 findings = list(engine.confirm(measure, _checked(lab, found, opts.driver)))
         except Abort as exc:
             print(terminal_safe(f"leakcheck: error: discovery could not measure: {exc}"), file=sys.stderr)

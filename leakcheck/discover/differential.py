@@ -13,9 +13,10 @@ import contextlib
 from types import TracebackType
 
 from leakcheck.discover.compare import Comparison, compare, proof_problems, servers_text
+from leakcheck.discover.driver_api import abilities
 from leakcheck.discover.execute import run_sequence
 from leakcheck.discover.lab import Endpoint, Lab
-from leakcheck.discover.ops import Op
+from leakcheck.discover.ops import Abilities, Op
 from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Abort, Trace, harness_failed
 from leakcheck.drivers.clients import Client, connect
@@ -60,6 +61,13 @@ class Differential:
 
     def __enter__(self) -> Differential:
         return self
+
+    def abilities(self) -> Abilities:
+        """What the driver's API offers beyond SQL (an agent is asked, on a direct connection)."""
+        try:
+            return self._loop.run(asyncio.wait_for(abilities(self.driver, self.lab.direct()), self.timeout))
+        except Exception as exc:  # noqa: BLE001 - Abort is a BaseException and passes through
+            raise harness_failed((), exc) from exc
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._loop.close()

@@ -42,7 +42,7 @@ from leakcheck.discover.findings import (
     unexplained,
 )
 from leakcheck.discover.known import label, signature
-from leakcheck.discover.ops import UNIVERSE, Op, repair
+from leakcheck.discover.ops import Op, repair
 from leakcheck.discover.strategy import sequences
 from leakcheck.discover.trace import harness_failed
 
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 Measure = Callable[[tuple[Op, ...]], Comparison]
 
 #: Bump when ops, rendering or signatures change meaning: examples saved before are keyed apart.
-MODEL_VERSION = "discover-2"
+MODEL_VERSION = "discover-3"
 
 
 class Difference(Exception):
@@ -117,7 +117,7 @@ def run_round(measure: Measure, search: Search, number: int, deadline: float,
         phases=(Phase.reuse, Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck),
         verbosity=Verbosity.quiet, print_blob=False,
     )
-    run = configured(with_seed(search.seed + number - 1)(given(sequences(UNIVERSE, search.max_ops))(test)))
+    run = configured(with_seed(search.seed + number - 1)(given(sequences(search.ops, search.max_ops))(test)))
     try:
         run()
         found.status = "nothing found"

@@ -5,7 +5,9 @@ statement; every other op outside the client's own transaction runs in a block `
 <identity>; <op>; COMMIT` (ROLLBACK when it failed); inside the client's transaction the proof is
 the one its BEGIN took (no pooler moves a client within a transaction block); a protocol-level
 prepared statement carries the identity columns itself; DISCARD ALL, which no block may hold, is
-proven by identities read right before and right after it, which must agree.
+proven by identities read right before and right after it, which must agree. A transaction
+begun through the driver's API takes its proof right after, as a SQL BEGIN does; freeing a
+statement (the driver's API) runs in the block like any op.
 """
 
 from __future__ import annotations
@@ -15,33 +17,17 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-import asyncpg
-import psycopg
-
-from leakcheck.discover.ops import Kind, Op, Who, in_transaction
+from leakcheck.discover.driver_api import Transactions, bound, free
+from leakcheck.discover.ops import DRIVER, Kind, Op, Who, in_transaction
 from leakcheck.discover.render import CLIENT_KEYS, REPORTED, Statement, Via, snapshot_columns, snapshot_sql, statements
 from leakcheck.discover.trace import Event, Failure, Proof, Trace
-from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError
+from leakcheck.drivers.clients import Client, Row, ServerError
 from leakcheck.model.verdicts import ServerId
 from leakcheck.probes.base import IDENTITY
 
 
 def _failure(exc: ServerError) -> Failure:
     return Failure(exc.sqlstate, exc.message)
-
-
-async def bound(client: Client, sql: str, params: tuple[str, ...]) -> list[Row]:
-    """`sql` with $1.. bound, the driver's default way (psycopg: its prepare threshold; asyncpg: its
-    statement cache), as an application passes a parameter."""
-    try:
-        if isinstance(client, PsycopgClient):
-            cur = await client.conn.execute(sql.replace("$1", "%s"), params)
-            return list(await cur.fetchall()) if cur.description else []
-        if isinstance(client, AsyncpgClient):
-            return [tuple(r) for r in await client.conn.fetch(sql, *params)]
-    except (psycopg.Error, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise ServerError(str(getattr(exc, "sqlstate", None) or "?????"), str(exc).strip()) from exc
-    raise TypeError(f"no bound-parameter call for {type(client).__name__}")
 
 
 class Runner:
@@ -51,6 +37,7 @@ class Runner:
         self.clients = clients
         self.trace = trace
         self.begun: dict[Who, int] = {}  # the index of each client's open BEGIN
+        self.transactions = Transactions()  # those opened through the driver's transaction API
 
     def _prove(self, index: int, who: Who, pid: Any, started: Any) -> None:
         self.trace.proofs.append(Proof(index, who, ServerId(int(pid), str(started))))
@@ -67,6 +54,12 @@ class Runner:
             return [row[:-2] for row in rows]
         if st.via is Via.BOUND:
             return await bound(client, st.sql, st.params)
+        if st.via is Via.FREE:  # the very text PROTOCOL prepared, so the driver frees that statement
+            await free(client, f"{st.sql}, {IDENTITY}")
+            return []
+        if st.via is Via.DRIVER:  # COMMIT or ROLLBACK of a BEGIN made through the driver's API
+            await self.transactions.end(who, client, commit=st.sql == "COMMIT")
+            return []
         return await client.query(st.sql)
 
     async def _statements(self, index: int, who: Who, sts: Sequence[Statement]) -> Any:
@@ -124,7 +117,10 @@ class Runner:
             return await self.snapshot(index, who, op)
         try:
             if op.kind is Kind.BEGIN:
-                await client.execute("BEGIN")
+                if op.variant == DRIVER:
+                    await self.transactions.begin(who, client)
+                else:
+                    await client.execute("BEGIN")
                 await self._identity(index, who)
                 return Event(index, who, op)
             if op.kind is Kind.DISCARD and op.arg == "ALL" and not inside:

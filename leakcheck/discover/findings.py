@@ -10,7 +10,7 @@ from hypothesis.database import ExampleDatabase
 
 from leakcheck.discover.compare import Comparison, Diff
 from leakcheck.discover.known import family, kind_of, signature, state, states
-from leakcheck.discover.ops import UNIVERSE, Op
+from leakcheck.discover.ops import UNIVERSE, Abilities, Op, universe
 
 _INDEX = {op: i for i, op in enumerate(UNIVERSE)}
 
@@ -92,6 +92,7 @@ class Search:
     max_ops: int
     database: ExampleDatabase | None = None
     database_key: str = ""  # what was measured (versions, route, driver): examples are kept apart by it
+    ops: tuple[Op, ...] = universe(Abilities())  # what may be drawn: the driver's (default psycopg's, asyncpg's)
 
 
 @dataclass

@@ -106,7 +106,8 @@ PROBE_OF: dict[str, str] = {
 
 #: Observations (snapshot keys and op kinds) that are about one kind of state.
 EFFECTS: dict[str, frozenset[str]] = {
-    "prepared statements": frozenset({"prepared", "prepare", "execute", "deallocate", "deallocate_all", "protocol"}),
+    "prepared statements": frozenset({"prepared", "prepare", "execute", "deallocate", "deallocate_all", "protocol",
+                                      "free"}),
     "cursors": frozenset({"cursors", "declare", "fetch", "close"}),
     "temp tables": frozenset({"temp", "create_temp", "read_temp", "drop_temp"}),
     "advisory locks": frozenset({"locks", "lock", "xact_lock", "unlock", "unlock_all"}),

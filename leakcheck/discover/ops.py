@@ -5,6 +5,10 @@ variant. `UNIVERSE` is every op discovery may generate; `repair` turns any list 
 sequence that can run through a pool of one (while a client holds a transaction, the other waits,
 so the other's next op first commits it) and means the same in autocommit as in the proven
 transaction block the executor wraps it in.
+
+Besides SQL, ops go through the driver's own API: its prepared path (PROTOCOL), freeing that
+statement (FREE), and its transaction API (BEGIN, COMMIT, ROLLBACK with the variant `driver`).
+A driver lacking one of them (`Abilities`, measured for agents) never draws those ops: `universe`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Kind(StrEnum):
     DEALLOCATE = "deallocate"
     DEALLOCATE_ALL = "deallocate_all"
     PROTOCOL = "protocol"  #: the driver's protocol-level prepared statement (Client.prepared)
+    FREE = "free"  #: the driver frees the statement PROTOCOL prepared for that slot (its own API)
     DECLARE = "declare"  #: DECLARE slot CURSOR [WITH HOLD]; without HOLD inside a transaction only
     FETCH = "fetch"
     CLOSE = "close"
@@ -52,8 +57,8 @@ class Kind(StrEnum):
     LISTEN = "listen"
     UNLISTEN = "unlisten"  #: a channel, or * (all)
     NOTIFY = "notify"
-    BEGIN = "begin"
-    COMMIT = "commit"
+    BEGIN = "begin"  #: variant `driver`: the driver's transaction API (psycopg transaction(), an agent's begin)
+    COMMIT = "commit"  #: variant `driver`: the driver's commit (always that of the BEGIN it ends: `repair`)
     ROLLBACK = "rollback"
     DISCARD = "discard"  #: DISCARD ALL / TEMP / SEQUENCES / PLANS
 
@@ -118,6 +123,8 @@ TEMP_VARIANTS = ("", "on commit drop", "on commit delete rows")
 DISCARDS = ("ALL", "TEMP", "SEQUENCES", "PLANS")
 TEMP_SLOTS, PREPARED_SLOTS, PROTOCOL_SLOTS, CURSOR_SLOTS = ("t1", "t2"), ("s1", "s2"), ("p1", "p2"), ("c1", "c2")
 LOCK_SLOTS, CHANNELS = ("1", "2"), ("ch1", "ch2")
+#: The variant of BEGIN / COMMIT / ROLLBACK sent through the driver's transaction API, not as SQL.
+DRIVER = "driver"
 
 
 @dataclass(frozen=True, order=True)
@@ -159,7 +166,7 @@ def _client_ops(who: Who) -> list[Op]:
     for s_ in PREPARED_SLOTS:
         ops += [Op(who, Kind.PREPARE, s_), Op(who, Kind.EXECUTE, s_), Op(who, Kind.DEALLOCATE, s_)]
     ops += [Op(who, Kind.DEALLOCATE_ALL)]
-    ops += [Op(who, Kind.PROTOCOL, p) for p in PROTOCOL_SLOTS]
+    ops += [Op(who, k, p) for p in PROTOCOL_SLOTS for k in (Kind.PROTOCOL, Kind.FREE)]
     for c in CURSOR_SLOTS:
         ops += [Op(who, Kind.DECLARE, c, "hold"), Op(who, Kind.DECLARE, c), Op(who, Kind.FETCH, c),
                 Op(who, Kind.CLOSE, c)]
@@ -169,13 +176,27 @@ def _client_ops(who: Who) -> list[Op]:
     for ch in CHANNELS:
         ops += [Op(who, Kind.LISTEN, ch), Op(who, Kind.UNLISTEN, ch), Op(who, Kind.NOTIFY, ch)]
     ops += [Op(who, Kind.UNLISTEN, "*")]
-    ops += [Op(who, Kind.BEGIN), Op(who, Kind.COMMIT), Op(who, Kind.ROLLBACK)]
+    ops += [Op(who, k, "", v) for v in ("", DRIVER) for k in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK)]
     ops += [Op(who, Kind.DISCARD, d) for d in DISCARDS]
     return ops
 
 
 #: Every op discovery may generate, A's then B's.
 UNIVERSE: tuple[Op, ...] = tuple(_client_ops(Who.A) + _client_ops(Who.B))
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What a driver's API offers beyond SQL (every driver has its prepared path and transactions)."""
+
+    bound: bool = True  #: a statement with a bound parameter, the driver's default way (set_config ... bound)
+    free: bool = False  #: freeing one prepared statement (psycopg and asyncpg have no public API for it)
+
+
+def universe(can: Abilities) -> tuple[Op, ...]:
+    """The ops a driver with these abilities can run, in UNIVERSE's order."""
+    return tuple(op for op in UNIVERSE if (can.free or op.kind is not Kind.FREE)
+                 and (can.bound or "bound" not in op.variant))
 
 
 def repair(raw: Iterable[Op]) -> tuple[Op, ...]:
@@ -185,23 +206,24 @@ def repair(raw: Iterable[Op]) -> tuple[Op, ...]:
     transaction still open at the end is committed."""
     out: list[Op] = []
     holder: Who | None = None
+    via = ""  # how the holder's transaction began: SQL, or the driver's API (its end goes the same way)
     for op in raw:
         if holder is not None and op.who is not holder:
-            out.append(Op(holder, Kind.COMMIT))
+            out.append(Op(holder, Kind.COMMIT, "", via))
             holder = None
         if op.kind is Kind.BEGIN:
             if holder is not None:
                 continue
-            holder = op.who
+            holder, via = op.who, op.variant
         elif op.kind in (Kind.COMMIT, Kind.ROLLBACK):
             if holder is None:
                 continue
-            holder = None
+            op, holder = Op(op.who, op.kind, "", via), None
         elif txn_only(op) and holder is None:
             continue
         out.append(op)
     if holder is not None:
-        out.append(Op(holder, Kind.COMMIT))
+        out.append(Op(holder, Kind.COMMIT, "", via))
     return tuple(out)
 
 

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from leakcheck.discover.ops import SETTING, Kind, Op, Who, quote
+from leakcheck.discover.ops import DRIVER, SETTING, Kind, Op, Who, quote
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class Via(StrEnum):
     SIMPLE = "simple"  #: Client.query (psycopg prepare=False; asyncpg unnamed)
     PROTOCOL = "protocol"  #: Client.prepared: the driver's named prepared statement; the proof is appended
     BOUND = "bound"  #: the driver's default way with one bound parameter ($1)
+    FREE = "free"  #: the driver frees its statement of this text (the PROTOCOL one: same text, proof appended)
+    DRIVER = "driver"  #: the driver's transaction API; the SQL is what it sends (BEGIN, COMMIT, ROLLBACK)
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,10 @@ def statements(op: Op, n: Names) -> tuple[Statement, ...]:
                 Statement(f"SELECT nextval({quote(n.sequence(w))})"))
     if k is Kind.PREPARE:
         return _one(f"PREPARE {n.obj(arg)} AS SELECT {quote(n.value(w, arg))}::text")
-    if k is Kind.PROTOCOL:
-        return _one(f"SELECT {quote(n.value(w, arg))}::text AS v", Via.PROTOCOL)
+    if k in (Kind.PROTOCOL, Kind.FREE):
+        return _one(f"SELECT {quote(n.value(w, arg))}::text AS v", Via.PROTOCOL if k is Kind.PROTOCOL else Via.FREE)
+    if k in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK) and op.variant == DRIVER:
+        return _one(k.upper(), Via.DRIVER)
     if k is Kind.DECLARE:
         hold = " WITH HOLD" if op.variant == "hold" else ""
         return _one(f"DECLARE {n.obj(arg)} CURSOR{hold} FOR SELECT {quote(n.value(w, arg))} || ':' || g "

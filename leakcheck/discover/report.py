@@ -32,7 +32,8 @@ def slug(f: Finding) -> str:
 
 class DriverNames:
     """The names the driver gives its protocol-level statements, per client: psycopg `_pg3_N` and
-    asyncpg `__asyncpg_stmt_N__` (numbered per connection), one per distinct query text."""
+    asyncpg `__asyncpg_stmt_N__` (numbered per connection), one per distinct query text; an agent's
+    are shown as node-postgres names them (`stmt_N`), a stand-in with the same per-connection count."""
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
@@ -45,9 +46,16 @@ class DriverNames:
             return self._names[(who, sql)], False
         n = self._count.get(who, 0)
         self._count[who] = n + 1
-        name = f"_pg3_{n}" if self.driver == Driver.PSYCOPG else f"__asyncpg_stmt_{n + 1:x}__"
+        name = (f"_pg3_{n}" if self.driver == Driver.PSYCOPG else f"__asyncpg_stmt_{n + 1:x}__"
+                if self.driver == Driver.ASYNCPG else f"stmt_{n + 1}")
         self._names[(who, sql)] = name
         return name, True
+
+    def freed(self, who: Who, sql: str) -> str:
+        """The name of a statement the driver frees: its next use prepares it again."""
+        name = self.name(who, sql)[0]
+        del self._names[(who, sql)]
+        return name
 
 
 def _lines(op: Op, st: Statement, names: DriverNames) -> list[str]:
@@ -57,6 +65,10 @@ def _lines(op: Op, st: Statement, names: DriverNames) -> list[str]:
     values = "".join(f" {quote(p)}" for p in st.params)
     if st.via is Via.BOUND and names.driver == Driver.PSYCOPG:
         return [f"{st.sql} \\bind{values} \\g"]
+    if st.via is Via.FREE:
+        return [f"\\close_prepared {names.freed(op.who, st.sql)}  -- the driver frees its statement"]
+    if st.via is Via.DRIVER:
+        return [f"{st.sql};  -- through the driver's transaction API"]
     if st.via in (Via.PROTOCOL, Via.BOUND):
         sql = f"{st.sql}, pg_backend_pid()" if st.via is Via.PROTOCOL else st.sql
         name, new = names.name(op.who, st.sql)

@@ -22,7 +22,7 @@ GROUPS: tuple[frozenset[Kind], ...] = (
     frozenset({Kind.SET_ROLE, Kind.RESET_ROLE, Kind.RESET_ALL}),
     frozenset({Kind.CREATE_TEMP, Kind.READ_TEMP, Kind.DROP_TEMP}),
     frozenset({Kind.PREPARE, Kind.EXECUTE, Kind.DEALLOCATE, Kind.DEALLOCATE_ALL}),
-    frozenset({Kind.PROTOCOL}),
+    frozenset({Kind.PROTOCOL, Kind.FREE}),
     frozenset({Kind.DECLARE, Kind.FETCH, Kind.CLOSE}),
     frozenset({Kind.LOCK, Kind.XACT_LOCK, Kind.UNLOCK, Kind.UNLOCK_ALL}),
     frozenset({Kind.LISTEN, Kind.UNLISTEN, Kind.NOTIFY}),

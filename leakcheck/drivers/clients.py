@@ -236,8 +236,10 @@ def driver_version(driver: Driver) -> Version | None:
     the one its own `hello` reported when it was installed into the cache (installed here if needed)."""
     if not driver.native:
         from leakcheck.drivers.agents.install import installed  # agents import this module (ServerError, Notification)
+        from leakcheck.drivers.agents.team import registered
 
-        return installed(_shipped(driver).spec).release
+        team = registered(driver.value)
+        return team.release if team is not None else installed(_shipped(driver).spec).release
     try:
         return version_in_output(importlib.metadata.version(driver.value))
     except importlib.metadata.PackageNotFoundError:
@@ -260,7 +262,12 @@ async def connect(driver: Driver, label: str, endpoint: Endpoint, settings: tupl
     if driver == Driver.ASYNCPG:
         return await AsyncpgClient.connect(label, endpoint, settings, startup)
     from leakcheck.drivers.agents.client import AgentClient  # agents import this module (ServerError, Notification)
+    from leakcheck.drivers.agents.team import registered
 
-    found = _shipped(driver)
-    return await AgentClient.connect(found, label, endpoint, settings,
-                                     found.startup_settings(startup) if startup else None)
+    team = registered(driver.value)
+    found = team.shipped() if team is not None else _shipped(driver)
+    start = team.start if team is not None else None
+    chosen = found.startup_settings(startup) if startup else None
+    if start is not None:
+        return await AgentClient.open(found, start, label, endpoint, settings, chosen)
+    return await AgentClient.connect(found, label, endpoint, settings, chosen)

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from leakcheck.discover.ops import SETTINGS, UNIVERSE, Kind, Op, Who, in_transaction, repair, txn_only
+from leakcheck.discover.ops import (
+    DRIVER,
+    SETTINGS,
+    UNIVERSE,
+    Abilities,
+    Kind,
+    Op,
+    Who,
+    in_transaction,
+    repair,
+    txn_only,
+    universe,
+)
 from leakcheck.discover.strategy import GROUPS, grouped, sequences
 
 A, B = Who.A, Who.B
@@ -70,3 +82,18 @@ def test_generated_sequences_are_repaired_and_never_interleave_an_open_transacti
             holder = None
         assert not txn_only(op) or holder is not None
     assert holder is None
+
+
+def test_a_driver_draws_free_only_where_it_can_and_an_agent_no_bound_parameter() -> None:
+    native, agent = universe(Abilities()), universe(Abilities(bound=False, free=True))
+    assert not any(op.kind is Kind.FREE for op in native) and any("bound" in op.variant for op in native)
+    assert any(op.kind is Kind.FREE for op in agent) and not any("bound" in op.variant for op in agent)
+    assert {op.variant for op in native if op.kind is Kind.BEGIN} == {"", DRIVER}
+
+
+def test_a_transaction_ends_the_way_it_began() -> None:
+    drawn = [Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT), Op(A, Kind.BEGIN), Op(A, Kind.ROLLBACK, "", DRIVER),
+             Op(A, Kind.BEGIN, "", DRIVER), Op(B, Kind.OBSERVE)]
+    assert repair(drawn) == (Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT, "", DRIVER), Op(A, Kind.BEGIN),
+                             Op(A, Kind.ROLLBACK), Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT, "", DRIVER),
+                             Op(B, Kind.OBSERVE))

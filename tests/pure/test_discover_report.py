@@ -134,3 +134,13 @@ def test_options_read_every_flag() -> None:
                                  max_examples="9", max_ops="4", out="none", database="none"))
     assert (opts.route, opts.driver, opts.budget, opts.seed, opts.max_examples, opts.max_ops, opts.out,
             opts.database) == ("session", "asyncpg", 120.0, 5, 9, 4, None, None)
+
+
+def test_an_agents_free_and_its_transaction_api_print_as_psql_steps_that_say_so() -> None:
+    ops = (Op(A, Kind.BEGIN, "", "driver"), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.FREE, "p1"),
+           Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.COMMIT, "", "driver"))
+    text = script(finding(ops, ()), "PostgreSQL 16.14, PgBouncer 1.18.0", Driver("node-postgres"))
+    assert "BEGIN;  -- through the driver's transaction API" in text
+    assert "\\close_prepared stmt_1  -- the driver frees its statement" in text
+    assert text.count("\\parse stmt_") == 2  # freed: its next use prepares it again
+    assert "COMMIT;  -- through the driver's transaction API" in text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
-from leakcheck.drivers.agents.process import AgentFault, AgentProcess
+from leakcheck.drivers.agents.process import AgentFault, AgentProcess, AgentRefused
 from leakcheck.drivers.clients import Notification, Row, ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.target import Setting
@@ -31,14 +32,14 @@ _idle: dict[tuple[str, str, str], list[AgentProcess]] = {}
 _started: list[AgentProcess] = []
 
 
-def _lease(shipped: Shipped, slot: tuple[str, str, str]) -> AgentProcess:
+def _lease(start: Callable[[], AgentProcess], slot: tuple[str, str, str]) -> AgentProcess:
     with _lock:
         idle = _idle.get(slot, [])
         while idle:
             agent = idle.pop()
             if agent.alive:
                 return agent
-    agent = installed(shipped.spec).start()
+    agent = start()
     with _lock:
         _started.append(agent)
     return agent
@@ -99,8 +100,15 @@ class AgentClient:
                       startup: dict[str, str] | None = None) -> AgentClient:
         """`settings`: the cell's driver settings (--driver-set); `startup`: the agent's own settings that
         send a probe's startup parameter (catalogue `startup_settings`), on top of them."""
+        return await cls.open(shipped, lambda: installed(shipped.spec).start(), label, endpoint, settings, startup)
+
+    @classmethod
+    async def open(cls, shipped: Shipped, start: Callable[[], AgentProcess], label: str, endpoint: Endpoint,
+                   settings: tuple[Setting, ...] = (), startup: dict[str, str] | None = None) -> AgentClient:
+        """A client of any agent (shipped, or a team's own: clients.py gives it an entry of its own);
+        `start` makes a new process when the slot has no idle one."""
         slot = (shipped.spec.id, threading.current_thread().name, label)  # the lane's thread, not a worker's
-        agent = await asyncio.to_thread(_lease, shipped, slot)
+        agent = await asyncio.to_thread(_lease, start, slot)
         client = cls(label, shipped.statement_names, _Lease(slot, agent), shipped, settings=settings)
         try:
             await client._call("connect", settings={**dict(settings), **(startup or {})}, **_where(endpoint))
@@ -121,7 +129,7 @@ class AgentClient:
         error = answer.get("error") or {}
         kind, message = str(error.get("class", "")), str(error.get("message", ""))
         if kind in ("usage", "unsupported"):
-            raise AgentFault(f"the {self._lease.agent.driver} agent refused {op!r} ({kind}): {message}")
+            raise AgentRefused(f"the {self._lease.agent.driver} agent refused {op!r} ({kind}): {message}", kind)
         refusal = next((why for start, why in self._shipped.refusals if message.startswith(start)), None)
         if refusal is not None:
             raise NotApplicable(f"{self.label}'s driver refused to go on: {message} ({refusal})")
@@ -151,6 +159,14 @@ class AgentClient:
 
     async def prepared(self, sql: str) -> list[Row]:
         return await self._rows("prepared", sql, times=self._shipped.prepared_times)
+
+    async def free(self, sql: str) -> None:
+        """The driver's own way to drop the statement `prepared` made for `sql` (AgentRefused where it has none)."""
+        await self._call("free", sql=sql)
+
+    async def transaction(self, op: str) -> None:
+        """`begin`, `commit` or `rollback` through the driver's transaction API."""
+        await self._call(op)
 
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import os
+import pwd
 import queue
 import subprocess
 import threading
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from leakcheck.model.errors import LeakcheckError
+from leakcheck.provision.host.system import ServerUser
 
 PROTOCOL = 1
 #: Seconds an agent may take to start and answer `hello` (a JVM is the slowest).
@@ -31,10 +34,28 @@ class AgentFault(LeakcheckError):
     """An agent process failed as a program (not a statement failing): died, hung, or broke the protocol."""
 
 
+class AgentRefused(AgentFault):
+    """An agent answered a request with the class `usage` or `unsupported` (it stays usable)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _home(user: ServerUser) -> str:
+    try:
+        return pwd.getpwuid(user.uid).pw_dir
+    except KeyError:
+        return "/"
+
+
 class AgentProcess:
     """A started agent: `request()` sends one request and waits (bounded) for its answer."""
 
-    def __init__(self, driver: str, argv: list[str], folder: Path) -> None:
+    def __init__(self, driver: str, argv: list[str], folder: Path, *, user: ServerUser | None = None,
+                 hello_timeout: float = HELLO_TIMEOUT, named: bool = True) -> None:
+        """`user`: run it as that user (a team's agent when leakcheck is root); `named`: its hello
+        must name `driver` (a team's agent names itself)."""
         self.driver = driver
         self._lock = threading.Lock()
         self._route = threading.Lock()  # guards the writes to stdin, _next and _waiting
@@ -43,9 +64,13 @@ class AgentProcess:
         self._ended = False
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._next = 0
+        uid, gid, groups = user.popen_ids() if user is not None else (None, None, None)
+        env = None if user is None or user.is_self else {**os.environ, "HOME": _home(user), "USER": user.name,
+                                                         "LOGNAME": user.name}
         try:
             self._proc = subprocess.Popen(argv, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE)
+                                          stderr=subprocess.PIPE, user=uid, group=gid, extra_groups=groups,
+                                          env=env)
         except OSError as exc:
             raise AgentFault(f"the {driver} agent could not be started ({' '.join(argv)}): {exc}") from exc
         assert self._proc.stdout is not None and self._proc.stderr is not None
@@ -53,8 +78,8 @@ class AgentProcess:
                          threading.Thread(target=self._keep_stderr, args=(self._proc.stderr,), daemon=True))
         for reader in self._readers:
             reader.start()
-        self.hello = self.request("hello", timeout=HELLO_TIMEOUT)
-        if self.hello.get("protocol") != PROTOCOL or self.hello.get("driver") != driver:
+        self.hello = self.request("hello", timeout=hello_timeout)
+        if self.hello.get("protocol") != PROTOCOL or (named and self.hello.get("driver") != driver):
             self.stop()
             raise AgentFault(f"the {driver} agent said {self.hello!r}; leakcheck speaks protocol {PROTOCOL}")
 

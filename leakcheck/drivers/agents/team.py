@@ -1,0 +1,117 @@
+"""A team's own agent (`--drivers=cmd:PATH`, `discover --driver=cmd:PATH`): a program the team wrote
+against the agent protocol (docs/agent-protocol.md) around their ORM, pool or framework.
+
+PATH is one executable, started with no arguments and no shell (an interpreted agent starts with a
+`#!` line), in its own folder. It is checked before any server starts: it exists, is an executable
+file, and answers `hello` with protocol 1 and a driver name within HELLO_TIMEOUT; otherwise one
+line says which. Its id in cells is `cmd-` and the name its hello gives, so it never collides with a
+shipped id (`cmd-myorm`, shown with its release as `cmd-myorm1.2.0`).
+
+It is data, not authority: an agent is a client application and needs no privilege, so when
+leakcheck runs as root the team's program runs as the unprivileged user that runs the servers
+(provision/host/system.py `server_user`, LEAKCHECK_RUN_AS), never as root; otherwise as the
+invoking user. That user must be able to read and run PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from leakcheck.drivers.agents.catalogue import Shipped
+from leakcheck.drivers.agents.process import HELLO_TIMEOUT, AgentFault, AgentProcess
+from leakcheck.drivers.agents.spec import AgentSpec
+from leakcheck.model.errors import UsageError, one_line
+from leakcheck.model.target import Driver
+from leakcheck.model.versions import Version, version_in_output
+from leakcheck.provision.host.system import ServerUser, server_user, unreadable_by
+
+#: How --drivers names a team's agent, and the prefix of its id in cells.
+SCHEME, PREFIX = "cmd:", "cmd-"
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+#: Without a `statement_names` LIKE pattern in its hello: every named statement but PgBouncer's.
+ANY_NAME = "name NOT LIKE 'PGBOUNCER\\_%'"
+
+
+@dataclass(frozen=True)
+class TeamAgent:
+    """A checked team agent: where it is, who runs it, what its hello said."""
+
+    driver: Driver  # cmd-<name>
+    path: Path
+    user: ServerUser
+    release: Version | None
+    statement_names: str  # a SQL condition on pg_prepared_statements.name
+
+    def shipped(self) -> Shipped:
+        """Its catalogue-style entry: its id and statement names; no build (it is the team's program),
+        no startup setting and no known refusals."""
+        return Shipped(AgentSpec(self.driver.value, "team", ()), self.statement_names)
+
+    def start(self, hello_timeout: float = HELLO_TIMEOUT) -> AgentProcess:
+        return AgentProcess(self.driver.value.removeprefix(PREFIX), [str(self.path)], self.path.parent,
+                            user=self.user, hello_timeout=hello_timeout)
+
+
+_lock = threading.Lock()
+_checked: dict[Path, TeamAgent] = {}  # by path: checked once per process
+
+
+def is_team(text: str) -> bool:
+    return text.startswith(SCHEME)
+
+
+def registered(driver_id: str) -> TeamAgent | None:
+    """The team agent this process checked under that id, or None."""
+    with _lock:
+        return next((a for a in _checked.values() if a.driver.value == driver_id), None)
+
+
+def spelled(driver: Driver) -> str:
+    """How --drivers names `driver`: a team agent's `cmd:PATH`, any other its id."""
+    team = registered(driver.value)
+    return f"{SCHEME}{team.path}" if team is not None else driver.value
+
+
+def team_driver(text: str, option: str = "--drivers", timeout: float = HELLO_TIMEOUT) -> Driver:
+    """`cmd:PATH` checked (see the module's docstring) and registered; its driver id."""
+    raw = text.removeprefix(SCHEME).strip()
+    if not raw:
+        raise UsageError.bad_value(option, text, "cmd:PATH, the path of an agent program")
+    path = Path(raw).expanduser().absolute()
+    with _lock:
+        if path in _checked:
+            return _checked[path].driver
+    user = server_user()  # as root the servers' unprivileged user, else the invoking user
+    if not path.is_file():
+        raise UsageError(f"{option}: {text}: no such file (the agent program to run)")
+    if not os.access(path, os.X_OK):
+        raise UsageError(f"{option}: {text}: not executable (chmod +x it, with a #! line for a script)")
+    if unreadable_by(user, [str(path.parent), str(path)]):
+        raise UsageError(f"{option}: {text}: the user {user.name}, who runs team agents, cannot read and run it")
+    try:
+        agent = AgentProcess(path.name, [str(path)], path.parent, user=user, hello_timeout=timeout, named=False)
+    except AgentFault as exc:
+        raise UsageError(f"{option}: {text}: no protocol 1 hello: {one_line(exc)}") from None
+    hello = agent.hello
+    agent.stop()
+    name = str(hello.get("driver", ""))
+    if not _NAME.fullmatch(name):
+        raise UsageError(f"{option}: {text}: its hello names the driver {name!r}; a name is lower-case letters, "
+                         "digits, '.', '_' or '-' (at most 40)")
+    pattern = hello.get("statement_names")
+    names = ANY_NAME if not isinstance(pattern, str) or not pattern else "name LIKE " + _literal(pattern)
+    found = TeamAgent(Driver(PREFIX + name), path, user, version_in_output(str(hello.get("release", ""))), names)
+    with _lock:
+        other = next((a for a in _checked.values() if a.driver == found.driver), None)
+        if other is not None:
+            raise UsageError(f"{option}: {text} and cmd:{other.path} both call themselves {name!r} in their hello")
+        _checked[path] = found
+    return found.driver
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -1,0 +1,113 @@
+"""`--drivers=cmd:PATH`: a team's agent is checked before any server starts (exists, executable,
+answers `hello` with protocol 1 and a driver name within a bound), else one line; its id is
+prefixed `cmd-`; as root it runs as the servers' unprivileged user."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leakcheck.config.config import Config
+from leakcheck.discover import command
+from leakcheck.drivers.agents import team
+from leakcheck.drivers.clients import driver_version
+from leakcheck.model.errors import UsageError
+from leakcheck.provision.host.system import server_user
+
+HELLO = '{"id": 1, "ok": true, "protocol": %s, "driver": "%s", "release": "1.2.0", "runtime": "python"}'
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    """A folder the servers' user can read (pytest's tmp_path is root's own, 0700)."""
+    made = Path(tempfile.mkdtemp(prefix="leakcheck-team-agent-"))
+    made.chmod(0o755)
+    yield made
+    for child in made.iterdir():
+        child.unlink()
+    made.rmdir()
+
+
+def _agent(folder: Path, body: str, name: str = "agent", mode: int = 0o755) -> Path:
+    path = folder / name
+    path.write_text(f"#!{sys.executable}\nimport sys, os\n{body}\n")
+    path.chmod(mode)
+    return path
+
+
+def _hello(protocol: int = 1, driver: str = "myorm", then: str = "") -> str:
+    return f"line = sys.stdin.readline()\nprint({HELLO % (protocol, driver)!r}, flush=True)\n{then}\nsys.stdin.read()"
+
+
+def test_a_team_agent_that_says_hello_gets_a_prefixed_id_with_its_release(folder: Path) -> None:
+    path = _agent(folder, _hello(), "ok-agent")
+    driver = team.team_driver(f"cmd:{path}")
+    assert driver.value == "cmd-myorm" and not driver.native
+    assert str(driver_version(driver)) == "1.2.0"
+    assert team.spelled(driver) == f"cmd:{path}"
+
+
+def test_as_root_a_team_agent_runs_as_the_servers_unprivileged_user(folder: Path) -> None:
+    folder.chmod(0o1777)  # the agent writes its uid here, whoever it runs as
+    path = _agent(folder, _hello(driver="whoami", then="open(os.path.join(os.path.dirname(__file__), 'uid'), 'w')"
+                                                       ".write(str(os.getuid()))"), "uid-agent")
+    team.team_driver(f"cmd:{path}")
+    assert int((folder / "uid").read_text()) == server_user().uid
+    if os.geteuid() == 0:
+        assert server_user().uid != 0
+
+
+def test_drivers_takes_a_team_agent_beside_the_shipped_ones(folder: Path) -> None:
+    path = _agent(folder, _hello(driver="inmatrix"), "matrix-agent")
+    config = Config.from_strings({"leakcheck_drivers": f"psycopg,cmd:{path}"})
+    assert [d.value for d in config.drivers] == ["psycopg", "cmd-inmatrix"]
+
+
+@pytest.mark.parametrize(("body", "mode", "message"), [
+    (None, 0o755, "no such file"),
+    (_hello(), 0o644, "not executable"),
+    ("sys.exit(3)", 0o755, "no protocol 1 hello"),
+    ("print('hello there', flush=True)\nsys.stdin.read()", 0o755, "no protocol 1 hello"),
+    (_hello(protocol=2), 0o755, "no protocol 1 hello"),
+    (_hello(driver="My ORM!"), 0o755, "names the driver 'My ORM!'"),
+    ("sys.stdin.read()", 0o755, "no protocol 1 hello.*within 1 s"),
+])
+def test_a_team_agent_that_is_not_one_is_a_one_line_usage_error(folder: Path, body: str | None, mode: int,
+                                                                message: str) -> None:
+    path = folder / "missing" if body is None else _agent(folder, body, mode=mode)
+    with pytest.raises(UsageError, match=message) as raised:
+        team.team_driver(f"cmd:{path}", timeout=1.0)
+    assert "\n" not in str(raised.value) and str(path) in str(raised.value)
+
+
+def test_two_team_agents_that_call_themselves_the_same_are_refused(folder: Path) -> None:
+    team.team_driver(f"cmd:{_agent(folder, _hello(driver='twin'), 'one')}")
+    with pytest.raises(UsageError, match="both call themselves 'twin'"):
+        team.team_driver(f"cmd:{_agent(folder, _hello(driver='twin'), 'two')}")
+
+
+def test_an_unreadable_agent_is_refused_before_it_runs(folder: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root runs a team agent as another user")
+    path = _agent(folder, _hello(driver="private"), "private-agent", mode=stat.S_IRWXU)
+    with pytest.raises(UsageError, match="cannot read and run it"):
+        team.team_driver(f"cmd:{path}")
+
+
+def test_discover_takes_a_shipped_agent_or_a_team_agent_as_its_driver(folder: Path) -> None:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    path = _agent(folder, _hello(driver="discovered"), "discover-agent")
+    for given, expected in (("node-postgres", "node-postgres"), (f"cmd:{path}", "cmd-discovered")):
+        args = parser.parse_args(["--pg=16", "--bouncer=1.18", f"--driver={given}", "--database=none"])
+        assert command.options(args).driver.value == expected
+    args = parser.parse_args(["--pg=16", "--bouncer=1.18", f"--driver=cmd:{folder}/nothing", "--database=none"])
+    with pytest.raises(UsageError, match="--driver: cmd:.*/nothing: no such file"):
+        command.options(args)

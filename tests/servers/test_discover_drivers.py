@@ -1,0 +1,162 @@
+"""Discovery with any driver on real servers: an agent's own statement names collide through
+PgBouncer 1.18, the controls find nothing, and the driver-level ops (free, the transaction API) run
+through the driver's API with their proofs.
+
+Smoke runs with a fixed seed and small budgets, as tests/servers/test_discover.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leakcheck.discover import lab
+from leakcheck.discover.differential import Differential, run_on
+from leakcheck.discover.engine import Search, discover
+from leakcheck.discover.ops import DRIVER, Abilities, Kind, Op, Who, universe
+from leakcheck.discover.trace import Trace
+from leakcheck.drivers.agents import client as agents
+from leakcheck.drivers.agents.catalogue import shipped
+from leakcheck.drivers.agents.install import installed
+from leakcheck.drivers.agents.team import team_driver
+from leakcheck.drivers.clients import driver_version
+from leakcheck.model.target import Driver, Pooler, PoolerKind
+from leakcheck.model.verdicts import Route, Verdict
+from leakcheck.model.versions import parse_spec
+from leakcheck.provision.native import NativeBackend
+
+pytestmark = pytest.mark.servers
+
+NODE = Driver("node-postgres")
+A, B = Who.A, Who.B
+
+
+@pytest.fixture(autouse=True)
+def _stop_agents() -> Iterator[None]:
+    yield
+    agents.stop_all()
+
+
+def _lab(native: NativeBackend, route: Route, bouncer: str = "1.18") -> lab.Lab:
+    pg = native.resolve_pg(parse_spec("16", "--pg"))
+    pooler = None if route is Route.DIRECT else Pooler(PoolerKind.PGBOUNCER, native.resolve_pooler(
+        PoolerKind.PGBOUNCER, parse_spec(bouncer, "--bouncer")))
+    return lab.at(native, pg, pooler, route)
+
+
+def _collisions(found: object) -> list[str]:
+    """Every protocol op's error 42P05 under node-postgres' own names among the findings and their others."""
+    return [d.subject for f in found.findings for c in (f, *f.also) for d in c.comparison.diffs
+            if d.key == "result:protocol" and d.subject.startswith("error 42P05") and '"stmt_' in d.subject]
+
+
+def test_node_postgres_statements_of_two_clients_collide_by_name_through_pgbouncer_1_18(native: NativeBackend) -> None:
+    with Differential(_lab(native, Route.TRANSACTION), NODE) as measure:
+        comparison = measure((Op(A, Kind.PROTOCOL, "p1"), Op(B, Kind.PROTOCOL, "p2")))
+    got = {(d.who, d.key): d for d in comparison.diffs}
+    assert got[(B, "result:protocol")].subject.startswith('error 42P05: prepared statement "stmt_1" already exists')
+    assert got[(B, "result:protocol")].reference == "'lc_B_p2'"
+
+
+def test_a_short_node_postgres_discovery_finds_the_protocol_prepared_collision(native: NativeBackend) -> None:
+    with Differential(_lab(native, Route.TRANSACTION), NODE) as measure:
+        ops = universe(measure.abilities())
+        # 10 s finds it on an idle machine (`leakcheck discover --budget=10s --seed=1`); 30 s leaves room
+        # for a machine other test runs share (the search is timed, its rounds end with the budget)
+        found = discover(measure, Search(seed=1, budget=30.0, max_examples=300, max_ops=6, ops=ops))
+    assert _collisions(found), f"no stmt_N collision among {len(found.findings)} finding(s): {found.stopped}"
+
+
+@pytest.mark.parametrize("route", [Route.DIRECT, Route.SESSION])
+def test_the_controls_find_nothing_with_node_postgres(native: NativeBackend, route: Route) -> None:
+    with Differential(_lab(native, route), NODE) as measure:
+        found = discover(measure, Search(seed=1, budget=20.0, max_examples=40, max_ops=8,
+                                         ops=universe(measure.abilities())))
+    assert found.findings == [] and found.stopped == "round 1 found nothing new in 40 sequences"
+
+
+@pytest.mark.parametrize(("driver", "frees"), [(NODE, False), (Driver("ruby-pg"), True)], ids=str)
+def test_whether_an_agent_can_free_a_statement_is_asked_of_the_agent(native: NativeBackend, driver: Driver,
+                                                                     frees: bool) -> None:
+    with Differential(_lab(native, Route.DIRECT), driver) as measure:
+        assert measure.abilities() == Abilities(bound=False, free=frees)
+
+
+def test_a_statement_the_driver_freed_is_gone_from_its_session(native: NativeBackend) -> None:
+    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.OBSERVE), Op(A, Kind.FREE, "p1"), Op(A, Kind.OBSERVE))
+    trace = asyncio.run(_trace(native, Driver("ruby-pg"), ops))
+    seen = [dict(e.fields)["prepared"] for e in trace.events if e.op == Op(A, Kind.OBSERVE)]
+    # (ruby-pg's agent sends arrays in their text form, '{...}')
+    assert "a1=" in str(seen[0]) and "_A_p1" in str(seen[0]) and seen[1] in ([], "{}")
+    assert all(e.failure is None for e in trace.events)
+
+
+def test_through_pgbouncer_1_24_ruby_pgs_free_by_name_misses_the_statement_pgbouncer_renamed(
+        native: NativeBackend) -> None:
+    # ruby-pg frees with SQL DEALLOCATE a1; PgBouncer 1.24 prepared it as PGBOUNCER_n (a driver-made difference)
+    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.FREE, "p1"), Op(B, Kind.OBSERVE))
+    with Differential(_lab(native, Route.TRANSACTION, "1.24"), Driver("ruby-pg")) as measure:
+        comparison = measure(ops)
+    got = {(d.who, d.key): d for d in comparison.diffs}
+    assert got[(A, "result:free")].subject.startswith('error 26000') and '"a1"' in got[(A, "result:free")].subject
+    assert "PGBOUNCER_" in got[(B, "prepared")].subject
+
+
+@pytest.mark.parametrize("driver", [Driver.PSYCOPG, Driver.ASYNCPG, NODE], ids=str)
+def test_a_transaction_through_the_drivers_api_rolls_back_and_commits(native: NativeBackend, driver: Driver) -> None:
+    ops = (Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.CREATE_TEMP, "t1"), Op(A, Kind.OBSERVE),
+           Op(A, Kind.ROLLBACK, "", DRIVER), Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.CREATE_TEMP, "t2"),
+           Op(A, Kind.COMMIT, "", DRIVER))
+    trace = asyncio.run(_trace(native, driver, ops))
+    inside = next(e for e in trace.events if e.op == Op(A, Kind.OBSERVE))
+    end = next(e for e in trace.events if e.op is None and e.who is A)
+    assert dict(inside.fields)["temp"] == ["t1"] and dict(end.fields)["temp"] == ["t2"]
+    assert all(e.failure is None for e in trace.events)
+
+
+async def _trace(native: NativeBackend, driver: Driver, ops: tuple[Op, ...]) -> Trace:
+    """One sequence on two direct sessions (the reference route), its events as recorded."""
+    where = _lab(native, Route.DIRECT)
+    try:
+        return await run_on(where, driver, where.direct(), Route.DIRECT, ops)
+    finally:
+        await asyncio.to_thread(agents.stop_all)
+
+
+@pytest.fixture
+def team_agent() -> Iterator[Path]:
+    """A team's own agent: the shipped node-postgres agent under another name, with a #! line, in a
+    folder of its own that the servers' user can read (it runs as that user when we are root)."""
+    node = shipped(NODE.value)
+    assert node is not None
+    made = installed(node.spec)
+    folder = Path(tempfile.mkdtemp(prefix="leakcheck-myorm-"))
+    try:
+        shutil.copytree(made.folder / "node_modules", folder / "node_modules")
+        source = (made.folder / "agent.js").read_text().replace("driver: 'node-postgres'", "driver: 'myorm'")
+        assert "driver: 'myorm'" in source
+        agent = folder / "myorm-agent"
+        agent.write_text("#!/usr/bin/env node\n" + source)
+        agent.chmod(0o755)
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(path.stat().st_mode | 0o055 if path.is_dir() else path.stat().st_mode | 0o044)
+        yield agent
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_a_team_agent_drives_discovery_and_the_probes_under_its_own_id(native: NativeBackend, team_agent: Path) -> None:
+    driver = team_driver(f"cmd:{team_agent}", "--driver")
+    assert driver.value == "cmd-myorm" and driver_version(driver) == driver_version(NODE)
+    where = _lab(native, Route.TRANSACTION)
+    with Differential(where, driver) as measure:
+        comparison = measure((Op(A, Kind.PROTOCOL, "p1"), Op(B, Kind.PROTOCOL, "p2")))
+    assert any(d.key == "result:protocol" and d.subject.startswith("error 42P05") for d in comparison.diffs)
+    # the matrix's probe, as --drivers=cmd:PATH runs it: what the shipped agent it copies measures
+    mine, theirs = (where.probe_verdicts({"protocol_prepare"}, d)["protocol_prepare"] for d in (driver, NODE))
+    assert mine is not Verdict.ERROR and mine == theirs
