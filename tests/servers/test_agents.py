@@ -101,6 +101,35 @@ def test_an_agent_hands_notifications_and_its_connection_to_the_next_probe(measu
 
 
 @pytest.mark.parametrize("driver", JS_AGENTS, ids=str)
+def test_a_connection_the_server_closed_fails_its_next_statements_and_the_agent_lives(
+    measure: Measure, driver: Driver
+) -> None:
+    async def run() -> tuple[list[str], int, int]:
+        client = await _connect(driver, "A", measure)
+        first = client.agent_pid
+        # The server ends A's connection: idle in a transaction past its idle_in_transaction timeout.
+        await client.execute("SET idle_in_transaction_session_timeout = '100ms'")
+        await client.execute("BEGIN")
+        await asyncio.sleep(1.0)
+        failed = []
+        for _ in range(2):  # (postgres.js 3.4.9 itself would end the process at the second one)
+            with pytest.raises(ServerError) as caught:
+                await client.query("SELECT 1")
+            failed.append(caught.value.sqlstate)
+        await client.close()
+        again = await _connect(driver, "A", measure)  # the same agent, a fresh connection
+        try:
+            await again.query("SELECT 1")
+            return failed, first, again.agent_pid
+        finally:
+            await again.close()
+
+    failed, first, second = asyncio.run(run())
+    assert all(code in ("08006", "25P03", "57P01") for code in failed), failed
+    assert first == second
+
+
+@pytest.mark.parametrize("driver", JS_AGENTS, ids=str)
 def test_two_clients_never_share_an_agent_process_or_a_connection(measure: Measure, driver: Driver) -> None:
     async def run() -> tuple[int, int, int, int, int, set[int], set[int]]:
         a = await _connect(driver, "A", measure)

@@ -12,6 +12,7 @@ const SETTINGS = { prepare: (v) => v === 'true' }
 
 let sql = null // the postgres() instance (max: 1)
 let conn = null // its reserved connection
+let lost = null // { closed } of the instance: its connection was closed by the server or pooler
 let notifications = []
 let running = null // the query now running, for `cancel`
 
@@ -33,6 +34,16 @@ function failure(err) {
   return { sqlstate, class: err.name || err.constructor.name, message: String(err.message || err).split('\n')[0] }
 }
 
+// postgres.js 3.4 writes a later query of a reserved connection to the socket it set to null when the
+// server closed it (TypeError in nextWrite, which ends the process): answer as the closed connection it is.
+function usable() {
+  if (lost && lost.closed) {
+    throw Object.assign(new Error('Connection closed by the server or pooler (postgres.js would write to its null socket)'),
+      { code: 'CONNECTION_CLOSED' })
+  }
+  return conn
+}
+
 async function run(query) {
   running = query
   try {
@@ -49,10 +60,12 @@ async function connect(req) {
     if (!(name in SETTINGS)) throw Object.assign(new Error(`postgres-js agent has no setting ${name}`), { usage: true })
     options[name] = SETTINGS[name](value)
   }
+  const state = { closed: false }
   const s = postgres({
     host: req.host, port: req.port, user: req.user, password: req.password, database: req.dbname,
     max: 1, connect_timeout: 10, idle_timeout: 0, onnotice: () => {},
     onnotify: (channel, payload) => notifications.push({ channel, payload }),
+    onclose: () => { state.closed = true },
     types: { leakcheck_text: { to: 25, from: AS_TEXT, serialize: String, parse: (x) => x } },
     ...options,
   })
@@ -63,11 +76,13 @@ async function connect(req) {
     throw err
   }
   sql = s
+  lost = state
 }
 
 async function close() {
   const s = sql
   sql = null
+  lost = null
   notifications = []
   if (conn) conn.release()
   conn = null
@@ -78,20 +93,20 @@ const ops = {
   hello: async () => ({ protocol: 1, driver: 'postgres-js', release: RELEASE, runtime: `node ${process.versions.node}` }),
   connect: async (req) => { await connect(req); return {} },
   // The harness way: unsafe() without values runs the simple query protocol, nothing prepared.
-  query: async (req) => ({ rows: rowsOf(await run(conn.unsafe(req.sql).values())) }),
-  execute: async (req) => { await run(conn.unsafe(req.sql)); return {} },
+  query: async (req) => ({ rows: rowsOf(await run(usable().unsafe(req.sql).values())) }),
+  execute: async (req) => { await run(usable().unsafe(req.sql)); return {} },
   // The application way: postgres.js prepares every query unless `prepare: false` (the connection's setting).
   prepared: async (req) => {
     let result
     for (let i = 0; i < (req.times || 1); i++) {
-      result = await run(conn.unsafe(req.sql, [], { prepare: true, simple: false }).values())
+      result = await run(usable().unsafe(req.sql, [], { prepare: true, simple: false }).values())
     }
     return { rows: rowsOf(result) }
   },
   free: async () => { throw Object.assign(new Error('postgres.js has no API to free a prepared statement'), { unsupported: true }) },
-  begin: async () => { await run(conn.unsafe('BEGIN')); return {} },
-  commit: async () => { await run(conn.unsafe('COMMIT')); return {} },
-  rollback: async () => { await run(conn.unsafe('ROLLBACK')); return {} },
+  begin: async () => { await run(usable().unsafe('BEGIN')); return {} },
+  commit: async () => { await run(usable().unsafe('COMMIT')); return {} },
+  rollback: async () => { await run(usable().unsafe('ROLLBACK')); return {} },
   close: async () => { await close(); return {} },
 }
 
@@ -124,7 +139,9 @@ lines.on('line', (line) => {
     if (!running) {
       return answer(req.id, null, Object.assign(new Error('postgres.js cancels a query object only while it runs: nothing runs now'), { unsupported: true }))
     }
-    running.cancel() // postgres.js's own: a CancelRequest on a new connection
+    // postgres.js's own: a CancelRequest on a new connection. Its promise rejects when the peer resets
+    // that connection (Odyssey does; PgBouncer closes it): a peer's way to end it, not the agent's end.
+    Promise.resolve(running.cancel()).catch((err) => process.stderr.write(`cancel connection: ${err.message}\n`))
     return answer(req.id, {})
   }
   if (req.op === 'exit') {
