@@ -25,8 +25,8 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--pooler", "leakcheck_pooler", "poolers as KIND:VERSION, comma separated: pgbouncer, odyssey or pgpool, e.g. "
      "odyssey:1.5,pgbouncer:1.26 (--bouncer=V is pgbouncer:V); a version or a path to the binary", None),
     ("--bouncer-fleet", "leakcheck_bouncer_fleet", "run each PgBouncer as a fleet on one port (so_reuseport): N "
-     "processes of each --bouncer release (2 to 4, e.g. 2), or one process per release given for a rolling upgrade (e.g. "
-     "1.24,1.26: each order is a cell); --bouncer-set peering=yes,no links them with peer_id and [peers]; native "
+     "processes of each --bouncer release (2 to 4, e.g. 2), or one process per release given for a rolling upgrade "
+     "(e.g. 1.24,1.26: each order is a cell); --bouncer-set peering=yes,no links them with peer_id and [peers]; native "
      "backend only", None),
     ("--bouncer-ini", "leakcheck_bouncer_ini", "your own pgbouncer.ini: every setting kept except what leakcheck must "
      "control (listen address and port, the database entry, pool size, auth, log/pid/socket paths; listed in the "
