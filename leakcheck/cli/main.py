@@ -3,7 +3,7 @@
 `leakcheck prepare`: resolve, fetch and build the servers a matrix needs, ahead of time.
 `leakcheck merge`: several runs' --results files as one report and one gate decision.
 `leakcheck fixtures`: the probes' test roles and tables in a running pooler's database (--pooled-dsn).
-`leakcheck discover`: search for session-state leaks no probe lists (hypothesis; see README).
+`leakcheck discover`: search for session-state leaks no probe lists (hypothesis; see docs/discovery.md).
 `leakcheck docs`: the docs site's generated pages (the options table; a measured matrix, dated).
 `leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
 
