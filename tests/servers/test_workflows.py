@@ -7,24 +7,21 @@ The fan-out: every job of the cell matrix as its own processes, with its own cac
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from tests.support.servers import enterable_folder
 from tests.support.workflows import LOCAL, Step, load, matrix_of, run_job
 
 
 @pytest.fixture
 def runner_home() -> Iterator[Path]:
     """Where the jobs run: a folder the server user can enter (pytest's tmp_path is private to root)."""
-    folder = Path(tempfile.mkdtemp(prefix="leakcheck-workflows-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    with enterable_folder("leakcheck-workflows-") as folder:
+        yield folder
 
 
 def _passed(steps: list[Step]) -> None:
