@@ -3,7 +3,8 @@
 `leakcheck prepare`: resolve, fetch and build the servers a matrix needs, ahead of time.
 `leakcheck merge`: several runs' --results files as one report and one gate decision.
 `leakcheck fixtures`: the probes' test roles and tables in a running pooler's database (--pooled-dsn).
-`leakcheck discover`: search for session-state leaks no probe lists (hypothesis; see README).
+`leakcheck discover`: search for session-state leaks no probe lists (hypothesis; see docs/discovery.md).
+`leakcheck docs`: the docs site's generated pages (the options table; a measured matrix, dated).
 `leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
 
 Under pytest the matrix is `pytest --pg=16,18 --bouncer=1.24,1.26`.
@@ -20,6 +21,7 @@ from typing import NoReturn
 import psycopg
 
 from leakcheck.cli import diff as diff_cli
+from leakcheck.cli import docs as docs_cli
 from leakcheck.cli import images as cli_images
 from leakcheck.cli import merge
 from leakcheck.cli import run as run_cli
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     fixtures.add_argument("--drop", action="store_true", help="remove them again")
     run_cli.add_parser(sub)
     diff_cli.add_parser(sub)
+    docs_cli.add_parser(sub)
     discovering = sub.add_parser("discover", help="search for session-state leaks no probe lists (exit 0: nothing "
                                  "new, 1: new findings, 3: could not measure, 4: bad input)")
     discover.add_arguments(discovering)
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             return guarded(lambda: run_cli.main(args))
         if args.command == "diff":
             return guarded(lambda: diff_cli.main(args))
+        if args.command == "docs":
+            return guarded(lambda: docs_cli.main(args))
         if args.command == "fixtures":
             return guarded(lambda: _fixtures(args))
         return guarded(lambda: _prepare(args))

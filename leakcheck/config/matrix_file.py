@@ -56,7 +56,7 @@ def load(path: Path) -> dict[str, str]:
     try:
         data = inputs.parse(tomllib.loads, path.read_text(encoding="utf-8"), where)
     except FileNotFoundError:
-        raise UsageError(f"{where}: there is no such file; write one (README: matrix files)") from None
+        raise UsageError(f"{where}: there is no such file; write one (docs/gate.md: matrix files)") from None
     except IsADirectoryError:
         raise UsageError(f"{where} is a folder; give a matrix file such as matrices/upgrade.toml") from None
     except (OSError, UnicodeDecodeError) as exc:

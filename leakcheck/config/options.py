@@ -20,12 +20,14 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--matrix", "leakcheck_matrix", "a matrix file (TOML) naming what you run: PostgreSQL versions, poolers with "
      "their settings and ini, drivers, probes, the baseline and the policy; options given here win over it", None),
     ("--diff", "leakcheck_diff", "print what changes from one cell to another at the end of the run, "
-     "FROM..TO, e.g. pg16/pgbouncer1.24..pg18/pgbouncer1.26 (alone, it runs just those two cells)", None),
+     "FROM..TO, e.g. pg16/pgbouncer1.24..pg18/pgbouncer1.26 (alone, it runs just those two cells; with a matrix, both "
+     "must be in it)", None),
     ("--pooler", "leakcheck_pooler", "poolers as KIND:VERSION, comma separated: pgbouncer, odyssey or pgpool, e.g. "
      "odyssey:1.5,pgbouncer:1.26 (--bouncer=V is pgbouncer:V); a version or a path to the binary", None),
     ("--bouncer-fleet", "leakcheck_bouncer_fleet", "run each PgBouncer as a fleet on one port (so_reuseport): N "
-     "processes of each --bouncer release (e.g. 2), or one process per release given for a rolling upgrade (e.g. "
-     "1.24,1.26: each order is a cell); --bouncer-set peering=yes,no links them with peer_id and [peers]", None),
+     "processes of each --bouncer release (2 to 4, e.g. 2), or one process per release given for a rolling upgrade "
+     "(e.g. 1.24,1.26: each order is a cell); --bouncer-set peering=yes,no links them with peer_id and [peers]; native "
+     "backend only", None),
     ("--bouncer-ini", "leakcheck_bouncer_ini", "your own pgbouncer.ini: every setting kept except what leakcheck must "
      "control (listen address and port, the database entry, pool size, auth, log/pid/socket paths; listed in the "
      "run header)", None),
@@ -42,12 +44,13 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "yes or no (default yes)", "yes"),
     ("--backend", "leakcheck_backend", "where servers come from: native, containers, or auto (containers when "
      "a Docker engine answers, else native); default native", "native"),
-    ("--expect", "leakcheck_expect", "a matrices/*.json of expected verdicts: a probe passes when its "
-     "verdict matches, fails when it differs (the pre-upgrade gate)", None),
+    ("--expect", "leakcheck_expect", "a baseline of expected verdicts (matrices/*.toml, or the older *.json): a "
+     "probe passes when its verdict matches, fails when it differs (the pre-upgrade gate)", None),
     ("--require", "leakcheck_require", "the probes your application relies on, comma separated (or security: "
      "every security probe): they must be isolated for the gate to pass; other problems fail only as "
      "differences from --expect (without it, they are accepted)", None),
-    ("--record", "leakcheck_record", "write the measured verdicts to this matrices/*.json file", None),
+    ("--record", "leakcheck_record", "write the measured verdicts to this baseline file (.toml: format 2, with "
+     "reasons; .json: format 1)", None),
     ("--results", "leakcheck_results", "write every outcome of the run (leak tests and controls, with their "
      "evidence and advice) to this JSON file, for `leakcheck merge` (schema leakcheck-results, version 2)", None),
     ("--report-html", "leakcheck_report_html", "write a self-contained HTML report (the matrix in colour, "

@@ -79,7 +79,7 @@ def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterabl
     if not eq or not _NAME.fullmatch(name):
         raise UsageError.bad_value(option, raw, f"{shape}: a setting name, '=', then its values")
     if name in set(reserved):
-        raise UsageError(f"{option}={raw!r}: leakcheck sets {name} itself (see the README's list of the "
+        raise UsageError(f"{option}={raw!r}: leakcheck sets {name} itself (see docs/poolers.md, the list of the "
                          "settings leakcheck controls); leave it out")
     return Axis(kind, name, _values(values_text, option, raw, shape))
 

@@ -4,7 +4,7 @@ A probe turns the errors its steps raise into facts (`broke`, sometimes `leaked`
 error the machine caused (a full disk, no memory, a crashed server, a connection that broke) says
 nothing about the pooler: the outcome is *error*, which no baseline records. The rule is one table
 keyed by SQLSTATE class, or by one code where a class mixes both kinds; the most specific entry
-wins, and a class not listed is the feature's (a measurement). The README's "Verdicts" section
+wins, and a class not listed is the feature's (a measurement). docs/concepts.md's "Verdicts" section
 shows the same table.
 """
 

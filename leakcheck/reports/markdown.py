@@ -50,7 +50,7 @@ def _verdict_cell(o: Outcome | None) -> str:
     return f"**{text}**" if o.verdict.is_problem or o.verdict is Verdict.ERROR else text
 
 
-def _table(g: Grid) -> list[str]:
+def md_table(g: Grid) -> list[str]:
     """The header (with its separator) then one line per probe."""
     head = "| probe | " + " | ".join(md_text(c) for c in g.columns) + " |"
     lines = [f"{head}\n|---|" + "---|" * len(g.columns)]
@@ -71,7 +71,7 @@ def _details(o: Outcome) -> str:
     return "\n".join([*parts, "</details>"])
 
 
-def _legend(outcomes: Sequence[Outcome]) -> str:
+def md_legend(outcomes: Sequence[Outcome]) -> str:
     seen = {o.verdict for o in outcomes}
     lines = [f"- **{md_text(word(v))}**: {md_text(MEANING[v])}" for v in Verdict if v in seen]
     lines += [f"- {md_text(SUFFIX)}"] if any(o.other_facts for o in outcomes) else []
@@ -79,7 +79,7 @@ def _legend(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(["<sub>", "", *lines, f"- {md_text(MISSING)}", "", "</sub>"])
 
 
-def _controls(outcomes: Sequence[Outcome]) -> str | None:
+def md_controls(outcomes: Sequence[Outcome]) -> str | None:
     lines = [f"- {route.value} control ({CONTROL[route]}): {render_counts(c)}"
              for route in CONTROL_ROUTES if (c := [o for o in outcomes if o.route is route])]
     if not lines:
@@ -97,15 +97,15 @@ def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", li
     head = f"## {md_text(title)}\n\nverdicts: {md_text(render_counts(results)) or 'none'}\n\n"
     chunks: list[tuple[str, str]] = []  # (text with its line ends, the unit a cut counts it as)
     for g in grids:
-        header, *rows = _table(g)
+        header, *rows = md_table(g)
         chunks += [(f"### {md_text(g.title)}\n\n{header}\n", "table"), *((f"{r}\n", "table row") for r in rows)]
         chunks.append(("\n", ""))  # the blank line that ends a table
-    controls = _controls(results)
+    controls = md_controls(results)
     chunks += [(f"{controls}\n\n", "section")] if controls else []
     said = workarounds(results)
     chunks += [(f"### {md_text(TITLE)}\n\n" + "".join(f"- {md_text(line)}\n" for line in said) + "\n", "section")
                ] if said else []
-    chunks += [(f"{_legend(results)}\n\n", "section")] if results else []
+    chunks += [(f"{md_legend(results)}\n\n", "section")] if results else []
     problems = [o for g in grids for o in g.outcomes() if flagged(o)]
     if problems:
         chunks.append((f"### Evidence and advice ({len(problems)} problem cells)\n\n", "section"))

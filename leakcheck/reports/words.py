@@ -29,7 +29,7 @@ _WORD = {
     Verdict.SKIPPED: "skipped",
 }
 
-#: One line per verdict, as the README's table says it.
+#: One line per verdict, as the verdicts table of docs/concepts.md says it.
 MEANING = {
     Verdict.ISOLATED: "the state stayed with the client that set it",
     Verdict.LEAKS: "the other client saw the state, or was affected by it",

@@ -53,7 +53,7 @@ async def check_needs(probe: Probe, client: Client) -> None:
         f"SELECT {PRESENT}, r.rolsuper, r.rolbypassrls FROM pg_roles r WHERE r.rolname = current_user")]
     if probe.fixtures and not present:
         raise NotApplicable("this probe uses leakcheck's test roles and tables, which this database does not "
-                            "have: create them with `leakcheck fixtures --dsn=URI` as a superuser (README: "
+                            "have: create them with `leakcheck fixtures --dsn=URI` as a superuser (docs/poolers.md: "
                             "a running pooler by DSN)")
     if probe.fixtures and probe.login == Login.APP and (superuser or bypass):
         # Row security and grants do not apply to such a role: B would see rows or rights as a "leak".

@@ -9,7 +9,7 @@ import pytest
 
 from leakcheck.model.faults import RULES, Kind, kind, machine_fault
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONCEPTS = Path(__file__).resolve().parents[2] / "docs" / "concepts.md"
 
 
 @pytest.mark.parametrize("sqlstate", ["53100", "53200", "53300", "53400", "58030", "58P01", "XX000", "XX001",
@@ -42,7 +42,7 @@ def test_a_code_rule_wins_over_its_class_rule() -> None:
     assert kind("57P01")[0] is Kind.SESSION_END
 
 
-def test_the_readme_shows_the_same_table_as_the_code() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_concepts_page_shows_the_same_table_as_the_code() -> None:
+    text = CONCEPTS.read_text(encoding="utf-8")
     shown = set(re.findall(r"^\| `([0-9A-Z]{2}|[0-9A-Z]{5})` \| (\w+) \|", text, re.MULTILINE))
     assert shown == {(code, found.value) for code, found, _ in RULES}

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -40,6 +38,7 @@ from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.server import PgServer
 from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
 from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL
+from tests.support.servers import enterable_folder
 
 pytestmark = pytest.mark.servers
 
@@ -278,10 +277,8 @@ with ody, pgp:
 @pytest.fixture
 def run_tmp() -> Iterator[Path]:
     """A TMPDIR of the run's own that the server user may enter (pytest's tmp_path is private to us)."""
-    folder = Path(tempfile.mkdtemp(prefix="leakcheck-test-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    with enterable_folder() as folder:
+        yield folder
 
 
 def test_poolers_of_a_killed_run_die_with_it_and_the_next_run_sweeps_their_folders(

@@ -3,7 +3,12 @@ Imported by those tests directly (not through a conftest)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 from leakcheck.model.target import NATIVE_DRIVERS
 from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target
@@ -45,3 +50,14 @@ class Measure:
         chosen = probe if isinstance(probe, Probe) else next(p for p in PROBES if p.id == probe)
         target = Target(self.pg(pg), self.bouncer(bouncer) if bouncer else None, route, driver)
         return run_probe(self.backend, chosen, target)
+
+
+@contextlib.contextmanager
+def enterable_folder(prefix: str = "leakcheck-test-") -> Iterator[Path]:
+    """A temp folder the server user may enter (pytest's tmp_path is private to its owner), removed after."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
