@@ -90,7 +90,8 @@ def test_a_postmaster_killed_during_a_probe_ends_it_at_once_with_an_error_naming
 def test_a_pgbouncer_stopped_during_a_probe_ends_it_at_once_with_an_error_naming_pgbouncer() -> None:
     outcome, took = _hit(signal.SIGSTOP, postmaster=False)
     assert outcome.verdict is Verdict.ERROR
-    assert "PgBouncer 1.24" in outcome.evidence and "stopped" in outcome.evidence, outcome.evidence
+    assert "PgBouncer" in outcome.evidence and "1.24" in outcome.evidence, outcome.evidence
+    assert "stopped" in outcome.evidence, outcome.evidence
     assert took < LOST_BOUND, f"the probe ended {took:.1f} s after its PgBouncer was stopped"
 
 
