@@ -14,6 +14,7 @@ from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.pooler_process import PoolerProcess
+from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.host.sweep import sweep
 from leakcheck.provision.host.system import ServerUser, cache_root, server_user
 from leakcheck.provision.odyssey.process import OdysseyProcess
@@ -193,16 +194,37 @@ class NativeBackend:
         if isinstance(process, BouncerFleet):  # a fleet that lost a process during the probe: an error naming it
             self._check_running(process, pooler, settings)
 
+    def gone(self, pg: Version, pooler: PoolerKey | None = None) -> str | None:
+        """Why a server a probe on PostgreSQL `pg` (through `pooler`, a key of a pooler process it uses)
+        depends on no longer serves: its postmaster or the pooler (any process of a fleet) ended or is
+        stopped; else None. Cheap, a waitpid and a read of /proc per process: the runner's watcher
+        (run/watch.py) asks it every 0.1 s while a probe runs."""
+        server = self._servers.get(pg)
+        down = server.down() if server is not None else None
+        if down is not None or pooler is None:
+            return down
+        process = self._poolers.get(pooler)
+        return self._ended(process, pooler[1], pooler[2]) if process is not None else None
+
+    @classmethod
+    def _check_running(cls, process: Running, pooler: Pooler, settings: PoolSettings) -> None:
+        ended = cls._ended(process, pooler, settings)
+        if ended is not None:
+            raise StartError(ended)
+
     @staticmethod
-    def _check_running(process: Running, pooler: Pooler, settings: PoolSettings) -> None:
+    def _ended(process: Running, pooler: Pooler, settings: PoolSettings) -> str | None:
         what = f"{pooler.kind.product} {pooler.label()} ({settings.mode.value} pool of {settings.pool_size})"
         if isinstance(process, BouncerFleet):
             lost = process.lost()
-            if lost is not None:
-                raise StartError(f"{what}: {lost}")
-        elif not process.running():
-            tail = "\n".join(process.log_text().strip().splitlines()[-10:])
-            raise StartError(f"{what} exited during the run; its log ends:\n{tail}")
+            return None if lost is None else f"{what}: {lost}"
+        how = process.ended()
+        if how is None:
+            return None
+        if how == STOPPED:
+            return f"{what} at {process.host}:{process.port}: {how}"
+        tail = "\n".join(process.log_text().strip().splitlines()[-10:])
+        return f"{what} exited during the run ({how}); its log ends:\n{tail}"
 
     def describe(self) -> Iterator[str]:
         for version, install in sorted(self._pgs.items()):

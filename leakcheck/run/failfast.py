@@ -86,6 +86,11 @@ class FailFast:
         if warm is not None:
             warm(pgs, poolers)
 
+    def gone(self, pg: Version, pooler: tuple[Version, Pooler, PoolSettings, str] | None = None) -> str | None:
+        """The backend's answer, when it watches its servers (the native one: see its gone()), else None."""
+        gone = getattr(self._backend, "gone", None)
+        return gone(pg, pooler) if gone is not None else None
+
     @contextlib.contextmanager
     def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
         if pooler.kind is not PoolerKind.DSN:  # a running pooler's PostgreSQL may be out of reach

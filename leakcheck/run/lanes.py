@@ -92,9 +92,9 @@ class Lanes:
             self._futures[self._key(probe, target)] = Future()
         for probe, target in work:
             lanes.setdefault(lane_of(probe, target), []).append((probe, target))
-        with signals.deferred():  # servers start whole, or not at all; a stop signal acts right after
-            self._start_together([items[0] for items in lanes.values()])
-            warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
+        # A stop signal now ends the run at once: only each fork holds it (provision/host/forks.py).
+        self._start_together([items[0] for items in lanes.values()])
+        warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
         self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="leakcheck-lane")
         for key, items in lanes.items():
             self._lanes.append(self._pool.submit(self._run_lane, items, warm[key]))

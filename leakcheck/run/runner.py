@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import cast
 
 from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.clients import Client, ServerError, connect
@@ -19,6 +20,7 @@ from leakcheck.provision.pgbouncer.admin import query_postgres
 from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
+from leakcheck.run.watch import Gone, ServerLost, run_watched
 
 #: Seconds one probe may take, connections included, before it is an error.
 PROBE_TIMEOUT = 30.0
@@ -198,6 +200,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
         )
 
     used: list[Endpoint] = []
+    gone, probing = watching(backend, probe, target), False
     try:
         with _endpoint(backend, probe, target) as endpoint:
             used.append(endpoint)
@@ -207,18 +210,27 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             def direct() -> Endpoint:
                 return backend.postgres(target.pg)
 
-            measured = asyncio.run(asyncio.wait_for(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT))
+            probing = True  # from here a server that ends, ends during the probe
+            measured = run_watched(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT, gone)
+    except ServerLost as exc:
+        return outcome(Verdict.ERROR, str(exc))
     except TimeoutError:
         silent = who_stopped(backend, target, used[0] if used else None)
         return outcome(Verdict.ERROR, f"the probe did not finish within {PROBE_TIMEOUT:.0f} s: {silent}")
     except NotApplicable as exc:
         return outcome(Verdict.NOT_APPLICABLE, str(exc))
     except Exception as exc:  # noqa: BLE001 - the harness reports any failure as an error outcome
+        lost = gone() if probing else None  # the driver's words ("server conn crashed?") are not the cause
+        if lost is not None:
+            return outcome(Verdict.ERROR, str(ServerLost.during_probe(lost)))
         refused = NotApplicable.refused(exc)
         if refused is not None and target.route is Route.TRANSACTION:
             return outcome(Verdict.NOT_APPLICABLE, refused)
         return outcome(Verdict.ERROR, failure(exc))
     observation, proofs = measured
+    lost = gone()  # a step's failure the probe recorded may be a server that just ended: never a verdict then
+    if lost is not None:
+        return outcome(Verdict.ERROR, str(ServerLost.during_probe(lost)))
     if earlier is not None and not is_running_pooler(target):  # a running pooler keeps its servers
         reused = sorted({str(p.server) for p in proofs if p.server in earlier})
         earlier.update(p.server for p in proofs)
@@ -230,6 +242,19 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
     if unshared is not None:
         return outcome(Verdict.NOT_APPLICABLE, unshared)
     return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+
+
+def watching(backend: Backend, probe: Probe, target: Target) -> Gone:
+    """What the watcher asks while the probe runs (run/watch.py): the backend's word on the target's PostgreSQL
+    and on the pooler process the probe uses. A backend that does not watch (containers, external DSNs) and
+    a running pooler (--pooled-dsn, not ours) are never asked: their probes keep PROBE_TIMEOUT."""
+    ask = getattr(backend, "gone", None)
+    if ask is None or is_running_pooler(target):
+        return lambda: None
+    settings = pool_settings(probe, target)
+    pooled = settings is not None and target.pooler is not None
+    key = (target.pg, target.pooler, settings, pooler_lane(target)) if pooled else None
+    return lambda: cast("str | None", ask(target.pg, key))
 
 
 def who_stopped(backend: Backend, target: Target, endpoint: Endpoint | None) -> str:

@@ -7,21 +7,23 @@ SIGKILL cannot be caught: what it leaves, the next run sweeps (provision/host/sw
 Never lost: the handler also records the signal, so a KeyboardInterrupt that Python swallowed (raised
 inside a finalizer or a garbage-collector callback: "Exception ignored in ...") is raised again at the
 next safe point, `check()` (each discover measurement, each matrix test, before any output is written).
+
+Only a server's fork holds a stop signal back (provision/host/forks.py), for milliseconds: while servers
+get ready, a stop signal acts at once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
 import termios
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
 
-CLEANUP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+from leakcheck.provision.host.forks import STOP_SIGNALS
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
@@ -87,7 +89,7 @@ def install() -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous: dict[signal.Signals, _Handler] = {}
-    for signum in CLEANUP_SIGNALS:
+    for signum in STOP_SIGNALS:
         if signal.getsignal(signum) == signal.SIG_IGN and signum == signal.SIGHUP:
             continue  # started with nohup: a hang-up is meant not to stop the run
         previous[signum] = signal.signal(signum, raise_interrupt)
@@ -98,29 +100,3 @@ def install() -> Callable[[], None]:
         _received.clear()
 
     return restore
-
-
-@contextlib.contextmanager
-def deferred() -> Iterator[None]:
-    """Hold back the stop signals while servers start together (a signal inside a fork or a half-made
-    start would leave a process or folder nobody knows of); stop the way Ctrl-C does right after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[signal.Signals] = []
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        held.append(signal.Signals(signum))
-
-    previous = {s: signal.signal(s, hold) for s in CLEANUP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if held:
-            handler = previous[held[0]]
-            if callable(handler):
-                handler(held[0], None)
-            else:
-                raise_interrupt(held[0], None)

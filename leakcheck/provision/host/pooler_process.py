@@ -3,7 +3,7 @@ as the server user, readiness, a port lost to a race retried on another, a stop 
 
 A subclass (PgBouncer, Odyssey, pgpool-II) writes its files and says when it is ready, how it reports
 a failed start, and how it resets (`reset()`: the next use starts from fresh server connections). The
-interface: `__enter__`/`__exit__`, `spawn()` then `finish()`, `endpoint()`, `reset()`, `running()`,
+interface: `__enter__`/`__exit__`, `spawn()` then `finish()`, `endpoint()`, `reset()`, `running()`, `ended()`,
 `log_text()`.
 """
 
@@ -85,6 +85,12 @@ class PoolerProcess:
 
     def running(self) -> bool:
         return self._process is not None and self._process.running()
+
+    def ended(self) -> str | None:
+        """How its process ended, or that it is stopped, while it should serve (None: it runs)."""
+        if self._process is None:
+            return "it is not running"
+        return self._process.ended()
 
     def log_text(self) -> str:
         """Everything it logged so far (kept after exit)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from leakcheck.model.errors import StartError
+from leakcheck.provision.host import forks
 from leakcheck.provision.host.strays import stop_servers_in
 from leakcheck.provision.host.system import PortClash, ServerUser, die_with_parent
 
@@ -57,6 +58,19 @@ def exit_reason(code: int) -> str:
     return f"it exited with code {code}"
 
 
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP, SIGTSTP: state T in /proc/PID/stat; t: stopped by a tracer)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] in (["T"], ["t"])
+
+
+#: How a stopped server is described (it runs, but cannot answer until it gets SIGCONT).
+STOPPED = "it is stopped (SIGSTOP): it cannot answer"
+
+
 class ServerProcess:
     """One server program: started once, stopped once, its log kept after it ends."""
 
@@ -87,7 +101,7 @@ class ServerProcess:
         thread that lives as long as the server (PDEATHSIG acts when the thread that forked it ends)."""
         uid, gid, groups = self.user.popen_ids()
         self._spawning = True
-        with open(self.log, "ab") as out:
+        with open(self.log, "ab") as out, forks.held():  # a stop signal acts once Popen has returned
             self._log_start = out.tell()
             self._proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd,
@@ -111,6 +125,17 @@ class ServerProcess:
 
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    def ended(self) -> str | None:
+        """How it ended ('it was ended by SIGKILL'), or that it is stopped (STOPPED), while it should serve;
+        None while it runs (or before it started). Cheap: a waitpid and one read of /proc."""
+        proc = self._proc
+        if proc is None:
+            return None
+        code = proc.poll()
+        if code is not None:
+            return exit_reason(code)
+        return STOPPED if stopped(proc.pid) else None
 
     def stop(self, sig: signal.Signals | None = None) -> None:
         """Its shutdown signal (or `sig`) and SIGCONT, up to stop_timeout, then SIGKILL to its process group."""

@@ -16,6 +16,7 @@ from leakcheck.model.axes import PEERING
 from leakcheck.model.errors import StartError
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Binary, Endpoint
+from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.host.system import ServerUser, free_port
 from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
@@ -79,11 +80,14 @@ class BouncerFleet:
         return f"process {index + 1} of the fleet (PgBouncer {member.version}, {member.what})"
 
     def lost(self) -> str | None:
-        """None while every process runs; else which ended, with the end of its log."""
+        """None while every process runs; else which ended (with the end of its log) or is stopped."""
         for i, member in enumerate(self.members):
-            if not member.running():
+            how = member.ended()
+            if how == STOPPED:
+                return f"{self.describe(i)}: {how} (the fleet lost a process)"
+            if how is not None:
                 tail = "\n".join(member.log_text().strip().splitlines()[-10:])
-                return f"{self.describe(i)} is not running (the fleet lost a process); its log ends:\n{tail}"
+                return f"{self.describe(i)} is not running: {how} (the fleet lost a process); its log ends:\n{tail}"
         return None
 
     def running(self) -> bool:

@@ -20,7 +20,7 @@ from leakcheck.model.errors import StartError
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import DBNAME, USER, Endpoint, new_credentials
 from leakcheck.provision.host.owner import create, fresh_name
-from leakcheck.provision.host.process import ServerProcess, exit_reason
+from leakcheck.provision.host.process import STOPPED, ServerProcess
 from leakcheck.provision.host.strays import remove_folder, stop_servers_in
 from leakcheck.provision.host.system import (
     PortClash,
@@ -119,6 +119,10 @@ class _Postmaster:
     def exit_code(self) -> int | None:
         """Its exit code once it ended (negative: the signal that ended it), else None."""
         return self._process.exit_code() if self._process is not None else None
+
+    def ended(self) -> str | None:
+        """How it ended, or that it is stopped (ServerProcess.ended), else None."""
+        return self._process.ended() if self._process is not None else None
 
     def log_text(self) -> str:
         try:
@@ -261,13 +265,16 @@ class PgServer:
         return Endpoint(self.host, self.port, credentials=self.credentials)
 
     def down(self) -> str | None:
-        """Why it no longer serves (its postmaster ended during the run), else None."""
-        code = self._server.exit_code() if self._server is not None else None
-        if code is None:
+        """Why it no longer serves (its postmaster ended during the run, or is stopped), else None.
+        Cheap (a waitpid, a read of /proc): the runner's watcher asks it while a probe runs."""
+        how = self._server.ended() if self._server is not None else None
+        if how is None:
             return None
+        if how == STOPPED:
+            return f"PostgreSQL {self.version} at {HOST}:{self.port}: {how}"
         tail = "\n".join(self.log_text().strip().splitlines()[-5:])
-        return (f"PostgreSQL {self.version} at {HOST}:{self.port} is not running: {exit_reason(code)} during "
-                f"the run; its log ends:\n{tail}")
+        return (f"PostgreSQL {self.version} at {HOST}:{self.port} is not running: {how} during the run; "
+                f"its log ends:\n{tail}")
 
     def log_text(self) -> str:
         """The server's log so far (kept after exit)."""
