@@ -206,7 +206,7 @@ class Config:
                         {EXPECT: expect, "the --matrix file": matrix, "the --bouncer-ini file": bouncer_ini},
                         may_rewrite=("--record", EXPECT) if update == "yes" else None)
         pooled, direct, name = _dsns(raw)
-        fleet = _fleet(raw, backend)
+        fleet = _fleet(raw)
         probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"), fleet.is_fleet)
         poolers = _poolers(raw, fleet) if pooled is None else ()
         drivers = _drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg"))
@@ -272,15 +272,12 @@ def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
     return pooled, direct, name
 
 
-def _fleet(raw: dict[str, str | None], backend: str) -> FleetShape:
-    """--bouncer-fleet, checked (a fleet runs natively for now; none in a matrix file)."""
+def _fleet(raw: dict[str, str | None]) -> FleetShape:
+    """--bouncer-fleet, checked (none in a matrix file)."""
     given = _given(raw, "leakcheck_bouncer_fleet", "a number of processes such as 2, or releases such as 1.24,1.26")
     if given is None:
         return NO_FLEET
     fleet = parse_fleet(given)
-    if backend != "native":
-        raise UsageError(f"--bouncer-fleet={given}: fleets run on the native backend only (so far); "
-                         "give --backend=native")
     if raw.get(matrix_file.TABLES):
         raise UsageError(f"--bouncer-fleet={given} with a matrix file's [[pooler]] tables: give the PgBouncer "
                          "releases with --bouncer instead")
