@@ -7,6 +7,7 @@ scripts/ci-docker.sh run sets); the rolling upgrade needs a --bouncer-image temp
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from leakcheck.model.target import Pooler, PoolerKind  # noqa: E402
 from leakcheck.model.verdicts import Driver, Route, Target, Verdict  # noqa: E402
 from leakcheck.model.versions import parse_spec  # noqa: E402
 from leakcheck.probes import PROBES  # noqa: E402
+from leakcheck.provision.base import Endpoint  # noqa: E402
 from leakcheck.provision.containers.backend import ContainersBackend  # noqa: E402
 from leakcheck.provision.containers.engine import connect  # noqa: E402
 from leakcheck.provision.pgbouncer.admin import show_version  # noqa: E402
@@ -63,6 +65,15 @@ def fleet_target(backend: ContainersBackend, peering: str, releases: tuple[str, 
     return Target(pg, pooler, Route.TRANSACTION, Driver.ASYNCPG)
 
 
+@contextlib.contextmanager
+def _using(backend: ContainersBackend, target: Target) -> Iterator[Endpoint]:
+    """The cell's fleet, as a probe of cancel_routed gets it."""
+    settings = pool_settings(CANCEL_ROUTED, target)
+    assert target.pooler is not None and settings is not None
+    with backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)) as endpoint:
+        yield endpoint
+
+
 def _leftovers(engine: DockerClient, run_id: str) -> list[str]:
     label = {"label": f"org.leakcheck.run={run_id}"}
     return [c.name for c in engine.containers.list(all=True, filters=label)] + [
@@ -87,13 +98,10 @@ def test_a_rolling_upgrade_runs_each_release_in_its_own_container_behind_one_pub
     if not os.environ.get("LEAKCHECK_BOUNCER_IMAGE"):
         pytest.skip("PgBouncer 1.26 needs an image template ($LEAKCHECK_BOUNCER_IMAGE; scripts/ci-docker.sh sets it)")
     target = fleet_target(backend, "yes", ("1.24", "1.26"))
-    assert target.pooler is not None
-    settings = pool_settings(CANCEL_ROUTED, target)
-    assert settings is not None
-    with backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)) as endpoint:
+    with _using(backend, target) as endpoint:
         versions = [show_version(member) for member in endpoint.members]
     assert [v.split()[1][:4] for v in versions] == ["1.24", "1.26"], versions
-    fleet = backend._fleets[(target.pg, target.pooler, settings, pooler_lane(target))]
+    [fleet] = [f for (_, pooler, _, _), f in backend._fleets.items() if pooler == target.pooler]
     ports = [engine.containers.get(c._name).attrs["NetworkSettings"]["Ports"] for c in fleet.containers]
     assert [bool(p) for p in ports] == [True, False], ports  # one port published, the second shares it
 
@@ -104,10 +112,7 @@ def test_a_fleet_that_lost_a_container_is_an_error_naming_it_and_nothing_is_left
     with _backend() as backend:
         run_id = backend.engine.run_id
         target = fleet_target(backend, "yes")
-        assert target.pooler is not None
-        settings = pool_settings(CANCEL_ROUTED, target)
-        assert settings is not None
-        with backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)):
+        with _using(backend, target):
             pass
         [second] = [c for c in engine.containers.list(filters={"label": f"org.leakcheck.run={run_id}"})
                     if c.name.endswith("-2") and "fleet" in c.name]
@@ -122,11 +127,7 @@ def test_a_ctrl_c_inside_a_fleet_s_use_leaves_no_container_network_or_folder(eng
     run_id = ""
     with pytest.raises(KeyboardInterrupt), _backend() as backend:
         run_id = backend.engine.run_id
-        target = fleet_target(backend, "no")
-        assert target.pooler is not None
-        settings = pool_settings(CANCEL_ROUTED, target)
-        assert settings is not None
-        with backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)):
+        with _using(backend, fleet_target(backend, "no")):
             assert len(_leftovers(engine, run_id)) >= 3  # PostgreSQL, its network, two PgBouncers
             raise KeyboardInterrupt
     assert run_id and _leftovers(engine, run_id) == [] and _folders(run_id) == []
