@@ -70,6 +70,7 @@ class PoolerTable:
     poolers: tuple[tuple[PoolerKind, Spec], ...]
     axes: tuple[Axis, ...] = ()
     ini: str | None = None
+    fleet: FleetShape = NO_FLEET  #: `fleet = 2` or `fleet = ["1.24", "1.26"]`: its PgBouncer cells are fleets
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class Config:
     @property
     def pooler_tables(self) -> tuple[PoolerTable, ...]:
         """The matrix's pooler tables: a matrix file's own, else one of --pooler/--bouncer, their axes and ini."""
-        return self.tables or (PoolerTable(self.poolers, self.axes, self.bouncer_ini),)
+        return self.tables or (PoolerTable(self.poolers, self.axes, self.bouncer_ini, self.fleet),)
 
     @property
     def bouncer(self) -> tuple[Spec, ...]:
@@ -207,8 +208,10 @@ class Config:
                         {EXPECT: expect, "the --matrix file": matrix, "the --bouncer-ini file": bouncer_ini},
                         may_rewrite=("--record", EXPECT) if update == "yes" else None)
         pooled, direct, name = _dsns(raw)
-        fleet = _fleet(raw, backend)
-        probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"), fleet.is_fleet)
+        fleet = _fleet(raw)
+        tables = _tables(raw.get(matrix_file.TABLES)) if pooled is None else ()
+        any_fleet = fleet.is_fleet or any(t.fleet.is_fleet for t in tables)
+        probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"), any_fleet)
         poolers = _poolers(raw, fleet) if pooled is None else ()
         drivers = _drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg"))
         if diff is not None and pooled is None:
@@ -234,7 +237,7 @@ class Config:
             bouncer_image=check_template(bouncer_image, "--bouncer-image") if bouncer_image is not None else None,
             results=Path(results) if results is not None else None,
             jobs=_jobs(get("leakcheck_jobs", "a number of lanes such as 4, or auto")),
-            axes=_checked_axes(_axes(raw, poolers), fleet),
+            axes=_checked_axes(_axes(raw, poolers), fleet) if not tables else _axes(raw, poolers),
             bouncer_ini=bouncer_ini,
             pooled_dsn=pooled, direct_dsn=direct, dsn_name=name,
             require=_required_among(raw, probes),
@@ -244,7 +247,7 @@ class Config:
             report_md=Path(report_md) if report_md is not None else None,
             odyssey_image=check_template(odyssey_image, "--odyssey-image") if odyssey_image is not None else None,
             pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
-            tables=_tables(raw.get(matrix_file.TABLES)) if pooled is None else (),
+            tables=tables,
             fleet=fleet,
             driver_axes=_driver_axes(raw.get("leakcheck_driver_set"), drivers),
         )
@@ -273,18 +276,15 @@ def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
     return pooled, direct, name
 
 
-def _fleet(raw: dict[str, str | None], backend: str) -> FleetShape:
-    """--bouncer-fleet, checked (a fleet runs natively for now; none in a matrix file)."""
+def _fleet(raw: dict[str, str | None]) -> FleetShape:
+    """--bouncer-fleet, checked (a matrix file's fleets are in its [[pooler]] tables)."""
     given = _given(raw, "leakcheck_bouncer_fleet", "a number of processes such as 2, or releases such as 1.24,1.26")
     if given is None:
         return NO_FLEET
     fleet = parse_fleet(given)
-    if backend != "native":
-        raise UsageError(f"--bouncer-fleet={given}: fleets run on the native backend only (so far); "
-                         "give --backend=native")
     if raw.get(matrix_file.TABLES):
-        raise UsageError(f"--bouncer-fleet={given} with a matrix file's [[pooler]] tables: give the PgBouncer "
-                         "releases with --bouncer instead")
+        raise UsageError(f"--bouncer-fleet={given} with a matrix file's [[pooler]] tables: put the fleet in the "
+                         "PgBouncer table (fleet = 2, or fleet = [\"1.24\", \"1.26\"]), or give --bouncer too")
     return fleet
 
 
@@ -362,7 +362,8 @@ def _tables(given: str | None) -> tuple[PoolerTable, ...]:
     for table in json.loads(given) if given else ():
         poolers = parse_poolers(table["pooler"])
         raw: dict[str, str | None] = {"leakcheck_pooler_set": table["set"] or None}
-        tables.append(PoolerTable(poolers, _axes(raw, poolers), table["ini"] or None))
+        fleet = parse_fleet(table["fleet"], "[[pooler]] fleet") if table.get("fleet") else NO_FLEET
+        tables.append(PoolerTable(poolers, _checked_axes(_axes(raw, poolers), fleet), table["ini"] or None, fleet))
     return tuple(tables)
 
 

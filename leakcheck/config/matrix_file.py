@@ -12,6 +12,9 @@
     versions = ["1.24", "1.26"]
     ini = "../deploy/pgbouncer.ini"      # optional, PgBouncer only (--bouncer-ini)
     settings = { max_prepared_statements = ["0", "200"] }   # optional: axes, crossed
+    fleet = 2                            # optional, PgBouncer only (--bouncer-fleet): each release as 2
+                                         # processes on one port; or fleet = ["1.24", "1.26"] (a rolling
+                                         # upgrade: versions may then be left out)
 
     [driver_settings]                    # optional: driver settings as axes (--driver-set), crossed
     psycopg = { prepare_threshold = ["None", "5"] }
@@ -41,7 +44,7 @@ _SCALARS = {"pg": "leakcheck_pg", "drivers": "leakcheck_drivers", "probes": "lea
             "require": "leakcheck_require", "backend": "leakcheck_backend", "results": "leakcheck_results",
             "jobs": "leakcheck_jobs"}
 _PATHS = {"expect", "record", "results"}
-_POOLER_KEYS = {"kind", "versions", "ini", "settings"}
+_POOLER_KEYS = {"kind", "versions", "ini", "settings", "fleet"}
 #: The raw key that carries the [[pooler]] tables, each on its own (JSON; no option of its own).
 TABLES = "leakcheck_pooler_tables"
 #: The options a [[pooler]] table stands for: given on the command line, they replace the file's tables.
@@ -137,11 +140,14 @@ def _poolers(entries: Any, folder: Path, where: str) -> list[dict[str, str]]:
         own_ini = ""
         here = f"{where}: pooler {n}"
         unknown = set(entry) - _POOLER_KEYS
-        if unknown or "kind" not in entry or "versions" not in entry:
-            raise UsageError(f"{here} needs kind and versions (and may have ini and settings); "
+        rolling = isinstance(entry.get("fleet"), list)
+        if unknown or "kind" not in entry or ("versions" not in entry and not rolling):
+            raise UsageError(f"{here} needs kind and versions (and may have ini, settings and fleet); "
                              f"unknown: {', '.join(sorted(unknown)) or 'none'}")
         kind = _text(entry["kind"], f"{here} kind")
-        versions = entry["versions"] if isinstance(entry["versions"], list) else [entry["versions"]]
+        fleet = _fleet(entry, kind, here)
+        given = entry.get("versions", entry.get("fleet"))
+        versions = given if isinstance(given, list) else [given]
         if not versions:
             raise UsageError(f"{here}: versions is empty; give at least one, e.g. versions = [\"1.24\"]")
         items += [f"{kind}:{_text(v, f'{here} versions')}" for v in versions]
@@ -156,5 +162,22 @@ def _poolers(entries: Any, folder: Path, where: str) -> list[dict[str, str]]:
                 raise UsageError(f"{here}: ini is a PgBouncer setting, given once")
             value = _text(entry["ini"], f"{here} ini")
             ini = own_ini = value if Path(value).is_absolute() else str(folder / value)
-        tables.append({"pooler": ",".join(items), "set": "\n".join(axes), "ini": own_ini})
+        tables.append({"pooler": ",".join(items), "set": "\n".join(axes), "ini": own_ini, "fleet": fleet})
     return tables
+
+
+def _fleet(entry: dict[str, Any], kind: str, here: str) -> str:
+    """A table's `fleet` as --bouncer-fleet's text ("" for none): PgBouncer only; a rolling upgrade's
+    releases are its versions."""
+    if "fleet" not in entry:
+        return ""
+    if kind != "pgbouncer":
+        raise UsageError(f"{here}: fleet is a PgBouncer setting (processes on one port); {kind} has none")
+    value = entry["fleet"]
+    text = _text(value, f"{here} fleet")
+    if isinstance(value, list) and "versions" in entry:
+        named = entry["versions"] if isinstance(entry["versions"], list) else [entry["versions"]]
+        if sorted(map(str, named)) != sorted(map(str, value)):
+            raise UsageError(f"{here}: a rolling-upgrade fleet runs the releases it names; give versions = "
+                             f"{json.dumps([str(v) for v in value])} or leave versions out")
+    return text

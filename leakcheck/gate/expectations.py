@@ -18,8 +18,9 @@ __all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
 #: The verdicts a baseline may hold: measurements. An error or a skip measured nothing.
 GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE)
 
-#: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>][<settings>]/<probe>
-_KEY = re.compile(r"pg[0-9]+/(?:[a-z]+[0-9]+\.[0-9]+(?:\[[^\]]*\])?|dsn-[^/]+)"
+#: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>][<settings>]/<probe>; a fleet's pooler
+#: is `pgbouncer1.24x2[...]` (two processes of one release) or `pgbouncer1.24+1.26[...]` (a rolling upgrade)
+_KEY = re.compile(r"pg[0-9]+/(?:[a-z]+[0-9]+\.[0-9]+(?:x[0-9]+|(?:\+[0-9]+\.[0-9]+)+)?(?:\[[^\]]*\])?|dsn-[^/]+)"
                   r"/[a-z][a-z-]*?(?:[0-9]+\.[0-9]+)?(?:\[[^\]/]*\])?/[A-Za-z0-9_.-]+")
 _LAYOUT = 'format = 2, then tables such as ["pg16/pgbouncer1.24"."psycopg3.3"] with timezone = "isolated"'
 

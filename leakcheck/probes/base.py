@@ -162,7 +162,8 @@ class Scenario:
         return Attempt(value=value)
 
     async def running(self, client: Client, step: str, marker: str, within: float) -> ServerId:
-        """C waits (at most `within` seconds) until the client's statement marked `marker` runs, and
+        """C waits (at most `within` seconds) until the client's statement marked `marker` runs and waits
+        (on its lock or sleep: `active` alone also shows during the driver's Parse, when a cancel is dropped), and
         takes the server connection it runs on as the client's proof: a statement that is still
         running cannot return its own identity."""
         c = await self.c()
@@ -170,7 +171,8 @@ class Scenario:
         while True:
             rows = await c.query(
                 "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text FROM pg_stat_activity "
-                f"WHERE state = 'active' AND pid <> pg_backend_pid() AND position('{marker}' IN query) > 0")
+                f"WHERE state = 'active' AND wait_event IS NOT NULL AND pid <> pg_backend_pid() "
+                f"AND position('{marker}' IN query) > 0")
             if rows:
                 (pid, started), = [r[:2] for r in rows]
                 self._prove(client, step, pid, started)

@@ -23,12 +23,14 @@ RUNNING_TIMEOUT = 5.0
 
 
 async def _until_running(s: Scenario, marker: str) -> None:
-    """C (a direct session) sees A's statement active in pg_stat_activity, within RUNNING_TIMEOUT."""
+    """C (a direct session) sees A's statement inside pg_sleep (wait_event PgSleep), within RUNNING_TIMEOUT:
+    `active` alone also shows while the driver's Parse runs, and a cancel that lands after it, while the
+    server waits for the Bind, is dropped by PostgreSQL (a lost cancel the fleet did not cause)."""
     c = await s.c()
     deadline = time.monotonic() + RUNNING_TIMEOUT
     while time.monotonic() < deadline:
-        rows = await c.query(f"SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                             f"AND query LIKE '%{marker}%' AND pid <> pg_backend_pid()")
+        rows = await c.query(f"SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND wait_event = "
+                             f"'PgSleep' AND query LIKE '%{marker}%' AND pid <> pg_backend_pid()")
         if rows[0][0]:
             return
         await asyncio.sleep(0.05)

@@ -73,21 +73,21 @@ def pooler_cells(
     tables: Sequence[PoolerTable], resolve: Callable[[PoolerKind, Spec], Version], fleet: FleetShape = NO_FLEET
 ) -> list[Pooler]:
     """Each table's versions (resolved) crossed with that table's own axes and ini, in order, once each.
-    A fleet: each PgBouncer release as `fleet.size` processes, or (a rolling upgrade) one cell per order of
-    its releases, each release first once (1.24,1.26 and 1.26,1.24)."""
+    A fleet (the table's own, else `fleet`): each PgBouncer release as `size` processes, or (a rolling
+    upgrade) one cell per order of its releases, each release first once (1.24,1.26 and 1.26,1.24)."""
     out: list[Pooler] = []
-    rolled = False
     for table in tables:
+        own, rolled = (table.fleet if table.fleet.is_fleet else fleet), False
         for kind, spec in table.poolers:
             ini = table.ini if kind is PoolerKind.PGBOUNCER and table.ini else ""
             shapes: list[tuple[Version, ...]] = [(resolve(kind, spec),)]
-            if kind is PoolerKind.PGBOUNCER and fleet.size > 1:
-                shapes = [shapes[0] * fleet.size]
-            elif kind is PoolerKind.PGBOUNCER and fleet.releases:
+            if kind is PoolerKind.PGBOUNCER and own.size > 1:
+                shapes = [shapes[0] * own.size]
+            elif kind is PoolerKind.PGBOUNCER and own.releases:
                 if rolled:
                     continue  # the fleet's cells come once, at its first release
                 rolled = True
-                versions = [resolve(kind, s) for s in fleet.releases]
+                versions = [resolve(kind, s) for s in own.releases]
                 shapes = [tuple(versions[i:] + versions[:i]) for i in range(len(versions))]
             for shape in shapes:
                 for combo in combinations(table.axes, kind):

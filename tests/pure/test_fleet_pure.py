@@ -77,9 +77,8 @@ def test_peering_on_pgbouncer_1_18_is_one_line_before_any_server_starts() -> Non
     assert "1.18" in str(caught.value) and "peer_id" in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_a_fleet_is_refused_on_the_containers_backend_for_now() -> None:
-    with pytest.raises(UsageError, match="native"):
-        config(bouncer="1.24", bouncer_fleet="2", backend="containers")
+def test_a_fleet_is_taken_on_the_containers_backend_too() -> None:
+    assert config(bouncer="1.24", bouncer_fleet="2", backend="containers").fleet.size == 2
 
 
 def test_the_fleet_probe_is_in_the_default_selection_only_with_a_fleet() -> None:

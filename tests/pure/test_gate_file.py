@@ -238,3 +238,11 @@ def test_a_record_target_in_a_folder_without_write_permission_is_refused(tmp_pat
     (tmp_path / "ro").mkdir(mode=0o555)
     with pytest.raises(UsageError, match="cannot write in"):
         record.check_target(tmp_path / "ro" / "m.json")
+
+
+@pytest.mark.parametrize("pooler", ["pgbouncer1.24x2[peering=no]", "pgbouncer1.24+1.26[peering=yes]",
+                                    "pgbouncer1.26x3"])
+def test_a_fleet_s_key_is_a_baseline_key(tmp_path: Path, pooler: str) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(f'format = 2\n\n["pg16/{pooler}".asyncpg]\ncancel_routed = "lost"\n')
+    assert list(expectations.load(path)) == [f"pg16/{pooler}/asyncpg/cancel_routed"]

@@ -124,3 +124,57 @@ def test_a_pooler_option_on_the_command_line_replaces_the_files_tables(tmp_path:
     config = Config.from_strings({"leakcheck_matrix": str(tmp_path / "m.toml"), "leakcheck_bouncer": "1.18"})
     cells = pooler_cells(config.pooler_tables, lambda kind, spec: Version.parse(spec.raw))
     assert [(str(p.version), p.settings, p.config) for p in cells] == [("1.18", (), "")]
+
+
+FLEETS = """\
+pg = ["16"]
+
+[[pooler]]
+kind = "pgbouncer"
+versions = ["1.24"]
+fleet = 2
+settings = { peering = ["yes", "no"] }
+
+[[pooler]]
+kind = "pgbouncer"
+fleet = ["1.24", "1.26"]
+
+[[pooler]]
+kind = "pgbouncer"
+versions = ["1.18"]
+"""
+
+
+def _config_of(tmp_path: Path, text: str) -> Config:
+    (tmp_path / "fleet.toml").write_text(text)
+    return Config.from_strings({"leakcheck_matrix": str(tmp_path / "fleet.toml")})
+
+
+def test_a_pooler_table_takes_a_fleet_of_its_own_and_a_rolling_upgrade_without_versions(tmp_path: Path) -> None:
+    config = _config_of(tmp_path, FLEETS)
+    cells = pooler_cells(config.pooler_tables, lambda kind, spec: Version.parse(f"{spec.raw}.1"), config.fleet)
+    assert [c.label() for c in cells] == [
+        "pgbouncer1.24.1x2[peering=yes]", "pgbouncer1.24.1x2[peering=no]",
+        "pgbouncer1.24.1+1.26.1", "pgbouncer1.26.1+1.24.1", "pgbouncer1.18.1"]
+    assert "cancel_routed" in {p.id for p in config.probes}  # a fleet's own probe: the matrix has a fleet
+
+
+def test_peering_in_a_table_without_a_fleet_is_one_line_saying_to_add_one(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--bouncer-fleet=2"):
+        _config_of(tmp_path, FLEETS.replace("fleet = 2\n", ""))
+
+
+def test_a_fleet_on_another_pooler_s_table_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="fleet is a PgBouncer setting"):
+        _config_of(tmp_path, 'pg = ["16"]\n[[pooler]]\nkind = "odyssey"\nversions = ["1.5"]\nfleet = 2\n')
+
+
+def test_a_rolling_fleet_whose_versions_differ_from_its_releases_is_one_line(tmp_path: Path) -> None:
+    text = 'pg = ["16"]\n[[pooler]]\nkind = "pgbouncer"\nversions = ["1.24"]\nfleet = ["1.24", "1.26"]\n'
+    with pytest.raises(UsageError, match="rolling-upgrade fleet runs the releases it names"):
+        _config_of(tmp_path, text)
+
+
+def test_a_fleet_of_one_process_in_a_table_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="fleet"):
+        _config_of(tmp_path, FLEETS.replace("fleet = 2", "fleet = 1"))

@@ -34,6 +34,7 @@ from leakcheck.model.versions import Spec, Version, version_in_output
 from leakcheck.provision.base import DBNAME, USER, Endpoint, new_credentials
 from leakcheck.provision.containers import images as img
 from leakcheck.provision.containers.engine import LOOPBACK, RECIPE_LABEL, Engine, sigint_deferred, start_reaper
+from leakcheck.provision.containers.fleet import ContainerFleet, MemberImage
 from leakcheck.provision.containers.pooler_files import missing_image
 from leakcheck.provision.containers.poolers import (
     CONTAINERS,
@@ -110,6 +111,7 @@ class ContainersBackend:
         self._bouncers: dict[tuple[Version, Pooler, PoolSettings, str], _Running] = {}
         self._pooler_images: dict[tuple[PoolerKind, Version], PoolerImage] = {}
         self._others: dict[tuple[Version, Pooler, PoolSettings, str], PoolerContainer] = {}  # Odyssey, pgpool-II
+        self._fleets: dict[tuple[Version, Pooler, PoolSettings, str], ContainerFleet] = {}  # --bouncer-fleet
         self._lock = threading.RLock()  # lanes run in threads
         self._numbers = itertools.count()  # pooler container names: a replaced one never reuses a live one's
         self._credentials = new_credentials(USER, fixtures.APP_ROLE)  # this run's passwords (SCRAM)
@@ -132,10 +134,13 @@ class ContainersBackend:
         if engine is None:
             return
         with sigint_deferred():
+            for fleet in self._fleets.values():
+                fleet.__exit__()
             problems = engine.close(remove_built=not self._keep_built)
         self._postgres.clear()
         self._bouncers.clear()
         self._others.clear()
+        self._fleets.clear()
         for problem in problems:
             log.info(f"could not remove {problem}; remove it with docker rm/network rm/rmi")
 
@@ -270,6 +275,11 @@ class ContainersBackend:
         if pooler.kind is not PoolerKind.PGBOUNCER:
             yield self._other_pooler(key)
             return
+        if pooler.fleet:
+            fleet = self._fleet(key)
+            yield fleet.endpoint()
+            _check_fleet(fleet, pooler, settings)  # a fleet that lost a process during the probe: an error naming it
+            return
         with self._lock:
             running = self._bouncers.get(key)
         if running is not None and self.engine.state(running.container)[0] != "running":
@@ -282,6 +292,28 @@ class ContainersBackend:
                 self._bouncers[key] = running
         reset_pool(running.endpoint)
         yield running.endpoint
+
+    def _fleet(self, key: tuple[Version, Pooler, PoolSettings, str]) -> ContainerFleet:
+        """The PgBouncer fleet for this key (started on first use, kept while all its processes run), reset."""
+        pg, pooler, settings, _ = key
+        with self._lock:
+            fleet = self._fleets.get(key)
+            if fleet is None:
+                images = []
+                for version in pooler.fleet:
+                    if version not in self._bouncer_images:
+                        self.resolve_bouncer(Spec(str(version), version=version))
+                    image = self._bouncer_images[version]
+                    images.append(MemberImage(image.name, image.version, image.user))
+                team = team_ini.load(pooler.config) if pooler.config else None
+                name = f"leakcheck-{self.engine.run_id}-fleet-pg{pg}-{next(self._numbers)}"
+                fleet = ContainerFleet(self.engine, tuple(images), settings, pooler.settings, team, self._credentials,
+                                       cast(Network, self._running_pg(pg).network), name, self._timeout)
+                fleet.__enter__()
+                self._fleets[key] = fleet
+        _check_fleet(fleet, pooler, settings)
+        fleet.reset()
+        return fleet
 
     def _other_pooler(self, key: tuple[Version, Pooler, PoolSettings, str]) -> Endpoint:
         """An Odyssey or pgpool-II container for this key (started on first use), reset for this use."""
@@ -369,6 +401,13 @@ class ContainersBackend:
                 yield f"{kind} {image.version}: {image.origin}"
         for (pooler_kind, version), pooler_image in sorted(self._pooler_images.items()):
             yield f"{pooler_kind.product} {version}: {pooler_image.origin}"
+
+
+def _check_fleet(fleet: ContainerFleet, pooler: Pooler, settings: PoolSettings) -> None:
+    lost = fleet.lost()
+    if lost is not None:
+        what = f"PgBouncer {pooler.label()} ({settings.mode.value} pool of {settings.pool_size})"
+        raise StartError(f"{what}: {lost}")
 
 
 def _version_only(spec: Spec, given: str, example: str, images: str) -> Version:

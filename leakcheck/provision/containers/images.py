@@ -125,10 +125,11 @@ def bouncer_layout() -> BouncerLayout:
 
 def bouncer_files(
     settings: PoolSettings, credentials: tuple[tuple[str, str], ...], extra: tuple[Setting, ...] = (),
-    team: TeamIni | None = None,
+    team: TeamIni | None = None, layout: BouncerLayout | None = None,
 ) -> dict[str, bytes]:
-    """pgbouncer.ini and its auth file for a container: the same renderer as the native backend."""
-    layout = bouncer_layout()
+    """pgbouncer.ini and its auth file for a container (`bouncer_layout()` unless a fleet's member
+    gives its own): the same renderer as the native backend."""
+    layout = layout or bouncer_layout()
     return {
         f"{CONFIG_DIR}/pgbouncer.ini": render_ini(settings, layout, extra, team).encode(),
         f"{CONFIG_DIR}/userlist.txt": render_auth_file(credentials).encode(),
