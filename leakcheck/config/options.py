@@ -37,8 +37,9 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "for the direct and shared controls", None),
     ("--dsn-name", "leakcheck_dsn_name", "with --pooled-dsn: the pooler's name in test ids and gate keys "
      "(default: its host and port)", None),
-    ("--drivers", "leakcheck_drivers", "drivers to run: psycopg, asyncpg, node-postgres, postgres-js "
-     "..., or cmd:PATH, a team's own agent (docs/agent-protocol.md) (default psycopg,asyncpg)", "psycopg,asyncpg"),
+    ("--drivers", "leakcheck_drivers", "drivers to run: psycopg, asyncpg, the shipped agents node-postgres, "
+     "postgres-js, pgjdbc, pdo, ruby-pg, pgx, or cmd:PATH, a team's own agent (docs/agent-protocol.md) "
+     "(default psycopg,asyncpg)", "psycopg,asyncpg"),
     ("--probes", "leakcheck_probes", "probe ids to run, comma separated (default all)", "all"),
     ("--controls", "leakcheck_controls", "also run every probe on the direct and session-mode controls: "
      "yes or no (default yes)", "yes"),
