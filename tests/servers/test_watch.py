@@ -3,7 +3,7 @@ how it ended, never a verdict, and never the probe's whole timeout. A stop signa
 being waited for ends the run within seconds.
 
 Real servers, killed (SIGKILL) or stopped (SIGSTOP) by the test in the middle of a probe's long statement. The
-only timing checks are generous bounds: several times the watcher's (docs/drafts/w3-watch.md), far below
+only timing checks are generous bounds: several times the watcher's (docs/backends.md), far below
 the probe's 30 s timeout.
 """
 
