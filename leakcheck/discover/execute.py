@@ -22,6 +22,7 @@ from leakcheck.discover.ops import Kind, Op, Who, in_transaction
 from leakcheck.discover.render import CLIENT_KEYS, REPORTED, Statement, Via, snapshot_columns, snapshot_sql, statements
 from leakcheck.discover.trace import Event, Failure, Proof, Trace
 from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import ServerId
 from leakcheck.probes.base import IDENTITY
 
@@ -40,7 +41,7 @@ async def bound(client: Client, sql: str, params: tuple[str, ...]) -> list[Row]:
         if isinstance(client, AsyncpgClient):
             return [tuple(r) for r in await client.conn.fetch(sql, *params)]
     except (psycopg.Error, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise ServerError(str(getattr(exc, "sqlstate", None) or "?????"), str(exc).strip()) from exc
+        raise ServerError(str(getattr(exc, "sqlstate", None) or NO_SQLSTATE), str(exc).strip()) from exc
     raise TypeError(f"no bound-parameter call for {type(client).__name__}")
 
 

@@ -28,6 +28,7 @@ from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
 from leakcheck.drivers.cancel import CANCEL_TIMEOUT, send_cancel_request
 from leakcheck.drivers.settings import native_values
 from leakcheck.model.errors import NotApplicable, UsageError
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Version, version_in_output
@@ -40,7 +41,7 @@ class ServerError(Exception):
 
     def __init__(self, sqlstate: str, message: str, closed: bool = False) -> None:
         first = message.strip().splitlines()[0] if message.strip() else ""
-        super().__init__(f"{sqlstate}: {first}")
+        super().__init__(f"{sqlstate}: {first}" if sqlstate != NO_SQLSTATE else f"without SQLSTATE: {first}")
         self.sqlstate = sqlstate
         self.message = first
         self.closed = closed
@@ -81,7 +82,7 @@ class Client(Protocol):
 
 
 def _sqlstate(exc: BaseException) -> str:
-    return str(getattr(exc, "sqlstate", None) or "?????")
+    return str(getattr(exc, "sqlstate", None) or NO_SQLSTATE)
 
 
 @dataclass

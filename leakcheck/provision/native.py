@@ -206,6 +206,6 @@ class NativeBackend:
 
     def describe(self) -> Iterator[str]:
         for version, install in sorted(self._pgs.items()):
-            yield f"PostgreSQL {version}: {install.bindir} (from {install.origin.split(' (')[0]})"
+            yield f"PostgreSQL {version}: {install.bindir} ({install.origin.split(' (')[0]})"
         for (kind, version), binary in sorted(self._binaries.items()):
-            yield f"{kind.product} {version}: {binary.argv[-1]} (from {binary.origin})"
+            yield f"{kind.product} {version}: {binary.argv[-1]} ({binary.origin})"

@@ -17,7 +17,17 @@ from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import SHARED_RULE, Grid, control_grids, pooled_grids
 from leakcheck.reports.html_assets import CSP, CSS, JS
 from leakcheck.reports.terminal import render_counts
-from leakcheck.reports.words import FACT_MEANING, MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, word
+from leakcheck.reports.words import (
+    FACT_MEANING,
+    MEANING,
+    MISSING,
+    SECURITY,
+    SUFFIX,
+    cell,
+    code_spans,
+    detail,
+    word,
+)
 from leakcheck.reports.workarounds import TITLE, workarounds
 
 _STATE = {p.id: p.state for p in PROBES}
@@ -39,7 +49,7 @@ def _article(key: str, grid_title: str, o: Outcome) -> str:
     rows = [("probe", o.probe + (" [security]" if o.security else "")), ("state", _STATE.get(o.probe, "")),
             ("verdict", cell(o)), ("facts", ", ".join(o.facts) or "none"), ("table", grid_title),
             ("PostgreSQL", str(o.pg)), ("pooler", pooler), ("route", o.route.value), ("driver", o.target.client),
-            *o.details]
+            *(detail(k, v) for k, v in o.details)]
     facts = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows if v)
     tip = advice(o)
     said = (f'<h4>What to do</h4><p data-testid="advice">{advice_html(tip)}</p>' if tip is not None

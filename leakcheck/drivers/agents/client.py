@@ -20,6 +20,7 @@ from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import AgentFault, AgentProcess
 from leakcheck.drivers.clients import Notification, Row, ServerError
 from leakcheck.model.errors import NotApplicable
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Endpoint
 
@@ -125,7 +126,7 @@ class AgentClient:
         refusal = next((why for start, why in self._shipped.refusals if message.startswith(start)), None)
         if refusal is not None:
             raise NotApplicable(f"{self.label}'s driver refused to go on: {message} ({refusal})")
-        raise ServerError(str(error.get("sqlstate") or "?????"), f"{message} ({kind})" if kind else message)
+        raise ServerError(str(error.get("sqlstate") or NO_SQLSTATE), f"{message} ({kind})" if kind else message)
 
     def _absorb(self, answer: dict[str, Any]) -> dict[str, Any]:
         """The answer, its notifications and ParameterStatus values kept (any answer may carry them)."""
@@ -164,7 +165,8 @@ class AgentClient:
         error = answer.get("error") or {}
         if error.get("class") == "unsupported":
             raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {error.get('message', '')}")
-        raise ServerError(str(error.get("sqlstate") or "?????"), f"{error.get('message', '')} ({error.get('class')})")
+        message = f"{error.get('message', '')} ({error.get('class')})"
+        raise ServerError(str(error.get("sqlstate") or NO_SQLSTATE), message)
 
     def alias(self, label: str) -> AgentClient:
         return replace(self, label=label)  # same agent, connection, notification list and parameters
