@@ -33,6 +33,7 @@ from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.host.timing import timed
 
 
 class ServerError(Exception):
@@ -109,8 +110,9 @@ class PsycopgClient:
 
     async def _run(self, sql: str, prepare: bool) -> list[Row]:
         try:
-            cur = await self.conn.execute(sql, prepare=prepare)
-            return list(await cur.fetchall()) if cur.description else []
+            with timed("statements"):
+                cur = await self.conn.execute(sql, prepare=prepare)
+                return list(await cur.fetchall()) if cur.description else []
         except psycopg.Error as exc:
             raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.closed) from exc
 
@@ -189,7 +191,8 @@ class AsyncpgClient:
 
     async def _call(self, method: str, sql: str) -> Any:
         try:
-            return await getattr(self.conn, method)(sql)
+            with timed("statements"):
+                return await getattr(self.conn, method)(sql)
         # InternalClientError: asyncpg's protocol after the server ended the connection mid-operation
         # (e.g. idle_in_transaction_session_timeout): a closed connection, as psycopg reports it.
         except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
@@ -256,6 +259,12 @@ async def connect(driver: Driver, label: str, endpoint: Endpoint, settings: tupl
                   startup: tuple[str, str] | None = None) -> Client:
     """One application connection of `driver`, with the cell's driver settings (drivers/settings.py);
     `startup` (name, value) is a setting sent in its startup packet, the driver's way."""
+    with timed("connects"):
+        return await _connect(driver, label, endpoint, settings, startup)
+
+
+async def _connect(driver: Driver, label: str, endpoint: Endpoint, settings: tuple[Setting, ...],
+                   startup: tuple[str, str] | None) -> Client:
     if driver == Driver.PSYCOPG:
         return await PsycopgClient.connect(label, endpoint, settings, startup)
     if driver == Driver.ASYNCPG:

@@ -23,6 +23,7 @@ from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.host.timing import timed
 
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
 CLOSE_TIMEOUT = 5.0
@@ -145,13 +146,16 @@ class AgentClient:
         return [tuple(row) for row in rows]
 
     async def query(self, sql: str) -> list[Row]:
-        return await self._rows("query", sql)
+        with timed("statements"):
+            return await self._rows("query", sql)
 
     async def execute(self, sql: str) -> None:
-        await self._call("execute", sql=sql)
+        with timed("statements"):
+            await self._call("execute", sql=sql)
 
     async def prepared(self, sql: str) -> list[Row]:
-        return await self._rows("prepared", sql, times=self._shipped.prepared_times)
+        with timed("statements"):
+            return await self._rows("prepared", sql, times=self._shipped.prepared_times)
 
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)
