@@ -20,6 +20,7 @@ from leakcheck.gate.judge import Kind
 from leakcheck.model.errors import LeakcheckError
 from leakcheck.model.verdicts import Target
 from leakcheck.probes.base import Probe
+from leakcheck.provision.host.timing import mark
 from leakcheck.reports import output
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_counts, render_legend, render_matrix
@@ -224,6 +225,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run = config.stash.get(RUN, None)
     if run is None:
         return
+    mark("session finish")
     if gather.is_worker(config):  # the controller writes; it gets this worker's outcomes in its reports
         config.workeroutput[gather.WORKER_OUTPUT_KEY] = run.describe()  # type: ignore[attr-defined]
         return

@@ -17,6 +17,7 @@ harness, as many at a time as leakcheck runs lanes. "ratio" = the matrix's runs 
 the floor's, so the number compares across machines. The merge phase times `leakcheck merge` (every
 output file) of N and 4N synthetic outcomes, each over a floor of the same run: reading and writing
 the same results file as JSON. A merge linear in its outcomes keeps its ratio as N grows.
+The warm matrix runs with LEAKCHECK_TIMINGS on and prints where its time went (phase_table).
 Prints one line per measurement; asserts nothing.
 """
 
@@ -33,6 +34,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -51,19 +53,57 @@ from leakcheck.run.lanes import default_jobs
 STATEMENTS_PER_RUN = 14
 
 
-def matrix(pg: str, bouncer: str, cache: str | None, drivers: str = "") -> tuple[int, float]:
-    """Probe runs and seconds of `pytest --pg --bouncer` from an empty folder (controls included)."""
+def matrix(pg: str, bouncer: str, cache: str | None, drivers: str = "",
+           phases: dict[str, float] | None = None) -> tuple[int, float]:
+    """Probe runs and seconds of `pytest --pg --bouncer` from an empty folder (controls included);
+    `phases`, when given, gets where they went (leakcheck/provision/host/timing.py, on for this run)."""
     env = dict(os.environ)
     if cache is not None:
         env["LEAKCHECK_CACHE"] = cache
     with tempfile.TemporaryDirectory() as empty:
+        timings = os.path.join(empty, "timings.json")
+        if phases is not None:
+            env["LEAKCHECK_TIMINGS"] = timings
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={empty}", empty,
                f"--pg={pg}", f"--bouncer={bouncer}", *([f"--drivers={drivers}"] if drivers else [])]
-        start = time.perf_counter()
+        launched, start = time.time(), time.perf_counter()
         done = subprocess.run(cmd, env=env, cwd=empty, capture_output=True, text=True, check=False)
         seconds = time.perf_counter() - start
+        if phases is not None and os.path.exists(timings):
+            with open(timings, encoding="utf-8") as f:
+                phases.update(phase_table(json.load(f), launched, launched + seconds))
     counts = re.findall(r"(\d+) (passed|failed|error)", done.stdout.splitlines()[-1] if done.stdout else "")
     return sum(int(n) for n, _ in counts), seconds
+
+
+def phase_table(data: dict[str, Any], launched: float, ended: float) -> dict[str, float]:
+    """Wall seconds per phase: start-up (interpreter, imports, collection, until the lanes start), servers
+    (every lane's servers, started up front), probes (until the last lane is done), catch-up (pytest's
+    main thread reporting the tests whose outcomes are in), after (the session's end: writing the
+    files, the terminal matrix, and teardown, which is stopping the servers). Inside the probes,
+    lane-seconds summed over the lanes that ran at once: resets (fresh server connections per probe),
+    connects, statements, and the harness's own work between them (setup, proofs, classifying, threads
+    waiting for the GIL)."""
+    phases = {k: float(v[0]) for k, v in data["phases"].items()}
+    marks = data["marks"]
+    start = marks.get("lanes start", ended)
+    done = marks.get("lanes done", start)
+    finish = marks.get("session finish", done)
+    servers = phases.get("servers", 0.0)
+    lane = phases.get("probe runs", 0.0)
+    inside = {k: phases.get(k, 0.0) for k in ("resets", "connects", "statements")}
+    return {"start-up": start - launched, "servers": servers, "probes": done - start - servers,
+            "catch-up": finish - done, "after": ended - finish, "teardown": phases.get("teardown", 0.0),
+            "lane-seconds": lane, **inside,
+            "harness": lane - sum(inside.values())}
+
+
+def print_phases(phases: dict[str, float], seconds: float) -> None:
+    lane = phases["lane-seconds"] or 1.0
+    for name in ("start-up", "servers", "probes", "catch-up", "after", "teardown"):
+        print(f"  {name:>12}: {phases[name]:6.1f} s  {100 * phases[name] / seconds:4.0f}% of the run")
+    for name in ("resets", "connects", "statements", "harness"):
+        print(f"  {name:>12}: {phases[name]:6.1f} lane-s {100 * phases[name] / lane:4.0f}% of the probes' lane time")
 
 
 def floor(pg_spec: str, runs: int) -> float:
@@ -139,13 +179,17 @@ def main() -> None:
               f"{base:.2f} s; ratio {seconds / base:.1f}")
     if args.merge_only:
         return
-    runs, seconds = matrix(args.pg, args.bouncer, None)
+    phases: dict[str, float] = {}
+    runs, seconds = matrix(args.pg, args.bouncer, None, phases=phases)
     rate = runs / seconds
     base = floor(args.pg.split(",")[0], runs)
     print(f"warm matrix --pg={args.pg} --bouncer={args.bouncer}: {runs} probe runs in {seconds:.1f} s "
           f"= {rate:.1f} runs/s ({default_jobs()} lanes at a time, {os.cpu_count()} cores)")
     print(f"floor (same runs, {STATEMENTS_PER_RUN} statements on 2 direct connections, no harness): "
           f"{base:.1f} runs/s; ratio {rate / base:.2f}")
+    if phases:
+        print("where the warm matrix's time went (LEAKCHECK_TIMINGS):")
+        print_phases(phases, seconds)
     if args.drivers:
         per_driver(args.pg, args.bouncer)
     if args.cold:

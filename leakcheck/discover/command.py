@@ -1,6 +1,7 @@
 """`leakcheck discover`: the arguments, and the run behind them (what the CLI calls).
 
-Exit codes: 0 nothing new (known findings only, or none), 1 new findings, 3 discovery could not
+Exit codes: 0 nothing that fails the run (by default: known findings only, or none; `--fail-on` and
+`--accept`, accept.py, say which findings fail it), 1 findings that fail it, 3 discovery could not
 measure (a proof was missing or wrong, a server broke), 4 bad input (as every leakcheck command).
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from leakcheck.config.options import FLAGS, LIST_OPTIONS, OPTIONS
+from leakcheck.discover import accept
 from leakcheck.discover import options as o
 from leakcheck.discover.known import confirmed
 from leakcheck.discover.output import parse_out, write
@@ -64,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"ops per sequence (default {o.DEFAULT_MAX_OPS})")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"folder for one .sql file per finding, or none "
                         f"(default {DEFAULT_OUT})")
+    parser.add_argument("--fail-on", default="new", help="which findings exit 1: new (those no probe lists; "
+                        "the default) or any (known ones too); an accepted one (--accept) never does")
+    parser.add_argument("--accept", help="a TOML (.toml) or JSON file of accepted findings: entries with a "
+                        "signature (as discover prints it) and a reason")
     parser.add_argument("--database", help="hypothesis example database folder, or none (default: "
                         "discover/examples in leakcheck's cache)")
 
@@ -99,10 +105,12 @@ def options(args: argparse.Namespace) -> o.Options:
         database: Path | None = cache_dir() / "discover" / "examples"
     else:
         database = o.parse_database(args.database)
+    fail_on = o.parse_choice(args.fail_on, "--fail-on", accept.FAIL_ON)
+    accepted = accept.load(Path(args.accept).expanduser()) if args.accept is not None else {}
     return o.Options(
         cell=tuple(cell.items()), route=route, driver=driver, budget=budget, seed=seed,
         max_examples=max_examples, max_ops=max_ops,
-        out=parse_out(args.out), database=database,
+        out=parse_out(args.out), database=database, fail_on=fail_on, accepted=tuple(accepted.items()),
     )
 
 
@@ -168,6 +176,11 @@ def run(opts: o.Options) -> int:
                for n, f in enumerate(findings, 1)]
     for _, text in scripts:  # the files keep the server's text as it was; the terminal sees it made inert
         print(terminal_safe(text))
+    accepted = dict(opts.accepted)
+    for n, f in enumerate(findings, 1):
+        why = accepted.get(f.signature)
+        print(terminal_safe(f"discover: finding {n}: signature {f.signature!r} "
+                            + (f"(accepted: {why})" if why is not None else f"({'known' if f.known else 'new'})")))
     print(f"discover: {where}, {opts.driver}: {report.summary(findings)} "
           f"({sum(r.examples for r in found.rounds)} sequences in {len(found.rounds)} round(s), "
           f"{time.monotonic() - started:.0f} s; {found.stopped}; seed {seed})")
@@ -175,7 +188,7 @@ def run(opts: o.Options) -> int:
         files, removed = write(opts.out, stem, scripts)
         print(f"discover: wrote {len(files)} file(s) to {opts.out}/ ({stem}-NN-*.sql)"
               + (f", removed {len(removed)} earlier one(s)" if removed else ""))
-    return EXIT_NEW if any(not f.known for f in findings) else EXIT_NOTHING_NEW
+    return EXIT_NEW if accept.failing(findings, opts.fail_on, accepted) else EXIT_NOTHING_NEW
 
 
 def _stem(lab: Lab, opts: o.Options) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 from leakcheck.discover.ops import Who
 from leakcheck.discover.render import DISPLAY, Names
 from leakcheck.discover.trace import Event, Failure, Trace
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import Route, ServerId
 
 PROTOCOL_NAME = "<protocol>"
@@ -89,7 +90,8 @@ def closes(failure: Failure | None) -> bool:
     'connection is closed' (no SQLSTATE). Its statement, and the client's later ones, reached no server."""
     if failure is None:
         return False
-    return failure.sqlstate.startswith("08") or (failure.sqlstate == "?????" and "closed" in failure.message.lower())
+    closed = failure.sqlstate == NO_SQLSTATE and "closed" in failure.message.lower()
+    return failure.sqlstate.startswith("08") or closed
 
 
 def _closed_at(trace: Trace) -> dict[Who, int]:

@@ -20,13 +20,14 @@ from leakcheck.discover.ops import Abilities
 from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError, connect
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import Driver
 
 _ERRORS = (psycopg.Error, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 def _server_error(exc: BaseException) -> ServerError:
-    return ServerError(str(getattr(exc, "sqlstate", None) or "?????"), str(exc).strip())
+    return ServerError(str(getattr(exc, "sqlstate", None) or NO_SQLSTATE), str(exc).strip())
 
 
 async def bound(client: Client, sql: str, params: tuple[str, ...]) -> list[Row]:

@@ -68,3 +68,5 @@ class Options:
     max_ops: int = DEFAULT_MAX_OPS  # drawn ops per sequence
     out: Path | None = None  # a folder for one .sql file per finding
     database: Path | None = None  # hypothesis' example database (None: off)
+    fail_on: str = "new"  # which findings exit 1: new (no probe lists them) or any (accept.py)
+    accepted: tuple[tuple[str, str], ...] = ()  # --accept: (signature, reason) a team accepted

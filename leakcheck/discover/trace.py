@@ -8,6 +8,7 @@ from typing import Any
 from leakcheck.discover.ops import Op, Who
 from leakcheck.discover.render import Names
 from leakcheck.model.errors import one_line
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import Route, ServerId
 
 
@@ -19,6 +20,8 @@ class Failure:
     message: str
 
     def __str__(self) -> str:
+        if self.sqlstate == NO_SQLSTATE:
+            return f"an error without SQLSTATE {self.message}".strip()
         return f"error {self.sqlstate} {self.message}".strip()
 
 

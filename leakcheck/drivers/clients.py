@@ -28,10 +28,12 @@ from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
 from leakcheck.drivers.cancel import CANCEL_TIMEOUT, send_cancel_request
 from leakcheck.drivers.settings import native_values
 from leakcheck.model.errors import NotApplicable, UsageError
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.host.timing import timed
 
 
 class ServerError(Exception):
@@ -40,7 +42,7 @@ class ServerError(Exception):
 
     def __init__(self, sqlstate: str, message: str, closed: bool = False) -> None:
         first = message.strip().splitlines()[0] if message.strip() else ""
-        super().__init__(f"{sqlstate}: {first}")
+        super().__init__(f"{sqlstate}: {first}" if sqlstate != NO_SQLSTATE else f"without SQLSTATE: {first}")
         self.sqlstate = sqlstate
         self.message = first
         self.closed = closed
@@ -81,7 +83,7 @@ class Client(Protocol):
 
 
 def _sqlstate(exc: BaseException) -> str:
-    return str(getattr(exc, "sqlstate", None) or "?????")
+    return str(getattr(exc, "sqlstate", None) or NO_SQLSTATE)
 
 
 @dataclass
@@ -108,8 +110,9 @@ class PsycopgClient:
 
     async def _run(self, sql: str, prepare: bool) -> list[Row]:
         try:
-            cur = await self.conn.execute(sql, prepare=prepare)
-            return list(await cur.fetchall()) if cur.description else []
+            with timed("statements"):
+                cur = await self.conn.execute(sql, prepare=prepare)
+                return list(await cur.fetchall()) if cur.description else []
         except psycopg.Error as exc:
             raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.closed) from exc
 
@@ -188,7 +191,8 @@ class AsyncpgClient:
 
     async def _call(self, method: str, sql: str) -> Any:
         try:
-            return await getattr(self.conn, method)(sql)
+            with timed("statements"):
+                return await getattr(self.conn, method)(sql)
         # InternalClientError: asyncpg's protocol after the server ended the connection mid-operation
         # (e.g. idle_in_transaction_session_timeout): a closed connection, as psycopg reports it.
         except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
@@ -257,6 +261,12 @@ async def connect(driver: Driver, label: str, endpoint: Endpoint, settings: tupl
                   startup: tuple[str, str] | None = None) -> Client:
     """One application connection of `driver`, with the cell's driver settings (drivers/settings.py);
     `startup` (name, value) is a setting sent in its startup packet, the driver's way."""
+    with timed("connects"):
+        return await _connect(driver, label, endpoint, settings, startup)
+
+
+async def _connect(driver: Driver, label: str, endpoint: Endpoint, settings: tuple[Setting, ...],
+                   startup: tuple[str, str] | None) -> Client:
     if driver == Driver.PSYCOPG:
         return await PsycopgClient.connect(label, endpoint, settings, startup)
     if driver == Driver.ASYNCPG:

@@ -63,5 +63,5 @@ def machine_fault(sqlstate: str, *, closed: bool = False, session_end_observed: 
     """
     found, why = kind(sqlstate, closed=closed)
     if found is Kind.MACHINE or (found is Kind.SESSION_END and not session_end_observed):
-        return f"SQLSTATE {sqlstate}: {why}"
+        return f"{'no SQLSTATE' if sqlstate == NO_SQLSTATE else 'SQLSTATE ' + sqlstate}: {why}"
     return None

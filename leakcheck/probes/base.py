@@ -17,7 +17,7 @@ from typing import Any
 
 from leakcheck.drivers.clients import Client, Notification, Row, ServerError
 from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
-from leakcheck.model.faults import machine_fault
+from leakcheck.model.faults import NO_SQLSTATE, machine_fault
 from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Observation, Proof, Route, Scope, ServerId, Slot
 from leakcheck.provision.base import Endpoint
@@ -29,6 +29,16 @@ PLACEMENT_TRIES = 10
 #: against TimeZone, DateStyle and extra_float_digits (a float's text before PostgreSQL 14).
 IDENTITY = ("pg_backend_pid(), (SELECT (extract(epoch FROM backend_start) * 1000000)::bigint::text "
             "FROM pg_stat_get_activity(pg_backend_pid()))")
+
+
+def said(value: Any) -> str:
+    """A value read from the server, as evidence says it: SQL's NULL for a driver's None (in rows too), else
+    its repr."""
+    if isinstance(value, list):
+        return "[" + ", ".join(said(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(said(v) for v in value) + (",)" if len(value) == 1 else ")")
+    return "NULL" if value is None else repr(value)
 
 
 @dataclass(frozen=True)
@@ -47,7 +57,10 @@ class Attempt:
         return self.error is not None and self.error.sqlstate == sqlstate
 
     def __str__(self) -> str:
-        return f"error {self.error}" if self.error else repr(self.value)
+        """In evidence: `error 42P05: ...`, `an error without SQLSTATE: ...`, `success (no value)`, or the value."""
+        if self.error is not None:
+            return f"{'an ' if self.error.sqlstate == NO_SQLSTATE else ''}error {self.error}"
+        return "success (no value)" if self.value is None else said(self.value)
 
 
 async def attempt(call: Awaitable[Any], *, session_end_observed: bool = False) -> Attempt:

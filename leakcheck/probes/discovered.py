@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation
-from leakcheck.probes.base import Probe, Scenario, probe
+from leakcheck.probes.base import Probe, Scenario, probe, said
 from leakcheck.probes.settings import setting
 
 #: B's temp_buffers (a value no default has, so B reads back its own).
@@ -24,17 +24,17 @@ async def temp_buffers_blocked(s: Scenario) -> Observation:
     mine = await s.observe(s.a, "to_regclass", f"to_regclass('pg_temp.{table}')::text")
     blocked = tried.state("22023")
     if blocked:
-        said = f"failed: {tried} (22023: another session's temp table was used)"
+        answer = f"failed: {tried} (22023: another session's temp table was used)"
     elif tried.failed:
-        said = f"failed: {tried}"
+        answer = f"failed: {tried}"
     else:
-        said = f"read back {tried.value!r}" + ("" if tried.value == WANTED else f", not {WANTED!r}")
+        answer = f"read back {said(tried.value)}" + ("" if tried.value == WANTED else f", not {said(WANTED)}")
     return Observation(
-        evidence=f"A: CREATE TEMP TABLE {table}, read it. B's SET temp_buffers = '{WANTED}' {said}. "
-        f"A's table resolves as {mine!r}",
+        evidence=f"A: CREATE TEMP TABLE {table}, read it. B's SET temp_buffers = '{WANTED}' {answer}. "
+        f"A's table resolves as {said(mine)}",
         leaked=blocked,
         lost=mine is None,
-        broke=None if blocked or (not tried.failed and tried.value == WANTED) else f"B's SET temp_buffers {said}",
+        broke=None if blocked or (not tried.failed and tried.value == WANTED) else f"B's SET temp_buffers {answer}",
     )
 
 
@@ -49,7 +49,7 @@ async def custom_setting_placeholder(s: Scenario) -> Observation:
     seen = await s.observe(s.b, f"read {name}", f"current_setting('{name}', true)")
     return Observation(
         evidence=f"A: set_config('{name}', 'tenant_a', true), RESET {name}. B's current_setting('{name}', true) "
-        f"is {seen!r} (NULL in a session where nobody used it)",
+        f"is {said(seen)} (NULL in a session where nobody used it)",
         leaked=seen is not None,
     )
 

@@ -14,7 +14,7 @@ import zlib
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation
-from leakcheck.probes.base import Attempt, Probe, Scenario, probe
+from leakcheck.probes.base import Attempt, Probe, Scenario, probe, said
 from leakcheck.probes.settings import setting
 
 
@@ -33,7 +33,7 @@ async def _left(s: Scenario, what: str, statements: tuple[str, ...], check: str,
         mine = await s.run(s.a, what, *statements, f"SELECT {check}")
         kept = not mine.failed and mine.value == expected
         if not kept:
-            raise ProbeError(f"A's {what} read back {mine}, not {expected!r}; nothing was exercised")
+            raise ProbeError(f"A's {what} read back {mine}, not {said(expected)}; nothing was exercised")
     await s.hand_over()
     return kept
 
@@ -43,7 +43,7 @@ async def handover_setting(s: Scenario) -> Observation:
     # A: a session-level setting no pooler tracks; A leaves. B: connects and reads it.
     await _left(s, "SET work_mem", ("SET work_mem = '1234kB'",), setting("work_mem"), "1234kB")
     seen = await s.observe(s.b, "read work_mem", setting("work_mem"))
-    return Observation(evidence=f"A: SET work_mem='1234kB', left. B, the next client, read {seen!r}",
+    return Observation(evidence=f"A: SET work_mem='1234kB', left. B, the next client, read {said(seen)}",
                        leaked=seen == "1234kB")
 
 
@@ -54,7 +54,7 @@ async def handover_temp_table(s: Scenario) -> Observation:
     # A: a temp table lives until its session ends; A leaves. B: does its session resolve it?
     await _left(s, "CREATE TEMP TABLE", (f"CREATE TEMP TABLE {table} (v int)",), f"{regclass} IS NOT NULL", True)
     seen = await s.observe(s.b, "to_regclass", regclass)
-    return Observation(evidence=f"A: CREATE TEMP TABLE {table}, left. B resolved it as {seen!r}",
+    return Observation(evidence=f"A: CREATE TEMP TABLE {table}, left. B resolved it as {said(seen)}",
                        leaked=seen is not None)
 
 
@@ -102,7 +102,7 @@ async def handover_listen(s: Scenario) -> Observation:
     got = sum(n.channel == channel for n in s.b.notifications)
     await s.run(s.b, "UNLISTEN", "UNLISTEN *")
     gone = "" if kept else " (A's own next transaction no longer listened: the pooler cleaned it)"
-    return Observation(evidence=f"A: LISTEN {channel}{gone}, left. B's session listens on it: {b_listens!r}; "
+    return Observation(evidence=f"A: LISTEN {channel}{gone}, left. B's session listens on it: {said(b_listens)}; "
                        f"C notified it and B (which never listened) received {got} notification(s), "
                        "proven final by a sentinel",
                        leaked=bool(b_listens) or got > 0, lost=not kept)
@@ -113,7 +113,7 @@ async def handover_role(s: Scenario) -> Observation:
     # A: switches to another role and leaves. B: which role does its query run as?
     await _left(s, "SET ROLE", ("SET ROLE leakcheck_other",), "current_user", "leakcheck_other")
     seen = await s.observe(s.b, "read current_user", "current_user")
-    return Observation(evidence=f"A: SET ROLE leakcheck_other, left. B's current_user is {seen!r}",
+    return Observation(evidence=f"A: SET ROLE leakcheck_other, left. B's current_user is {said(seen)}",
                        leaked=seen == "leakcheck_other")
 
 

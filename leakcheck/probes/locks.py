@@ -6,7 +6,7 @@ import zlib
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Probe, Scenario, probe
+from leakcheck.probes.base import Probe, Scenario, probe, said
 
 
 def _key(s: Scenario) -> int:
@@ -36,7 +36,7 @@ async def advisory_lock(s: Scenario) -> Observation:
     await s.run(s.a, "unlock all", "SELECT pg_advisory_unlock_all()")
     return Observation(
         evidence=f"A: pg_advisory_lock({key}). B's session holds it {b_holds} time(s), any session "
-        f"{anyone}; B's pg_try_advisory_lock gave {got!r}. A's session holds it {a_holds} time(s)",
+        f"{anyone}; B's pg_try_advisory_lock gave {said(got)}. A's session holds it {a_holds} time(s)",
         leaked=int(b_holds) > 0,
         lost=int(a_holds) == 0,
     )

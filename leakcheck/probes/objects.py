@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Probe, Scenario, probe
+from leakcheck.probes.base import Probe, Scenario, probe, said
 
 
 def _regclass(name: str) -> str:
@@ -20,7 +20,7 @@ async def temp_table(s: Scenario) -> Observation:
     seen = await s.observe(s.b, "to_regclass", _regclass(table))
     mine = await s.observe(s.a, "to_regclass", _regclass(table))
     return Observation(
-        evidence=f"A: CREATE TEMP TABLE {table}. B resolved it as {seen!r}; A as {mine!r}",
+        evidence=f"A: CREATE TEMP TABLE {table}. B resolved it as {said(seen)}; A as {said(mine)}",
         leaked=seen is not None,
         lost=mine is None,
     )
@@ -37,7 +37,7 @@ async def temp_table_on_commit_drop(s: Scenario) -> Observation:
     # B: nothing should remain.
     seen = await s.observe(s.b, "to_regclass", _regclass(table))
     return Observation(
-        evidence=f"A: CREATE TEMP TABLE {table} ON COMMIT DROP, COMMIT. B resolved it as {seen!r}",
+        evidence=f"A: CREATE TEMP TABLE {table} ON COMMIT DROP, COMMIT. B resolved it as {said(seen)}",
         leaked=seen is not None,
     )
 
@@ -74,7 +74,7 @@ async def plain_cursor(s: Scenario) -> Observation:
     # B: nothing should remain.
     seen = await s.observe(s.b, "read pg_cursors", _cursors(cursor))
     return Observation(
-        evidence=f"A: DECLARE {cursor}, FETCH gave {first.value!r}, COMMIT. B's pg_cursors lists {seen}",
+        evidence=f"A: DECLARE {cursor}, FETCH gave {said(first.value)}, COMMIT. B's pg_cursors lists {seen}",
         leaked=int(seen) > 0,
     )
 

@@ -14,7 +14,7 @@ from leakcheck.drivers.clients import ServerError
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Attempt, Login, Probe, Scenario, attempt, probe
+from leakcheck.probes.base import Attempt, Login, Probe, Scenario, attempt, probe, said
 from leakcheck.probes.settings import lit, setting
 
 
@@ -30,8 +30,8 @@ async def session_authorization(s: Scenario) -> Observation:
     mine = await s.observe(s.a, "read session_user", "session_user")
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
     return Observation(
-        evidence=f"A: SET SESSION AUTHORIZATION leakcheck_app. B's session_user is {seen!r}; B's audit row "
-        f"was recorded as {wrote}. A's session_user is {mine!r}",
+        evidence=f"A: SET SESSION AUTHORIZATION leakcheck_app. B's session_user is {said(seen)}; B's audit row "
+        f"was recorded as {wrote}. A's session_user is {said(mine)}",
         leaked=seen == "leakcheck_app",
         lost=mine != "leakcheck_app",
         broke=str(wrote) if wrote.failed else None,
@@ -52,8 +52,8 @@ async def set_role_privileged(s: Scenario) -> Observation:
     # A: still that role in a later transaction?
     again = await s.observe(s.a, "read current_user", "current_user")
     return Observation(
-        evidence=f"A: SET ROLE leakcheck_priv, read {mine}. B (current_user {role!r}) read lc_secret: {read}. "
-        f"A's current_user then was {again!r}",
+        evidence=f"A: SET ROLE leakcheck_priv, read {mine}. B (current_user {said(role)}) read lc_secret: {read}. "
+        f"A's current_user then was {said(again)}",
         leaked=not read.failed,
         lost=again != "leakcheck_priv",
         broke=str(read) if read.failed and not read.state("42501") else None,
@@ -114,7 +114,7 @@ async def temp_shadow(s: Scenario) -> Observation:
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
     return Observation(
         evidence=f"A: CREATE TEMP TABLE lc_audit. B's INSERT INTO lc_audit gave {wrote}; public.lc_audit then "
-        f"held {real} of B's rows; A's temp table ({exists!r}) held {caught}",
+        f"held {real} of B's rows; A's temp table ({said(exists)}) held {caught}",
         leaked=(not caught.failed and bool(caught.value)) or (not wrote.failed and int(real) == 0),
         lost=exists is None,
         broke=str(wrote) if wrote.failed else None,
@@ -130,7 +130,7 @@ async def lastval(s: Scenario) -> Observation:
     curr = await s.run(s.b, "currval", "SELECT currval('lc_seq')")
     mine = await s.run(s.a, "lastval", "SELECT lastval()")
     return Observation(
-        evidence=f"A: nextval('lc_seq') = {value}. B's lastval() gave {last}, currval() {curr}. "
+        evidence=f"A: nextval('lc_seq') = {said(value)}. B's lastval() gave {last}, currval() {curr}. "
         f"A's lastval() gave {mine}",
         leaked=not last.failed or not curr.failed,
         lost=mine.state("55000"),
@@ -149,7 +149,7 @@ async def read_only(s: Scenario) -> Observation:
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
     return Observation(
         evidence=f"A: SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY. B read "
-        f"default_transaction_read_only={b_seen!r}; B's INSERT gave {wrote}. A read {mine!r}",
+        f"default_transaction_read_only={said(b_seen)}; B's INSERT gave {wrote}. A read {said(mine)}",
         leaked=b_seen == "on" or wrote.state("25006"),
         lost=mine != "on",
         broke=str(wrote) if wrote.failed and not wrote.state("25006") else None,
@@ -167,8 +167,8 @@ async def replication_role(s: Scenario) -> Observation:
     mine = await s.observe(s.a, "read session_replication_role", setting("session_replication_role"))
     await s.run(s.a, "clean up", f"DELETE FROM lc_child WHERE parent = {orphan}")
     return Observation(
-        evidence=f"A: SET session_replication_role = replica. B read {b_seen!r}; B's INSERT of an orphan "
-        f"lc_child row gave {wrote if wrote.failed else 'success: the foreign key was skipped'}. A read {mine!r}",
+        evidence=f"A: SET session_replication_role = replica. B read {said(b_seen)}; B's INSERT of an orphan "
+        f"lc_child row gave {wrote if wrote.failed else 'success: the foreign key was skipped'}. A read {said(mine)}",
         leaked=b_seen == "replica" or not wrote.failed,
         lost=mine != "replica",
         broke=str(wrote) if wrote.failed and not wrote.state("23503") else None,
@@ -190,8 +190,8 @@ async def lock_timeout(s: Scenario) -> Observation:
             waited = Attempt(f"not run: {missing}")
     mine = await s.observe(s.a, "read lock_timeout", setting("lock_timeout"))
     return Observation(
-        evidence=f"A: SET lock_timeout='10ms'. B read {b_seen!r}; B's wait for a lock C held gave {waited} "
-        f"(55P03: A's lock_timeout; 57014: B's own 150ms statement_timeout). A read {mine!r}",
+        evidence=f"A: SET lock_timeout='10ms'. B read {said(b_seen)}; B's wait for a lock C held gave {waited} "
+        f"(55P03: A's lock_timeout; 57014: B's own 150ms statement_timeout). A read {said(mine)}",
         leaked=b_seen == "10ms" or waited.state("55P03"),
         lost=mine != "10ms",
         broke=str(waited) if waited.failed and not (waited.state("55P03") or waited.state("57014")) else None,
@@ -225,8 +225,8 @@ async def idle_in_transaction_timeout(s: Scenario) -> Observation:
         except NotApplicable as refused:  # statement mode: B's read above is the (proven) answer
             went_on = Attempt(f"not run, the pooler refused the block: {refused}")
     return Observation(
-        evidence=f"A: set_config('idle_in_transaction_session_timeout', '50ms', false) gave {mine!r}. "
-        f"B read {b_seen!r}; "
+        evidence=f"A: set_config('idle_in_transaction_session_timeout', '50ms', false) gave {said(mine)}. "
+        f"B read {said(b_seen)}; "
         f"after idling 0.15 s in a transaction B's next statement gave {went_on}",
         leaked=b_seen == "50ms" or went_on.failed,
     )
@@ -254,7 +254,7 @@ async def client_encoding(s: Scenario) -> Observation:
     mine = await s.observe(s.a, "read client_encoding", setting("client_encoding"))
     b_seen = await s.observe(s.b, "read client_encoding", setting("client_encoding"))
     try:
-        text = repr(await s.observe(s.b, "read a non-ASCII text", "'é'::text"))
+        text = said(await s.observe(s.b, "read a non-ASCII text", "'é'::text"))
     except ServerError as exc:
         if machine_fault(exc.sqlstate, closed=exc.closed):
             raise  # the machine's failure is no finding (faults.py)
@@ -262,7 +262,8 @@ async def client_encoding(s: Scenario) -> Observation:
     except Exception as exc:  # noqa: BLE001 - a driver that cannot decode the bytes is the finding
         text = f"{type(exc).__name__}: {exc}"
     return Observation(
-        evidence=f"A: SET client_encoding='LATIN1' (read {mine!r}). B read {b_seen!r} and got 'é' back as {text}",
+        evidence=f"A: SET client_encoding='LATIN1' (read {said(mine)}). B read {said(b_seen)} and got 'é' back as "
+        f"{text}",
         leaked=b_seen == "LATIN1" or text != repr("é"),
         lost=mine != "LATIN1",
     )

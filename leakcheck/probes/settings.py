@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Attempt, Probe, Scenario, probe
+from leakcheck.probes.base import Attempt, Probe, Scenario, probe, said
 
 
 def lit(value: str) -> str:
@@ -28,8 +28,8 @@ async def statement_timeout(s: Scenario) -> Observation:
     mine = await s.observe(s.a, "read statement_timeout", setting("statement_timeout"))
     cancelled = slept.state("57014")
     return Observation(
-        evidence=f"A: SET statement_timeout='500ms'. B read {b_seen!r}, and its pg_sleep(1.0) gave {slept}. "
-        f"A read {mine!r}",
+        evidence=f"A: SET statement_timeout='500ms'. B read {said(b_seen)}, and its pg_sleep(1.0) gave {slept}. "
+        f"A read {said(mine)}",
         leaked=cancelled or b_seen == "500ms",
         lost=mine != "500ms",
         broke=str(slept) if slept.failed and not cancelled else None,
@@ -45,7 +45,7 @@ async def set_local(s: Scenario) -> Observation:
     # B: must see the server default, not A's transaction-local value.
     seen = await s.observe(s.b, "read work_mem", setting("work_mem"))
     return Observation(
-        evidence=f"A: SET LOCAL work_mem='1234kB' (read {inside.value!r} inside), COMMIT. B read {seen!r}",
+        evidence=f"A: SET LOCAL work_mem='1234kB' (read {said(inside.value)} inside), COMMIT. B read {said(seen)}",
         leaked=seen == "1234kB",
     )
 
@@ -70,9 +70,10 @@ async def _parameter(s: Scenario, name: str, a_value: str, b_value: str | None) 
     b_told = s.b.reported(name)
     a_seen = await s.observe(s.a, f"read {name}", setting(name))
     told = "not reported" if b_told is None else repr(b_told)
+    heard = "no ParameterStatus told its driver" if b_told is None else f"its driver was told {told}"
     return Observation(
-        evidence=f"{b_part}A: SET {name}={a_set!r}" + (f", then read {a_next!r}" if a_next != a_set else "")
-        + f". B read {b_seen!r} (its driver was told {told}). A read {a_seen!r}",
+        evidence=f"{b_part}A: SET {name}={said(a_set)}" + (f", then read {said(a_next)}" if a_next != a_set else "")
+        + f". B read {said(b_seen)} ({heard}). A read {said(a_seen)}",
         leaked=b_seen == a_set or (b_value is not None and a_seen == b_before),
         lost=a_seen != a_set or a_next != a_set,
         misreported=b_told is not None and b_told != b_seen,
@@ -122,7 +123,7 @@ async def custom_setting(s: Scenario) -> Observation:
     seen = await s.observe(s.b, "read leakcheck.tenant", setting("leakcheck.tenant"))
     mine = await s.observe(s.a, "read leakcheck.tenant", setting("leakcheck.tenant"))
     return Observation(
-        evidence=f"A: SET leakcheck.tenant='tenant_a'. B read {seen!r}. A read {mine!r}",
+        evidence=f"A: SET leakcheck.tenant='tenant_a'. B read {said(seen)}. A read {said(mine)}",
         leaked=seen == "tenant_a",
         lost=mine != "tenant_a",
     )
@@ -136,7 +137,7 @@ async def set_role(s: Scenario) -> Observation:
     seen = await s.observe(s.b, "read current_user", "current_user")
     mine = await s.observe(s.a, "read current_user", "current_user")
     return Observation(
-        evidence=f"A: SET ROLE leakcheck_other. B's current_user is {seen!r}; A's is {mine!r}",
+        evidence=f"A: SET ROLE leakcheck_other. B's current_user is {said(seen)}; A's is {said(mine)}",
         leaked=seen == "leakcheck_other",
         lost=mine != "leakcheck_other",
     )
@@ -156,8 +157,8 @@ async def _moved(s: Scenario, name: str, value: str) -> Observation:
         a_seen = await s.observe(s.a, f"read {name} elsewhere", setting(name))
         b_seen = await s.observe(s.b, f"read {name} on A's server", setting(name))
     return Observation(
-        evidence=f"A: SET {name}={a_set!r}. On another server connection A read {a_seen!r}; "
-        f"B, on A's old one, read {b_seen!r}",
+        evidence=f"A: SET {name}={said(a_set)}. On another server connection A read {said(a_seen)}; "
+        f"B, on A's old one, read {said(b_seen)}",
         lost=a_seen != a_set,
         leaked=b_seen == a_set,
     )

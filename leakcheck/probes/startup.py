@@ -4,7 +4,7 @@ server_settings, an agent's `options`, catalogue.py). The runner connects A with
 from __future__ import annotations
 
 from leakcheck.model.verdicts import Observation
-from leakcheck.probes.base import Probe, Scenario, probe
+from leakcheck.probes.base import Probe, Scenario, probe, said
 
 #: The schema A's startup packet names; it need not exist (search_path takes any name).
 STARTUP_SCHEMA = "lc_startup_schema"
@@ -21,7 +21,8 @@ async def startup_parameters(s: Scenario) -> Observation:
     # A: after B used the server, its own setting again.
     again = await s.observe(s.a, "read search_path again", "current_setting('search_path')")
     return Observation(
-        evidence=f"A connected with search_path={STARTUP_SCHEMA} and read {mine!r}; B read {seen!r}; A again {again!r}",
+        evidence=f"A connected with search_path={STARTUP_SCHEMA} and read {said(mine)}; B read {said(seen)}; "
+        f"A again {said(again)}",
         leaked=STARTUP_SCHEMA in str(seen),
         lost=STARTUP_SCHEMA not in str(mine) or STARTUP_SCHEMA not in str(again),
     )

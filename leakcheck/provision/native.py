@@ -17,6 +17,7 @@ from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.host.sweep import sweep
 from leakcheck.provision.host.system import ServerUser, cache_root, server_user
+from leakcheck.provision.host.timing import timed
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
@@ -43,6 +44,17 @@ def _tried(step: Callable[[PgServer], None]) -> Callable[[PgServer], bool]:
             return False
 
     return run
+
+
+def _stop_together(running: Sequence[contextlib.AbstractContextManager[object]]) -> None:
+    """Stop these processes side by side (each stop is bounded by its own stop timeout, and stopping
+    twice is a no-op): a failure here is left to the backend's exit stack, which stops it again."""
+    if not running:
+        return
+    with ThreadPoolExecutor(max_workers=min(8, len(running)), thread_name_prefix="leakcheck-stop") as pool:
+        for done in [pool.submit(p.__exit__, None, None, None) for p in running]:
+            with contextlib.suppress(Exception):
+                done.result()
 
 
 class NativeBackend:
@@ -75,9 +87,14 @@ class NativeBackend:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._closed = True
+        poolers, servers = list(self._poolers.values()), list(self._servers.values())
         self._servers.clear()
         self._poolers.clear()
-        self._stack.close()
+        try:  # the poolers first (they hold the servers' connections), each kind all at once
+            _stop_together(poolers)
+            _stop_together(servers)
+        finally:
+            self._stack.close()  # the rest; and a process the lines above could not stop, stopped again
 
     @property
     def cache(self) -> Path:
@@ -189,7 +206,8 @@ class NativeBackend:
                 self._stack.enter_context(process)
                 self._poolers[key] = process
         self._check_running(process, pooler, settings)
-        process.reset()  # e.g. PgBouncer's KILL/RESUME: this use starts from fresh server connections
+        with timed("resets"):
+            process.reset()  # e.g. PgBouncer's KILL/RESUME: this use starts from fresh server connections
         yield process.endpoint()
         if isinstance(process, BouncerFleet):  # a fleet that lost a process during the probe: an error naming it
             self._check_running(process, pooler, settings)
@@ -228,6 +246,6 @@ class NativeBackend:
 
     def describe(self) -> Iterator[str]:
         for version, install in sorted(self._pgs.items()):
-            yield f"PostgreSQL {version}: {install.bindir} (from {install.origin.split(' (')[0]})"
+            yield f"PostgreSQL {version}: {install.bindir} ({install.origin.split(' (')[0]})"
         for (kind, version), binary in sorted(self._binaries.items()):
-            yield f"{kind.product} {version}: {binary.argv[-1]} (from {binary.origin})"
+            yield f"{kind.product} {version}: {binary.argv[-1]} ({binary.origin})"

@@ -9,6 +9,7 @@ is HTML-escaped. Cells carry stable hooks for tests and scripts: `data-testid="c
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable
 
 from leakcheck.model.verdicts import Outcome, Route, Verdict
@@ -17,7 +18,17 @@ from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import SHARED_RULE, Grid, control_grids, pooled_grids
 from leakcheck.reports.html_assets import CSP, CSS, JS
 from leakcheck.reports.terminal import render_counts
-from leakcheck.reports.words import FACT_MEANING, MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, word
+from leakcheck.reports.words import (
+    FACT_MEANING,
+    MEANING,
+    MISSING,
+    SECURITY,
+    SUFFIX,
+    cell,
+    code_spans,
+    detail,
+    word,
+)
 from leakcheck.reports.workarounds import TITLE, workarounds
 
 _STATE = {p.id: p.state for p in PROBES}
@@ -39,7 +50,7 @@ def _article(key: str, grid_title: str, o: Outcome) -> str:
     rows = [("probe", o.probe + (" [security]" if o.security else "")), ("state", _STATE.get(o.probe, "")),
             ("verdict", cell(o)), ("facts", ", ".join(o.facts) or "none"), ("table", grid_title),
             ("PostgreSQL", str(o.pg)), ("pooler", pooler), ("route", o.route.value), ("driver", o.target.client),
-            *o.details]
+            *(detail(k, v) for k, v in o.details)]
     facts = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows if v)
     tip = advice(o)
     said = (f'<h4>What to do</h4><p data-testid="advice">{advice_html(tip)}</p>' if tip is not None
@@ -48,9 +59,15 @@ def _article(key: str, grid_title: str, o: Outcome) -> str:
             f'<dl>{facts}</dl><h4>Evidence</h4><pre data-testid="evidence">{esc(o.evidence)}</pre>{said}</article>')
 
 
+def _breakable(text: str) -> str:
+    """Escaped, with line-break chances after `/` and `+` and before a version (`pgbouncer<wbr>1.24.1`), so
+    a narrow column wraps instead of widening the table."""
+    return re.sub(r"(?<=[a-z])(?=[0-9])", "<wbr>", esc(text).replace("/", "/<wbr>").replace("+", "+<wbr>"))
+
+
 def _table(g: Grid, section: str, keys: dict[tuple[str, str, str], str]) -> str:
     """A grid as a table; each cell's details key is recorded in `keys` (by grid title, probe and column)."""
-    head = "".join(f'<th scope="col">{esc(c).replace("/", "/<wbr>")}</th>' for c in g.columns)
+    head = "".join(f'<th scope="col">{_breakable(c)}</th>' for c in g.columns)
     body = []
     for p in g.probes:
         secure = p in g.security
@@ -64,7 +81,7 @@ def _table(g: Grid, section: str, keys: dict[tuple[str, str, str], str]) -> str:
             key = keys.setdefault((g.title, p, c), f"d{len(keys) + 1}")
             cells.append(f'<td class="cell v-{o.verdict.value}" tabindex="0" data-testid="cell" data-probe="{esc(p)}" '
                          f'data-column="{esc(c)}" data-grid="{esc(g.title)}" data-verdict="{o.verdict.value}" '
-                         f'data-detail="{key}" title="{esc(MEANING[o.verdict])}">{esc(cell(o))}</td>')
+                         f'data-detail="{key}" title="{esc(MEANING[o.verdict])}">{_breakable(cell(o))}</td>')
         body.append(f'<tr data-testid="row" data-probe="{esc(p)}" data-security="{str(secure).lower()}">'
                     f'<th scope="row">{esc(p)}{mark}</th>{"".join(cells)}</tr>')
     return (f'<section data-grid="{esc(g.title)}" data-section="{section}"><h2>{esc(g.title)}</h2><table>'

@@ -14,14 +14,15 @@ h2 { font-size: 1.1rem; margin: 1.2rem 0 .4rem; }
 .filters fieldset { border: 0; margin: 0; padding: 0; display: flex; gap: .5rem; flex-wrap: wrap; }
 .filters legend { float: left; margin-right: .4rem; font-weight: 600; }
 .layout { display: flex; gap: 1.2rem; align-items: flex-start; }
-.tables { flex: 1 1 auto; min-width: 0; overflow-x: auto; }
-#panel { flex: 0 0 30rem; max-width: 40%; position: sticky; top: 1rem; max-height: 90vh; overflow: auto;
+.tables { flex: 1 1 auto; min-width: 0; }
+.tables section { overflow-x: auto; }
+#panel { flex: 0 0 20rem; max-width: 30%; position: sticky; top: 1rem; max-height: 90vh; overflow: auto;
   border: 1px solid #d0d7de; border-radius: 6px; padding: .6rem .8rem; background: #fafbfc; }
 table { border-collapse: collapse; margin-bottom: .4rem; }
 th, td { border: 1px solid #d0d7de; padding: .2rem .45rem; text-align: left; vertical-align: top; }
-thead th { background: #f4f6f8; font-weight: 600; font-size: .85rem; max-width: 14rem; }
-tbody th { font-weight: 500; white-space: nowrap; }
-td.cell { cursor: pointer; white-space: nowrap; font-family: ui-monospace, monospace; font-size: .85rem; }
+thead th { background: #f4f6f8; font-weight: 600; font-size: .8rem; max-width: 8rem; }
+tbody th { font-weight: 500; white-space: nowrap; font-size: .85rem; }
+td.cell { cursor: pointer; font-family: ui-monospace, monospace; font-size: .8rem; }
 td.cell:focus, td.cell.selected { outline: 2px solid #0969da; outline-offset: -2px; }
 td.dim { opacity: .25; }
 td.missing { color: #8c959f; text-align: center; }
@@ -36,6 +37,7 @@ td.missing { color: #8c959f; text-align: center; }
 pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: .5rem; border-radius: 4px; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: .1rem .6rem; margin: .3rem 0; }
 dt { font-weight: 600; }
+#panel h3 { overflow-wrap: anywhere; }
 dd { margin: 0; }
 .legend dd span { padding: 0 .3rem; border-radius: 3px; }
 [hidden] { display: none !important; }

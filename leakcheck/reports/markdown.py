@@ -17,7 +17,7 @@ from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
 from leakcheck.reports.terminal import render_counts
-from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, flagged, word
+from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, detail, flagged, word
 from leakcheck.reports.workarounds import TITLE, workarounds
 
 #: Characters of one comment, below GitHub's 65,536 with room to spare.
@@ -63,7 +63,7 @@ def md_table(g: Grid) -> list[str]:
 def _details(o: Outcome) -> str:
     """One problem cell folded: the summary line, the evidence (raw HTML, escaped), the advice."""
     summary = html.escape(f"{o.probe}{' [security]' if o.security else ''} · {o.column}: {cell(o)}")
-    body = "\n".join([o.evidence, *(f"{k}: {v}" for k, v in o.details)])
+    body = "\n".join([o.evidence, *(": ".join(detail(k, v)) for k, v in o.details)])
     tip = advice(o)
     parts = [f"<details><summary>{summary}</summary>", "", f"<pre>{html.escape(body, quote=False)}</pre>", ""]
     if tip is not None:

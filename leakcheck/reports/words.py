@@ -48,6 +48,21 @@ FACT_MEANING = {
     Fact.RECOVERED: "the driver or pooler got over it by itself (a retry, a re-prepare, a silent replacement)",
 }
 
+#: A probe's extra properties (Outcome.details, stored under these keys) as a reader names them.
+DETAIL = {
+    "b_reported": "what B's driver was told (ParameterStatus)",
+    "b_server_value": "what B's server had",
+    "b_reported_matches_server": "B's driver was told the server's value",
+    "cancel_acted_ms": "the cancel acted after (ms)",
+}
+_YES_NO = {"True": "yes", "False": "no"}
+
+
+def detail(key: str, value: str) -> tuple[str, str]:
+    """A detail in words: its name as DETAIL gives it (else the key, underscores as spaces), yes/no for a flag."""
+    return DETAIL.get(key, key.replace("_", " ")), _YES_NO.get(value, value)
+
+
 SUFFIX = ("+fact: another fact the probe saw besides the verdict's own, e.g. BREAKS+leaked "
           "(broke, leaked, lost, misreported: a driver was told a value the server did not have, or recovered: "
           "the driver or pooler got over it by itself)")

@@ -19,6 +19,7 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.verdicts import Outcome, ServerId, Target, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
+from leakcheck.provision.host.timing import mark, timed
 from leakcheck.run import signals
 from leakcheck.run.runner import is_running_pooler, pool_settings, pooler_lane, run_probe
 
@@ -92,9 +93,11 @@ class Lanes:
             self._futures[self._key(probe, target)] = Future()
         for probe, target in work:
             lanes.setdefault(lane_of(probe, target), []).append((probe, target))
+        mark("lanes start")
         # A stop signal now ends the run at once: only each fork holds it (provision/host/forks.py).
-        self._start_together([items[0] for items in lanes.values()])
-        warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
+        with timed("servers"):
+            self._start_together([items[0] for items in lanes.values()])
+            warm = {key: self._warm_up(items[0]) for key, items in lanes.items()}
         self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="leakcheck-lane")
         for key, items in lanes.items():
             self._lanes.append(self._pool.submit(self._run_lane, items, warm[key]))
@@ -157,10 +160,12 @@ class Lanes:
                     outcome = _error(probe, target, f"the harness failed: {type(failed).__name__}: {failed}")
                 else:
                     self.on_test(self.name(probe, target))
-                    outcome = run_probe(self.backend, probe, target, earlier)
+                    with timed("probe runs"):
+                        outcome = run_probe(self.backend, probe, target, earlier)
                 future.set_result(outcome)
             except BaseException as exc:  # noqa: BLE001 - never leave pytest waiting
                 future.set_exception(exc)
+        mark("lanes done", last=True)
 
 
 def _error(probe: Probe, target: Target, evidence: str) -> Outcome:

@@ -27,6 +27,7 @@ from leakcheck.model.verdicts import Outcome, Route, Target
 from leakcheck.model.versions import Spec, Version
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
+from leakcheck.provision.host.timing import timed
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS
 from leakcheck.run.failfast import FailFast
@@ -148,14 +149,15 @@ class MatrixRun:
         return self._backend
 
     def close(self) -> None:
-        try:
-            if self._lanes is not None:
-                self._lanes.close()
-        finally:
+        with timed("teardown"):
             try:
-                agents.stop_all()  # the driver agents the lanes reused
+                if self._lanes is not None:
+                    self._lanes.close()
             finally:
-                self._stack.close()
+                try:
+                    agents.stop_all()  # the driver agents the lanes reused
+                finally:
+                    self._stack.close()
 
     def start(self, work: Sequence[tuple[Probe, Target]]) -> None:
         """Run `work` (the selected tests, in pytest's order) in concurrent lanes from now on."""

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from leakcheck.drivers.clients import Client, ServerError
 from leakcheck.model.errors import NotApplicable, ProbeError
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import ServerId
 from leakcheck.probes.base import IDENTITY, Login, Probe
 from leakcheck.provision.postgres.fixtures import PRESENT
@@ -39,7 +40,7 @@ async def discard(*clients: Client) -> None:
         try:
             await client.execute("DISCARD ALL")
         except ServerError as exc:
-            if exc.sqlstate.startswith("08") or exc.sqlstate == "?????":  # the connection is gone
+            if exc.sqlstate.startswith("08") or exc.sqlstate == NO_SQLSTATE:  # the connection is gone
                 continue
             raise ProbeError(f"{client.label} could not DISCARD ALL through the running pooler ({exc}); "
                              "leakcheck cannot leave its server connections clean") from exc

@@ -179,3 +179,36 @@ def test_an_inline_script_slipped_into_the_page_is_refused_while_the_pages_own_r
     assert open_policy != slipped
     dialogs, title, _ = _dialogs_and_title(browser, tmp_path / "open.html", open_policy)
     assert dialogs == ["slipped"] and title == "ran"
+
+
+def default_matrix() -> list[Outcome]:
+    """The default matrix's shape for one PostgreSQL: 3 PgBouncer releases x 2 drivers, the widest cells."""
+    out = []
+    for probe in ("temp_table_on_commit_drop", "protocol_prepare", "search_path"):
+        for bouncer in ("1.18.0", "1.24.1", "1.26.1"):
+            for driver, version in (("asyncpg", "0.32.0"), ("psycopg", "3.3.9")):
+                out.append(make(probe, "16.14", bouncer, Route.TRANSACTION, driver, Verdict.BREAKS, "e",
+                                driver_version=version, facts=(Fact.BROKE, Fact.LEAKED, Fact.RECOVERED),
+                                details=(("b_reported_matches_server", "False"),)))
+    return out
+
+
+def test_at_1280_px_the_default_matrix_s_table_ends_inside_the_viewport_and_left_of_the_panel(
+    browser: BrowserContext, tmp_path: Path
+) -> None:
+    path = tmp_path / "wide.html"
+    path.write_text(render_html(default_matrix()), encoding="utf-8")
+    page = browser.new_page()
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(path.as_uri())
+    table = page.locator("section[data-section=pooled] table").bounding_box()
+    section = page.locator("section[data-section=pooled]").bounding_box()
+    panel = page.locator("[data-testid=details-panel]").bounding_box()
+    assert table is not None and section is not None and panel is not None
+    assert table["x"] + table["width"] <= section["x"] + section["width"] + 0.5  # not clipped by its box
+    assert table["x"] + table["width"] <= panel["x"] and panel["x"] + panel["width"] <= 1280
+    # A detail is named in words, never by its property name.
+    page.locator("[data-testid=cell]").first.click()
+    text = page.locator("[data-testid=details-panel]").inner_text()
+    page.close()
+    assert "B's driver was told the server's value" in text and "b_reported_matches_server" not in text

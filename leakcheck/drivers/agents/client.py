@@ -21,8 +21,10 @@ from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import AgentFault, AgentProcess, AgentRefused
 from leakcheck.drivers.clients import Notification, Row, ServerError
 from leakcheck.model.errors import NotApplicable
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.host.timing import timed
 
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
 CLOSE_TIMEOUT = 5.0
@@ -133,7 +135,7 @@ class AgentClient:
         refusal = next((why for start, why in self._shipped.refusals if message.startswith(start)), None)
         if refusal is not None:
             raise NotApplicable(f"{self.label}'s driver refused to go on: {message} ({refusal})")
-        raise ServerError(str(error.get("sqlstate") or "?????"), f"{message} ({kind})" if kind else message)
+        raise ServerError(str(error.get("sqlstate") or NO_SQLSTATE), f"{message} ({kind})" if kind else message)
 
     def _absorb(self, answer: dict[str, Any]) -> dict[str, Any]:
         """The answer, its notifications and ParameterStatus values kept (any answer may carry them)."""
@@ -152,13 +154,16 @@ class AgentClient:
         return [tuple(row) for row in rows]
 
     async def query(self, sql: str) -> list[Row]:
-        return await self._rows("query", sql)
+        with timed("statements"):
+            return await self._rows("query", sql)
 
     async def execute(self, sql: str) -> None:
-        await self._call("execute", sql=sql)
+        with timed("statements"):
+            await self._call("execute", sql=sql)
 
     async def prepared(self, sql: str) -> list[Row]:
-        return await self._rows("prepared", sql, times=self._shipped.prepared_times)
+        with timed("statements"):
+            return await self._rows("prepared", sql, times=self._shipped.prepared_times)
 
     async def free(self, sql: str) -> None:
         """The driver's own way to drop the statement `prepared` made for `sql` (AgentRefused where it has none)."""
@@ -180,7 +185,8 @@ class AgentClient:
         error = answer.get("error") or {}
         if error.get("class") == "unsupported":
             raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {error.get('message', '')}")
-        raise ServerError(str(error.get("sqlstate") or "?????"), f"{error.get('message', '')} ({error.get('class')})")
+        message = f"{error.get('message', '')} ({error.get('class')})"
+        raise ServerError(str(error.get("sqlstate") or NO_SQLSTATE), message)
 
     def alias(self, label: str) -> AgentClient:
         return replace(self, label=label)  # same agent, connection, notification list and parameters
