@@ -14,7 +14,7 @@ from leakcheck.cli.main import main
 from leakcheck.discover import accept, command, differential, engine, lab
 from leakcheck.discover.compare import Comparison
 from leakcheck.discover.findings import Discovery, Finding
-from leakcheck.discover.ops import Kind, Op, Who
+from leakcheck.discover.ops import Abilities, Kind, Op, Who
 from leakcheck.discover.options import Options
 from leakcheck.model.verdicts import Route
 from leakcheck.model.versions import Version
@@ -88,7 +88,11 @@ class Found:
         class Measure:
             def __init__(self, *args: object) -> None: ...
             def __enter__(self) -> Any:
-                return lambda ops: Comparison(())
+                return self
+            def __call__(self, ops: object) -> Comparison:
+                return Comparison(())
+            def abilities(self) -> Abilities:
+                return Abilities()
             def __exit__(self, *args: object) -> None: ...
 
         monkeypatch.setattr(lab, "open_lab", open_lab)
