@@ -20,8 +20,9 @@ from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
 #: Seconds the long statement has to be seen running (C polls pg_stat_activity).
 START_BOUND = 5.0
 #: Seconds a cancel has, from its delivery (the driver's cancel call returned), to stop the long
-#: statement (then C lets go).
-CANCEL_BOUND = 2.0
+#: statement (then C lets go). Generous: the pooler forwards it on a new connection, and PostgreSQL forks a
+#: backend for it, which on a loaded 2-core machine took over 2 s (a control came out lost).
+CANCEL_BOUND = 5.0
 #: Seconds the long statement, and a driver's cancel call, have to end once C let go.
 FINISH_BOUND = 10.0
 
