@@ -14,7 +14,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from leakcheck.model.errors import LeakcheckError
+from leakcheck.drivers.clients import ServerError
+from leakcheck.model.errors import LeakcheckError, MachineFault
 
 T = TypeVar("T")
 
@@ -67,10 +68,35 @@ async def watched(work: Coroutine[Any, Any, T], timeout: float, gone: Gone) -> T
             await _end(task)
             raise ServerLost.during_probe(lost)
         if done:
+            if not task.cancelled() and _connection_failed(task.exception()):
+                # The driver's error ("server conn crashed?") can arrive before the death is visible:
+                # a failure is looked at again for LOST_BOUND seconds, so its cause is named.
+                lost = await _settled(gone)
+                if lost is not None:
+                    raise ServerLost.during_probe(lost)
             return task.result()
         if left <= 0:
             await _end(task)
             raise TimeoutError
+
+
+def _connection_failed(exc: BaseException | None) -> bool:
+    """A failure that a server's death shows as (a broken connection), not a probe's own refusal."""
+    if isinstance(exc, (MachineFault, OSError)):
+        return True
+    return isinstance(exc, ServerError) and (exc.closed or exc.sqlstate.startswith(("08", "57P")))
+
+
+async def _settled(gone: Gone) -> str | None:
+    """`gone()` looked at every WATCH_INTERVAL for LOST_BOUND seconds: the first server named, else None."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + LOST_BOUND
+    while loop.time() < until:
+        await asyncio.sleep(WATCH_INTERVAL)
+        lost = gone()
+        if lost is not None:
+            return lost
+    return None
 
 
 async def _end(task: asyncio.Future[Any]) -> None:

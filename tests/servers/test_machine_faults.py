@@ -55,4 +55,4 @@ def test_a_session_ended_by_the_leaked_idle_timeout_is_still_a_leak(measure: Mea
     idle = next(p for p in PROBES if p.id == "idle_in_transaction_timeout")
     outcome = measure(idle, TEST_PG[0], None, driver, Route.SHARED)  # B drives A's session: it is ended
     assert outcome.verdict is Verdict.LEAKS, outcome.evidence
-    assert "after idling 0.15 s in a transaction B's next statement gave error" in outcome.evidence
+    assert "after idling 0.15 s in a transaction B's next statement gave " in outcome.evidence
