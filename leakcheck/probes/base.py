@@ -176,7 +176,9 @@ class Scenario:
 
     async def running(self, client: Client, step: str, marker: str, within: float) -> ServerId:
         """C waits (at most `within` seconds) until the client's statement marked `marker` runs and waits
-        (on its lock or sleep: `active` alone also shows during the driver's Parse, when a cancel is dropped), and
+        (on its lock or sleep: `active` alone also shows during the driver's Parse, and `ClientRead` while
+        the backend waits between the messages of the extended protocol, as asyncpg's Parse/Describe
+        then Bind/Execute leaves it: a cancel then is dropped), and
         takes the server connection it runs on as the client's proof: a statement that is still
         running cannot return its own identity."""
         c = await self.c()
@@ -184,7 +186,8 @@ class Scenario:
         while True:
             rows = await c.query(
                 "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text FROM pg_stat_activity "
-                f"WHERE state = 'active' AND wait_event IS NOT NULL AND pid <> pg_backend_pid() "
+                f"WHERE state = 'active' AND wait_event_type IS NOT NULL AND wait_event_type <> 'Client' "
+                f"AND pid <> pg_backend_pid() "
                 f"AND position('{marker}' IN query) > 0")
             if rows:
                 (pid, started), = [r[:2] for r in rows]
