@@ -14,6 +14,7 @@ prepares a named statement. Only `prepared` takes the driver's prepared path, on
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import importlib.metadata
@@ -134,10 +135,15 @@ class PsycopgClient:
 
     async def cancel(self) -> None:
         # psycopg's own (libpq's PQcancelConn): the key of this connection, whether or not a query runs.
+        # psycopg before 3.2 has no cancel_safe(): its cancel() is libpq's blocking PQcancel, in a thread.
+        safe = getattr(self.conn, "cancel_safe", None)
         try:
-            await self.conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+            if safe is not None:
+                await safe(timeout=CANCEL_TIMEOUT)
+            else:
+                await asyncio.wait_for(asyncio.to_thread(self.conn.cancel), CANCEL_TIMEOUT)
         except psycopg.Error as exc:
-            raise ServerError(_sqlstate(exc), f"psycopg's cancel_safe() failed: {exc}") from exc
+            raise ServerError(_sqlstate(exc), f"psycopg's cancel failed: {exc}") from exc
 
     async def close(self) -> None:
         await self.conn.close()
