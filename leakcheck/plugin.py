@@ -177,9 +177,10 @@ class LeakItem(pytest.Item):
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A matrix run given no paths runs the matrix only: the folders of the ini's `testpaths`
-    (this repository's own tests/) are not collected. Name them to run both (`pytest tests --pg=16`)."""
-    if RUN in config.stash and config.args_source is pytest.Config.ArgsSource.TESTPATHS:
+    """A matrix run given no paths runs the matrix only, wherever it is typed: neither the ini's
+    `testpaths` (this repository's own tests/) nor the folder it is typed in (a clone's parent, a
+    project of the team's) are collected. Name paths to run both (`pytest tests --pg=16`)."""
+    if RUN in config.stash and config.args_source is not pytest.Config.ArgsSource.ARGS:
         return True
     return None
 

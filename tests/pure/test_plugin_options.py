@@ -73,3 +73,20 @@ def test_a_matrix_option_without_paths_runs_the_matrix_only_not_the_testpaths(
     assert "tests/test_own.py::test_own" in named.stdout.str()
     plain = pytester.runpytest_inprocess("--collect-only", "-q")
     assert "tests/test_own.py::test_own" in plain.stdout.str()
+
+
+def test_a_matrix_option_without_paths_collects_nothing_of_the_folder_it_is_typed_in(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Typed in a clone's parent folder: the clone's conftest (pytest_plugins in a non-root conftest
+    # is a collection error) and its tests must not be collected.
+    monkeypatch.setattr(MatrixRun, "targets", lambda self: [])
+    clone = pytester.mkdir("clone")
+    clone.joinpath("conftest.py").write_text('pytest_plugins = ["pytester"]\n')
+    clone.joinpath("test_own.py").write_text("def test_own(): pass\n")
+    pytester.makepyfile(test_here="def test_here(): pass\n")
+    matrix_only = pytester.runpytest_inprocess("--pg=16", "--collect-only", "-q", "--controls=no")
+    assert matrix_only.ret == pytest.ExitCode.NO_TESTS_COLLECTED, matrix_only.stdout.str()
+    assert "test_own" not in matrix_only.stdout.str() and "test_here" not in matrix_only.stdout.str()
+    plain = pytester.runpytest_inprocess("--collect-only", "-q", "test_here.py")
+    assert "test_here.py::test_here" in plain.stdout.str()
