@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.discover import command, output
+from leakcheck.discover.options import Options
 from leakcheck.model.errors import UsageError
 
 STEM = "pg16.14-pgbouncer1.24.1-psycopg-transaction"
@@ -88,7 +89,7 @@ def test_an_out_folder_that_cannot_be_made_is_a_usage_error_even_for_root() -> N
     assert not Path("/proc/leakcheck-out").exists()
 
 
-def _options(*argv: str) -> object:
+def _options(*argv: str) -> Options:
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
     return command.options(parser.parse_args(["--pg=16", "--bouncer=1.24", "--database=none", "--out=none", *argv]))
@@ -116,4 +117,4 @@ def test_a_discovery_results_file_reads_back_what_was_written_and_may_be_written
     assert run.seed == 1 and run.findings[0].unlisted == ("session:work_mem",)
     assert run.findings[0].steps == ("A:set(work_mem)",)
     opts = _options(f"--results={path}")  # an earlier discovery results file may be replaced
-    assert getattr(opts, "results") == path
+    assert opts.results == path
