@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leakcheck.config import inputs
-from leakcheck.gate.record import check_writable, write_atomic
+from leakcheck.gate.record import write_atomic
 from leakcheck.model.errors import UsageError
+from leakcheck.results.results import check_schema_target
 
 if TYPE_CHECKING:
     from leakcheck.discover.findings import Finding
@@ -67,15 +68,7 @@ def dumps(document: Mapping[str, Any]) -> str:
 
 def check_target(path: Path) -> None:
     """Before any server: `path` can be written, and a file there is a discovery results file."""
-    if check_writable(path, OPTION, "findings.json"):
-        inputs.check_file(path, OPTION)
-        try:
-            data: Any = inputs.parse(json.loads, path.read_text(encoding="utf-8"), f"{OPTION}: {path}")
-        except (OSError, ValueError):
-            data = None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise UsageError(f"{OPTION}: {path} exists and is not a leakcheck discovery results file; "
-                             f"move it away, or give {OPTION} another path")
+    check_schema_target(path, OPTION, "findings.json", SCHEMA, "a leakcheck discovery results file")
 
 
 def save(path: Path, document: Mapping[str, Any]) -> str:
