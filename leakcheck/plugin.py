@@ -21,10 +21,9 @@ from leakcheck.model.errors import LeakcheckError
 from leakcheck.model.verdicts import Target
 from leakcheck.probes.base import Probe
 from leakcheck.provision.host.timing import mark
-from leakcheck.reports import output
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_counts, render_legend, render_matrix
-from leakcheck.results import gather, results
+from leakcheck.results import gather, outputs, results
 from leakcheck.run import progress, signals
 from leakcheck.run.matrix import MatrixRun
 
@@ -209,11 +208,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     run = config.stash.get(RUN, None)
     if run is None or gather.is_worker(config):
         return
-    if run.config.results is not None:
-        try:
-            results.check_target(run.config.results)
-        except LeakcheckError as exc:
-            raise pytest.UsageError(terminal_safe(exc)) from None
+    try:
+        outputs.check(outputs.of_config(run.config))
+    except LeakcheckError as exc:
+        raise pytest.UsageError(terminal_safe(exc)) from None
     config.stash[GATHERED] = gather.Gathered()
     config.pluginmanager.register(config.stash[GATHERED], gather.NAME)
 
@@ -232,17 +230,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     gathered = config.stash.get(GATHERED, gather.Gathered())
     reason = record.not_written(int(exitstatus), bool(session.shouldstop))
-    lines: list[str] = []
-    written = True
-    if run.config.record is not None:
-        said, ok = record.finish(run.config.record, gathered.outcomes, reason)
-        lines, written = lines + said, written and ok
-    if run.config.results is not None:
-        said, ok = results.finish(run.config.results, gathered.results(), reason)
-        lines, written = lines + said, written and ok
-    if run.config.report_html is not None or run.config.report_md is not None:
-        said, ok = output.write_all(gathered.outcomes, run.config.report_html, run.config.report_md, reason)
-        lines, written = lines + said, written and ok
+    lines, written = outputs.write(outputs.of_config(run.config), gathered.results(), reason)
     config.stash[RECORDED] = lines
     if not written and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -3,6 +3,7 @@
     leakcheck docs options > docs/options.md
     leakcheck docs matrix RESULTS.json --date=2026-12-01 --machine="Debian 12, 2 cores" > docs/measured/native.md
     leakcheck docs matrix RESULTS.json --pg=18 ...     # one PostgreSQL major (the README's table)
+    leakcheck docs findings --results=FINDINGS.json --date=... --machine=... --out=docs/measured/findings.md
 
 Each page's first line is the command that made it (reports/site.py); tests/pure/test_docs_site.py
 runs it again and fails when the page differs. Exit 0, or 4 for bad input.
@@ -15,6 +16,8 @@ import datetime
 import re
 from pathlib import Path
 
+from leakcheck.discover import results_file
+from leakcheck.discover.findings_page import render_findings_page
 from leakcheck.model.errors import UsageError
 from leakcheck.reports.site import render_measured, render_options_page
 from leakcheck.results.results import load
@@ -34,6 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     matrix.add_argument("--pg", help="only this PostgreSQL major's table, e.g. 18")
     matrix.add_argument("--title", help="a title for the page (a heading of its own)")
     matrix.add_argument("--out", type=Path, help="write the page to this file instead of stdout")
+    findings = pages.add_parser("findings", help="the discovery findings table of `discover --results` files, dated")
+    findings.add_argument("--results", type=Path, action="append", required=True, metavar="FINDINGS.json",
+                          help="a file written by `leakcheck discover --results` (repeatable: one row per run)")
+    findings.add_argument("--date", help="when it was found, YYYY-MM-DD (default today)")
+    findings.add_argument("--machine", required=True, help="what it ran on, e.g. 'Debian 12, 2 cores'")
+    findings.add_argument("--out", type=Path, help="write the page to this file instead of stdout")
 
 
 def render(args: argparse.Namespace) -> str:
@@ -43,10 +52,14 @@ def render(args: argparse.Namespace) -> str:
     date = args.date or datetime.date.today().isoformat()
     if not _DATE.fullmatch(date):
         raise UsageError(f"--date={date!r} is not a date: give YYYY-MM-DD")
-    if args.pg is not None and not args.pg.isdigit():
-        raise UsageError(f"--pg={args.pg!r} is not a PostgreSQL major: give e.g. 18")
     if not args.machine.strip():
         raise UsageError("--machine is empty: say what it was measured on")
+    if args.page == "findings":
+        argv = ["findings", *(f"--results={p}" for p in args.results), f"--date={date}", f"--machine={args.machine}"]
+        runs = [(str(p), results_file.load(p, "leakcheck docs findings --results")) for p in args.results]
+        return render_findings_page(runs, argv, date=date, machine=args.machine)
+    if args.pg is not None and not args.pg.isdigit():
+        raise UsageError(f"--pg={args.pg!r} is not a PostgreSQL major: give e.g. 18")
     argv = ["matrix", str(args.results), f"--date={date}", f"--machine={args.machine}"]
     argv += [f"--pg={args.pg}"] if args.pg else []
     argv += [f"--title={args.title}"] if args.title else []

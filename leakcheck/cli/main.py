@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     merging.add_argument("--expect", type=Path, help="a matrices/*.json of expected verdicts, as pytest --expect")
     merging.add_argument("--record", type=Path, help="merge the measured verdicts into this matrices/*.json file, "
                          "as pytest --record")
+    merging.add_argument("--results", dest="write_results", type=Path, help="write the merged outcomes to this "
+                         "results file, as pytest --results (to merge further)")
     merging.add_argument("--junitxml", type=Path, help="write a JUnit XML report (one test case per outcome)")
     merging.add_argument("--require", help="probe ids that must be isolated, as pytest --require (or security)")
     merging.add_argument("--report-html", type=Path, help=OPTION_HELP["--report-html"])
@@ -134,7 +136,7 @@ def _fixtures(args: argparse.Namespace) -> int:
 def _merge(args: argparse.Namespace) -> int:
     def merging() -> int:
         return merge.run(args.results, args.expect, args.record, args.junitxml, required=required_probes(args.require),
-                         report_html=args.report_html, report_md=args.report_md,
+                         report_html=args.report_html, report_md=args.report_md, results_to=args.write_results,
                          color=use_color(sys.stdout, os.environ))
 
     return guarded(merging)

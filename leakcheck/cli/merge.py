@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
-from leakcheck.gate import expectations, record
+from leakcheck.gate import expectations
 from leakcheck.gate.expectations import Expectation
 from leakcheck.gate.judge import Judgement, Kind, Policy, judge
 from leakcheck.model.errors import UsageError
 from leakcheck.model.verdicts import Outcome
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
-from leakcheck.reports import output
 from leakcheck.reports.safe_text import terminal_safe, xml_safe
 from leakcheck.reports.terminal import render_counts, render_legend, render_matrix
+from leakcheck.results import outputs
 from leakcheck.results.results import Results, combine, load, name_of, properties
 
 EXIT_PASSED, EXIT_FAILED = 0, 1
@@ -123,45 +123,29 @@ def junit(judged: Judged, expected: Mapping[str, Expectation] | None) -> str:
 
 def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, junit_to: Path | None,
         say: Callable[[str], None] = print, *, required: frozenset[str] | None = None,
-        report_html: Path | None = None, report_md: Path | None = None, color: bool = False) -> int:
+        report_html: Path | None = None, report_md: Path | None = None, results_to: Path | None = None,
+        color: bool = False) -> int:
     """Load, check, judge, report and write; 0 when everything passed, 1 when anything failed.
 
-    Every input (each results file, --expect, the --record, --junitxml, --report-html and
+    Every input (each results file, --expect, the --record, --results, --junitxml, --report-html and
     --report-md targets) is checked before anything is printed or written: a problem is a
-    UsageError (exit 4 in the CLI).
+    UsageError (exit 4 in the CLI). The files are written as the run that measured would
+    (outputs.write): merging one results file writes what its run wrote.
     """
-    check_own_files({"--record": record_to, "--junitxml": junit_to, "--report-html": report_html,
-                     "--report-md": report_md},
+    targets = outputs.Outputs(record=record_to, results=results_to, report_html=report_html, report_md=report_md,
+                              junit=junit_to)
+    check_own_files(targets.named(),
                     {EXPECT: expect, **{f"a results file being merged ({p})": p for p in paths}},
                     may_rewrite=("--record", EXPECT))
     merged = combine([(str(p), load(p)) for p in paths])
     expected = expectations.load(expect) if expect is not None else None
-    if record_to is not None:
-        record.check_target(record_to)
-    if junit_to is not None:
-        record.check_writable(junit_to, "--junitxml", "leakcheck.xml")
-    for path, option in ((report_html, output.HTML_OPTION), (report_md, output.MD_OPTION)):
-        if path is not None:
-            output.check_target(path, option)
+    outputs.check(targets)
     judged = judge_all(merged, expected, required)
     for line in report(judged, len(paths), color):
         say(line)
-    written = True
-    if record_to is not None:
-        lines, written = record.finish(record_to, merged.outcomes, None)
-        for line in lines:
-            say(terminal_safe(f"leakcheck: {line}", newlines=False))
-    if junit_to is not None:
-        try:
-            record.write_atomic(junit_to, junit(judged, expected))
-        except OSError as exc:
-            say(terminal_safe(f"leakcheck: {junit_to} not written: writing it failed ({exc.strerror or exc})"))
-            written = False
-    if report_html is not None or report_md is not None:
-        lines, ok = output.write_all(merged.outcomes, report_html, report_md, None)
-        for line in lines:
-            say(terminal_safe(f"leakcheck: {line}", newlines=False))
-        written = written and ok
+    lines, written = outputs.write(targets, merged, None, lambda: junit(judged, expected))
+    for line in lines:
+        say(terminal_safe(f"leakcheck: {line}", newlines=False))
     if not merged.outcomes:
         say("leakcheck: the results hold no outcome: a gate that measured nothing fails")
     say(f"leakcheck: {judged.passed} passed, {judged.failed} failed")

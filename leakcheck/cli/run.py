@@ -21,13 +21,11 @@ from leakcheck.cli import merge
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
 from leakcheck.config.options import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
-from leakcheck.gate import record
 from leakcheck.gate.diff import run_diff_lines
 from leakcheck.model.verdicts import Outcome, Target
-from leakcheck.reports import output
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_counts, use_color
-from leakcheck.results import results
+from leakcheck.results import outputs
 from leakcheck.results.results import Results, canonical
 from leakcheck.run.matrix import MatrixRun
 
@@ -59,10 +57,7 @@ def main(args: argparse.Namespace) -> int:
     config = Config.from_strings(raw_options(args), junitxml=args.junitxml)
     run = MatrixRun(config)
     run.expected = preflight.check(config, run.choice[0]).expected  # every input, before any server
-    if config.results is not None:
-        results.check_target(config.results)
-    if args.junitxml is not None:
-        record.check_writable(args.junitxml, "--junitxml", "leakcheck.xml")
+    outputs.check(outputs.of_config(config, args.junitxml))
     log.info(run.why)
     try:
         outcomes = measure(run)
@@ -98,23 +93,8 @@ def finish(run: MatrixRun, outcomes: list[Outcome], junit_to: Path | None) -> in
         print(line)
     if config.diff is not None and outcomes:
         print(terminal_safe("\n".join(["", *run_diff_lines(outcomes, *config.diff)])))
-    lines: list[str] = []
-    written = True
-    if config.record is not None:
-        said, ok = record.finish(config.record, outcomes, None)
-        lines, written = lines + said, written and ok
-    if config.results is not None:
-        said, ok = results.finish(config.results, measured, None)
-        lines, written = lines + said, written and ok
-    said, ok = output.write_all(outcomes, config.report_html, config.report_md, None)
-    lines, written = lines + said, written and ok
-    if junit_to is not None:
-        try:
-            record.write_atomic(junit_to, merge.junit(judged, run.expected))
-            lines.append(f"wrote JUnit to {junit_to}")
-        except OSError as exc:
-            lines.append(f"{junit_to} not written: writing it failed ({exc.strerror or exc})")
-            written = False
+    lines, written = outputs.write(outputs.of_config(config, junit_to), measured, None,
+                                   lambda: merge.junit(judged, run.expected))
     for line in lines:
         print(terminal_safe(f"leakcheck: {line}", newlines=False))
     accepted = len(judged.passed_as)

@@ -66,7 +66,7 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
 
 
 #: The environment variables leakcheck reads (tests' LEAKCHECK_TEST_* etc. are not leakcheck's).
-ENVIRONMENT = ("LEAKCHECK_CACHE", "LEAKCHECK_RUN_AS", TARBALLS_ENV, URL_ENV, BASE_IMAGE_ENV)
+ENVIRONMENT = ("LEAKCHECK_CACHE", "LEAKCHECK_RUN_AS", TARBALLS_ENV, URL_ENV, BASE_IMAGE_ENV, "LEAKCHECK_TIMINGS")
 
 
 def check_paths(config: Config) -> None:
@@ -103,6 +103,9 @@ def check_environment(env: Mapping[str, str]) -> None:
     url = _blank_is_unset(env, URL_ENV)
     if url is not None:
         check_url_template(url)
+    timings = _blank_is_unset(env, "LEAKCHECK_TIMINGS")
+    if timings is not None:  # written at exit (provision/host/timing.py): a bad path must not wait for then
+        record.check_writable(Path(timings), "LEAKCHECK_TIMINGS", "timings.json")
     image = _blank_is_unset(env, BASE_IMAGE_ENV)
     if image is not None and any(ch.isspace() for ch in image):
         raise UsageError.bad_value(BASE_IMAGE_ENV, image, "an image name such as debian:bookworm-slim")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from leakcheck.config.options import FLAGS, LIST_OPTIONS, OPTIONS
-from leakcheck.discover import accept
+from leakcheck.discover import accept, results_file
 from leakcheck.discover import options as o
 from leakcheck.discover.known import confirmed
 from leakcheck.discover.output import parse_out, write
@@ -66,6 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"ops per sequence (default {o.DEFAULT_MAX_OPS})")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"folder for one .sql file per finding, or none "
                         f"(default {DEFAULT_OUT})")
+    parser.add_argument("--results", help="also write the findings to this JSON file (schema leakcheck-discovery), "
+                        "for `leakcheck docs findings`")
     parser.add_argument("--fail-on", default="new", help="which findings exit 1: new (those no probe lists; "
                         "the default) or any (known ones too); an accepted one (--accept) never does")
     parser.add_argument("--accept", help="a TOML (.toml) or JSON file of accepted findings: entries with a "
@@ -107,10 +109,16 @@ def options(args: argparse.Namespace) -> o.Options:
         database = o.parse_database(args.database)
     fail_on = o.parse_choice(args.fail_on, "--fail-on", accept.FAIL_ON)
     accepted = accept.load(Path(args.accept).expanduser()) if args.accept is not None else {}
+    results = None
+    if args.results is not None:
+        if not args.results.strip():
+            raise UsageError.empty("--results", "a file path such as findings.json")
+        results = Path(args.results).expanduser()
+        results_file.check_target(results)
     return o.Options(
         cell=tuple(cell.items()), route=route, driver=driver, budget=budget, seed=seed,
         max_examples=max_examples, max_ops=max_ops,
-        out=parse_out(args.out), database=database, fail_on=fail_on, accepted=tuple(accepted.items()),
+        out=parse_out(args.out), results=results, database=database, fail_on=fail_on, accepted=tuple(accepted.items()),
     )
 
 
@@ -181,9 +189,15 @@ def run(opts: o.Options) -> int:
         why = accepted.get(f.signature)
         print(terminal_safe(f"discover: finding {n}: signature {f.signature!r} "
                             + (f"(accepted: {why})" if why is not None else f"({'known' if f.known else 'new'})")))
+    sequences = sum(r.examples for r in found.rounds)
     print(f"discover: {where}, {opts.driver}: {report.summary(findings)} "
-          f"({sum(r.examples for r in found.rounds)} sequences in {len(found.rounds)} round(s), "
+          f"({sequences} sequences in {len(found.rounds)} round(s), "
           f"{time.monotonic() - started:.0f} s; {found.stopped}; seed {seed})")
+    if opts.results is not None:
+        entries = [results_file.entry(f, accepted.get(f.signature)) for f in findings]
+        body = results_file.document(where, str(opts.driver), str(opts.route), seed, opts.budget, sequences,
+                                     len(found.rounds), found.stopped, entries)
+        print(terminal_safe(f"discover: {results_file.save(opts.results, body)}"))
     if opts.out is not None:
         files, removed = write(opts.out, stem, scripts)
         print(f"discover: wrote {len(files)} file(s) to {opts.out}/ ({stem}-NN-*.sql)"

@@ -67,6 +67,7 @@ class Options:
     max_examples: int = DEFAULT_MAX_EXAMPLES  # generated sequences per round (hypothesis max_examples)
     max_ops: int = DEFAULT_MAX_OPS  # drawn ops per sequence
     out: Path | None = None  # a folder for one .sql file per finding
+    results: Path | None = None  # --results: the findings as a JSON file (results_file.py)
     database: Path | None = None  # hypothesis' example database (None: off)
     fail_on: str = "new"  # which findings exit 1: new (no probe lists them) or any (accept.py)
     accepted: tuple[tuple[str, str], ...] = ()  # --accept: (signature, reason) a team accepted

@@ -266,15 +266,20 @@ def finish(path: Path, results: Results, reason: str | None) -> tuple[list[str],
 
 def check_target(path: Path) -> None:
     """Before the run: `path` can be written, and a file there is not something else (one line if not)."""
-    if check_writable(path, OPTION, "results.json"):
-        inputs.check_file(path, OPTION)
+    check_schema_target(path, OPTION, "results.json", SCHEMA, "a leakcheck results file")
+
+
+def check_schema_target(path: Path, option: str, example: str, schema: str, what: str) -> None:
+    """`path` can be written, and a file already there is JSON of `schema` (it is replaced: never
+    another kind of file)."""
+    if check_writable(path, option, example):
+        inputs.check_file(path, option)
         try:
-            data: Any = inputs.parse(json.loads, path.read_text(encoding="utf-8"), f"{OPTION}: {path}")
+            data: Any = inputs.parse(json.loads, path.read_text(encoding="utf-8"), f"{option}: {path}")
         except (OSError, ValueError):
             data = None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise UsageError(f"{OPTION}: {path} exists and is not a leakcheck results file; "
-                             f"move it away, or give {OPTION} another path")
+        if not isinstance(data, dict) or data.get("schema") != schema:
+            raise UsageError(f"{option}: {path} exists and is not {what}; move it away, or give {option} another path")
 
 
 def load(path: Path, option: str = "merge") -> Results:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.discover import command, output
+from leakcheck.discover.options import Options
 from leakcheck.model.errors import UsageError
 
 STEM = "pg16.14-pgbouncer1.24.1-psycopg-transaction"
@@ -86,3 +87,34 @@ def test_an_out_folder_that_cannot_be_made_is_a_usage_error_even_for_root() -> N
     with pytest.raises(UsageError, match="cannot be made"):
         output.parse_out("/proc/leakcheck-out")
     assert not Path("/proc/leakcheck-out").exists()
+
+
+def _options(*argv: str) -> Options:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return command.options(parser.parse_args(["--pg=16", "--bouncer=1.24", "--database=none", "--out=none", *argv]))
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("", "--results is given but empty"),
+    (".", "--results: . is a folder"),
+    ("pyproject.toml", "exists and is not a leakcheck discovery results file"),
+])
+def test_a_bad_discover_results_path_is_a_usage_error_before_any_server(given: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        _options(f"--results={given}")
+
+
+def test_a_discovery_results_file_reads_back_what_was_written_and_may_be_written_again(tmp_path: Path) -> None:
+    from leakcheck.discover import results_file
+
+    path = tmp_path / "f.json"
+    found = {"signature": "setting:work_mem", "known": False, "probes": [], "unlisted": ["session:work_mem"],
+             "accepted": None, "steps": ["A:set(work_mem)"], "diffs": []}
+    results_file.save(path, results_file.document("PostgreSQL 16.14", "psycopg", "transaction", 1, 60.0, 619, 4,
+                                                  "the budget was spent", [found]))
+    run = results_file.load(path, "--results")
+    assert run.seed == 1 and run.findings[0].unlisted == ("session:work_mem",)
+    assert run.findings[0].steps == ("A:set(work_mem)",)
+    opts = _options(f"--results={path}")  # an earlier discovery results file may be replaced
+    assert opts.results == path

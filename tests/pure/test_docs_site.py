@@ -78,3 +78,26 @@ def test_a_bad_docs_matrix_argument_is_one_line_and_exit_4(bad: list[str], capsy
     assert main(argv) == 4
     err = capsys.readouterr().err
     assert err.startswith("leakcheck: error: ") and err.count("\n") == 1
+
+
+def test_the_findings_page_is_what_leakcheck_docs_findings_makes_of_the_committed_results_file(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    page = (ROOT / "docs/measured/findings.md").read_text(encoding="utf-8")
+    assert _made_again(page, capsys, monkeypatch) == page
+    first = page.split("\n", 1)[0]
+    assert "docs findings --results=docs/measured/" in first and "--date=" in first
+    assert "| known | new (what no probe covers) |" in page and "`session:work_mem`" in page
+
+
+def test_the_discovery_page_points_to_the_generated_findings_instead_of_a_hand_written_table() -> None:
+    page = (ROOT / "docs/discovery.md").read_text(encoding="utf-8")
+    assert "(measured/findings.md)" in page and "| cell | what no probe covers" not in page
+
+
+def test_a_file_that_is_not_a_discovery_results_file_is_one_line_and_exit_4(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    argv = ["docs", "findings", "--results=docs/measured/native-bookworm.results.json", "--machine=m"]
+    assert main(argv) == 4
+    err = capsys.readouterr().err
+    assert "is not a leakcheck discovery results file" in err and err.count("\n") == 1
