@@ -29,6 +29,7 @@ from leakcheck.model.axes import (
     parse_poolers,
 )
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolMode
 from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
@@ -37,7 +38,7 @@ from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.pooler_files import missing_image
 from leakcheck.provision.external import check_dsn, default_name
-from leakcheck.provision.pgbouncer.ini import RESERVED, PoolMode
+from leakcheck.provision.pgbouncer.ini import RESERVED
 
 
 def _raw(config: pytest.Config, ini: str) -> str | None:

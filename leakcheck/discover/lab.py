@@ -19,11 +19,11 @@ from leakcheck.config import preflight
 from leakcheck.config.config import Config
 from leakcheck.drivers.clients import Client, driver_version
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Driver, Route, Target, Verdict
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Backend, Endpoint
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
 from leakcheck.run.matrix import MatrixRun

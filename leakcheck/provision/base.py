@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Protocol
 
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 #: The database and the superuser every backend creates on its PostgreSQL servers (the other
 #: roles and objects the probes use are in fixtures.py).

@@ -18,10 +18,10 @@ from types import TracebackType
 import psycopg
 
 from leakcheck.model.errors import ProvisionError, UsageError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version, version_in_output
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 _SCHEMES = ("postgresql", "postgres")
 

@@ -15,10 +15,10 @@ from types import TracebackType
 from typing import NoReturn
 
 from leakcheck.model.errors import LeakcheckError, StartError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Backend, Endpoint
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 #: Characters of a failure's message kept (LeakcheckErrors are already short: 25 log lines at most).
 MAX_MESSAGE = 2000

@@ -11,13 +11,13 @@ from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.clients import Client, ServerError, connect
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
 from leakcheck.probes.base import Login, NotYet, Probe, Scenario
 from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.admin import query_postgres
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
 from leakcheck.run.watch import Gone, ServerLost, run_watched

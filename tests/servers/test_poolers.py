@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from leakcheck.model.errors import ProvisionError, StartError, UsageError
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import Spec, Version, parse_spec
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.containers.pooler_files import pgpool_reset_script
@@ -33,7 +34,6 @@ from leakcheck.provision.host.sweep import sweep
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgbouncer.build import program_version
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.server import PgServer
 from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
@@ -256,7 +256,7 @@ def test_the_container_reset_script_replaces_every_connection_child(
 CHILD = """
 import json, sys, time
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool

@@ -2,8 +2,8 @@
 
 PostgreSQL comes from an image template, by default the official `postgres:{version}`.
 PgBouncer comes from an image template the user names, or from leakcheck/pgbouncer:<version>,
-built from docker/pgbouncer/Dockerfile (a release tarball: local, or downloaded and verified on
-the host as for the native backend) and kept for later runs. Odyssey and pgpool-II come from the
+built from the package's dockerfiles/pgbouncer/Dockerfile (a release tarball: local, or downloaded
+and verified on the host as for the native backend) and kept for later runs. Odyssey and pgpool-II come from the
 image templates the user names (containers_poolers.py). Each PostgreSQL runs on a private network
 of this run, as `postgres`; pooler containers join that network; clients use ports published on
 127.0.0.1.
@@ -29,6 +29,7 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
 from leakcheck.model.errors import ProvisionError, StartError, UsageError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version, version_in_output
 from leakcheck.provision.base import DBNAME, USER, Endpoint, new_credentials
@@ -48,7 +49,7 @@ from leakcheck.provision.host.system import cache_root, file_lock
 from leakcheck.provision.pgbouncer import tarballs, team_ini
 from leakcheck.provision.pgbouncer.admin import check_config, query_postgres, reset_pool, show_version
 from leakcheck.provision.pgbouncer.download import fetch_release, release_url
-from leakcheck.provision.pgbouncer.ini import PoolSettings, harness_values
+from leakcheck.provision.pgbouncer.ini import harness_values
 from leakcheck.provision.pgbouncer.releases import RELEASES, unknown_release
 from leakcheck.provision.postgres import fixtures
 
@@ -210,7 +211,7 @@ class ContainersBackend:
                 f"or put pgbouncer-X.Y.Z.tar.gz in ${tarballs.TARBALLS_ENV}, or name an image with --bouncer-image"
             )
         tag = img.image_name(self._build_tag, exact, "bouncer_build_tag")
-        recipe = hashlib.sha256(img.pgbouncer_dockerfile().read_bytes()).hexdigest()[:16]
+        recipe = hashlib.sha256(img.pgbouncer_dockerfile()).hexdigest()[:16]
         with file_lock(cache_root() / "locks" / f"pgbouncer-image-{exact}.lock"):
             attrs = self.engine.image_attrs(tag)
             labels = (attrs or {}).get("Config", {}).get("Labels") or {}

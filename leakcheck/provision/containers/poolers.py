@@ -24,6 +24,7 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
 from leakcheck.model.errors import ProvisionError, StartError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import PoolerKind, Setting
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Endpoint
@@ -32,7 +33,6 @@ from leakcheck.provision.containers import pooler_files as pc
 from leakcheck.provision.containers.engine import LOOPBACK, Engine
 from leakcheck.provision.odyssey import conf as odyssey_conf
 from leakcheck.provision.odyssey.process import console_answers
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgpool import conf as pgpool_conf
 from leakcheck.provision.pgpool.process import answers_port, children, refused_setting
 from leakcheck.provision.sources import banners

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from leakcheck.model.errors import StartError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.owner import create, fresh_name
 from leakcheck.provision.host.process import ServerProcess, exit_reason, wait_until
 from leakcheck.provision.host.strays import stop_servers_in
 from leakcheck.provision.host.system import PortClash, ServerUser, free_port, start_retrying_port_clash
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 log = logging.getLogger(__name__)
 

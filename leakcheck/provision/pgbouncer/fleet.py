@@ -14,11 +14,11 @@ from typing import Self
 
 from leakcheck.model.axes import PEERING
 from leakcheck.model.errors import StartError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.host.system import ServerUser, free_port
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
