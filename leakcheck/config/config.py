@@ -37,8 +37,8 @@ from leakcheck.probes import select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.pooler_files import missing_image
-from leakcheck.provision.external import check_dsn, default_name
 from leakcheck.provision.pgbouncer.ini import RESERVED
+from leakcheck.provision.running_pooler import check_dsn, default_name
 
 
 def _raw(config: pytest.Config, ini: str) -> str | None:

@@ -46,7 +46,30 @@ def port_taken(port: int) -> bool:
     return False
 
 
-class PoolerProcess:
+class SpawnThenFinish:
+    """Entering spawns, then waits with finish() (apart, so several can get ready at once); a start that
+    fails is undone by __exit__() before the error goes on. One pooler process, or a fleet of them."""
+
+    def spawn(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(self, *exc: object) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.spawn()
+            self.finish()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+
+class PoolerProcess(SpawnThenFinish):
     """One pooler program in front of one PostgreSQL, for as long as the `with` lasts."""
 
     name: ClassVar[str]  # the program: pgbouncer, odyssey, pgpool (also in its temp dir's name)
@@ -104,15 +127,6 @@ class PoolerProcess:
     def reset(self) -> None:
         """Make sure no server connection survives to the next use."""
         raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        try:
-            self.spawn()
-            self.finish()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
 
     def spawn(self, port: int = 0) -> None:
         """Its temp dir (marked: a later run sweeps it if we are killed) and the process, not yet waited

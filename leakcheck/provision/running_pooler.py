@@ -57,7 +57,7 @@ def default_name(dsn: str) -> str:
     return f"{host}_{parts.port}" if parts.port else host
 
 
-class ExternalBackend:
+class RunningPoolerBackend:
     """Endpoints of servers the user runs: the pooler at `pooled`, PostgreSQL at `direct` (optional)."""
 
     name = "dsn"
@@ -66,7 +66,7 @@ class ExternalBackend:
         self.pooled, self.direct = pooled, direct
         self._version: Version | None = None
 
-    def __enter__(self) -> ExternalBackend:
+    def __enter__(self) -> RunningPoolerBackend:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
