@@ -36,7 +36,7 @@ from leakcheck.model.versions import Spec, Version, parse_spec_list
 from leakcheck.probes import select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
-from leakcheck.provision.containers.pooler_files import missing_image
+from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
 from leakcheck.provision.pgbouncer.ini import RESERVED
 from leakcheck.provision.running_pooler import check_dsn, default_name
 

@@ -27,7 +27,7 @@ from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.binaries import PgInstall, resolve_pg
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 
 #: One pooler process serves each (PostgreSQL, pooler, pool settings, lane).
 PoolerKey = tuple[Version, Pooler, PoolSettings, str]

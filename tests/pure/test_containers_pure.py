@@ -246,7 +246,7 @@ def test_a_bad_pooler_image_template_is_refused_when_the_backend_is_made() -> No
     ("sh: 1: odyssey 1.5.2: not found\n", "odyssey", None),
 ])
 def test_a_pooler_image_s_version_is_its_program_s_own_banner(output: str, program: str, version: str | None) -> None:
-    poolers = pytest.importorskip("leakcheck.provision.containers.poolers")
+    poolers = pytest.importorskip("leakcheck.provision.containers.odyssey_pgpool")
     from leakcheck.model.target import PoolerKind
 
     found = poolers.banner_version(output, poolers.PROGRAMS[PoolerKind(program)])

@@ -22,7 +22,7 @@ from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 
 pytestmark = pytest.mark.servers
 
