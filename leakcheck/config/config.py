@@ -255,7 +255,7 @@ class Config:
 
 
 def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
-    """--pooled-dsn, --direct-dsn and --dsn-name, checked; the DSN mode excludes the servers leakcheck starts."""
+    """--pooled-dsn, --direct-dsn and --dsn-name, checked; a running pooler excludes the servers leakcheck starts."""
     pooled = _given(raw, "leakcheck_pooled_dsn", "a postgresql:// URI through the running pooler")
     direct = _given(raw, "leakcheck_direct_dsn", "a postgresql:// URI to its PostgreSQL")
     name = _given(raw, "leakcheck_dsn_name", "a name such as staging")

@@ -83,7 +83,7 @@ class Pooler:
     kind: PoolerKind
     version: Version | None = None  #: None only for a running pooler (--pooled-dsn)
     settings: tuple[Setting, ...] = ()
-    #: the team's config file (--bouncer-ini) as given; "" for the harness's own; for a DSN pooler its name
+    #: the team's config file (--bouncer-ini) as given; "" for the harness's own; for a running pooler its --dsn-name
     config: str = ""
     #: a fleet (--bouncer-fleet): the release of each process on one port, the first one `version`;
     #: () for one process
