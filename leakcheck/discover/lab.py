@@ -19,11 +19,11 @@ from leakcheck.config import preflight
 from leakcheck.config.config import Config
 from leakcheck.drivers.clients import Client, driver_version
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Driver, Route, Target, Verdict
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Backend, Endpoint
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
 from leakcheck.run.matrix import MatrixRun
@@ -47,7 +47,7 @@ class Where:
     def describe(self) -> str:
         if self.pooler is None or self.settings is None:
             return f"PostgreSQL {self.pg}, two direct sessions"
-        if self.pooler.kind is PoolerKind.DSN:
+        if self.pooler.kind is PoolerKind.RUNNING:
             return f"PostgreSQL {self.pg} behind the running pooler {self.pooler.label()} (--pooled-dsn)"
         size = self.settings.pool_size  # PgBouncer's setting by its name, as the README shows it
         pool = f"default_pool_size={size}" if self.pooler.kind is PoolerKind.PGBOUNCER else f"pool size {size}"
@@ -74,7 +74,7 @@ class Lab:
     @property
     def running_pooler(self) -> bool:
         """A pooler leakcheck did not start: no reset, no pool of one (see running_pooler.py)."""
-        return self.where.pooler is not None and self.where.pooler.kind is PoolerKind.DSN
+        return self.where.pooler is not None and self.where.pooler.kind is PoolerKind.RUNNING
 
     @contextlib.contextmanager
     def subject(self) -> Iterator[Endpoint]:
@@ -130,7 +130,7 @@ def _cell(run: MatrixRun, route: Route) -> Where:
             raise UsageError(f"--route={route} with --pooled-dsn: a running pooler is measured on its own route "
                              "only (its controls need --route=direct with leakcheck's servers)")
         pg = run.backend.resolve_pg(Spec("server"))
-        pooler = Pooler(PoolerKind.DSN, None, config=config.dsn_name)
+        pooler = Pooler(PoolerKind.RUNNING, None, config=config.dsn_name)
         return Where(pg, pooler, route, PoolSettings(PoolMode.TRANSACTION, 1))
     pgs = list(dict.fromkeys(run.backend.resolve_pg(s) for s in config.pg))
     if len(pgs) != 1:

@@ -1,1 +1,1 @@
-"""The vocabulary every layer shares: targets, verdicts, versions, axes, errors (pure, no I/O)."""
+"""The vocabulary every layer shares: targets, verdicts, versions, axes, pool settings, errors (pure, no I/O)."""

@@ -22,7 +22,7 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.target import PoolerKind, Setting
 from leakcheck.model.versions import Spec, parse_spec, parse_spec_list
 
-#: How users may name each pooler kind (a DSN pooler is given with --pooled-dsn, not here).
+#: How users may name each pooler kind (a running pooler is given with --pooled-dsn, not here).
 KIND_NAMES = {"pgbouncer": PoolerKind.PGBOUNCER, "odyssey": PoolerKind.ODYSSEY, "pgpool": PoolerKind.PGPOOL,
               "pgpool-ii": PoolerKind.PGPOOL, "pgpool2": PoolerKind.PGPOOL}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")

@@ -63,7 +63,8 @@ class PoolerKind(StrEnum):
     PGBOUNCER = "pgbouncer"  #: PgBouncer, started by leakcheck
     ODYSSEY = "odyssey"  #: Odyssey, started by leakcheck
     PGPOOL = "pgpool"  #: pgpool-II, started by leakcheck
-    DSN = "dsn"  #: a pooler already running, reached by --pooled-dsn (nothing is started)
+    #: a running pooler, reached by --pooled-dsn (nothing is started); "dsn" as ids, keys and results files say
+    RUNNING = "dsn"
 
     @property
     def product(self) -> str:
@@ -71,7 +72,7 @@ class PoolerKind(StrEnum):
 
 
 _TITLES = {PoolerKind.PGBOUNCER: "PgBouncer", PoolerKind.ODYSSEY: "Odyssey", PoolerKind.PGPOOL: "pgpool-II",
-           PoolerKind.DSN: "the pooler at --pooled-dsn"}
+           PoolerKind.RUNNING: "the pooler at --pooled-dsn"}
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Pooler:
     kind: PoolerKind
     version: Version | None = None  #: None only for a running pooler (--pooled-dsn)
     settings: tuple[Setting, ...] = ()
-    #: the team's config file (--bouncer-ini) as given; "" for the harness's own; for a DSN pooler its name
+    #: the team's config file (--bouncer-ini) as given; "" for the harness's own; for a running pooler its --dsn-name
     config: str = ""
     #: a fleet (--bouncer-fleet): the release of each process on one port, the first one `version`;
     #: () for one process
@@ -92,7 +93,7 @@ class Pooler:
         """`pgbouncer1.24.1[max_prepared_statements=0]`; `version_parts=2` gives the gate key's form
         (`pgbouncer1.24[...]`: patch releases share expectations). A fleet: `pgbouncer1.26.1x2[peering=yes]`
         (two processes of one release), `pgbouncer1.24.1+1.26.1[...]` (a rolling upgrade, in process order)."""
-        if self.kind is PoolerKind.DSN:
+        if self.kind is PoolerKind.RUNNING:
             return f"dsn-{self.config or 'pooler'}"
         version = "" if self.version is None else str(self.version.prefix(version_parts or 9))
         releases = [str(v.prefix(version_parts or 9)) for v in self.fleet]

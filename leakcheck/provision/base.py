@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Protocol
 
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 #: The database and the superuser every backend creates on its PostgreSQL servers (the other
 #: roles and objects the probes use are in fixtures.py).
@@ -100,7 +100,7 @@ class Backend(Protocol):
         run with the pool mode and size `settings` ask for, whose pool holds no server connection yet.
 
         Each use starts from fresh server connections, so no state carries over between probes
-        (a running pooler reached by DSN cannot promise that: see provision/external.py).
+        (a running pooler reached by DSN cannot promise that: see provision/running_pooler.py).
         One pooler process serves each (pg, pooler, settings, lane) for the run: uses of one lane
         never overlap, different lanes may run at the same time.
         """

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import TracebackType
 
 from leakcheck.model.errors import StartError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Binary, Endpoint
@@ -22,12 +23,11 @@ from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
 from leakcheck.provision.pgbouncer.fleet import BouncerFleet
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.binaries import PgInstall, resolve_pg
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 
 #: One pooler process serves each (PostgreSQL, pooler, pool settings, lane).
 PoolerKey = tuple[Version, Pooler, PoolSettings, str]

@@ -75,9 +75,9 @@ def not_applicable(outcome: Outcome, cell: Cell, probe: Probe | None) -> str:
         return ("These driver settings never prepare a statement on the server, so no protocol-level prepared "
                 "statement can leak or break through the pooler: keep them while a cell without them measures a "
                 "problem; compare the cell with the driver's defaults to see whether they are still needed.")
-    if cell.is_dsn and probe is not None and probe.login == Login.SUPERUSER:
+    if cell.is_running_pooler and probe is not None and probe.login == Login.SUPERUSER:
         return "This probe logs in as a superuser: give `--pooled-dsn` a superuser login to measure it."
-    if cell.is_dsn and probe is not None and probe.fixtures:
+    if cell.is_running_pooler and probe is not None and probe.fixtures:
         return ("Create the test roles and tables first (`leakcheck fixtures --dsn=<superuser URI> "
                 "--role=<the --pooled-dsn role>`), then run this probe again.")
     return "The pooler refused something this probe needs (see the evidence): it could not be measured here."

@@ -41,8 +41,8 @@ class Cell:
         return self.kind is PoolerKind.PGPOOL
 
     @property
-    def is_dsn(self) -> bool:
-        return self.kind is PoolerKind.DSN
+    def is_running_pooler(self) -> bool:
+        return self.kind is PoolerKind.RUNNING
 
     def setting(self, name: str) -> str | None:
         return dict(self.settings).get(name)

@@ -19,7 +19,7 @@ version 3:
 - `outcomes`: every leak test's and every control's outcome, in `canonical` order. `pooler` is
   null on the direct and shared routes; its `kind` is pgbouncer, odyssey, pgpool or dsn,
   `version` null only for a running pooler (dsn), `settings` the cell's settings axes in the
-  order given, `config` the team's --bouncer-ini as given ("" if none; a dsn pooler's name),
+  order given, `config` the team's --bouncer-ini as given ("" if none; a running pooler's --dsn-name),
   `label` what test ids show. `route` is transaction, session, direct or shared; `driver_version`
   the installed release (null when unknown); `driver_settings` the cell's driver settings axes
   (`--driver-set`) that differ from the driver's defaults, in the order given (empty: its

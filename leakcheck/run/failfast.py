@@ -15,10 +15,10 @@ from types import TracebackType
 from typing import NoReturn
 
 from leakcheck.model.errors import LeakcheckError, StartError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Backend, Endpoint
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 #: Characters of a failure's message kept (LeakcheckErrors are already short: 25 log lines at most).
 MAX_MESSAGE = 2000
@@ -93,7 +93,7 @@ class FailFast:
 
     @contextlib.contextmanager
     def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
-        if pooler.kind is not PoolerKind.DSN:  # a running pooler's PostgreSQL may be out of reach
+        if pooler.kind is not PoolerKind.RUNNING:  # a running pooler's PostgreSQL may be out of reach
             self.postgres(pg)  # a PostgreSQL failure is remembered as one, not as a pooler failure
         cell = (f"PostgreSQL {pg}", pooler.label())
         what = f"{pooler.label()} (in front of PostgreSQL {pg})"

@@ -55,10 +55,10 @@ def choose_backend(requested: str, pooled_dsn: str | None = None) -> tuple[str, 
 def make_backend(config: Config) -> Backend:
     """The backend `config.backend` names (`auto` decided by `choose_backend`)."""
     if config.pooled_dsn is not None:
-        from leakcheck.provision.external import ExternalBackend
+        from leakcheck.provision.running_pooler import RunningPoolerBackend
 
-        external: Backend = ExternalBackend(config.pooled_dsn, config.direct_dsn)
-        return external
+        running: Backend = RunningPoolerBackend(config.pooled_dsn, config.direct_dsn)
+        return running
     if choose_backend(config.backend)[0] == "containers":
         from leakcheck.provision.containers.backend import ContainersBackend
 
@@ -179,7 +179,7 @@ class MatrixRun:
     def targets(self) -> list[Target]:
         """Resolve every --pg and pooler value (fetching or building as needed)."""
         if self.config.pooled_dsn is not None:
-            return self._dsn_targets()
+            return self._running_pooler_targets()
         pgs = list(dict.fromkeys(self.backend.resolve_pg(s) for s in self.config.pg))
         poolers = self.poolers()
         drivers = driver_cells(self.config.drivers, self.config.driver_axes, driver_version)
@@ -193,11 +193,11 @@ class MatrixRun:
             out += [Target(pg, p, Route.SESSION, d, v, s) for pg in pgs for p in session for d, v, s in drivers]
         return out
 
-    def _dsn_targets(self) -> list[Target]:
+    def _running_pooler_targets(self) -> list[Target]:
         """A running pooler: its PostgreSQL's version as it reports it; controls only with --direct-dsn
         (there is no session-mode control: leakcheck cannot change that pooler's mode)."""
         pg = self.backend.resolve_pg(Spec("server"))
-        pooler = Pooler(PoolerKind.DSN, None, config=self.config.dsn_name)
+        pooler = Pooler(PoolerKind.RUNNING, None, config=self.config.dsn_name)
         drivers = driver_cells(self.config.drivers, self.config.driver_axes, driver_version)
         out = [Target(pg, pooler, Route.TRANSACTION, d, v, s) for d, v, s in drivers]
         if self.config.controls and self.config.direct_dsn is not None:

@@ -11,13 +11,13 @@ from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.clients import Client, ServerError, connect
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
 from leakcheck.probes.base import Login, NotYet, Probe, Scenario
 from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.admin import query_postgres
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
 from leakcheck.run.watch import Gone, ServerLost, run_watched
@@ -98,7 +98,7 @@ async def _close(*clients: Client) -> None:
 
 def is_running_pooler(target: Target) -> bool:
     """A pooler leakcheck did not start (--pooled-dsn): see running_pooler.py."""
-    return target.route is Route.TRANSACTION and target.pooler is not None and target.pooler.kind is PoolerKind.DSN
+    return target.route is Route.TRANSACTION and target.pooler is not None and target.pooler.kind is PoolerKind.RUNNING
 
 
 async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
@@ -246,7 +246,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
 
 def watching(backend: Backend, probe: Probe, target: Target) -> Gone:
     """What the watcher asks while the probe runs (run/watch.py): the backend's word on the target's PostgreSQL
-    and on the pooler process the probe uses. A backend that does not watch (containers, external DSNs) and
+    and on the pooler process the probe uses. A backend that does not watch (containers, a running pooler) and
     a running pooler (--pooled-dsn, not ours) are never asked: their probes keep PROBE_TIMEOUT."""
     ask = getattr(backend, "gone", None)
     if ask is None or is_running_pooler(target):

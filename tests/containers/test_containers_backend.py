@@ -2,7 +2,7 @@
 
 Images come from the same templates a user gives: --pg-image / --bouncer-image when given, else
 $LEAKCHECK_PG_IMAGE / $LEAKCHECK_BOUNCER_IMAGE (scripts/ci-docker.sh run sets both to its local
-images), else postgres:{version} and a PgBouncer image built from docker/pgbouncer.
+images), else postgres:{version} and a PgBouncer image built from the package's Dockerfile.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ if TYPE_CHECKING:
 import psycopg  # noqa: E402
 
 from leakcheck.model.errors import ProvisionError, StartError  # noqa: E402
+from leakcheck.model.pool_settings import PoolMode, PoolSettings  # noqa: E402
 from leakcheck.model.target import Pooler, PoolerKind  # noqa: E402
 from leakcheck.model.versions import Version, parse_spec  # noqa: E402
 from leakcheck.provision.base import OTHER_ROLE, Endpoint  # noqa: E402
 from leakcheck.provision.containers.backend import ContainersBackend  # noqa: E402
 from leakcheck.provision.containers.engine import connect  # noqa: E402
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings  # noqa: E402
 
 pytestmark = pytest.mark.containers
 

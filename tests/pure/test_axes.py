@@ -87,4 +87,4 @@ def test_a_pooler_label_shows_its_settings_and_its_key_form_drops_the_patch_rele
     pooler = Pooler(BOUNCER, Version((1, 24, 1)), (("max_prepared_statements", "0"),), "/etc/pgbouncer/prod.ini")
     assert pooler.label() == "pgbouncer1.24.1[ini=prod,max_prepared_statements=0]"
     assert pooler.label(2) == "pgbouncer1.24[ini=prod,max_prepared_statements=0]"
-    assert Pooler(PoolerKind.DSN, None, config="staging").label() == "dsn-staging"
+    assert Pooler(PoolerKind.RUNNING, None, config="staging").label() == "dsn-staging"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from leakcheck.model.errors import ProvisionError, UsageError, one_line
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import Version
 from leakcheck.provision.containers import images as img
 from leakcheck.provision.pgbouncer import tarballs
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 
 V = Version.parse
 
@@ -119,7 +119,7 @@ def test_the_build_context_without_a_local_tarball_still_has_a_tarballs_folder(t
 
 
 def test_the_dockerfile_takes_version_base_image_and_tarball_url_and_runs_unprivileged() -> None:
-    text = img.pgbouncer_dockerfile().read_text()
+    text = img.pgbouncer_dockerfile().decode()
     for needed in ("ARG BASE_IMAGE", "ARG PGBOUNCER_VERSION", "ARG TARBALL_URL", "USER pgbouncer"):
         assert needed in text
 
@@ -176,8 +176,8 @@ def test_a_long_error_is_squeezed_onto_one_line() -> None:
     assert one_line("x" * 300, limit=20) == "x" * 17 + "..."
 
 
-def test_a_missing_dockerfile_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(img, "__file__", str(tmp_path / "a" / "b" / "containers_images.py"))
+def test_a_missing_dockerfile_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(img, "PGBOUNCER_DOCKERFILE", "dockerfiles/no-such-image/Dockerfile")
     with pytest.raises(ProvisionError, match="--bouncer-image"):
         img.pgbouncer_dockerfile()
 
@@ -246,7 +246,7 @@ def test_a_bad_pooler_image_template_is_refused_when_the_backend_is_made() -> No
     ("sh: 1: odyssey 1.5.2: not found\n", "odyssey", None),
 ])
 def test_a_pooler_image_s_version_is_its_program_s_own_banner(output: str, program: str, version: str | None) -> None:
-    poolers = pytest.importorskip("leakcheck.provision.containers.poolers")
+    poolers = pytest.importorskip("leakcheck.provision.containers.odyssey_pgpool")
     from leakcheck.model.target import PoolerKind
 
     found = poolers.banner_version(output, poolers.PROGRAMS[PoolerKind(program)])

@@ -74,8 +74,8 @@ def test_a_baseline_that_cannot_be_measured_exits_3_with_one_line(
 
 
 def test_the_printed_cell_names_pgbouncer_and_its_pool_size_as_the_readme_does() -> None:
+    from leakcheck.model.pool_settings import PoolSettings
     from leakcheck.model.target import Pooler, PoolerKind
-    from leakcheck.provision.pgbouncer.ini import PoolSettings
 
     where = lab.Where(Version.parse("16.14"), Pooler(PoolerKind.PGBOUNCER, Version.parse("1.24.1")),
                       Route.TRANSACTION, PoolSettings())

@@ -3,7 +3,7 @@
 import pytest
 
 from leakcheck.model.errors import UsageError
-from leakcheck.provision.external import check_dsn, default_name, redacted
+from leakcheck.provision.running_pooler import check_dsn, default_name, redacted
 
 
 def test_a_postgresql_uri_is_taken_as_given() -> None:

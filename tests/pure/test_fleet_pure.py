@@ -7,11 +7,12 @@ import pytest
 from leakcheck.config.config import Config
 from leakcheck.model.axes import parse_fleet
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Driver, Proof, Route, ServerId, Target
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
-from leakcheck.provision.pgbouncer.ini import BouncerLayout, PoolSettings, harness_values, render_ini
+from leakcheck.provision.pgbouncer.ini import BouncerLayout, harness_values, render_ini
 from leakcheck.results.results import pooler_json
 from leakcheck.run.matrix import pooler_cells
 from leakcheck.run.runner import never_shared

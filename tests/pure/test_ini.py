@@ -2,7 +2,8 @@
 
 import pytest
 
-from leakcheck.provision.pgbouncer.ini import BouncerLayout, PoolMode, PoolSettings, render_auth_file, render_ini
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
+from leakcheck.provision.pgbouncer.ini import BouncerLayout, render_auth_file, render_ini
 
 LAYOUT = BouncerLayout(
     listen_port=6432, server_host="127.0.0.1", server_port=5432, dbname="leakcheck", user="leakcheck",

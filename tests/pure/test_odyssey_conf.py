@@ -7,8 +7,8 @@ import re
 import pytest
 
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.provision.odyssey.conf import OdysseyLayout, render_odyssey_conf, start_error, value_of
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 
 ROLES = (("leakcheck", "pw-admin"), ("leakcheck_app", "pw-app"))
 LAYOUT = OdysseyLayout(listen_port=7432, server_host="127.0.0.1", server_port=5432, dbname="leakcheck",

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import Version
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.pgpool.conf import (
     PgpoolLayout,
     render_pcp_conf,

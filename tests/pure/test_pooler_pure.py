@@ -7,12 +7,12 @@ import signal
 
 import pytest
 
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import Version
-from leakcheck.provision.containers import pooler_files as pc
+from leakcheck.provision.containers import odyssey_pgpool_files as pc
 from leakcheck.provision.host.proc_sockets import PGPOOL_IDLE, parent_of, parse_tcp_table, title_of
 from leakcheck.provision.host.process import exit_reason
 from leakcheck.provision.host.strays import program_in
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.sources import banners
 
 ROLES = (("leakcheck", "s3cret"), ("leakcheck_app", "x"))

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.provision.host.system import server_user
 from leakcheck.provision.pgbouncer import team_ini
-from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS, BouncerLayout, PoolSettings, render_ini
+from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS, BouncerLayout, render_ini
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import pytest
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.clients import ServerError, connect, driver_version
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Driver
 from leakcheck.provision.host.proc_sockets import socket_inodes
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from tests.support.servers import TEST_PG, Measure
 

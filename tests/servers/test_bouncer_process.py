@@ -13,13 +13,13 @@ import psycopg
 import pytest
 
 from leakcheck.model.errors import ProvisionError, StartError, UsageError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.versions import Spec, Version, parse_spec
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host import pooler_process, system
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
 from leakcheck.provision.pgbouncer.build import program_version
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.postgres.server import PgServer
 

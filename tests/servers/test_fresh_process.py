@@ -12,8 +12,8 @@ import asyncpg
 import pytest
 
 from leakcheck.drivers.clients import AsyncpgClient, PsycopgClient, connect
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.verdicts import Driver
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from tests.support.servers import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 

@@ -112,7 +112,7 @@ _HUNG_COMMAND = textwrap.dedent("""
     import os, signal, sys
     from leakcheck.cli.exits import guarded
     from leakcheck.provision.native import NativeBackend
-    from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+    from leakcheck.model.pool_settings import PoolMode, PoolSettings
     from leakcheck.model.target import Pooler, PoolerKind
     from leakcheck.model.versions import parse_spec
 

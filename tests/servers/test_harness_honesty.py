@@ -8,13 +8,13 @@ from typing import cast
 
 import pytest
 
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Scope, Target, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend, Endpoint
 from leakcheck.provision.native import NativeBackend
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.run.runner import control_expectation, run_probe
 from tests.support.servers import DRIVERS, TEST_PG, Measure
 

@@ -22,9 +22,10 @@ import psycopg
 import pytest
 
 from leakcheck.model.errors import ProvisionError, StartError, UsageError
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import Spec, Version, parse_spec
 from leakcheck.provision.base import Binary, Endpoint
-from leakcheck.provision.containers.pooler_files import pgpool_reset_script
+from leakcheck.provision.containers.odyssey_pgpool_files import pgpool_reset_script
 from leakcheck.provision.host.owner import start_time
 from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.proc_sockets import children_of, connected_to, idle_children
@@ -33,10 +34,9 @@ from leakcheck.provision.host.sweep import sweep
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgbouncer.build import program_version
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL
 from tests.support.servers import enterable_folder
 
@@ -256,10 +256,10 @@ def test_the_container_reset_script_replaces_every_connection_child(
 CHILD = """
 import json, sys, time
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgpool.process import PgpoolProcess
-from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 from leakcheck.provision.host.system import cache_root, server_user
 from leakcheck.model.versions import parse_spec
 

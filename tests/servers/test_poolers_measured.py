@@ -15,14 +15,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import parse_spec
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.odyssey.process import OdysseyProcess
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.pooler_binaries import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 
 pytestmark = pytest.mark.servers
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.system import cache_root
 from leakcheck.provision.native import NativeBackend
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from tests.support.servers import TEST_BOUNCER, TEST_PG, Measure

@@ -15,12 +15,12 @@ import psycopg
 import pytest
 
 from leakcheck.model.errors import StartError, UsageError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.versions import parse_spec
 from leakcheck.provision.host.process import ServerProcess
 from leakcheck.provision.host.system import ServerUser, cache_root, free_port
 from leakcheck.provision.pgbouncer import admin, team_ini
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.ini_syntax import Assign, parse
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.postgres.server import PgServer

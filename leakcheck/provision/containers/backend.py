@@ -2,9 +2,9 @@
 
 PostgreSQL comes from an image template, by default the official `postgres:{version}`.
 PgBouncer comes from an image template the user names, or from leakcheck/pgbouncer:<version>,
-built from docker/pgbouncer/Dockerfile (a release tarball: local, or downloaded and verified on
-the host as for the native backend) and kept for later runs. Odyssey and pgpool-II come from the
-image templates the user names (containers_poolers.py). Each PostgreSQL runs on a private network
+built from the package's dockerfiles/pgbouncer/Dockerfile (a release tarball: local, or downloaded
+and verified on the host as for the native backend) and kept for later runs. Odyssey and pgpool-II come from the
+image templates the user names (containers/odyssey_pgpool.py). Each PostgreSQL runs on a private network
 of this run, as `postgres`; pooler containers join that network; clients use ports published on
 127.0.0.1.
 """
@@ -29,26 +29,27 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
 from leakcheck.model.errors import ProvisionError, StartError, UsageError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version, version_in_output
 from leakcheck.provision.base import DBNAME, USER, Endpoint, new_credentials
 from leakcheck.provision.containers import images as img
 from leakcheck.provision.containers.engine import LOOPBACK, RECIPE_LABEL, Engine, sigint_deferred, start_reaper
 from leakcheck.provision.containers.fleet import ContainerFleet, MemberImage
-from leakcheck.provision.containers.pooler_files import missing_image
-from leakcheck.provision.containers.poolers import (
+from leakcheck.provision.containers.odyssey_pgpool import (
     CONTAINERS,
     OPTIONS,
     PROGRAMS,
-    PoolerContainer,
-    PoolerImage,
+    OdysseyPgpoolContainer,
+    OdysseyPgpoolImage,
     resolve_image,
 )
+from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
 from leakcheck.provision.host.system import cache_root, file_lock
 from leakcheck.provision.pgbouncer import tarballs, team_ini
 from leakcheck.provision.pgbouncer.admin import check_config, query_postgres, reset_pool, show_version
 from leakcheck.provision.pgbouncer.download import fetch_release, release_url
-from leakcheck.provision.pgbouncer.ini import PoolSettings, harness_values
+from leakcheck.provision.pgbouncer.ini import harness_values
 from leakcheck.provision.pgbouncer.releases import RELEASES, unknown_release
 from leakcheck.provision.postgres import fixtures
 
@@ -109,8 +110,8 @@ class ContainersBackend:
         self._bouncer_images: dict[Version, _Image] = {}
         self._postgres: dict[Version, _Running] = {}
         self._bouncers: dict[tuple[Version, Pooler, PoolSettings, str], _Running] = {}
-        self._pooler_images: dict[tuple[PoolerKind, Version], PoolerImage] = {}
-        self._others: dict[tuple[Version, Pooler, PoolSettings, str], PoolerContainer] = {}  # Odyssey, pgpool-II
+        self._odyssey_pgpool_images: dict[tuple[PoolerKind, Version], OdysseyPgpoolImage] = {}
+        self._odyssey_pgpools: dict[tuple[Version, Pooler, PoolSettings, str], OdysseyPgpoolContainer] = {}
         self._fleets: dict[tuple[Version, Pooler, PoolSettings, str], ContainerFleet] = {}  # --bouncer-fleet
         self._lock = threading.RLock()  # lanes run in threads
         self._numbers = itertools.count()  # pooler container names: a replaced one never reuses a live one's
@@ -139,7 +140,7 @@ class ContainersBackend:
             problems = engine.close(remove_built=not self._keep_built)
         self._postgres.clear()
         self._bouncers.clear()
-        self._others.clear()
+        self._odyssey_pgpools.clear()
         self._fleets.clear()
         for problem in problems:
             log.info(f"could not remove {problem}; remove it with docker rm/network rm/rmi")
@@ -178,7 +179,7 @@ class ContainersBackend:
             if template is None:
                 raise missing_image(kind, spec)
             image = resolve_image(self.engine, kind, template, wanted)
-            self._pooler_images.setdefault((kind, image.version), image)
+            self._odyssey_pgpool_images.setdefault((kind, image.version), image)
             self._specs[key] = image.version
         return self._specs[key]
 
@@ -210,7 +211,7 @@ class ContainersBackend:
                 f"or put pgbouncer-X.Y.Z.tar.gz in ${tarballs.TARBALLS_ENV}, or name an image with --bouncer-image"
             )
         tag = img.image_name(self._build_tag, exact, "bouncer_build_tag")
-        recipe = hashlib.sha256(img.pgbouncer_dockerfile().read_bytes()).hexdigest()[:16]
+        recipe = hashlib.sha256(img.pgbouncer_dockerfile()).hexdigest()[:16]
         with file_lock(cache_root() / "locks" / f"pgbouncer-image-{exact}.lock"):
             attrs = self.engine.image_attrs(tag)
             labels = (attrs or {}).get("Config", {}).get("Labels") or {}
@@ -273,7 +274,7 @@ class ContainersBackend:
     def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
         key = (pg, pooler, settings, lane)
         if pooler.kind is not PoolerKind.PGBOUNCER:
-            yield self._other_pooler(key)
+            yield self._odyssey_pgpool(key)
             return
         if pooler.fleet:
             fleet = self._fleet(key)
@@ -315,26 +316,26 @@ class ContainersBackend:
         fleet.reset()
         return fleet
 
-    def _other_pooler(self, key: tuple[Version, Pooler, PoolSettings, str]) -> Endpoint:
+    def _odyssey_pgpool(self, key: tuple[Version, Pooler, PoolSettings, str]) -> Endpoint:
         """An Odyssey or pgpool-II container for this key (started on first use), reset for this use."""
         pg, pooler, settings, _ = key
         with self._lock:
-            running = self._others.get(key)
+            running = self._odyssey_pgpools.get(key)
             if running is not None and not running.running():
                 log.info(f"{pooler.label()} in front of PostgreSQL {pg} had exited; starting a new one")
                 self.engine.remove(running.container)
                 running = None
             if running is None:
-                running = self._start_other(pg, pooler, settings)
-                self._others[key] = running
+                running = self._start_odyssey_pgpool(pg, pooler, settings)
+                self._odyssey_pgpools[key] = running
         running.reset()  # e.g. Odyssey's restart: this use starts from fresh server connections
         return running.endpoint
 
-    def _start_other(self, pg: Version, pooler: Pooler, settings: PoolSettings) -> PoolerContainer:
+    def _start_odyssey_pgpool(self, pg: Version, pooler: Pooler, settings: PoolSettings) -> OdysseyPgpoolContainer:
         assert pooler.version is not None
-        if (pooler.kind, pooler.version) not in self._pooler_images:
+        if (pooler.kind, pooler.version) not in self._odyssey_pgpool_images:
             self.resolve_pooler(pooler.kind, Spec(str(pooler.version), version=pooler.version))
-        image = self._pooler_images[(pooler.kind, pooler.version)]
+        image = self._odyssey_pgpool_images[(pooler.kind, pooler.version)]
         name = f"leakcheck-{self.engine.run_id}-{pooler.kind.value}{pooler.version}-pg{pg}-{next(self._numbers)}"
         network = cast(Network, self._running_pg(pg).network)
         running = CONTAINERS[pooler.kind](
@@ -399,7 +400,7 @@ class ContainersBackend:
         for kind, images in (("PostgreSQL", self._pg_images), ("PgBouncer", self._bouncer_images)):
             for image in images.values():
                 yield f"{kind} {image.version}: {image.origin}"
-        for (pooler_kind, version), pooler_image in sorted(self._pooler_images.items()):
+        for (pooler_kind, version), pooler_image in sorted(self._odyssey_pgpool_images.items()):
             yield f"{pooler_kind.product} {version}: {pooler_image.origin}"
 
 

@@ -27,13 +27,14 @@ from testcontainers.core.network import Network
 
 from leakcheck.model.axes import PEERING
 from leakcheck.model.errors import StartError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.containers import images as img
 from leakcheck.provision.containers.engine import LOOPBACK, Engine
 from leakcheck.provision.pgbouncer.admin import check_config, reset_pool, show_version
-from leakcheck.provision.pgbouncer.ini import BouncerLayout, PoolSettings, harness_values
+from leakcheck.provision.pgbouncer.ini import BouncerLayout, harness_values
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
 #: Where every member's container sees the fleet's host folder (member N's socket in FLEET_DIR/mN).

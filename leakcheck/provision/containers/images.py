@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Iterable, Mapping
+from importlib import resources
 from pathlib import Path
 
 from leakcheck.model.errors import ProvisionError, UsageError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import DBNAME, USER
-from leakcheck.provision.pgbouncer.ini import BouncerLayout, PoolSettings, render_auth_file, render_ini
+from leakcheck.provision.pgbouncer.ini import BouncerLayout, render_auth_file, render_ini
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
 DEFAULT_PG_IMAGE = "postgres:{version}"
@@ -19,6 +21,9 @@ DEFAULT_BUILD_TAG = "leakcheck/pgbouncer:{version}"
 DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
 #: The image the PgBouncer Dockerfile builds FROM, when the backend is not given one.
 BASE_IMAGE_ENV = "LEAKCHECK_PGBOUNCER_BASE_IMAGE"
+
+#: The Dockerfile of the one image the backend builds, inside this package (a wheel carries it).
+PGBOUNCER_DOCKERFILE = "dockerfiles/pgbouncer/Dockerfile"
 
 PG_PORT = 5432
 BOUNCER_PORT = 6432
@@ -74,25 +79,21 @@ def versions_in_tags(template: str, tags: Iterable[str]) -> list[Version]:
     return [Version.parse(m.group(1)) for m in map(compiled.match, tags) if m]
 
 
-def pgbouncer_dockerfile() -> Path:
-    """docker/pgbouncer/Dockerfile: packaged as leakcheck/_docker/..., or in a source checkout."""
-    here = Path(__file__).resolve()
-    candidates = [
-        here.parents[2] / "_docker" / "pgbouncer" / "Dockerfile",
-        here.parents[3] / "docker" / "pgbouncer" / "Dockerfile",
-    ]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise ProvisionError(
-        f"leakcheck's PgBouncer Dockerfile is missing (looked at {', '.join(map(str, candidates))}): "
-        "reinstall leakcheck, or name a PgBouncer image with --bouncer-image"
-    )
+def pgbouncer_dockerfile() -> bytes:
+    """The PgBouncer Dockerfile the backend builds, read from the installed package."""
+    resource = resources.files(__package__).joinpath(PGBOUNCER_DOCKERFILE)
+    try:
+        return resource.read_bytes()
+    except OSError as exc:
+        raise ProvisionError(
+            f"leakcheck's PgBouncer Dockerfile is missing ({resource}: {exc.strerror}): "
+            "reinstall leakcheck, or name a PgBouncer image with --bouncer-image"
+        ) from None
 
 
 def write_build_context(dest: Path, version: Version, tarball: Path | None) -> None:
     """The Dockerfile plus tarballs/ (holding the release tarball when there is a local one)."""
-    shutil.copyfile(pgbouncer_dockerfile(), dest / "Dockerfile")
+    (dest / "Dockerfile").write_bytes(pgbouncer_dockerfile())
     (dest / "tarballs").mkdir()
     (dest / "tarballs" / ".keep").write_text("")
     if tarball is not None:

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from leakcheck.model.errors import StartError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.owner import create, fresh_name
 from leakcheck.provision.host.process import ServerProcess, exit_reason, wait_until
 from leakcheck.provision.host.strays import stop_servers_in
 from leakcheck.provision.host.system import PortClash, ServerUser, free_port, start_retrying_port_clash
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,30 @@ def port_taken(port: int) -> bool:
     return False
 
 
-class PoolerProcess:
+class SpawnThenFinish:
+    """Entering spawns, then waits with finish() (apart, so several can get ready at once); a start that
+    fails is undone by __exit__() before the error goes on. One pooler process, or a fleet of them."""
+
+    def spawn(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(self, *exc: object) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.spawn()
+            self.finish()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+
+class PoolerProcess(SpawnThenFinish):
     """One pooler program in front of one PostgreSQL, for as long as the `with` lasts."""
 
     name: ClassVar[str]  # the program: pgbouncer, odyssey, pgpool (also in its temp dir's name)
@@ -104,15 +127,6 @@ class PoolerProcess:
     def reset(self) -> None:
         """Make sure no server connection survives to the next use."""
         raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        try:
-            self.spawn()
-            self.finish()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
 
     def spawn(self, port: int = 0) -> None:
         """Its temp dir (marked: a later run sweeps it if we are killed) and the process, not yet waited

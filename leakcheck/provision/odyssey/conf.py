@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
-from leakcheck.provision.pgbouncer.ini import PoolSettings
+from leakcheck.model.pool_settings import PoolSettings
 
 Setting = tuple[str, str]
 

@@ -10,20 +10,19 @@ makes every later use fail naming it (`lost()`).
 
 from __future__ import annotations
 
-from typing import Self
-
 from leakcheck.model.axes import PEERING
 from leakcheck.model.errors import StartError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Binary, Endpoint
+from leakcheck.provision.host.pooler_process import SpawnThenFinish
 from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.host.system import ServerUser, free_port
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
 
-class BouncerFleet:
+class BouncerFleet(SpawnThenFinish):
     """One PgBouncer process per binary (in the fleet's order), sharing one port."""
 
     def __init__(
@@ -34,15 +33,6 @@ class BouncerFleet:
         self.members = [BouncerProcess(b, settings, server, user, extra, team) for b in binaries]
         self.peering = dict(extra).get(PEERING) == "yes"
         self.port = 0
-
-    def __enter__(self) -> Self:
-        try:
-            self.spawn()
-            self.finish()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
 
     def spawn(self) -> None:
         """Every member's folder first (peers name each other's sockets), then every process, not yet waited for."""

@@ -11,30 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.provision.pgbouncer.team_ini import Item, Section, TeamIni, line_of
-
-
-class PoolMode(StrEnum):
-    """PgBouncer's pool_mode values."""
-
-    TRANSACTION = "transaction"
-    SESSION = "session"
-    STATEMENT = "statement"
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    """What a probe asks of the pooler: the pool mode and size. Everything else comes from the
-    cell's settings axes, the team's ini, or the version's default."""
-
-    mode: PoolMode = PoolMode.TRANSACTION
-    pool_size: int = 1
-    #: startup parameters the clients' driver sends that PgBouncer must ignore to let it in (pgjdbc's
-    #: extra_float_digits): added to `ignore_startup_parameters`, whatever the team's ini or axes say
-    ignored_startup: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ import psycopg
 
 from leakcheck.model.axes import PEERING
 from leakcheck.model.errors import StartError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import DBNAME, USER, Binary, Endpoint
 from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.system import ServerUser
 from leakcheck.provision.pgbouncer import admin
-from leakcheck.provision.pgbouncer.ini import BouncerLayout, PoolSettings, harness_values, render_auth_file, render_ini
+from leakcheck.provision.pgbouncer.ini import BouncerLayout, harness_values, render_auth_file, render_ini
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
 HOST = "127.0.0.1"

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import Version
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings
 
 Setting = tuple[str, str]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

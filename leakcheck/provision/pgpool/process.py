@@ -30,11 +30,11 @@ from typing import Any
 import psycopg
 
 from leakcheck.model.errors import StartError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.pooler_process import PoolerProcess, Settings
 from leakcheck.provision.host.proc_sockets import idle_children
 from leakcheck.provision.pgbouncer.admin import execute
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgpool.conf import PgpoolLayout, bind_failure, render_files, start_error
 
 RESET_TIMEOUT = 5.0

@@ -21,12 +21,12 @@ if TYPE_CHECKING:
 import psycopg  # noqa: E402
 
 from leakcheck.model.errors import ProvisionError, StartError  # noqa: E402
+from leakcheck.model.pool_settings import PoolMode, PoolSettings  # noqa: E402
 from leakcheck.model.target import Pooler, PoolerKind  # noqa: E402
 from leakcheck.model.versions import Version, parse_spec  # noqa: E402
 from leakcheck.provision.base import Endpoint  # noqa: E402
 from leakcheck.provision.containers.backend import ContainersBackend  # noqa: E402
 from leakcheck.provision.odyssey.process import console, console_rows  # noqa: E402
-from leakcheck.provision.pgbouncer.ini import PoolMode, PoolSettings  # noqa: E402
 from tests.containers.test_containers_backend import _engine_or_skip, _leftovers, _template  # noqa: E402
 
 pytestmark = pytest.mark.containers

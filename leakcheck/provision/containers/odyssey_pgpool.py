@@ -4,14 +4,14 @@ pooler, pool settings, lane), ready and reset with the same checks as the native
 The images come from the templates `--odyssey-image` and `--pgpool-image` (docker/odyssey and
 docker/pgpool build them from Debian's packages; leakcheck does not build them itself). The exact
 version is the one the image's program prints (`odyssey --version`; `pgpool --version`, on stderr).
-A container joins its PostgreSQL's network, gets its files from pooler_containers (rendered by the
+A container joins its PostgreSQL's network, gets its files from odyssey_pgpool_files (rendered by the
 native backend's functions) and publishes port 6432 on 127.0.0.1.
 
 - Odyssey: ready when its console answers SHOW VERSION. Its console cannot close server
   connections, so a reset is `docker restart -t 0`; the published port is then read again (Docker
   may pick another) and readiness waited for.
 - pgpool-II: ready when `PGPOOL SHOW port` answers 6432; then `PGPOOL SHOW <name>` for each extra
-  setting (a refusal is the start error). A reset `docker exec`s pooler_containers' reset command:
+  setting (a refusal is the start error). A reset `docker exec`s odyssey_pgpool_files' reset command:
   the idle connection children of PID 1 get SIGKILL and pgpool-II forks as many new ones.
 """
 
@@ -24,15 +24,15 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
 from leakcheck.model.errors import ProvisionError, StartError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import PoolerKind, Setting
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.containers import images as img
-from leakcheck.provision.containers import pooler_files as pc
+from leakcheck.provision.containers import odyssey_pgpool_files as pc
 from leakcheck.provision.containers.engine import LOOPBACK, Engine
 from leakcheck.provision.odyssey import conf as odyssey_conf
 from leakcheck.provision.odyssey.process import console_answers
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgpool import conf as pgpool_conf
 from leakcheck.provision.pgpool.process import answers_port, children, refused_setting
 from leakcheck.provision.sources import banners
@@ -44,7 +44,7 @@ PROGRAMS = {PoolerKind.ODYSSEY: ODYSSEY, PoolerKind.PGPOOL: PGPOOL}
 
 
 @dataclass(frozen=True)
-class PoolerImage:
+class OdysseyPgpoolImage:
     kind: PoolerKind
     name: str
     version: Version
@@ -61,7 +61,7 @@ def banner_version(output: str, program: Program) -> Version | None:
     return banners.banner_version(first, program.banner)
 
 
-def resolve_image(engine: Engine, kind: PoolerKind, template: str, wanted: Version) -> PoolerImage:
+def resolve_image(engine: Engine, kind: PoolerKind, template: str, wanted: Version) -> OdysseyPgpoolImage:
     """The image `template` names for `wanted`, with the exact version its program prints."""
     option, program = OPTIONS[kind], PROGRAMS[kind]
     name = img.image_name(template, wanted, option)
@@ -72,10 +72,10 @@ def resolve_image(engine: Engine, kind: PoolerKind, template: str, wanted: Versi
     if exact is None or not wanted.matches(exact):
         found = f"{program.title} {exact}" if exact else f"no {program.title} banner in {one_line(output, 80)!r}"
         raise ProvisionError(f"image {name} holds {found}, not {program.title} {wanted}: fix {option}")
-    return PoolerImage(kind, name, exact, user)
+    return OdysseyPgpoolImage(kind, name, exact, user)
 
 
-class PoolerContainer:
+class OdysseyPgpoolContainer:
     """One pooler container in front of one PostgreSQL container; `reset()` before each use."""
 
     entrypoint: ClassVar[tuple[str, ...]]
@@ -83,7 +83,7 @@ class PoolerContainer:
     stop_signal: ClassVar[str] = "SIGTERM"
 
     def __init__(
-        self, engine: Engine, image: PoolerImage, settings: PoolSettings, extra: tuple[Setting, ...],
+        self, engine: Engine, image: OdysseyPgpoolImage, settings: PoolSettings, extra: tuple[Setting, ...],
         credentials: tuple[tuple[str, str], ...], network: Network, name: str, timeout: float,
     ) -> None:
         self.engine, self.image, self.settings, self.extra = engine, image, settings, extra
@@ -136,7 +136,7 @@ class PoolerContainer:
         return None
 
 
-class OdysseyContainer(PoolerContainer):
+class OdysseyContainer(OdysseyPgpoolContainer):
     entrypoint = pc.ODYSSEY_ENTRYPOINT
     command = pc.ODYSSEY_COMMAND
 
@@ -158,7 +158,7 @@ class OdysseyContainer(PoolerContainer):
                                         [f"{img.CONFIG_DIR}/odyssey.conf"].decode())
 
 
-class PgpoolContainer(PoolerContainer):
+class PgpoolContainer(OdysseyPgpoolContainer):
     entrypoint = pc.PGPOOL_ENTRYPOINT
     command = pc.PGPOOL_COMMAND
     stop_signal = "SIGINT"  # fast shutdown, as on the native backend
@@ -191,6 +191,6 @@ class PgpoolContainer(PoolerContainer):
         self.reset()  # the backend that readiness and that check left in its cache
 
 
-CONTAINERS: dict[PoolerKind, type[PoolerContainer]] = {
+CONTAINERS: dict[PoolerKind, type[OdysseyPgpoolContainer]] = {
     PoolerKind.ODYSSEY: OdysseyContainer, PoolerKind.PGPOOL: PgpoolContainer,
 }

@@ -9,12 +9,12 @@ rendered by the same functions as for the native backend.
 from __future__ import annotations
 
 from leakcheck.model.errors import UsageError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import PoolerKind
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import DBNAME, USER
 from leakcheck.provision.containers.images import CONFIG_DIR, PG_ALIAS, PG_PORT
 from leakcheck.provision.odyssey.conf import OdysseyLayout, render_odyssey_conf
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgpool.conf import PgpoolLayout, render_files
 
 Settings = tuple[tuple[str, str], ...]

@@ -18,10 +18,10 @@ from types import TracebackType
 import psycopg
 
 from leakcheck.model.errors import ProvisionError, UsageError, one_line
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version, version_in_output
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 
 _SCHEMES = ("postgresql", "postgres")
 
@@ -57,7 +57,7 @@ def default_name(dsn: str) -> str:
     return f"{host}_{parts.port}" if parts.port else host
 
 
-class ExternalBackend:
+class RunningPoolerBackend:
     """Endpoints of servers the user runs: the pooler at `pooled`, PostgreSQL at `direct` (optional)."""
 
     name = "dsn"
@@ -66,7 +66,7 @@ class ExternalBackend:
         self.pooled, self.direct = pooled, direct
         self._version: Version | None = None
 
-    def __enter__(self) -> ExternalBackend:
+    def __enter__(self) -> RunningPoolerBackend:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
