@@ -18,6 +18,7 @@ from leakcheck.config.config import Config
 from leakcheck.discover import command
 from leakcheck.drivers.agents import team
 from leakcheck.drivers.clients import driver_version
+from leakcheck.drivers.settings import cell_settings
 from leakcheck.model.errors import UsageError
 from leakcheck.provision.host.system import server_user
 
@@ -111,3 +112,38 @@ def test_discover_takes_a_shipped_agent_or_a_team_agent_as_its_driver(folder: Pa
     args = parser.parse_args(["--pg=16", "--bouncer=1.18", f"--driver=cmd:{folder}/nothing", "--database=none"])
     with pytest.raises(UsageError, match="--driver: cmd:.*/nothing: no such file"):
         command.options(args)
+
+
+def _hello_with(driver: str, settings: str) -> str:
+    hello = (HELLO % (1, driver))[:-1] + f', "settings": {settings}}}'
+    return f"line = sys.stdin.readline()\nprint({hello!r}, flush=True)\nsys.stdin.read()"
+
+
+def test_a_team_agents_hello_lists_the_settings_driver_set_may_give_it(folder: Path) -> None:
+    path = _agent(folder, _hello_with("settable", '{"pool": "on", "names": "orm"}'), "settable-agent")
+    config = Config.from_strings({"leakcheck_drivers": f"cmd:{path}",
+                                  "leakcheck_driver_set": "cmd-settable:pool=off,on\ncmd-settable:names=orm"})
+    assert [(a.driver, a.name, a.values) for a in config.driver_axes] == [
+        ("cmd-settable", "pool", ("off", "on")), ("cmd-settable", "names", ("orm",))]
+    assert cell_settings("cmd-settable", (("pool", "off"), ("names", "orm"))) == (("pool", "off"),)
+
+
+@pytest.mark.parametrize(("settings", "line", "message"), [
+    ('{"pool": "on"}', "cmd-strict:prepare=false", "cmd-strict has no setting 'prepare'; its settings are: pool"),
+    ("null", "cmd-bare:pool=off", "cmd-bare has no setting 'pool'; its settings are: none \\(its hello lists no "
+     "\"settings\"\\)"),
+])
+def test_a_setting_a_team_agents_hello_does_not_list_is_one_line_before_any_server_starts(
+        folder: Path, settings: str, line: str, message: str) -> None:
+    name = line.split(":")[0].removeprefix("cmd-")
+    path = _agent(folder, _hello_with(name, settings), f"{name}-agent")
+    with pytest.raises(UsageError, match=message) as raised:
+        Config.from_strings({"leakcheck_drivers": f"cmd:{path}", "leakcheck_driver_set": line})
+    assert "\n" not in str(raised.value)
+
+
+def test_a_team_agents_hello_with_settings_of_another_shape_is_one_line(folder: Path) -> None:
+    path = _agent(folder, _hello_with("shapeless", '["pool"]'), "shapeless-agent")
+    with pytest.raises(UsageError, match="its hello's settings must be an object of setting names") as raised:
+        team.team_driver(f"cmd:{path}")
+    assert "\n" not in str(raised.value)
