@@ -78,6 +78,11 @@ def _shaped(value: object) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
+def _signed(value: int) -> int:
+    """A 32-bit value as BackendKeyData's signed Int32 (pgx answers them unsigned)."""
+    return value - 2**32 if value >= 2**31 else value
+
+
 @dataclass
 class _Lease:
     slot: tuple[str, str, str]
@@ -187,6 +192,27 @@ class AgentClient:
             raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {error.get('message', '')}")
         message = f"{error.get('message', '')} ({error.get('class')})"
         raise ServerError(str(error.get("sqlstate") or NO_SQLSTATE), message)
+
+    async def cancel_key(self) -> tuple[int, int]:
+        """The (pid, secret key) of the BackendKeyData its driver holds: the optional `cancel_key` op,
+        asked only of an agent whose hello offers it (`"ops": ["cancel_key"]`); NotApplicable, saying
+        so, where it does not or answers `unsupported`."""
+        agent = self._lease.agent
+        if "cancel_key" not in (agent.hello.get("ops") or ()):
+            raise NotApplicable(f"the {agent.driver} agent does not answer cancel_key (its hello does not offer "
+                                "it: docs/agent-protocol.md), so the key its login was given is not known")
+        try:
+            answer = await self._call("cancel_key")
+        except AgentRefused as exc:
+            if exc.kind != "unsupported":
+                raise
+            raise NotApplicable(f"the {agent.driver} agent cannot tell its cancel key: {exc}") from None
+        pid, key = answer.get("pid"), answer.get("secret_key")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**32 for v in (pid, key)):
+            raise AgentFault(f"the {agent.driver} agent answered cancel_key without a 32-bit pid and secret_key: "
+                             f"{answer!r:.200}")
+        assert isinstance(pid, int) and isinstance(key, int)
+        return _signed(pid), _signed(key)
 
     def alias(self, label: str) -> AgentClient:
         return replace(self, label=label)  # same agent, connection, notification list and parameters
