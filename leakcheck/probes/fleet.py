@@ -61,6 +61,7 @@ async def cancel_routed(s: Scenario) -> Observation:
     # The subject: the cancel reaches the fleet's second process. The controls: A's own server or process.
     to = s.addresses[1] if s.route is Route.TRANSACTION else s.addresses[0]
     marker = s.name("sleep")
+    await s.c()  # C (who watches A's statement) connects first: its start is not taken from A's pg_sleep
     # A runs a long statement through the first process (its proof taken in the same transaction block).
     sleeping = asyncio.ensure_future(s.run(s.a, "sleeps", f"SELECT pg_sleep({SLEEP}) /* {marker} */"))
     try:
