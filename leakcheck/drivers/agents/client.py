@@ -19,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import AgentFault, AgentProcess, AgentRefused
+from leakcheck.drivers.cancel import int32
 from leakcheck.drivers.clients import Notification, Row, ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
@@ -76,11 +77,6 @@ def _shaped(value: object) -> bool:
     if isinstance(value, list):
         return all(map(_shaped, value))
     return value is None or isinstance(value, (bool, int, float, str))
-
-
-def _signed(value: int) -> int:
-    """A 32-bit value as BackendKeyData's signed Int32 (pgx answers them unsigned)."""
-    return value - 2**32 if value >= 2**31 else value
 
 
 @dataclass
@@ -212,7 +208,7 @@ class AgentClient:
             raise AgentFault(f"the {agent.driver} agent answered cancel_key without a 32-bit pid and secret_key: "
                              f"{answer!r:.200}")
         assert isinstance(pid, int) and isinstance(key, int)
-        return _signed(pid), _signed(key)
+        return int32(pid), int32(key)  # pgx answers them unsigned
 
     def alias(self, label: str) -> AgentClient:
         return replace(self, label=label)  # same agent, connection, notification list and parameters
