@@ -147,3 +147,15 @@ def test_a_team_agents_hello_with_settings_of_another_shape_is_one_line(folder: 
     with pytest.raises(UsageError, match="its hello's settings must be an object of setting names") as raised:
         team.team_driver(f"cmd:{path}")
     assert "\n" not in str(raised.value)
+
+
+def test_discover_gives_a_team_agent_one_value_of_a_setting_its_hello_lists(folder: Path) -> None:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    path = _agent(folder, _hello_with("searched", '{"pool": "on"}'), "searched-agent")
+    given = ["--pg=16", "--bouncer=1.18", f"--driver=cmd:{path}", "--database=none"]
+    opts = command.options(parser.parse_args([*given, "--driver-set=cmd-searched:pool=off"]))
+    assert (opts.driver.value, opts.driver_settings, opts.client) == ("cmd-searched", (("pool", "off"),),
+                                                                      "cmd-searched[pool=off]")
+    with pytest.raises(UsageError, match="cmd-searched has no setting 'size'; its settings are: pool"):
+        command.options(parser.parse_args([*given, "--driver-set=cmd-searched:size=1"]))
