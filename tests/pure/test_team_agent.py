@@ -159,3 +159,30 @@ def test_discover_gives_a_team_agent_one_value_of_a_setting_its_hello_lists(fold
                                                                       "cmd-searched[pool=off]")
     with pytest.raises(UsageError, match="cmd-searched has no setting 'size'; its settings are: pool"):
         command.options(parser.parse_args([*given, "--driver-set=cmd-searched:size=1"]))
+
+
+def test_leakcheck_diff_reads_a_team_agents_cells_with_the_defaults_its_hello_lists(
+        folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from leakcheck.cli.main import main
+    from leakcheck.model.verdicts import Route, Verdict
+    from leakcheck.results.results import Results, save
+    from tests.pure.outcomes import make
+
+    path = _agent(folder, _hello_with("differ", '{"pool": "on"}'), "differ-agent")
+    outcomes = tuple(make("timezone", "16.14", bouncer, Route.TRANSACTION, "cmd-differ", verdict, f"on {bouncer}",
+                          driver_version="1.2.0") for bouncer, verdict in (("1.24.1", Verdict.LEAKS),
+                                                                           ("1.26.1", Verdict.ISOLATED)))
+    save(tmp_path / "r.json", Results(outcomes))
+    # pool=on is the hello's default: those cells are the ones measured without --driver-set
+    code = main(["diff", "pg16/pgbouncer1.24/cmd-differ[pool=on]", "pg16/pgbouncer1.26/cmd-differ[pool=on]",
+                 f"--drivers=cmd:{path}", f"--results={tmp_path / 'r.json'}"])
+    out = capsys.readouterr().out
+    assert code == 0 and "timezone" in out and "cmd-differ" in out, out
+
+
+def test_leakcheck_diff_of_a_team_agents_cell_without_its_path_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from leakcheck.cli.main import main
+
+    assert main(["diff", "pg16/pgbouncer1.24/cmd-nowhere", "pg16/pgbouncer1.26/cmd-nowhere"]) == 4
+    err = capsys.readouterr().err
+    assert "names a team agent (cmd-nowhere): give its path with --drivers=cmd:PATH" in err and err.count("\n") == 1
