@@ -4,6 +4,7 @@ searches one configuration), checked as the matrix checks it, and named wherever
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -62,3 +63,17 @@ def test_the_files_and_example_keys_of_a_run_name_the_driver_settings() -> None:
     opts = _options("psycopg", "psycopg:prepare_threshold=None")
     where = SimpleNamespace(where=lab.Where(Version.parse("16"), None, Route.DIRECT))
     assert command._stem(where, opts) == "pg16-psycopg_prepare_threshold=None-transaction"  # type: ignore[arg-type]
+
+
+def test_the_results_file_and_the_summary_name_the_driver_with_its_settings(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from leakcheck.discover import results_file
+    from leakcheck.discover.options import Options
+    from tests.pure.test_discover_accept import NEW, Found
+
+    Found(monkeypatch, [NEW])  # stand-ins for the lab and the search
+    path = tmp_path / "findings.json"
+    command.run(Options(cell=(("leakcheck_pg", "16"),), route=Route.DIRECT, budget=1.0, seed=1, results=path,
+                        driver_settings=(("prepare_threshold", "None"),)))
+    assert results_file.load(path, "--results").driver == "psycopg[prepare_threshold=None]"
+    assert ", psycopg[prepare_threshold=None]: " in capsys.readouterr().out
