@@ -17,10 +17,11 @@ from pathlib import Path
 from leakcheck.cli.run import measure
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
+from leakcheck.drivers.agents.team import PREFIX, is_team, registered, spelled, team_driver
 from leakcheck.gate import record
 from leakcheck.gate.diff import Cell, compare, parse_cell, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Outcome, Verdict
+from leakcheck.model.verdicts import Driver, Outcome, Verdict
 from leakcheck.reports.safe_text import encodable, terminal_safe
 from leakcheck.results.results import combine, load
 from leakcheck.run.matrix import MatrixRun
@@ -44,6 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def main(args: argparse.Namespace) -> int:
+    for name in args.drivers.split(","):  # a team agent's hello first: a cell's settings meet its defaults
+        if is_team(name.strip()):
+            team_driver(name.strip(), "--drivers")
     before, after = parse_cell(args.before, "FROM"), parse_cell(args.after, "TO")
     saved = combine([(str(p), load(p, "--results")) for p in args.results]).outcomes if args.results else ()
     if args.md is not None:
@@ -73,10 +77,13 @@ def _run(cell: Cell, args: argparse.Namespace) -> list[Outcome]:
     axes = "\n".join(f"{cell.kind.value}:{name}={value}" for name, value in cell.settings) or None
     if cell.config and not args.bouncer_ini:
         raise UsageError(f"{cell.raw} names a team ini ({cell.config}): give its path with --bouncer-ini")
+    if cell.driver.startswith(PREFIX) and registered(cell.driver) is None:
+        raise UsageError(f"{cell.raw} names a team agent ({cell.driver}): give its path with --drivers=cmd:PATH")
     driver_axes = "\n".join(f"{cell.driver}:{name}={value}" for name, value in cell.driver_settings) or None
+    drivers = spelled(Driver(cell.driver)) if cell.driver else args.drivers  # a team agent by its cmd:PATH
     config = Config.from_strings({
         "leakcheck_pg": str(cell.pg), "leakcheck_pooler": f"{cell.kind.value}:{cell.version}",
-        "leakcheck_pooler_set": axes, "leakcheck_drivers": cell.driver or args.drivers,
+        "leakcheck_pooler_set": axes, "leakcheck_drivers": drivers,
         "leakcheck_driver_set": driver_axes, "leakcheck_probes": args.probes,
         "leakcheck_controls": args.controls, "leakcheck_backend": args.backend,
         "leakcheck_bouncer_ini": args.bouncer_ini if cell.config else None,

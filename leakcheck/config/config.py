@@ -13,7 +13,7 @@ from leakcheck.config import inputs, matrix_file
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
 from leakcheck.drivers.agents.catalogue import known_drivers
-from leakcheck.drivers.agents.team import is_team, team_driver
+from leakcheck.drivers.agents.team import is_team, registered, team_driver
 from leakcheck.drivers.settings import check_axis
 from leakcheck.gate.diff import Cell, parse_cell
 from leakcheck.model.axes import (
@@ -344,8 +344,9 @@ def _driver_axes(given: str | None, drivers: Sequence[Driver]) -> tuple[DriverAx
         if not line.strip():
             raise UsageError.empty("--driver-set", "a driver setting and its values, e.g. pgjdbc:prepareThreshold=0,5")
         axis = parse_driver_axis(line)
-        if axis.driver not in known_drivers():
-            raise UsageError.bad_value("--driver-set", line, f"a driver among {', '.join(known_drivers())}")
+        if axis.driver not in known_drivers() and registered(axis.driver) is None:
+            raise UsageError.bad_value("--driver-set", line, f"a driver among {', '.join(known_drivers())}, or a "
+                                       "team agent's id as its cells show it (cmd-NAME, the name its hello gives)")
         if axis.driver not in drivers:
             raise UsageError(f"--driver-set={line}: {axis.driver} is not among --drivers "
                              f"({','.join(drivers)}): add it there")

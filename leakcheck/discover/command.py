@@ -22,7 +22,10 @@ from leakcheck.discover.known import confirmed
 from leakcheck.discover.output import parse_out, write
 from leakcheck.drivers.agents.catalogue import known_drivers
 from leakcheck.drivers.agents.team import is_team, spelled, team_driver
+from leakcheck.drivers.settings import cell_settings, check_axis
+from leakcheck.model.axes import parse_driver_axis
 from leakcheck.model.errors import UsageError
+from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver, Route
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.run import signals
@@ -55,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, dest=ini, action="append", help=f"{text} (one value each: one cell)")
     parser.add_argument("--driver", default="psycopg", help="the driver of both clients: psycopg, asyncpg, a shipped "
                         "agent (node-postgres, pgjdbc, ...) or cmd:PATH, a team's own agent (default psycopg)")
+    parser.add_argument("--driver-set", action="append", metavar="DRIVER:NAME=V",
+                        help="a setting of --driver's driver, as the matrix's --driver-set names it "
+                        "(pgjdbc:prepareThreshold=0, cmd-myorm:pool=off); one value each: discover searches one "
+                        "configuration (repeatable, one per setting)")
     parser.add_argument("--route", default="transaction",
                         help="transaction (the subject), session or direct (controls that must find nothing)")
     parser.add_argument("--budget", default=o.DEFAULT_BUDGET,
@@ -80,6 +87,7 @@ def options(args: argparse.Namespace) -> o.Options:
     route = Route(o.parse_choice(args.route, "--route", tuple(r.value for r in o.ROUTES)))
     driver = (team_driver(args.driver, "--driver") if is_team(args.driver)
               else Driver(o.parse_choice(args.driver, "--driver", (*known_drivers(), "cmd:PATH"))))
+    settings = driver_settings(args.driver_set or [], driver)
     cell: dict[str, str] = {}
     for flag in (*CELL_OPTIONS, *CELL_LISTS):
         ini = FLAGS_BY_NAME[flag]
@@ -119,10 +127,30 @@ def options(args: argparse.Namespace) -> o.Options:
         cell=tuple(cell.items()), route=route, driver=driver, budget=budget, seed=seed,
         max_examples=max_examples, max_ops=max_ops,
         out=parse_out(args.out), results=results, database=database, fail_on=fail_on, accepted=tuple(accepted.items()),
+        driver_settings=settings,
     )
 
 
-def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
+def driver_settings(given: list[str], driver: Driver) -> tuple[Setting, ...]:
+    """--driver-set, each parsed and checked as the matrix's (one value, of --driver's driver, a setting
+    it takes, given once); those that differ from the driver's defaults, in the order given."""
+    chosen: dict[str, str] = {}
+    for raw in given:
+        axis = parse_driver_axis(raw)
+        if axis.driver != driver.value:
+            raise UsageError(f"--driver-set={raw}: {axis.driver} is not --driver ({driver}): discover drives one "
+                             f"driver; name its settings as {driver}:NAME=V")
+        if len(axis.values) != 1:
+            raise UsageError.bad_value("--driver-set", raw, f"one value ({axis.driver}:{axis.name}={axis.values[0]}): "
+                                       "discover searches one configuration; run it once per value")
+        check_axis(axis)
+        if axis.name in chosen:
+            raise UsageError(f"--driver-set: the {driver} setting {axis.name} is given twice; give it once")
+        chosen[axis.name] = axis.values[0]
+    return cell_settings(driver.value, tuple(chosen.items()))
+
+
+def _checked(lab: Lab, found: Discovery, opts: o.Options) -> list[Finding]:
     """Every candidate labelled, then merged: known only where the probes it maps to report a
     problem on this very cell (they run once each, now)."""
     from leakcheck.discover import engine
@@ -132,7 +160,7 @@ def _checked(lab: Lab, found: Discovery, driver: Driver) -> list[Finding]:
         return found.findings
     log.info("discover: running the probe(s) the findings map to: %s", ", ".join(sorted(ids)))
     try:
-        verdicts = lab.probe_verdicts(ids, driver)
+        verdicts = lab.probe_verdicts(ids, opts.driver, opts.driver_settings)
     except Exception as exc:  # noqa: BLE001 - a harness failure: exit 3, like the searches'
         from leakcheck.discover.trace import Abort
         from leakcheck.model.errors import one_line
@@ -163,10 +191,10 @@ def run(opts: o.Options) -> int:
     started = time.monotonic()
     with open_lab({**dict(opts.cell), "leakcheck_drivers": spelled(opts.driver)}, opts.route) as lab:
         where, stem = lab.where.describe(), _stem(lab, opts)
-        log.info("discover: %s, %s; budget %.0f s, seed %d (repeat with --seed=%d)", where, opts.driver, opts.budget,
+        log.info("discover: %s, %s; budget %.0f s, seed %d (repeat with --seed=%d)", where, opts.client, opts.budget,
                  seed, seed)
         try:
-            with Differential(lab, opts.driver) as measure:
+            with Differential(lab, opts.driver, settings=opts.driver_settings) as measure:
                 ops = universe(measure.abilities())
                 baseline = measure(())
                 if baseline.diffs:
@@ -175,12 +203,12 @@ def run(opts: o.Options) -> int:
                                 f"{first.subject} vs {first.reference}); nothing can be compared")
                 found = engine.discover(measure, engine.Search(seed, opts.budget, opts.max_examples, opts.max_ops,
                                                                database, stem, ops))
-                findings = list(engine.confirm(measure, _checked(lab, found, opts.driver)))
+                findings = list(engine.confirm(measure, _checked(lab, found, opts)))
         except Abort as exc:
             print(terminal_safe(f"leakcheck: error: discovery could not measure: {exc}"), file=sys.stderr)
             return EXIT_UNMEASURED
     signals.check()  # never print or write --out after a Ctrl-C, even one something swallowed
-    scripts = [(report.slug(f), report.script(f, where, opts.driver, n, len(findings)))
+    scripts = [(report.slug(f), report.script(f, where, opts.driver, n, len(findings), opts.client))
                for n, f in enumerate(findings, 1)]
     for _, text in scripts:  # the files keep the server's text as it was; the terminal sees it made inert
         print(terminal_safe(text))
@@ -190,12 +218,12 @@ def run(opts: o.Options) -> int:
         print(terminal_safe(f"discover: finding {n}: signature {f.signature!r} "
                             + (f"(accepted: {why})" if why is not None else f"({'known' if f.known else 'new'})")))
     sequences = sum(r.examples for r in found.rounds)
-    print(f"discover: {where}, {opts.driver}: {report.summary(findings)} "
+    print(f"discover: {where}, {opts.client}: {report.summary(findings)} "
           f"({sequences} sequences in {len(found.rounds)} round(s), "
           f"{time.monotonic() - started:.0f} s; {found.stopped}; seed {seed})")
     if opts.results is not None:
         entries = [results_file.entry(f, accepted.get(f.signature)) for f in findings]
-        body = results_file.document(where, str(opts.driver), str(opts.route), seed, opts.budget, sequences,
+        body = results_file.document(where, opts.client, str(opts.route), seed, opts.budget, sequences,
                                      len(found.rounds), found.stopped, entries)
         print(terminal_safe(f"discover: {results_file.save(opts.results, body)}"))
     if opts.out is not None:
@@ -207,6 +235,10 @@ def run(opts: o.Options) -> int:
 
 def _stem(lab: Lab, opts: o.Options) -> str:
     """What a run measured, as file names and example-database keys spell it."""
-    pooler = lab.where.pooler.label() if lab.where.pooler else ""
-    safe = "".join(ch if ch.isalnum() or ch in "._=-" else "_" for ch in pooler.replace("[", "_").rstrip("]"))
-    return f"pg{lab.where.pg}-{safe + '-' if safe else ''}{opts.driver}-{opts.route}"
+    pooler = _safe(lab.where.pooler.label()) if lab.where.pooler else ""
+    return f"pg{lab.where.pg}-{pooler + '-' if pooler else ''}{_safe(opts.client)}-{opts.route}"
+
+
+def _safe(label: str) -> str:
+    """An id as a file name: `pgbouncer1.24.1[a=1]` -> `pgbouncer1.24.1_a=1`."""
+    return "".join(ch if ch.isalnum() or ch in "._=-" else "_" for ch in label.replace("[", "_").rstrip("]"))

@@ -20,6 +20,7 @@ from leakcheck.discover.ops import Abilities, Op
 from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Abort, Trace, harness_failed
 from leakcheck.drivers.clients import Client, connect
+from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver, Route, ServerId
 from leakcheck.run import signals
 
@@ -33,12 +34,14 @@ async def _close(*clients: Client) -> None:
             await asyncio.wait_for(client.close(), 5)
 
 
-async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops: tuple[Op, ...]) -> Trace:
-    """The sequence with two fresh clients of one driver, each its own application."""
-    a = await connect(driver, "A", endpoint)
+async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops: tuple[Op, ...],
+                 settings: tuple[Setting, ...] = ()) -> Trace:
+    """The sequence with two fresh clients of one driver (with its --driver-set `settings`), each its
+    own application."""
+    a = await connect(driver, "A", endpoint, settings)
     try:
-        b = await (lab.clients(a, lambda: connect(driver, "B", endpoint)) if route is not Route.DIRECT
-                   else connect(driver, "B", endpoint))
+        b = await (lab.clients(a, lambda: connect(driver, "B", endpoint, settings)) if route is not Route.DIRECT
+                   else connect(driver, "B", endpoint, settings))
     except BaseException:
         await _close(a)
         raise
@@ -54,8 +57,9 @@ async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops
 class Differential:
     """Measures sequences on one lab with one driver; a context manager owning its event loop."""
 
-    def __init__(self, lab: Lab, driver: Driver, timeout: float = SEQUENCE_TIMEOUT) -> None:
-        self.lab, self.driver, self.timeout = lab, driver, timeout
+    def __init__(self, lab: Lab, driver: Driver, timeout: float = SEQUENCE_TIMEOUT,
+                 settings: tuple[Setting, ...] = ()) -> None:
+        self.lab, self.driver, self.timeout, self.settings = lab, driver, timeout, settings
         self._seen: dict[Route, set[ServerId]] = {lab.where.route: set(), Route.DIRECT: set()}
         self._loop = asyncio.Runner()
 
@@ -65,7 +69,8 @@ class Differential:
     def abilities(self) -> Abilities:
         """What the driver's API offers beyond SQL (an agent is asked, on a direct connection)."""
         try:
-            return self._loop.run(asyncio.wait_for(abilities(self.driver, self.lab.direct()), self.timeout))
+            asked = abilities(self.driver, self.lab.direct(), self.settings)
+            return self._loop.run(asyncio.wait_for(asked, self.timeout))
         except Exception as exc:  # noqa: BLE001 - Abort is a BaseException and passes through
             raise harness_failed((), exc) from exc
 
@@ -74,8 +79,8 @@ class Differential:
 
     async def _both(self, ops: tuple[Op, ...], subject: Endpoint) -> tuple[Trace, Trace]:
         route, direct = self.lab.where.route, self.lab.direct()
-        got = await asyncio.gather(run_on(self.lab, self.driver, subject, route, ops),
-                                   run_on(self.lab, self.driver, direct, Route.DIRECT, ops))
+        got = await asyncio.gather(run_on(self.lab, self.driver, subject, route, ops, self.settings),
+                                   run_on(self.lab, self.driver, direct, Route.DIRECT, ops, self.settings))
         return got[0], got[1]
 
     def __call__(self, ops: tuple[Op, ...]) -> Comparison:

@@ -21,6 +21,7 @@ from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError, connect
 from leakcheck.model.faults import NO_SQLSTATE
+from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver
 
 _ERRORS = (psycopg.Error, asyncpg.PostgresError, asyncpg.InterfaceError)
@@ -93,12 +94,12 @@ class Transactions:
             raise _server_error(exc) from exc
 
 
-async def abilities(driver: Driver, endpoint: Endpoint) -> Abilities:
+async def abilities(driver: Driver, endpoint: Endpoint, settings: tuple[Setting, ...] = ()) -> Abilities:
     """What the driver's API offers: the native drivers' are known; an agent is asked, on `endpoint`,
     to prepare and free one statement (answered `unsupported`: it cannot free)."""
     if driver.native:
         return Abilities(bound=True, free=False)
-    client = await connect(driver, "A", endpoint)
+    client = await connect(driver, "A", endpoint, settings)
     try:
         sql = "SELECT 1 AS leakcheck_free_check"
         await client.prepared(sql)

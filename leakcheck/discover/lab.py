@@ -20,7 +20,7 @@ from leakcheck.config.config import Config
 from leakcheck.drivers.clients import Client, driver_version
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.target import Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Driver, Route, Target, Verdict
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Backend, Endpoint
@@ -107,14 +107,15 @@ class Lab:
     def describe(self) -> list[str]:
         return list(self.backend.describe())
 
-    def probe_verdicts(self, ids: Iterable[str], driver: Driver) -> dict[str, Verdict]:
-        """What these probes measure on this cell (route, versions, driver): a finding is *known*
-        only where the probe it maps to really reports a problem here."""
+    def probe_verdicts(self, ids: Iterable[str], driver: Driver,
+                       settings: tuple[Setting, ...] = ()) -> dict[str, Verdict]:
+        """What these probes measure on this cell (route, versions, driver and its settings): a finding
+        is *known* only where the probe it maps to really reports a problem here."""
         from leakcheck.probes import PROBES
         from leakcheck.run.runner import run_probe
 
         wanted = set(ids)
-        target = Target(self.where.pg, self.where.pooler, self.where.route, driver, driver_version(driver))
+        target = Target(self.where.pg, self.where.pooler, self.where.route, driver, driver_version(driver), settings)
         return {p.id: run_probe(self.backend, p, target).verdict for p in PROBES if p.id in wanted}
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.model.errors import UsageError
+from leakcheck.model.target import Setting, settings_label
 from leakcheck.model.verdicts import Driver, Route
 
 DEFAULT_BUDGET = "60s"
@@ -71,3 +72,10 @@ class Options:
     database: Path | None = None  # hypothesis' example database (None: off)
     fail_on: str = "new"  # which findings exit 1: new (no probe lists them) or any (accept.py)
     accepted: tuple[tuple[str, str], ...] = ()  # --accept: (signature, reason) a team accepted
+    #: --driver-set DRIVER:NAME=V, one value each: those that differ from the driver's defaults
+    driver_settings: tuple[Setting, ...] = ()
+
+    @property
+    def client(self) -> str:
+        """The driver and its settings as the matrix's ids show them: `pgjdbc[prepareThreshold=0]`."""
+        return f"{self.driver}{settings_label(self.driver_settings)}"

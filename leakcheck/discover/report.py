@@ -119,12 +119,13 @@ def _steps(ops: Sequence[Op], diffs: Sequence[Diff], driver: Driver) -> list[str
     return out
 
 
-def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int = 1) -> str:
-    """The finding as an interleaved psql script; then any other effect of the same state."""
+def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int = 1, client: str = "") -> str:
+    """The finding as an interleaved psql script; then any other effect of the same state. `client`:
+    the driver with its --driver-set settings as ids show it (default: the driver alone)."""
     shrunk = "" if f.shrunk else " (the budget ended shrinking early: it may hold steps it does not need)"
     out = [
         f"-- leakcheck discover, finding {number} of {total}: {title(f)}",
-        f"-- {where}; driver {driver}; found in round {f.round} after {f.found_after:.1f} s, reproduced "
+        f"-- {where}; driver {client or driver}; found in round {f.round} after {f.found_after:.1f} s, reproduced "
         f"{f.reproduced[0]} of {f.reproduced[1]} runs{shrunk}",
         f"-- through the pooler {f.comparison.subject_servers}; directly {f.comparison.reference_servers}",
         "-- Replay: two psql sessions, A and B, connected through the pooler; run the steps in order.",

@@ -4,7 +4,8 @@ A sibling of the matrix's results file (results/results.py), not that format: a 
 probe's verdict on a target, and `leakcheck merge` judges it by its probe; a finding is a sequence of
 steps with what differed, labelled by the probes it maps to (or none). Same envelope and rules: a
 schema name and version, written in one step (record.write_atomic) only after a run that measured,
-its path checked before any server starts. Layout (version 1):
+its path checked before any server starts. `driver` is the driver with its `--driver-set` settings
+as ids show them (`pgjdbc[prepareThreshold=0]`; the driver alone at its defaults). Layout (version 1):
 
     {"schema": "leakcheck-discovery", "version": 1,
      "cell": "PostgreSQL 16.14, PgBouncer 1.24.1 (pool_mode=transaction, default_pool_size=1)",

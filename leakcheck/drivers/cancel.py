@@ -19,6 +19,11 @@ CANCEL_TIMEOUT = 5.0
 CANCEL_CODE = 80877102
 
 
+def int32(value: int) -> int:
+    """A 32-bit value, signed or unsigned, as the packet's signed Int32 (the same four bytes)."""
+    return value - 2**32 if value >= 2**31 else value
+
+
 def cancel_packet(pid: int, secret: int) -> bytes:
     """The 16-byte CancelRequest packet (pid and key as the server sent them, signed 32-bit)."""
     return struct.pack("!iiii", 16, CANCEL_CODE, pid, secret)

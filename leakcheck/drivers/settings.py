@@ -2,9 +2,9 @@
 names with their defaults, the values psycopg and asyncpg are given, and which values are the
 defaults (a cell with the driver's defaults keeps its id: nothing is written for them).
 
-An agent's known settings are its spec's (catalogue.py); it receives them as texts in its
-connect request (docs/agent-protocol.md). psycopg's are attributes of the connection, asyncpg's
-keyword arguments of `asyncpg.connect`.
+An agent's known settings are its spec's (catalogue.py), a team agent's those its hello lists
+(team.py); it receives them as texts in its connect request (docs/agent-protocol.md). psycopg's
+are attributes of the connection, asyncpg's keyword arguments of `asyncpg.connect`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leakcheck.drivers.agents.catalogue import shipped
+from leakcheck.drivers.agents.team import registered
 from leakcheck.model.axes import DriverAxis
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Setting
@@ -45,7 +46,8 @@ def known_settings(driver: str) -> tuple[tuple[str, str], ...]:
     """The settings a driver takes, with their defaults (as the driver has them)."""
     if driver in NATIVE:
         return tuple((name, default) for name, default, _ in NATIVE[driver])
-    found = shipped(driver)
+    team = registered(driver)
+    found = team.shipped() if team is not None else shipped(driver)
     return found.spec.settings if found is not None else ()
 
 
@@ -54,7 +56,7 @@ def check_axis(axis: DriverAxis, option: str = "--driver-set") -> None:
     psycopg or asyncpg would refuse."""
     known = dict(known_settings(axis.driver))
     if axis.name not in known:
-        listed = ", ".join(known) or "none"
+        listed = ", ".join(known) or ("none (its hello lists no \"settings\")" if registered(axis.driver) else "none")
         raise UsageError(f"{option}={axis.driver}:{axis.name}: {axis.driver} has no setting {axis.name!r}; "
                          f"its settings are: {listed}")
     for name, _, convert in NATIVE.get(axis.driver, ()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.cancel import send_cancel_request
 from leakcheck.drivers.clients import AsyncpgClient, Client
 from leakcheck.model.errors import NotApplicable, ProbeError
@@ -37,28 +38,30 @@ async def _until_running(s: Scenario, marker: str) -> None:
     raise ProbeError(f"A's statement was not seen running within {RUNNING_TIMEOUT:.0f} s")
 
 
-def cancel_key(client: Client) -> tuple[int, int] | None:
-    """The (pid, secret key) the client's login was given, when its driver shows them: asyncpg keeps
-    them on its protocol object; psycopg's libpq does not make them public (PQgetCancel is opaque) and
-    agent protocol 1 has no request for them, so only asyncpg clients can have a cancel routed by hand."""
+async def cancel_key(client: Client) -> tuple[int, int]:
+    """The (pid, secret key) the client's login was given: asyncpg keeps them on its protocol object;
+    an agent tells them when its hello offers `cancel_key` (node-postgres, pgx). NotApplicable, saying
+    why, for the others: psycopg's libpq does not make them public (PQgetCancel is opaque)."""
     if isinstance(client, AsyncpgClient):
         protocol = client.conn._protocol
         return int(protocol.backend_pid), int(protocol.backend_secret)
-    return None
+    if isinstance(client, AgentClient):
+        return await client.cancel_key()
+    raise NotApplicable("this driver does not show the cancel key its login was given, so its cancel cannot be "
+                        "sent to another process: run cancel_routed with asyncpg or an agent that answers "
+                        "cancel_key (node-postgres, pgx)")
 
 
 @probe("cancel_routed", "a cancel request that reaches another process of the fleet", scope=Scope.TRANSACTION,
        fleet=True)
 async def cancel_routed(s: Scenario) -> Observation:
-    key = cancel_key(s.a)
-    if key is None:
-        raise NotApplicable("this driver does not show the cancel key its login was given, so its cancel cannot be "
-                            "sent to another process: run cancel_routed with --drivers=asyncpg")
+    key = await cancel_key(s.a)
     if s.route is Route.TRANSACTION and len(s.addresses) < 2:
         raise NotApplicable("one pooler process: cancel_routed needs a fleet (--bouncer-fleet=2)")
     # The subject: the cancel reaches the fleet's second process. The controls: A's own server or process.
     to = s.addresses[1] if s.route is Route.TRANSACTION else s.addresses[0]
     marker = s.name("sleep")
+    await s.c()  # C (who watches A's statement) connects first: its start is not taken from A's pg_sleep
     # A runs a long statement through the first process (its proof taken in the same transaction block).
     sleeping = asyncio.ensure_future(s.run(s.a, "sleeps", f"SELECT pg_sleep({SLEEP}) /* {marker} */"))
     try:

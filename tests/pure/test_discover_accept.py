@@ -86,7 +86,7 @@ class Found:
             yield type("Lab", (), {"where": where})()
 
         class Measure:
-            def __init__(self, *args: object) -> None: ...
+            def __init__(self, *args: object, **kwargs: object) -> None: ...
             def __enter__(self) -> Any:
                 return self
             def __call__(self, ops: object) -> Comparison:

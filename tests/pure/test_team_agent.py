@@ -18,6 +18,7 @@ from leakcheck.config.config import Config
 from leakcheck.discover import command
 from leakcheck.drivers.agents import team
 from leakcheck.drivers.clients import driver_version
+from leakcheck.drivers.settings import cell_settings
 from leakcheck.model.errors import UsageError
 from leakcheck.provision.host.system import server_user
 
@@ -111,3 +112,77 @@ def test_discover_takes_a_shipped_agent_or_a_team_agent_as_its_driver(folder: Pa
     args = parser.parse_args(["--pg=16", "--bouncer=1.18", f"--driver=cmd:{folder}/nothing", "--database=none"])
     with pytest.raises(UsageError, match="--driver: cmd:.*/nothing: no such file"):
         command.options(args)
+
+
+def _hello_with(driver: str, settings: str) -> str:
+    hello = (HELLO % (1, driver))[:-1] + f', "settings": {settings}}}'
+    return f"line = sys.stdin.readline()\nprint({hello!r}, flush=True)\nsys.stdin.read()"
+
+
+def test_a_team_agents_hello_lists_the_settings_driver_set_may_give_it(folder: Path) -> None:
+    path = _agent(folder, _hello_with("settable", '{"pool": "on", "names": "orm"}'), "settable-agent")
+    config = Config.from_strings({"leakcheck_drivers": f"cmd:{path}",
+                                  "leakcheck_driver_set": "cmd-settable:pool=off,on\ncmd-settable:names=orm"})
+    assert [(a.driver, a.name, a.values) for a in config.driver_axes] == [
+        ("cmd-settable", "pool", ("off", "on")), ("cmd-settable", "names", ("orm",))]
+    assert cell_settings("cmd-settable", (("pool", "off"), ("names", "orm"))) == (("pool", "off"),)
+
+
+@pytest.mark.parametrize(("settings", "line", "message"), [
+    ('{"pool": "on"}', "cmd-strict:prepare=false", "cmd-strict has no setting 'prepare'; its settings are: pool"),
+    ("null", "cmd-bare:pool=off", "cmd-bare has no setting 'pool'; its settings are: none \\(its hello lists no "
+     "\"settings\"\\)"),
+])
+def test_a_setting_a_team_agents_hello_does_not_list_is_one_line_before_any_server_starts(
+        folder: Path, settings: str, line: str, message: str) -> None:
+    name = line.split(":")[0].removeprefix("cmd-")
+    path = _agent(folder, _hello_with(name, settings), f"{name}-agent")
+    with pytest.raises(UsageError, match=message) as raised:
+        Config.from_strings({"leakcheck_drivers": f"cmd:{path}", "leakcheck_driver_set": line})
+    assert "\n" not in str(raised.value)
+
+
+def test_a_team_agents_hello_with_settings_of_another_shape_is_one_line(folder: Path) -> None:
+    path = _agent(folder, _hello_with("shapeless", '["pool"]'), "shapeless-agent")
+    with pytest.raises(UsageError, match="its hello's settings must be an object of setting names") as raised:
+        team.team_driver(f"cmd:{path}")
+    assert "\n" not in str(raised.value)
+
+
+def test_discover_gives_a_team_agent_one_value_of_a_setting_its_hello_lists(folder: Path) -> None:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    path = _agent(folder, _hello_with("searched", '{"pool": "on"}'), "searched-agent")
+    given = ["--pg=16", "--bouncer=1.18", f"--driver=cmd:{path}", "--database=none"]
+    opts = command.options(parser.parse_args([*given, "--driver-set=cmd-searched:pool=off"]))
+    assert (opts.driver.value, opts.driver_settings, opts.client) == ("cmd-searched", (("pool", "off"),),
+                                                                      "cmd-searched[pool=off]")
+    with pytest.raises(UsageError, match="cmd-searched has no setting 'size'; its settings are: pool"):
+        command.options(parser.parse_args([*given, "--driver-set=cmd-searched:size=1"]))
+
+
+def test_leakcheck_diff_reads_a_team_agents_cells_with_the_defaults_its_hello_lists(
+        folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from leakcheck.cli.main import main
+    from leakcheck.model.verdicts import Route, Verdict
+    from leakcheck.results.results import Results, save
+    from tests.pure.outcomes import make
+
+    path = _agent(folder, _hello_with("differ", '{"pool": "on"}'), "differ-agent")
+    outcomes = tuple(make("timezone", "16.14", bouncer, Route.TRANSACTION, "cmd-differ", verdict, f"on {bouncer}",
+                          driver_version="1.2.0") for bouncer, verdict in (("1.24.1", Verdict.LEAKS),
+                                                                           ("1.26.1", Verdict.ISOLATED)))
+    save(tmp_path / "r.json", Results(outcomes))
+    # pool=on is the hello's default: those cells are the ones measured without --driver-set
+    code = main(["diff", "pg16/pgbouncer1.24/cmd-differ[pool=on]", "pg16/pgbouncer1.26/cmd-differ[pool=on]",
+                 f"--drivers=cmd:{path}", f"--results={tmp_path / 'r.json'}"])
+    out = capsys.readouterr().out
+    assert code == 0 and "timezone" in out and "cmd-differ" in out, out
+
+
+def test_leakcheck_diff_of_a_team_agents_cell_without_its_path_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from leakcheck.cli.main import main
+
+    assert main(["diff", "pg16/pgbouncer1.24/cmd-nowhere", "pg16/pgbouncer1.26/cmd-nowhere"]) == 4
+    err = capsys.readouterr().err
+    assert "names a team agent (cmd-nowhere): give its path with --drivers=cmd:PATH" in err and err.count("\n") == 1

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from leakcheck.config.config import Config
 from leakcheck.discover import lab
 from leakcheck.discover.differential import Differential, run_on
 from leakcheck.discover.engine import Search, discover
@@ -24,11 +25,12 @@ from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.team import team_driver
-from leakcheck.drivers.clients import driver_version
-from leakcheck.model.target import Driver, Pooler, PoolerKind
-from leakcheck.model.verdicts import Route, Verdict
+from leakcheck.drivers.clients import connect, driver_version
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Setting
+from leakcheck.model.verdicts import Route, Target, Verdict
 from leakcheck.model.versions import parse_spec
 from leakcheck.provision.native import NativeBackend
+from leakcheck.run.matrix import driver_cells
 
 pytestmark = pytest.mark.servers
 
@@ -120,19 +122,21 @@ def test_a_transaction_through_the_drivers_api_rolls_back_and_commits(native: Na
     assert all(e.failure is None for e in trace.events)
 
 
-async def _trace(native: NativeBackend, driver: Driver, ops: tuple[Op, ...]) -> Trace:
+async def _trace(native: NativeBackend, driver: Driver, ops: tuple[Op, ...],
+                 settings: tuple[Setting, ...] = ()) -> Trace:
     """One sequence on two direct sessions (the reference route), its events as recorded."""
     where = _lab(native, Route.DIRECT)
     try:
-        return await run_on(where, driver, where.direct(), Route.DIRECT, ops)
+        return await run_on(where, driver, where.direct(), Route.DIRECT, ops, settings)
     finally:
         await asyncio.to_thread(agents.stop_all)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def team_agent() -> Iterator[Path]:
     """A team's own agent: the shipped node-postgres agent under another name, with a #! line, in a
-    folder of its own that the servers' user can read (it runs as that user when we are root)."""
+    folder of its own that the servers' user can read (it runs as that user when we are root). One
+    per module: a process registers one path per agent name."""
     node = shipped(NODE.value)
     assert node is not None
     made = installed(node.spec)
@@ -140,7 +144,9 @@ def team_agent() -> Iterator[Path]:
     try:
         shutil.copytree(made.folder / "node_modules", folder / "node_modules")
         source = (made.folder / "agent.js").read_text().replace("driver: 'node-postgres'", "driver: 'myorm'")
-        assert "driver: 'myorm'" in source
+        # its hello lists the one setting the copied agent takes (as the catalogue lists node-postgres')
+        source = source.replace("ops: ['cancel_key'],", "ops: ['cancel_key'], settings: { options: '' },")
+        assert "driver: 'myorm'" in source and "settings: { options: '' }" in source
         agent = folder / "myorm-agent"
         agent.write_text("#!/usr/bin/env node\n" + source)
         agent.chmod(0o755)
@@ -161,3 +167,28 @@ def test_a_team_agent_drives_discovery_and_the_probes_under_its_own_id(native: N
     # the matrix's probe, as --drivers=cmd:PATH runs it: what the shipped agent it copies measures
     mine, theirs = (where.probe_verdicts({"protocol_prepare"}, d)["protocol_prepare"] for d in (driver, NODE))
     assert mine is not Verdict.ERROR and mine == theirs
+
+
+def test_a_team_agents_driver_setting_reaches_its_driver_and_names_its_cell(native: NativeBackend,
+                                                                            team_agent: Path) -> None:
+    config = Config.from_strings({"leakcheck_drivers": f"cmd:{team_agent}",
+                                  "leakcheck_driver_set": 'cmd-myorm:options=-c work_mem=1234kB,""'})
+    cells = driver_cells(config.drivers, config.driver_axes, driver_version)
+    driver, version, settings = cells[0]
+    assert [c[2] for c in cells] == [(("options", "-c work_mem=1234kB"),), ()]
+    where = _lab(native, Route.DIRECT)
+
+    async def work_mem() -> str:
+        client = await connect(driver, "A", where.direct(), settings)
+        try:
+            return str((await client.query("SELECT current_setting('work_mem')"))[0][0])
+        finally:
+            await client.close()
+
+    assert asyncio.run(work_mem()) == "1234kB"  # the connect op carried it to node-postgres' startup packet
+    target = Target(where.where.pg, None, Route.DIRECT, driver, version, settings)
+    assert target.client == f"cmd-myorm{version}[options=-c work_mem=1234kB]"
+    # discovery with that setting (`discover --driver-set`): its clients are connected with it too
+    trace = asyncio.run(_trace(native, driver, (Op(A, Kind.OBSERVE),), settings))
+    assert all(e.failure is None for e in trace.events)
+    assert "1234kB" in str([e.fields for e in trace.events if e.op == Op(A, Kind.OBSERVE)])

@@ -19,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import AgentFault, AgentProcess, AgentRefused
+from leakcheck.drivers.cancel import int32
 from leakcheck.drivers.clients import Notification, Row, ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
@@ -187,6 +188,27 @@ class AgentClient:
             raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {error.get('message', '')}")
         message = f"{error.get('message', '')} ({error.get('class')})"
         raise ServerError(str(error.get("sqlstate") or NO_SQLSTATE), message)
+
+    async def cancel_key(self) -> tuple[int, int]:
+        """The (pid, secret key) of the BackendKeyData its driver holds: the optional `cancel_key` op,
+        asked only of an agent whose hello offers it (`"ops": ["cancel_key"]`); NotApplicable, saying
+        so, where it does not or answers `unsupported`."""
+        agent = self._lease.agent
+        if "cancel_key" not in (agent.hello.get("ops") or ()):
+            raise NotApplicable(f"the {agent.driver} agent does not answer cancel_key (its hello does not offer "
+                                "it: docs/agent-protocol.md), so the key its login was given is not known")
+        try:
+            answer = await self._call("cancel_key")
+        except AgentRefused as exc:
+            if exc.kind != "unsupported":
+                raise
+            raise NotApplicable(f"the {agent.driver} agent cannot tell its cancel key: {exc}") from None
+        pid, key = answer.get("pid"), answer.get("secret_key")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**32 for v in (pid, key)):
+            raise AgentFault(f"the {agent.driver} agent answered cancel_key without a 32-bit pid and secret_key: "
+                             f"{answer!r:.200}")
+        assert isinstance(pid, int) and isinstance(key, int)
+        return int32(pid), int32(key)  # pgx answers them unsigned
 
     def alias(self, label: str) -> AgentClient:
         return replace(self, label=label)  # same agent, connection, notification list and parameters

@@ -32,6 +32,7 @@ from leakcheck.provision.host.system import ServerUser, server_user, unreadable_
 #: How --drivers names a team's agent, and the prefix of its id in cells.
 SCHEME, PREFIX = "cmd:", "cmd-"
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
+_SETTING = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,62}")
 #: Without a `statement_names` LIKE pattern in its hello: every named statement but PgBouncer's.
 ANY_NAME = "name NOT LIKE 'PGBOUNCER\\_%'"
 
@@ -45,11 +46,13 @@ class TeamAgent:
     user: ServerUser
     release: Version | None
     statement_names: str  # a SQL condition on pg_prepared_statements.name
+    #: the driver settings its hello lists (name, default as text): what --driver-set may give it
+    settings: tuple[tuple[str, str], ...] = ()
 
     def shipped(self) -> Shipped:
-        """Its catalogue-style entry: its id and statement names; no build (it is the team's program),
-        no startup setting and no known refusals."""
-        return Shipped(AgentSpec(self.driver.value, "team", ()), self.statement_names)
+        """Its catalogue-style entry: its id, statement names and settings; no build (it is the team's
+        program), no startup setting and no known refusals."""
+        return Shipped(AgentSpec(self.driver.value, "team", (), settings=self.settings), self.statement_names)
 
     def start(self, hello_timeout: float = HELLO_TIMEOUT) -> AgentProcess:
         return AgentProcess(self.driver.value.removeprefix(PREFIX), [str(self.path)], self.path.parent,
@@ -104,13 +107,25 @@ def team_driver(text: str, option: str = "--drivers", timeout: float = HELLO_TIM
                          "digits, '.', '_' or '-' (at most 40)")
     pattern = hello.get("statement_names")
     names = ANY_NAME if not isinstance(pattern, str) or not pattern else "name LIKE " + _literal(pattern)
-    found = TeamAgent(Driver(PREFIX + name), path, user, version_in_output(str(hello.get("release", ""))), names)
+    found = TeamAgent(Driver(PREFIX + name), path, user, version_in_output(str(hello.get("release", ""))), names,
+                      _settings(hello.get("settings"), f"{option}: {text}"))
     with _lock:
         other = next((a for a in _checked.values() if a.driver == found.driver), None)
         if other is not None:
             raise UsageError(f"{option}: {text} and cmd:{other.path} both call themselves {name!r} in their hello")
         _checked[path] = found
     return found.driver
+
+
+def _settings(given: object, where: str) -> tuple[tuple[str, str], ...]:
+    """The hello's `settings`, `{"NAME": "DEFAULT", ...}` (texts; none: the agent takes no setting)."""
+    if given is None:
+        return ()
+    if not isinstance(given, dict) or not all(isinstance(k, str) and _SETTING.fullmatch(k) and isinstance(v, str)
+                                              for k, v in given.items()):
+        raise UsageError(f"{where}: its hello's settings must be an object of setting names (letters, digits, "
+                         f"'_' and '.') to their defaults as text, e.g. {{\"prepare\": \"true\"}}: {given!r:.120}")
+    return tuple(given.items())
 
 
 def _literal(text: str) -> str:

@@ -75,7 +75,9 @@ async function close() {
 }
 
 const ops = {
-  hello: async () => ({ protocol: 1, driver: 'node-postgres', release: RELEASE, runtime: `node ${process.versions.node}` }),
+  hello: async () => ({
+    protocol: 1, driver: 'node-postgres', release: RELEASE, runtime: `node ${process.versions.node}`, ops: ['cancel_key'],
+  }),
   connect: async (req) => { await connect(req); return {} },
   // The harness way: an unnamed statement (no values: pg sends it with the simple query protocol).
   query: async (req) => ({ rows: rowsOf(await run({ text: req.sql, rowMode: 'array' })) }),
@@ -94,6 +96,11 @@ const ops = {
   commit: async () => { await run('COMMIT'); return {} },
   rollback: async () => { await run('ROLLBACK'); return {} },
   close: async () => { await close(); return {} },
+  // The BackendKeyData pg keeps (what its cancel sends): through a pooler, the pooler's own key.
+  cancel_key: async () => {
+    if (!client) throw Object.assign(new Error('not connected'), { usage: true })
+    return { pid: client.processID, secret_key: client.secretKey }
+  },
 }
 
 function answer(id, body, err) {

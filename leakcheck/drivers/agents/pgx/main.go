@@ -3,7 +3,8 @@
 // query = Query with QuerySimpleProtocol(true); execute = PgConn().Exec (the simple query
 // protocol); prepared = Query in pgx's default mode, whose statement cache prepares named
 // statements lrupsc_N_M; cancel = cancelling the running request's context, which is pgx v4's
-// way (pgconn sends a cancel request and closes the connection).
+// way (pgconn sends a cancel request and closes the connection); cancel_key = PgConn().PID() and
+// SecretKey(), the BackendKeyData pgconn holds.
 package main
 
 import (
@@ -153,6 +154,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	switch r.Op {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx", release, "go "+strings.TrimPrefix(runtime.Version(), "go")
+		ans["ops"] = []string{"cancel_key"}
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -177,6 +179,9 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 				break
 			}
 		}
+	case "cancel_key":
+		// The BackendKeyData pgconn keeps (what its CancelRequest sends): through a pooler, the pooler's own.
+		ans["pid"], ans["secret_key"] = a.conn.PgConn().PID(), a.conn.PgConn().SecretKey()
 	case "free":
 		err = usage{"unsupported", "pgx v4's statement cache drops no single statement (StatementCache offers only Clear)"}
 	case "begin":
