@@ -23,6 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from leakcheck.model.errors import StartError
 from leakcheck.model.versions import parse_spec
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.system import ServerUser, cache_root
@@ -112,3 +113,16 @@ def test_a_reset_while_pgbouncer_118_forwards_a_cancel_waits_for_it_and_pgbounce
         assert "FATAL" not in bouncer.log_text(), bouncer.log_text()[-2000:]
         with psycopg.connect(bouncer.endpoint().conninfo(), autocommit=True) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_cancel_still_in_flight_after_the_bound_fails_the_reset_with_one_line_and_pgbouncer_survives(
+    postgres: PgServer, user: ServerUser
+) -> None:
+    binary = resolve_bouncer(parse_spec("1.18", "--bouncer"), cache_root())
+    with BouncerProcess(binary, PoolSettings(), postgres.endpoint(), user) as bouncer:
+        with _cancel_held_in_flight(postgres, bouncer), pytest.raises(StartError) as failed:
+            bouncer.reset()  # PostgreSQL stays stopped: the cancel never completes within the bound
+        message = str(failed.value)
+        assert "still forwarded 1 cancel request(s)" in message and "\n" not in message, message
+        assert bouncer.ended() is None and "FATAL" not in bouncer.log_text(), bouncer.log_text()[-2000:]
+        bouncer.reset()  # PostgreSQL continued: the cancel completed, the next reset goes through

@@ -111,11 +111,11 @@ def answers(endpoint: Endpoint) -> str | None:
 
 
 def cancels_in_flight(conn: psycopg.Connection[Any]) -> int:
-    """How many cancel requests PgBouncer is forwarding for the database, by SHOW POOLS: every column
-    about cancels (1.18-1.26: cl_active_cancel_req, cl_waiting_cancel_req, sv_active_cancel,
-    sv_being_canceled; 1.16-1.17: cl_cancel_req)."""
+    """How many cancel requests PgBouncer is forwarding for the database, by SHOW POOLS: its client
+    columns about cancels (1.18-1.26: cl_active_cancel_req, cl_waiting_cancel_req; 1.16-1.17:
+    cl_cancel_req). The server columns (sv_active_cancel, sv_being_canceled) count the same requests."""
     return sum(int(value or 0) for row in execute(conn, "SHOW POOLS") if row.get("database") == DBNAME
-               for name, value in row.items() if "cancel" in name)
+               for name, value in row.items() if name.startswith("cl_") and "cancel" in name)
 
 
 def _settle_cancels(conn: psycopg.Connection[Any], port: int, timeout: float) -> None:
