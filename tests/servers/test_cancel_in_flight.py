@@ -16,7 +16,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,10 +49,24 @@ def _in_flight(endpoint: Endpoint) -> int:
         return admin.cancels_in_flight(console)
 
 
+def _sleeping(direct: Endpoint) -> int:
+    with psycopg.connect(direct.conninfo(), autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active'"
+                           " AND query = 'SELECT pg_sleep(30)'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _until(ready: Callable[[], bool], failure: str) -> None:
+    deadline = time.monotonic() + BOUND
+    while not ready():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.01)
+
+
 #: Client A in a process of its own (libpq's cancel holds the GIL while it waits for the stopped server):
-#: its statement runs, it says so, and on a line from stdin its driver cancels it.
+#: it sends its statement, says so, and on a line from stdin its driver cancels it.
 _CLIENT_A = textwrap.dedent("""
-    import sys, threading, time, psycopg
+    import sys, threading, psycopg
     a = psycopg.connect(sys.argv[1], autocommit=True)
     def run():
         try:
@@ -60,8 +74,7 @@ _CLIENT_A = textwrap.dedent("""
         except psycopg.Error:
             pass
     threading.Thread(target=run, daemon=True).start()
-    time.sleep(0.5)
-    print("running", flush=True)
+    print("sent", flush=True)
     sys.stdin.readline()
     a.cancel()
 """)
@@ -76,21 +89,19 @@ def _cancel_held_in_flight(postgres: PgServer, bouncer: BouncerProcess) -> Itera
                          stdout=subprocess.PIPE, text=True)
     resume = threading.Timer(1.0, os.kill, (pid, signal.SIGCONT))
     with a:
-        yield from _held(a, endpoint, pid, resume)
+        yield from _held(a, endpoint, postgres.endpoint(), pid, resume)
 
 
-def _held(a: subprocess.Popen[str], endpoint: Endpoint, pid: int, resume: threading.Timer
+def _held(a: subprocess.Popen[str], endpoint: Endpoint, direct: Endpoint, pid: int, resume: threading.Timer
           ) -> Iterator[threading.Timer]:
     try:
         assert a.stdout is not None and a.stdin is not None
-        assert select.select([a.stdout], [], [], BOUND)[0] and a.stdout.readline() == "running\n"
+        assert select.select([a.stdout], [], [], BOUND)[0] and a.stdout.readline() == "sent\n"
+        _until(lambda: _sleeping(direct) > 0, "A's statement never ran on PostgreSQL")
         os.kill(pid, signal.SIGSTOP)
         a.stdin.write("cancel\n")
         a.stdin.flush()
-        deadline = time.monotonic() + BOUND
-        while _in_flight(endpoint) == 0:
-            assert time.monotonic() < deadline, "PgBouncer never showed the cancel request in flight"
-            time.sleep(0.01)
+        _until(lambda: _in_flight(endpoint) > 0, "PgBouncer never showed the cancel request in flight")
         yield resume
     finally:
         resume.cancel()
