@@ -110,14 +110,37 @@ def answers(endpoint: Endpoint) -> str | None:
         return one_line(exc, 160)
 
 
+def cancels_in_flight(conn: psycopg.Connection[Any]) -> int:
+    """How many cancel requests PgBouncer is forwarding for the database, by SHOW POOLS: its client
+    columns about cancels (1.18-1.26: cl_active_cancel_req, cl_waiting_cancel_req; 1.16-1.17:
+    cl_cancel_req). The server columns (sv_active_cancel, sv_being_canceled) count the same requests."""
+    return sum(int(value or 0) for row in execute(conn, "SHOW POOLS") if row.get("database") == DBNAME
+               for name, value in row.items() if name.startswith("cl_") and "cancel" in name)
+
+
+def _settle_cancels(conn: psycopg.Connection[Any], port: int, timeout: float) -> None:
+    """Until no cancel request is in flight (bounded): a KILL while PgBouncer 1.18.0 forwards one crashes it
+    (`FATAL ... disconnect_client(): bad client state: 1`, pgbouncer#801, fixed in 1.19.1). A driver
+    may send its cancel after its statement already returned (pgx v4 does, from a goroutine)."""
+    deadline = time.monotonic() + timeout
+    while (left := cancels_in_flight(conn)) > 0:
+        if time.monotonic() > deadline:
+            raise StartError(f"PgBouncer at port {port} still forwarded {left} cancel request(s) {timeout:g} s after "
+                             "a probe (PostgreSQL did not close their connections): not reset, since a KILL "
+                             "then crashes PgBouncer before 1.19.1 (pgbouncer#801)")
+        time.sleep(0.005)
+
+
 def reset_pool(endpoint: Endpoint, conn: psycopg.Connection[Any] | None = None, timeout: float = 5.0) -> None:
-    """Close every server (and client) connection of the database (KILL), let clients in again
-    (RESUME), and wait until PgBouncer holds no server connection for it: the next probe starts
-    from fresh server connections (the runner also checks that no server identity comes back).
-    `conn`: an open admin console connection to reuse (KILL never closes those)."""
+    """Wait until no cancel request is in flight (_settle_cancels), close every server (and client)
+    connection of the database (KILL), let clients in again (RESUME), and wait until PgBouncer holds
+    no server connection for it: the next probe starts from fresh server connections (the runner also
+    checks that no server identity comes back). `conn`: an open admin console connection to reuse
+    (KILL never closes those). Each wait has `timeout` seconds."""
     try:
         with contextlib.ExitStack() as stack:
             console = conn if conn is not None else stack.enter_context(connect(endpoint))
+            _settle_cancels(console, endpoint.port, timeout)
             execute(console, f"KILL {DBNAME}")
             execute(console, f"RESUME {DBNAME}")
             deadline = time.monotonic() + timeout
