@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from leakcheck.drivers.agents import client as agents
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Driver, Route, Target, Verdict
 from leakcheck.model.versions import parse_spec
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.servers
 
 CANCEL_ROUTED = next(p for p in PROBES if p.id == "cancel_routed")
 TIMEZONE = next(p for p in PROBES if p.id == "timezone")
+CANCEL_OWN = next(p for p in PROBES if p.id == "cancel_own")
 
 
 def fleet_target(backend: NativeBackend, peering: str, driver: Driver = Driver.ASYNCPG) -> Target:
@@ -49,6 +51,18 @@ def test_a_session_state_probe_across_two_processes_is_not_applicable_saying_the
 ) -> None:
     outcome = run_probe(native, TIMEZONE, fleet_target(native, "no", Driver.PSYCOPG))
     assert outcome.verdict is Verdict.NOT_APPLICABLE and "own pool" in outcome.evidence, outcome.evidence
+
+
+def test_pgjdbc_reaches_each_process_of_a_fleet_at_its_socket_and_is_measured(native: NativeBackend) -> None:
+    # pgjdbc has no Unix sockets of its own: the agent connects through junixsocket's socket factory
+    across = fleet_target(native, "no", Driver("pgjdbc"))
+    try:
+        apart = run_probe(native, TIMEZONE, across)
+        session = run_probe(native, CANCEL_OWN, Target(across.pg, across.pooler, Route.SESSION, across.driver))
+    finally:
+        agents.stop_all()
+    assert apart.verdict is Verdict.NOT_APPLICABLE and "own pool" in apart.evidence, apart.evidence
+    assert session.verdict is Verdict.ISOLATED, session.evidence
 
 
 def test_a_fleet_that_lost_a_process_is_an_error_naming_it_and_nothing_is_left_running() -> None:

@@ -19,6 +19,9 @@ _NODE = ("node", "{dir}/agent.js")
 
 #: Debian's pgjdbc jar (libpostgresql-jdbc-java)
 PGJDBC_JAR = "/usr/share/java/postgresql.jar"
+#: Debian's junixsocket (libjunixsocket-java, its JNI library with it): pgjdbc's socket factory for a
+#: Unix-socket host (a fleet's member); java skips a classpath entry that is not there
+JUNIXSOCKET_JAR = "/usr/share/java/junixsocket-common.jar"
 
 #: pgx's release is not introspectable in GOPATH mode: read from dpkg at build time, linked in.
 PGX_BUILD = (
@@ -68,9 +71,10 @@ CATALOGUE: tuple[Shipped, ...] = (
             id="pgjdbc",
             language="java",
             sources=("Agent.java",),
-            apt=("libpostgresql-jdbc-java",),
+            apt=("libpostgresql-jdbc-java", "libjunixsocket-java"),
             build=(("javac", "-cp", PGJDBC_JAR, "-d", "{dir}", "{dir}/Agent.java"),),
-            run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", "{dir}:" + PGJDBC_JAR, "Agent"),
+            run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                 "-cp", f"{{dir}}:{PGJDBC_JAR}:{JUNIXSOCKET_JAR}", "Agent"),
             settings=(
                 ("prepareThreshold", "5"),
                 ("preferQueryMode", "extended"),

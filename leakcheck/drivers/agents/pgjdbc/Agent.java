@@ -203,7 +203,15 @@ public final class Agent {
                 props.setProperty(name, String.valueOf(e.getValue()));
             }
         }
-        String url = "jdbc:postgresql://" + text(request, "host") + ":" + request.get("port") + "/" + text(request, "dbname");
+        String host = text(request, "host");
+        if (host.startsWith("/")) {
+            // pgjdbc has no Unix sockets of its own: junixsocket's factory (libjunixsocket-java) connects to
+            // the server's socket file in that folder, as libpq would; the URL's host is then only a name.
+            props.setProperty("socketFactory", "org.newsclub.net.unix.AFUNIXSocketFactory$FactoryArg");
+            props.setProperty("socketFactoryArg", host + "/.s.PGSQL." + request.get("port"));
+            host = "localhost";
+        }
+        String url = "jdbc:postgresql://" + host + ":" + request.get("port") + "/" + text(request, "dbname");
         conn = DriverManager.getConnection(url, props);
     }
 
