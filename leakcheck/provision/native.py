@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -207,7 +208,11 @@ class NativeBackend:
                 self._poolers[key] = process
         self._check_running(process, pooler, settings)
         with timed("resets"):
-            process.reset()  # e.g. PgBouncer's KILL/RESUME: this use starts from fresh server connections
+            try:
+                process.reset()  # e.g. PgBouncer's KILL/RESUME: this use starts from fresh server connections
+            except StartError:
+                self._check_died_in_reset(process, pooler, settings)
+                raise
         yield process.endpoint()
         if isinstance(process, BouncerFleet):  # a fleet that lost a process during the probe: an error naming it
             self._check_running(process, pooler, settings)
@@ -223,6 +228,17 @@ class NativeBackend:
             return down
         process = self._poolers.get(pooler)
         return self._ended(process, pooler[1], pooler[2]) if process is not None else None
+
+    @classmethod
+    def _check_died_in_reset(cls, process: Running, pooler: Pooler, settings: PoolSettings) -> None:
+        """A reset that failed because the pooler just died (a crash on its console's KILL) says so, with
+        the pooler's log, not only "could not reset": the process is given up to 1 s to be seen ended."""
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            ended = cls._ended(process, pooler, settings)
+            if ended is not None:
+                raise StartError(ended) from None
+            time.sleep(0.05)
 
     @classmethod
     def _check_running(cls, process: Running, pooler: Pooler, settings: PoolSettings) -> None:

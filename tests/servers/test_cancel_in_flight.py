@@ -24,12 +24,12 @@ import psycopg
 import pytest
 
 from leakcheck.model.errors import StartError
+from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.versions import parse_spec
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.pgbouncer import admin
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
-from leakcheck.provision.pgbouncer.ini import PoolSettings
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.postgres.server import PgServer
 

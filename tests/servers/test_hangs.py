@@ -25,6 +25,7 @@ from leakcheck.provision.host.owner import start_time
 from leakcheck.provision.host.proc_sockets import children_of
 from leakcheck.provision.host.sysv_shm import attached, recorded_segment
 from leakcheck.provision.native import NativeBackend
+from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.run.failfast import FailFast
 from leakcheck.run.runner import PROBE_TIMEOUT, pool_settings, pooler_lane, run_probe
 from tests.support.processes import cmdline, server_on
@@ -206,3 +207,22 @@ def test_sigterm_while_a_lane_waits_on_a_stopped_pgbouncer_ends_the_matrix_run_w
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def test_a_pgbouncer_that_dies_in_its_reset_is_named_as_exited_with_its_log_not_as_a_failed_reset(
+    cell: Cell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As PgBouncer 1.18.0 did on a KILL while it forwarded a cancel (pgbouncer#801): the process ends
+    # inside the reset, and the reset's own error ("could not reset ...") hid why.
+    assert cell.probe().verdict is not Verdict.ERROR
+    bouncer = server_on(cell.pooler_port())
+    reset = BouncerProcess.reset
+
+    def dies_in_reset(process: BouncerProcess) -> None:
+        os.kill(bouncer, signal.SIGKILL)
+        reset(process)
+
+    monkeypatch.setattr(BouncerProcess, "reset", dies_in_reset)
+    outcome = cell.probe()
+    assert outcome.verdict is Verdict.ERROR
+    assert "exited during the run" in outcome.evidence and "its log ends" in outcome.evidence, outcome.evidence
