@@ -149,8 +149,9 @@ class LeakItem(pytest.Item):
         self.probe, self.target, self.matrix = probe, target, matrix
 
     def runtest(self) -> None:
-        if not hasattr(self.config, "workerinput"):  # under pytest-xdist each worker runs its share serially
-            # The first test starts every selected one in concurrent lanes; each takes its own outcome.
+        if not self.matrix.started and not hasattr(self.config, "workerinput"):  # under pytest-xdist each
+            # worker runs its share serially. The first test starts every selected one in concurrent lanes;
+            # each takes its own outcome (the items are listed once: a list per test made the run quadratic).
             self.matrix.start([(i.probe, i.target) for i in self.session.items if isinstance(i, LeakItem)])
         outcome = self.matrix.run(self.probe, self.target)
         self.user_properties.extend(results.properties(outcome))

@@ -5,11 +5,12 @@
     python scripts/benchmark.py --cold           # also the first run on an empty cache (fetch + build)
     python scripts/benchmark.py --pg 16 --bouncer 1.24
     python scripts/benchmark.py --merge-only         # only `leakcheck merge` of many outcomes (no server)
+    python scripts/benchmark.py --no-merge           # skip the merge phase
     python scripts/benchmark.py --drivers            # also every shipped driver, one matrix each
 
-With --drivers, the matrix runs once per shipped driver (psycopg first: agents are started once per
+With --drivers, the matrix runs once per driver (psycopg first: agents are started once per
 lane and client slot and reused, so a JVM is not started per probe) and each driver's runs a second
-are given with their ratio to psycopg's.
+are given with their ratio to the floor and to psycopg's, as a Markdown table.
 
 The floor is measured in the same run on the same machine: the same number of runs, each two
 direct PostgreSQL connections sending as many statements as a probe does on average, with no
@@ -72,7 +73,8 @@ def matrix(pg: str, bouncer: str, cache: str | None, drivers: str = "",
         if phases is not None and os.path.exists(timings):
             with open(timings, encoding="utf-8") as f:
                 phases.update(phase_table(json.load(f), launched, launched + seconds))
-    counts = re.findall(r"(\d+) (passed|failed|error)", done.stdout.splitlines()[-1] if done.stdout else "")
+    last = done.stdout.splitlines()[-1] if done.stdout else ""  # every probe run counts, not applicable included
+    counts = re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)\b", last)
     return sum(int(n) for n, _ in counts), seconds
 
 
@@ -92,10 +94,13 @@ def phase_table(data: dict[str, Any], launched: float, ended: float) -> dict[str
     servers = phases.get("servers", 0.0)
     lane = phases.get("probe runs", 0.0)
     inside = {k: phases.get(k, 0.0) for k in ("resets", "connects", "statements")}
+    counts = {f"{k} per run": data["phases"].get(k, [0, 0])[1] / max(1, data["phases"].get("probe runs", [0, 1])[1])
+              for k in ("connects", "statements")}
+    each = {k: v for k, v in phases.items() if k.startswith("probe ") and k != "probe runs"}  # each probe (lanes.py)
     return {"start-up": start - launched, "servers": servers, "probes": done - start - servers,
             "catch-up": finish - done, "after": ended - finish, "teardown": phases.get("teardown", 0.0),
             "lane-seconds": lane, **inside,
-            "harness": lane - sum(inside.values())}
+            "harness": lane - sum(inside.values()), **counts, **each}
 
 
 def print_phases(phases: dict[str, float], seconds: float) -> None:
@@ -104,6 +109,16 @@ def print_phases(phases: dict[str, float], seconds: float) -> None:
         print(f"  {name:>12}: {phases[name]:6.1f} s  {100 * phases[name] / seconds:4.0f}% of the run")
     for name in ("resets", "connects", "statements", "harness"):
         print(f"  {name:>12}: {phases[name]:6.1f} lane-s {100 * phases[name] / lane:4.0f}% of the probes' lane time")
+    print(f"  per run: {phases.get('connects per run', 0):.1f} connects, {phases.get('statements per run', 0):.1f} "
+          "statements; the slowest probes (lane-s over all their runs):")
+    slow = sorted(((v, k) for k, v in phases.items() if k.startswith("probe ")), reverse=True)[:5]
+    for seconds, name in slow:
+        print(f"  {name[6:]:>28}: {seconds:6.1f} lane-s {100 * seconds / lane:4.0f}%")
+
+
+def load() -> str:
+    """The machine's 1-minute load average now (other jobs move every figure: print it beside them)."""
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def floor(pg_spec: str, runs: int) -> float:
@@ -154,14 +169,18 @@ def merge_phase(n: int) -> tuple[float, float]:
         return seconds, time.perf_counter() - start
 
 
-def per_driver(pg: str, bouncer: str) -> None:
-    """The matrix once per driver: runs a second, and the ratio to psycopg's (the target: within 2)."""
+def per_driver(pg: str, bouncer: str, base: float) -> None:
+    """The matrix once per driver: runs, seconds, runs a second, the ratio to the floor (`base` runs a
+    second) and to psycopg's (the target: within a factor of 2), as a Markdown table."""
     rates: dict[str, float] = {}
-    for driver in ("psycopg", *(s.spec.id for s in CATALOGUE)):
+    print("| driver | runs | seconds | runs/s | ratio to the floor | ratio to psycopg | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for driver in ("psycopg", "asyncpg", *(s.spec.id for s in CATALOGUE)):
+        before = load()
         runs, seconds = matrix(pg, bouncer, None, driver)
         rates[driver] = runs / seconds
-        print(f"driver {driver}: {runs} probe runs in {seconds:.1f} s = {rates[driver]:.1f} runs/s; "
-              f"ratio to psycopg {rates[driver] / rates['psycopg']:.2f}")
+        print(f"| {driver} | {runs} | {seconds:.1f} | {rates[driver]:.1f} | {rates[driver] / base:.2f} | "
+              f"{rates[driver] / rates['psycopg']:.2f} | {before}-{load()} |", flush=True)
 
 
 def main() -> None:
@@ -169,29 +188,32 @@ def main() -> None:
     parser.add_argument("--pg", default="16,17,18")
     parser.add_argument("--bouncer", default="1.18,1.24,1.26")
     parser.add_argument("--cold", action="store_true", help="also time a first run with an empty cache")
-    parser.add_argument("--merge-outcomes", type=int, default=40_000, help="N for the merge phase (also 4N)")
+    # 4N outcomes must stay under the 64 MiB an input file may have (config/inputs.py): 40,000 are ~26 MiB
+    parser.add_argument("--merge-outcomes", type=int, default=10_000, help="N for the merge phase (also 4N)")
+    parser.add_argument("--no-merge", action="store_true", help="skip the merge phase")
     parser.add_argument("--merge-only", action="store_true", help="only the merge phase (no server)")
     parser.add_argument("--drivers", action="store_true", help="also the matrix of each shipped driver")
     args = parser.parse_args()
-    for n in (args.merge_outcomes, 4 * args.merge_outcomes):
+    for n in () if args.no_merge else (args.merge_outcomes, 4 * args.merge_outcomes):
         seconds, base = merge_phase(n)
         print(f"merge of {n} outcomes (every output): {seconds:.2f} s; floor (read and write them as JSON): "
               f"{base:.2f} s; ratio {seconds / base:.1f}")
     if args.merge_only:
         return
     phases: dict[str, float] = {}
+    before = load()
     runs, seconds = matrix(args.pg, args.bouncer, None, phases=phases)
     rate = runs / seconds
     base = floor(args.pg.split(",")[0], runs)
     print(f"warm matrix --pg={args.pg} --bouncer={args.bouncer}: {runs} probe runs in {seconds:.1f} s "
-          f"= {rate:.1f} runs/s ({default_jobs()} lanes at a time, {os.cpu_count()} cores)")
+          f"= {rate:.1f} runs/s ({default_jobs()} lanes at a time, {os.cpu_count()} cores; load {before}-{load()})")
     print(f"floor (same runs, {STATEMENTS_PER_RUN} statements on 2 direct connections, no harness): "
           f"{base:.1f} runs/s; ratio {rate / base:.2f}")
     if phases:
         print("where the warm matrix's time went (LEAKCHECK_TIMINGS):")
         print_phases(phases, seconds)
     if args.drivers:
-        per_driver(args.pg, args.bouncer)
+        per_driver(args.pg, args.bouncer, base)
     if args.cold:
         cold = tempfile.mkdtemp(prefix="leakcheck-cold-")
         os.chmod(cold, 0o755)

@@ -13,7 +13,7 @@ import asyncio
 import zlib
 
 from leakcheck.drivers.clients import Client
-from leakcheck.model.errors import ProbeError
+from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.verdicts import Observation, Scope
 from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
 
@@ -86,7 +86,10 @@ async def _cancel_beside(s: Scenario, long: Long) -> tuple[float | None, Attempt
         # The bound counts from the cancel's delivery (the driver's call returned), not from its start:
         # a slow machine's connect to the pooler must not turn into a lost cancel.
         await asyncio.wait({cancelling, long.task}, timeout=FINISH_BOUND, return_when=asyncio.FIRST_COMPLETED)
-        acted = await long.ended_within(loop.time() - began + CANCEL_BOUND, began)
+        if cancelling.done() and not cancelling.cancelled() and isinstance(cancelling.exception(), NotApplicable):
+            acted = None  # the driver cannot cancel: nothing to wait for (raised below, once C let go)
+        else:
+            acted = await long.ended_within(loop.time() - began + CANCEL_BOUND, began)
     finally:
         result = await long.release()  # C lets go: a statement the cancel did not stop completes now
     return acted, result, await asyncio.wait_for(cancelling, FINISH_BOUND)

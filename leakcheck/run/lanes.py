@@ -160,7 +160,7 @@ class Lanes:
                     outcome = _error(probe, target, f"the harness failed: {type(failed).__name__}: {failed}")
                 else:
                     self.on_test(self.name(probe, target))
-                    with timed("probe runs"):
+                    with timed("probe runs"), timed(f"probe {probe.id}"):  # benchmark.py: the slowest probes
                         outcome = run_probe(self.backend, probe, target, earlier)
                 future.set_result(outcome)
             except BaseException as exc:  # noqa: BLE001 - never leave pytest waiting

@@ -159,6 +159,11 @@ class MatrixRun:
                 finally:
                     self._stack.close()
 
+    @property
+    def started(self) -> bool:
+        """Whether `start` has put the selected tests into lanes."""
+        return self._lanes is not None
+
     def start(self, work: Sequence[tuple[Probe, Target]]) -> None:
         """Run `work` (the selected tests, in pytest's order) in concurrent lanes from now on."""
         if self._lanes is None and work:

@@ -182,3 +182,22 @@ def test_node_postgres_named_statements_collide_between_two_clients_without_stat
 
         said = asyncio.run(run())
     assert said.startswith('42P05: prepared statement "stmt_1" already exists'), said
+
+
+def test_an_agent_whose_hello_says_it_cannot_cancel_is_never_sent_a_cancel(measure: Measure) -> None:
+    from leakcheck.model.errors import NotApplicable
+
+    async def run() -> tuple[int, int, str]:
+        client = await _connect(Driver("pdo"), "A", measure)
+        try:
+            agent = client._lease.agent
+            sent = agent._next
+            with pytest.raises(NotApplicable) as caught:
+                await client.cancel()
+            return sent, agent._next, str(caught.value)
+        finally:
+            await client.close()
+
+    before, after, words = asyncio.run(run())
+    assert after == before  # no request: a PDO cancel would be answered only after the statement it cancels
+    assert words == "the pdo agent cannot cancel: PDO has no cancel and PHP runs one request at a time"

@@ -179,7 +179,12 @@ class AgentClient:
 
     async def cancel(self) -> None:
         """The agent's `cancel`, sent beside the request now running (process.py); an agent whose
-        driver cannot cancel (now) answers `unsupported`: the probe is not applicable, in its words."""
+        driver cannot cancel (now) answers `unsupported`: the probe is not applicable, in its words. An
+        agent whose hello said `no_cancel` (it could only answer after the statement it would cancel) is
+        not asked: the same words at once."""
+        never = self._lease.agent.hello.get("no_cancel")
+        if never:
+            raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {never}")
         answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, "cancel"))
         if answer.get("ok"):
             return

@@ -5,9 +5,12 @@
 // execute = PDO::exec (the simple query protocol); prepared = PDO::prepare cached per SQL text +
 // execute() (server statements pdo_stmt_%08x unless ATTR_EMULATE_PREPARES); free = dropping the
 // statement object (pdo_pgsql sends DEALLOCATE). PHP runs one request at a time and PDO has no
-// cancel, so `cancel` is answered `unsupported` once the request before it has finished.
+// cancel, so `cancel` is answered `unsupported` once the request before it has finished; `hello`
+// says so at once (no_cancel), so a probe about cancels does not wait for that answer.
 
 final class Usage extends Exception {}
+
+const NO_CANCEL = 'PDO has no cancel and PHP runs one request at a time';
 
 const PARAMETERS = [
     'Client Encoding' => 'client_encoding',
@@ -129,7 +132,7 @@ function run(string $op, array $request, array &$answer): void
         case 'hello':
             $libpq = defined('PGSQL_LIBPQ_VERSION') ? ' libpq ' . PGSQL_LIBPQ_VERSION : '';
             $answer += ['protocol' => 1, 'driver' => 'pdo', 'release' => phpversion('pdo_pgsql'),
-                        'runtime' => 'php ' . PHP_VERSION . $libpq];
+                        'runtime' => 'php ' . PHP_VERSION . $libpq, 'no_cancel' => NO_CANCEL];
             return;
         case 'connect':
             $pdo = null;
@@ -230,7 +233,7 @@ while (($line = fgets(STDIN)) !== false) {
                                'message' => first_line($e->getMessage())]];
     } catch (Usage $e) {
         $class = $e->getMessage() === 'unsupported' ? 'unsupported' : 'usage';
-        $message = $class === 'unsupported' ? 'PDO has no cancel and PHP runs one request at a time' : $e->getMessage();
+        $message = $class === 'unsupported' ? NO_CANCEL : $e->getMessage();
         $answer = ['id' => $answer['id'], 'ok' => false, 'error' => ['sqlstate' => '', 'class' => $class, 'message' => $message]];
     } catch (Throwable $e) { // a request of the wrong shape
         $answer = ['id' => $answer['id'], 'ok' => false,
