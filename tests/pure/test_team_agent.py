@@ -36,9 +36,14 @@ def folder() -> Iterator[Path]:
     made.rmdir()
 
 
+#: The interpreter the agents' #! names: the real one, not the venv's link, which may sit in a folder
+#: the servers' user cannot enter (a clone in a 0700 temp folder, as CI's may be).
+PYTHON = os.path.realpath(sys.executable)
+
+
 def _agent(folder: Path, body: str, name: str = "agent", mode: int = 0o755) -> Path:
     path = folder / name
-    path.write_text(f"#!{sys.executable}\nimport sys, os\n{body}\n")
+    path.write_text(f"#!{PYTHON}\nimport sys, os\n{body}\n")
     path.chmod(mode)
     return path
 
