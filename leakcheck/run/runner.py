@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import cast
 
+from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.clients import Client, ServerError, connect
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
@@ -200,6 +201,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
         )
 
     used: list[Endpoint] = []
+    agents.next_probe()  # a driver that names statements per process gets fresh agents (agents/client.py)
     gone, probing = watching(backend, probe, target), False
     try:
         with _endpoint(backend, probe, target) as endpoint:

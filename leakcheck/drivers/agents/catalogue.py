@@ -48,6 +48,9 @@ class Shipped:
     #: what the driver refuses to go on with, by the start of its message, and why: such a probe step
     #: cannot apply to this driver (not applicable, with the driver's words), it is no measurement
     refusals: tuple[tuple[str, str], ...] = ()
+    #: the driver names statements from a counter of the whole process (pgx's lrupsc_N_M), not per
+    #: connection: its agents serve one probe each (client.py), so A's and B's histories are equal
+    names_per_process: bool = False
 
     def startup_settings(self, startup: tuple[str, str]) -> dict[str, str]:
         """The connect request's settings that make the driver send `startup` (name, value) at connect."""
@@ -144,6 +147,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         ("options", "-c {name}={value}"),
         refusals=(("simple protocol queries must be run with client_encoding=UTF8",
                    "pgx runs no simple-protocol query unless client_encoding is UTF8"),),
+        names_per_process=True,  # N in lrupsc_N_M counts the process's statement caches (one per connection)
     ),
 )
 

@@ -2,8 +2,12 @@
 
 An agent is started once per lane and client slot (the lane's thread and the client's label, A, B
 or C) and reused by the next probe of that lane, with a fresh connection each time; a lease is
-exclusive, so two clients never share an agent process. `stop_all()` ends every agent at the end
-of the run; an agent also ends when its stdin closes (when leakcheck itself ends).
+exclusive, so two clients never share an agent process. A driver whose statement names count over
+the whole process (catalogue `names_per_process`) would carry its history from probe to probe (on
+the shared route only A's agent connects): its agents serve one probe each (`next_probe()`, called
+by the runner as each probe starts, ends the lane thread's earlier ones), so every probe measures
+two identical processes started together. `stop_all()` ends every agent at the end of the run; an
+agent also ends when its stdin closes (when leakcheck itself ends).
 """
 
 from __future__ import annotations
@@ -30,12 +34,33 @@ from leakcheck.provision.host.timing import timed
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
 CLOSE_TIMEOUT = 5.0
 
+#: An agent slot: the driver, the lane's thread, the client's label, and the probe it serves (None: any probe).
+Slot = tuple[str, str, str, int | None]
+
 _lock = threading.Lock()
-_idle: dict[tuple[str, str, str], list[AgentProcess]] = {}
+_idle: dict[Slot, list[AgentProcess]] = {}
 _started: list[AgentProcess] = []
+_probes = threading.local()  # .count: the probes this thread has started
 
 
-def _lease(start: Callable[[], AgentProcess], slot: tuple[str, str, str]) -> AgentProcess:
+def next_probe() -> None:
+    """A probe starts on this thread: the agents that served only its earlier probe end now."""
+    _probes.count = getattr(_probes, "count", 0) + 1
+    thread = threading.current_thread().name
+    with _lock:
+        done = [slot for slot in _idle if slot[1] == thread and slot[3] is not None]
+        ended = [agent for slot in done for agent in _idle.pop(slot)]
+        _started[:] = [agent for agent in _started if agent not in ended]
+    for agent in ended:
+        agent.stop()
+
+
+def _slot(shipped: Shipped, label: str) -> Slot:
+    probe = getattr(_probes, "count", 0) if shipped.names_per_process else None
+    return shipped.spec.id, threading.current_thread().name, label, probe  # the lane's thread, not a worker's
+
+
+def _lease(start: Callable[[], AgentProcess], slot: Slot) -> AgentProcess:
     with _lock:
         idle = _idle.get(slot, [])
         while idle:
@@ -48,7 +73,7 @@ def _lease(start: Callable[[], AgentProcess], slot: tuple[str, str, str]) -> Age
     return agent
 
 
-def _give_back(slot: tuple[str, str, str], agent: AgentProcess) -> None:
+def _give_back(slot: Slot, agent: AgentProcess) -> None:
     with _lock:
         _idle.setdefault(slot, []).append(agent)
 
@@ -81,7 +106,7 @@ def _shaped(value: object) -> bool:
 
 @dataclass
 class _Lease:
-    slot: tuple[str, str, str]
+    slot: Slot
     agent: AgentProcess
     returned: bool = False
 
@@ -110,7 +135,7 @@ class AgentClient:
                    settings: tuple[Setting, ...] = (), startup: dict[str, str] | None = None) -> AgentClient:
         """A client of any agent (shipped, or a team's own: clients.py gives it an entry of its own);
         `start` makes a new process when the slot has no idle one."""
-        slot = (shipped.spec.id, threading.current_thread().name, label)  # the lane's thread, not a worker's
+        slot = _slot(shipped, label)
         agent = await asyncio.to_thread(_lease, start, slot)
         client = cls(label, shipped.statement_names, _Lease(slot, agent), shipped, settings=settings)
         try:

@@ -1,0 +1,38 @@
+"""A verdict does not depend on which probes an agent process ran before (issue 18).
+
+pgx v4 names its statements `lrupsc_N_M`, N a counter of the whole process (one statement cache per
+connection). On the shared route only A's agent connects (B is A), so agents reused from probe to probe
+would drift apart and A's and B's names stop colliding; the catalogue marks such a driver and its agents
+serve one probe each, so every probe sees two identical application processes started together."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from leakcheck.drivers.agents import client as agents
+from leakcheck.model.target import Driver
+from leakcheck.model.verdicts import Route, Verdict
+from tests.support.servers import TEST_PG, Measure
+
+pytestmark = pytest.mark.servers
+
+PGX = Driver("pgx")
+
+
+@pytest.fixture(autouse=True)
+def _stop_agents() -> Iterator[None]:
+    agents.stop_all()
+    yield
+    agents.stop_all()
+
+
+def test_pgx_protocol_prepare_after_a_shared_route_probe_on_the_same_thread_measures_what_a_fresh_lane_does(
+        measure: Measure) -> None:
+    fresh = measure("protocol_prepare", TEST_PG[0], "1.18", PGX)
+    control = measure("protocol_prepare", TEST_PG[0], "1.18", PGX, Route.SHARED)
+    after = measure("protocol_prepare", TEST_PG[0], "1.18", PGX)
+    assert fresh.verdict not in (Verdict.ERROR, Verdict.NOT_APPLICABLE), fresh.evidence
+    assert control.verdict is not Verdict.ERROR, control.evidence
+    assert after.verdict is fresh.verdict, (fresh.evidence, after.evidence)
