@@ -1,7 +1,7 @@
 """Independent cells at the same time, each probe still on fresh server connections.
 
 A lane is everything that shares one pooler process (or, for the direct and shared routes, one
-PostgreSQL and driver): its probes run one after another, in the order pytest will report them;
+PostgreSQL and driver): its probes run one after another (each lane's list rotated, `staggered`);
 lanes run side by side in threads, as many as `jobs`. Servers and poolers are started up front,
 from the main thread (a fork from a thread is not safe with PDEATHSIG's preexec hook), and
 pytest's items then take their outcomes in pytest's own order.
@@ -59,6 +59,20 @@ def default_jobs() -> int:
     return max(1, min(8, 4 * (os.cpu_count() or 1)))
 
 
+def staggered(lanes: Sequence[Sequence[Work]], jobs: int) -> list[list[Work]]:
+    """Each lane's runs rotated so that the `jobs` lanes that start together start at different probes:
+    the i-th begins i/jobs of the way into its list. Every lane holds the same probes in the same order,
+    so unrotated the probes that wait without work (cancel_late waits CANCEL_BOUND for a cancel that must
+    not arrive) came in every running lane at once and the cores stood idle. Each run starts from fresh
+    server connections (the runner checks it), so where it comes in its lane does not change what it
+    measures; pytest still reports the tests in its own order."""
+    out = []
+    for i, items in enumerate(lanes):
+        shift = (i % jobs) * len(items) // jobs
+        out.append([*items[shift:], *items[:shift]])
+    return out
+
+
 def lane_of(probe: Probe, target: Target) -> LaneKey:
     """Runs that share a pooler process share a lane; every run through a running pooler (--pooled-dsn)
     shares one lane, whatever its driver: its server connections are the same for all of them."""
@@ -93,6 +107,8 @@ class Lanes:
             self._futures[self._key(probe, target)] = Future()
         for probe, target in work:
             lanes.setdefault(lane_of(probe, target), []).append((probe, target))
+        longest = sorted(lanes, key=lambda key: -len(lanes[key]))  # the longest first: no long lane is the tail
+        lanes = dict(zip(longest, staggered([lanes[key] for key in longest], self.jobs), strict=True))
         mark("lanes start")
         # A stop signal now ends the run at once: only each fork holds it (provision/host/forks.py).
         with timed("servers"):

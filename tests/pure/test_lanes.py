@@ -93,3 +93,14 @@ def test_more_poolers_on_one_postgresql_than_it_holds_is_one_line_saying_to_spli
     work = _native_shape(poolers=11, pgs=1)  # 11 poolers x 2 drivers x 3 pools: 66 processes
     with pytest.raises(UsageError, match=f"66 pooler processes on PostgreSQL 16.0, more than the {MAX_POOLERS_PER_PG}"):
         check_capacity(work)
+
+
+def test_lanes_that_start_together_start_at_different_probes_and_each_keeps_every_run_of_its_own() -> None:
+    from leakcheck.run.lanes import staggered
+
+    jobs = 8
+    lanes = [[(p, Target(Version((16, n)), B, Route.TRANSACTION, Driver.PSYCOPG)) for p in PROBES] for n in range(12)]
+    rotated = staggered(lanes, jobs)
+    assert len({items[0][0].id for items in rotated[:jobs]}) == jobs  # the waiting probes do not coincide
+    assert all(sorted(map(id, new)) == sorted(map(id, old)) for new, old in zip(rotated, lanes, strict=True))
+    assert [p.id for p, _ in rotated[0]] == [p.id for p in PROBES]  # the first lane keeps pytest's order
