@@ -1,0 +1,58 @@
+"""Agents are reused per lane thread and client label, except those of a driver that names its
+statements from a counter of the whole process (catalogue `names_per_process`, pgx): they serve one
+probe each, so A's and B's histories are equal whatever the lane ran before. Real processes (a
+Python program speaking the agent protocol's hello), no server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leakcheck.drivers.agents import client as agents
+from leakcheck.drivers.agents.catalogue import Shipped
+from leakcheck.drivers.agents.process import AgentProcess
+from leakcheck.drivers.agents.spec import AgentSpec
+
+_AGENT = ("import sys, json\n"
+          "for line in sys.stdin:\n"
+          "    answer = {'id': json.loads(line)['id'], 'ok': True, 'protocol': 1, 'driver': 'fake'}\n"
+          "    print(json.dumps(answer), flush=True)\n")
+
+
+def _start() -> AgentProcess:
+    return AgentProcess("fake", [sys.executable, "-c", _AGENT], Path("/"))
+
+
+@pytest.fixture(autouse=True)
+def _stop_agents() -> Iterator[None]:
+    agents.stop_all()
+    yield
+    agents.stop_all()
+
+
+def _leased(shipped: Shipped) -> AgentProcess:
+    slot = agents._slot(shipped, "A")
+    agent = agents._lease(_start, slot)
+    agents._give_back(slot, agent)
+    return agent
+
+
+def test_an_agent_whose_driver_names_statements_per_process_serves_one_probe_then_ends() -> None:
+    pgx_like = Shipped(AgentSpec("fake", "python", ()), "false", names_per_process=True)
+    agents.next_probe()
+    first = _leased(pgx_like)
+    assert _leased(pgx_like) is first  # the same probe reconnects through the same process
+    agents.next_probe()
+    second = _leased(pgx_like)
+    assert second is not first and not first.alive
+
+
+def test_an_agent_whose_driver_names_statements_per_connection_is_reused_by_the_next_probe() -> None:
+    per_connection = Shipped(AgentSpec("fake", "python", ()), "false")
+    agents.next_probe()
+    first = _leased(per_connection)
+    agents.next_probe()
+    assert _leased(per_connection) is first and first.alive
