@@ -19,6 +19,7 @@ from leakcheck.discover.lab import Endpoint, Lab
 from leakcheck.discover.ops import Abilities, Op
 from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Abort, Trace, harness_failed
+from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import Client, connect
 from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver, Route, ServerId
@@ -37,7 +38,9 @@ async def _close(*clients: Client) -> None:
 async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops: tuple[Op, ...],
                  settings: tuple[Setting, ...] = ()) -> Trace:
     """The sequence with two fresh clients of one driver (with its --driver-set `settings`), each its
-    own application."""
+    own application. A driver that names statements per process (pgx) gets fresh agents for each
+    sequence, as a probe does, so no sequence depends on the ones before it."""
+    agents.next_probe()
     a = await connect(driver, "A", endpoint, settings)
     try:
         b = await (lab.clients(a, lambda: connect(driver, "B", endpoint, settings)) if route is not Route.DIRECT
