@@ -181,11 +181,12 @@ class AsyncpgClient:
             given = {**given, "server_settings": {startup[0]: startup[1]}}
         if endpoint.dsn:
             conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection, **given)
-        else:  # a server leakcheck started speaks no TLS: asyncpg's default (prefer) would end up in plain text
-            # too, after building an SSL context and a refused SSLRequest (~2-4 ms per connect, measured)
+        else:  # asyncpg's own TLS default (prefer), as an application connects: a team's ini may set
+            # client_tls_sslmode=require, which ssl=False would turn into a refused login (it costs 2-4 ms a
+            # connect against a pooler that speaks no TLS: the SSLRequest it refuses)
             conn = await asyncpg.connect(
                 host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
-                database=endpoint.dbname, timeout=10, connection_class=_AppConnection, **{"ssl": False, **given},
+                database=endpoint.dbname, timeout=10, connection_class=_AppConnection, **given,
             )
         client = cls(label, conn, settings=settings)
         conn._leakcheck_seen = client.notifications
