@@ -166,9 +166,11 @@ class LeakItem(pytest.Item):
             pytest.skip(terminal_safe(judged.message))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        """The evidence of a failed verdict, or pytest's own report of anything else (a start failure's
-        log tail, a driver's error): either quotes servers, so it reaches the terminal made inert."""
-        if isinstance(excinfo.value, LeakFound):
+        """The evidence of a failed verdict or of an accepted one (xfail: its message, without pytest's
+        traceback, whose source parsing per item made a gate's end quadratic-slow), or pytest's own report
+        of anything else (a start failure's log tail, a driver's error): each quotes servers, so it reaches
+        the terminal made inert."""
+        if isinstance(excinfo.value, LeakFound | pytest.xfail.Exception):
             return terminal_safe(excinfo.value)
         return terminal_safe(super().repr_failure(excinfo))
 
