@@ -75,11 +75,13 @@ class Client(Protocol):
     def alias(self, label: str) -> Client: ...
     async def close(self) -> None: ...
 
-    async def cancel(self) -> None:
+    async def cancel(self) -> bool:
         """The driver's cancel request for this connection, sent with the key it got at login: it
         stops the statement now running (a `query` awaited elsewhere), or, when none runs, reaches
-        whatever that key names now (probes/cancel.py). Returns once it was sent; NotApplicable when
-        the driver cannot send one."""
+        whatever that key names now (probes/cancel.py). Returns once it was sent: True when the driver
+        returned only once the peer (PostgreSQL or the pooler) had closed the cancel connection, so the
+        peer has read the request (libpq waits for that close); False when it may return before.
+        NotApplicable when the driver cannot send one."""
         ...
 
 
@@ -133,9 +135,11 @@ class PsycopgClient:
     def alias(self, label: str) -> PsycopgClient:
         return dataclasses.replace(self, label=label)  # same connection, same notification list
 
-    async def cancel(self) -> None:
+    async def cancel(self) -> bool:
         # psycopg's own (libpq's PQcancelConn): the key of this connection, whether or not a query runs.
         # psycopg before 3.2 has no cancel_safe(): its cancel() is libpq's blocking PQcancel, in a thread.
+        # Both return once the peer closed the cancel connection ("its way of communicating that the
+        # cancel has been handled", libpq's PQcancelPoll).
         safe = getattr(self.conn, "cancel_safe", None)
         try:
             if safe is not None:
@@ -144,6 +148,7 @@ class PsycopgClient:
                 await asyncio.wait_for(asyncio.to_thread(self.conn.cancel), CANCEL_TIMEOUT)
         except psycopg.Error as exc:
             raise ServerError(_sqlstate(exc), f"psycopg's cancel failed: {exc}") from exc
+        return True
 
     async def close(self) -> None:
         await self.conn.close()
@@ -225,7 +230,7 @@ class AsyncpgClient:
     def alias(self, label: str) -> AsyncpgClient:
         return dataclasses.replace(self, label=label)
 
-    async def cancel(self) -> None:
+    async def cancel(self) -> bool:
         # asyncpg's public cancel is cancelling the awaiting task, which hides the server's answer
         # (57014) and needs a query running; its Connection._cancel sends exactly this packet with the
         # BackendKeyData its protocol kept, to the address it connected to.
@@ -236,6 +241,7 @@ class AsyncpgClient:
             await send_cancel_request(addr[0], addr[1], protocol.backend_pid, protocol.backend_secret)
         except (OSError, TimeoutError) as exc:
             raise ServerError("08006", f"the cancel request to {addr[0]}:{addr[1]} failed: {exc!r}") from exc
+        return True  # send_cancel_request returns once the peer closed the connection, as asyncpg's own
 
     async def close(self) -> None:
         if not self.conn.is_closed():

@@ -101,6 +101,10 @@ class Scenario:
     #: H, one more client of a pool leakcheck started that hands out servers in its own order
     #: (Odyssey): it holds a server connection so the probe's pool of two places A and B (keep_a_home)
     holder: Callable[[], Awaitable[Client]] | None = None
+    #: the route's word, once a driver's cancel returned after its peer closed the cancel connection,
+    #: that no cancel request is in flight any more: what said so, or None (not yet). Absent where the
+    #: route cannot tell (a cancel probe then waits its bound): see probes/cancel.py
+    cancels_settled: Callable[[], Awaitable[str | None]] | None = None
     _c: Client | None = None
     _h: Client | None = None
     _h_server: ServerId | None = None
@@ -325,7 +329,7 @@ class NotYet:
     def reported(self, name: str) -> str | None:
         raise self._early()
 
-    async def cancel(self) -> None:
+    async def cancel(self) -> bool:
         raise self._early()
 
     def alias(self, label: str) -> Client:

@@ -2,15 +2,24 @@
 
 Nobody answers a cancel request (PgBouncer closes its connection without a word), so the probes
 observe the long statement itself. It waits for an advisory lock that C, a direct session, holds:
-when C lets go it completes normally, so a lost cancel costs the probe CANCEL_BOUND, not seconds
-of pg_sleep, and "completed normally" means what it says. The statement cannot return its own
-server identity while it runs: C reads it from pg_stat_activity (Scenario.running).
+when C lets go it completes normally, so a lost cancel costs the probe at most CANCEL_BOUND, not
+seconds of pg_sleep, and "completed normally" means what it says. The statement cannot return its
+own server identity while it runs: C reads it from pg_stat_activity (Scenario.running).
+
+A cancel that has not stopped the statement counts as one that never will after CANCEL_BOUND from its
+delivery, or sooner on evidence: A's driver returned only once its peer had closed the cancel connection
+(the peer read the request), and then the route said that no cancel request is in flight any more
+(Scenario.cancels_settled: PostgreSQL closes that connection once it signalled the backend; PgBouncer
+1.18+ counts a forwarded request until PostgreSQL closed the connection it went on). A backend signalled
+before C lets go fails its statement with 57014 when it wakes, so the statement's result once C let go
+is the measurement, whenever the cancel landed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import zlib
+from dataclasses import dataclass
 
 from leakcheck.drivers.clients import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
@@ -20,11 +29,14 @@ from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
 #: Seconds the long statement has to be seen running (C polls pg_stat_activity).
 START_BOUND = 5.0
 #: Seconds a cancel has, from its delivery (the driver's cancel call returned), to stop the long
-#: statement (then C lets go). Generous: the pooler forwards it on a new connection, and PostgreSQL forks a
-#: backend for it, which on a loaded 2-core machine took over 2 s (a control came out lost).
+#: statement (then C lets go), unless the route said sooner that none is in flight. Generous: the pooler
+#: forwards it on a new connection, and PostgreSQL forks a backend for it, which on a loaded 2-core
+#: machine took over 2 s (a control came out lost).
 CANCEL_BOUND = 5.0
 #: Seconds the long statement, and a driver's cancel call, have to end once C let go.
 FINISH_BOUND = 10.0
+#: Seconds between looks at the statement, and at the route's word on cancels in flight.
+LOOK = 0.02
 
 
 class Long:
@@ -48,13 +60,6 @@ class Long:
             await self.release()
             raise
 
-    async def ended_within(self, seconds: float, since: float) -> float | None:
-        """Seconds from `since` (the loop's clock) until the statement ended, if it ended within `seconds` of it."""
-        assert self.task is not None
-        loop = asyncio.get_running_loop()
-        done, _ = await asyncio.wait({self.task}, timeout=max(0.0, since + seconds - loop.time()))
-        return loop.time() - since if done else None
-
     async def release(self) -> Attempt:
         """C lets go of the lock; the statement's result (bounded)."""
         c = await self.s.c()
@@ -63,41 +68,90 @@ class Long:
         return await asyncio.wait_for(self.task, FINISH_BOUND)
 
 
-def _failed(sent: Attempt) -> str:
-    """The driver's words when its cancel call reported a failure: evidence only, since a peer closes a
-    cancel connection without an answer and what counts is whether the statement stopped."""
-    return f" (the driver reported: {sent.error})" if sent.failed else ""
+@dataclass(frozen=True)
+class Sent:
+    """What became of a cancel sent while the long statement waited."""
+
+    #: seconds from the cancel's start until the statement ended, if it ended before the wait did
+    acted: float | None
+    #: what said no cancel request was in flight any more, with when, if that ended the wait
+    settled: str | None
+    #: the statement's result once C let go
+    result: Attempt
+    #: the driver's cancel call's own result
+    call: Attempt
+
+    @property
+    def stopped(self) -> bool:
+        """The statement ended as a cancel ends it: 57014, or its connection closed (pgx v4 closes it)."""
+        error = self.result.error
+        return self.result.state("57014") or self.result.state("08006") or (error is not None and error.closed)
+
+    def waited(self) -> str:
+        """How the wait for the statement ended, in evidence words."""
+        if self.acted is not None:
+            return f"ended after {self.acted * 1000:.0f} ms"
+        return f"had not ended when {self.settled}" if self.settled else f"had not ended within {CANCEL_BOUND:.0f} s"
+
+    def reported(self) -> str:
+        """The driver's words when its cancel call reported a failure: evidence only, since a peer closes a
+        cancel connection without an answer and what counts is whether the statement stopped."""
+        return f" (the driver reported: {self.call.error})" if self.call.failed else ""
+
+    def details(self) -> tuple[tuple[str, str], ...]:
+        return (("cancel_acted_ms", f"{self.acted * 1000:.0f}" if self.acted is not None else ""),)
 
 
-def _ms(seconds: float | None) -> str:
-    return f"{seconds * 1000:.0f} ms" if seconds is not None else f"not within {CANCEL_BOUND:.0f} s"
-
-
-async def _cancel_beside(s: Scenario, long: Long) -> tuple[float | None, Attempt, Attempt]:
-    """A's driver cancels while `long` runs: seconds until `long` ended (None: not within
-    CANCEL_BOUND of the cancel's delivery), its result once C let go, and the cancel call's own
-    result. The cancel call runs beside the wait, since some drivers answer a cancel only after the
-    statement before it (PDO); NotApplicable when A's driver cannot cancel."""
+async def _cancel_beside(s: Scenario, long: Long) -> Sent:
+    """A's driver cancels while `long` runs; the statement's result once C let go. The cancel call runs
+    beside the wait, since some drivers answer a cancel only after the statement before it (PDO);
+    NotApplicable when A's driver cannot cancel."""
     assert long.task is not None
     loop = asyncio.get_running_loop()
     began = loop.time()
     cancelling = asyncio.create_task(attempt(s.a.cancel()))
+    acted: float | None = None
+    settled: str | None = None
     try:
         # The bound counts from the cancel's delivery (the driver's call returned), not from its start:
         # a slow machine's connect to the pooler must not turn into a lost cancel.
         await asyncio.wait({cancelling, long.task}, timeout=FINISH_BOUND, return_when=asyncio.FIRST_COMPLETED)
-        if cancelling.done() and not cancelling.cancelled() and isinstance(cancelling.exception(), NotApplicable):
-            acted = None  # the driver cannot cancel: nothing to wait for (raised below, once C let go)
-        else:
-            acted = await long.ended_within(loop.time() - began + CANCEL_BOUND, began)
+        if not (cancelling.done() and not cancelling.cancelled() and isinstance(cancelling.exception(), NotApplicable)):
+            acted, settled = await _until_ended_or_settled(s, long.task, cancelling, began)
+        # else the driver cannot cancel: nothing to wait for (raised below, once C let go)
     finally:
         result = await long.release()  # C lets go: a statement the cancel did not stop completes now
-    return acted, result, await asyncio.wait_for(cancelling, FINISH_BOUND)
+    return Sent(acted, settled, result, await asyncio.wait_for(cancelling, FINISH_BOUND))
 
 
-def _stopped(result: Attempt) -> bool:
-    """The statement ended as a cancel ends it: 57014, or its connection closed (pgx v4 closes it)."""
-    return result.state("57014") or result.state("08006") or (result.error is not None and result.error.closed)
+async def _until_ended_or_settled(s: Scenario, task: asyncio.Task[Attempt], cancelling: asyncio.Task[Attempt],
+                                  began: float) -> tuple[float | None, str | None]:
+    """Seconds from `began` until the statement ended, if it did within CANCEL_BOUND; else None, with what
+    said that no cancel request was in flight any more if that came first (`_settled`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CANCEL_BOUND
+    while True:
+        left = deadline - loop.time()
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, min(LOOK, left)))
+        if done:
+            return loop.time() - began, None
+        if left <= LOOK:
+            return None, None
+        said = await _settled(s, cancelling)
+        if said is not None:
+            return None, f"{said} ({(loop.time() - began) * 1000:.0f} ms after the cancel began)"
+
+
+async def _settled(s: Scenario, cancelling: asyncio.Task[Attempt]) -> str | None:
+    """What said that no cancel request is in flight any more: asked only once A's driver returned after
+    its peer closed the cancel connection, and only where the route can tell (Scenario.cancels_settled)."""
+    if s.cancels_settled is None or not cancelling.done():
+        return None
+    call = cancelling.result()
+    if call.failed or call.value is not True:
+        return None
+    said = await s.cancels_settled()
+    return f"A's driver had seen its peer close the cancel connection, and {said}" if said else None
 
 
 @probe("cancel_own", "cancel request (does A's driver cancel A's own running statement?)", scope=Scope.TRANSACTION)
@@ -109,18 +163,18 @@ async def cancel_own(s: Scenario) -> Observation:
     # A: a long statement (it waits for C's lock); C sees it run on A's server connection.
     await long.start("long statement")
     # A: its driver cancels it; how long until the statement ends?
-    acted, result, sent = await _cancel_beside(s, long)
-    if acted is not None and not result.failed:
-        raise ProbeError(f"A's statement completed while C held the lock it waited for ({result}): "
+    sent = await _cancel_beside(s, long)
+    if sent.acted is not None and not sent.result.failed:
+        raise ProbeError(f"A's statement completed while C held the lock it waited for ({sent.result}): "
                          "nothing was exercised")
-    cancelled = acted is not None and _stopped(result)
     return Observation(
-        evidence=f"A's statement waited on C's lock; A's driver sent a cancel{_failed(sent)}: the statement "
-        + (f"ended after {_ms(acted)} with {result}" if acted is not None
-           else f"was not stopped within {CANCEL_BOUND:.0f} s and completed when C let go ({result})"),
-        lost=acted is None,
-        broke=f"A's statement failed: {result}" if acted is not None and not cancelled else None,
-        details=(("cancel_acted_ms", f"{acted * 1000:.0f}" if acted is not None else ""),),
+        evidence=f"A's statement waited on C's lock; A's driver sent a cancel{sent.reported()}: the statement "
+        + (f"ended after {sent.acted * 1000:.0f} ms with {sent.result}" if sent.acted is not None
+           else f"{sent.waited()}, and " + (f"failed once C let go ({sent.result})" if sent.result.failed
+                                            else f"completed when C let go ({sent.result})")),
+        lost=not sent.result.failed,
+        broke=f"A's statement failed: {sent.result}" if sent.result.failed and not sent.stopped else None,
+        details=sent.details(),
     )
 
 
@@ -132,17 +186,18 @@ async def cancel_late(s: Scenario) -> Observation:
     # B: a long statement on the same server connection (a pool of one), seen running by C.
     await long.start("long statement")
     # A: its driver sends a cancel with A's key, while A runs nothing.
-    acted, result, sent = await _cancel_beside(s, long)
-    cancelled = acted is not None and _stopped(result)
+    sent = await _cancel_beside(s, long)
     return Observation(
         evidence=f"A finished; B's statement waited on C's lock; A's driver sent a cancel with A's key"
-        f"{_failed(sent)}: B's statement "
-        + (f"was stopped after {_ms(acted)} ({result})" if cancelled else
-           f"ended after {_ms(acted)} with {result}" if acted is not None
-           else f"completed normally when C let go ({result})"),
-        leaked=cancelled,
-        broke=f"B's statement failed: {result}" if acted is not None and not cancelled else None,
-        details=(("cancel_acted_ms", f"{acted * 1000:.0f}" if acted is not None else ""),),
+        f"{sent.reported()}: B's statement "
+        + (f"was stopped after {sent.acted * 1000:.0f} ms ({sent.result})" if sent.stopped and sent.acted is not None
+           else f"ended after {sent.acted * 1000:.0f} ms with {sent.result}" if sent.acted is not None
+           else f"{sent.waited()}, and was stopped once C let go ({sent.result})" if sent.stopped
+           else f"{sent.waited()}, and " + (f"failed once C let go ({sent.result})" if sent.result.failed
+                                            else f"completed normally when C let go ({sent.result})")),
+        leaked=sent.stopped,
+        broke=f"B's statement failed: {sent.result}" if sent.result.failed and not sent.stopped else None,
+        details=sent.details(),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import cast
 
 from leakcheck.drivers.agents import client as agents
@@ -17,7 +17,7 @@ from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
 from leakcheck.probes.base import Login, NotYet, Probe, Scenario
 from leakcheck.provision.base import USER, Backend, Endpoint
-from leakcheck.provision.pgbouncer import team_ini
+from leakcheck.provision.pgbouncer import admin, team_ini
 from leakcheck.provision.pgbouncer.admin import query_postgres
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
@@ -155,7 +155,8 @@ async def _measure(
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
     holder = (lambda: connect(target.driver, "H", where, settings)) if may_hold(probe, target) else None
     scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised,
-                        next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses, holder=holder)
+                        next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses, holder=holder,
+                        cancels_settled=cancels_settled(target, endpoint))
     try:
         observation = await probe.body(scenario)
         if running:
@@ -169,6 +170,32 @@ async def _measure(
         await scenario.close()
         await _close(a, b, scenario.b)
     return observation, tuple(scenario.proofs)
+
+
+def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitable[str | None]] | None:
+    """The route's word that no cancel request is in flight any more (Scenario.cancels_settled), where it has
+    one: PostgreSQL itself (the direct and shared routes), which closes a cancel connection once it signalled
+    the backend; a PgBouncer leakcheck started, whose SHOW POOLS (1.18+) counts a forwarded request until
+    PostgreSQL closed its connection. None elsewhere (a server the user gave, a fleet whose processes forward
+    to each other, Odyssey, pgpool-II): the probe waits its bound."""
+    if endpoint.dsn or endpoint.members:
+        return None
+    if target.pooler is None or target.route in (Route.DIRECT, Route.SHARED):
+        async def postgres() -> str | None:
+            return "that peer was PostgreSQL, which closes it once it signalled the backend"
+        return postgres
+    if target.pooler.kind is not PoolerKind.PGBOUNCER:
+        return None
+    untold = False
+
+    async def pgbouncer() -> str | None:
+        nonlocal untold
+        if untold:
+            return None
+        count = await asyncio.to_thread(admin.cancels_until_closed, endpoint)
+        untold = count is None  # SHOW POOLS cannot say (before 1.18): the bound it is, without asking again
+        return "PgBouncer's SHOW POOLS then counted no cancel request in flight" if count == 0 else None
+    return pgbouncer
 
 
 #: Odyssey settings that decide how many server connections a client may hold: given as axes, H could wait

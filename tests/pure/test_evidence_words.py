@@ -55,8 +55,8 @@ class Answering:
     def alias(self, label: str) -> Answering:
         return Answering(label, self.value, self.fail)
 
-    async def cancel(self) -> None:
-        return None
+    async def cancel(self) -> bool:
+        return False
 
     async def close(self) -> None:
         return None

@@ -202,17 +202,18 @@ class AgentClient:
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)
 
-    async def cancel(self) -> None:
+    async def cancel(self) -> bool:
         """The agent's `cancel`, sent beside the request now running (process.py); an agent whose
         driver cannot cancel (now) answers `unsupported`: the probe is not applicable, in its words. An
         agent whose hello said `no_cancel` (it could only answer after the statement it would cancel) is
-        not asked: the same words at once."""
+        not asked: the same words at once. True when the answer says `"closed": true`: the driver's
+        cancel connection was closed by the peer before the agent answered."""
         never = self._lease.agent.hello.get("no_cancel")
         if never:
             raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {never}")
         answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, "cancel"))
         if answer.get("ok"):
-            return
+            return answer.get("closed") is True
         error = answer.get("error") or {}
         if error.get("class") == "unsupported":
             raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {error.get('message', '')}")

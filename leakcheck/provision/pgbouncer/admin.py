@@ -118,6 +118,23 @@ def cancels_in_flight(conn: psycopg.Connection[Any]) -> int:
                for name, value in row.items() if name.startswith("cl_") and "cancel" in name)
 
 
+#: SHOW POOLS' columns (1.18+) that count a cancel request from when PgBouncer read it until PostgreSQL closed
+#: the connection it was forwarded on, which PostgreSQL does once it acted on it (server.c: a server in
+#: SV_ACTIVE_CANCEL until that connection ends, then "successfully sent cancel request"). 1.16-1.17's
+#: cl_cancel_req stopped counting once the request was written to PostgreSQL, before PostgreSQL acted.
+UNTIL_CLOSED = ("cl_active_cancel_req", "cl_waiting_cancel_req")
+
+
+def cancels_until_closed(endpoint: Endpoint) -> int | None:
+    """How many cancel requests PgBouncer holds for the database until PostgreSQL closes their connections
+    (UNTIL_CLOSED), or None when its SHOW POOLS cannot say (no such columns, or no pool for the database)."""
+    with connect(endpoint) as conn:
+        rows = [row for row in execute(conn, "SHOW POOLS") if row.get("database") == DBNAME]
+    if not rows or any(name not in rows[0] for name in UNTIL_CLOSED):
+        return None
+    return sum(int(row[name] or 0) for row in rows for name in UNTIL_CLOSED)
+
+
 def _settle_cancels(conn: psycopg.Connection[Any], port: int, timeout: float) -> None:
     """Until no cancel request is in flight (bounded): a KILL while PgBouncer 1.18.0 forwards one crashes it
     (`FATAL ... disconnect_client(): bad client state: 1`, pgbouncer#801, fixed in 1.19.1). A driver

@@ -127,14 +127,18 @@ lines.on('line', (line) => {
     return answer(null, null, Object.assign(new Error(`not JSON: ${line.slice(0, 80)}`), { usage: true }))
   }
   if (req.op === 'cancel') {
-    // Answered at once, whether or not a query runs: pg's own cancel path (what the undocumented
+    // Read at once, whether or not a query runs: pg's own cancel path (what the undocumented
     // Client.prototype.cancel does): a new pg.Connection sends CancelRequest with this client's key.
+    // Answered when the peer has closed that connection (it has read the request): `closed`.
     if (!client) return answer(req.id, null, Object.assign(new Error('not connected'), { usage: true }))
     const con = new pg.Connection()
+    let sent = false
     let done = false
-    const reply = (err) => { if (!done) { done = true; answer(req.id, err ? null : {}, err) } }
-    con.on('error', (err) => reply(err))
-    con.on('connect', () => { con.cancel(client.processID, client.secretKey); reply(null) })
+    const reply = (err) => { if (!done) { done = true; answer(req.id, err ? null : { closed: true }, err) } }
+    // A peer may reset the connection instead of closing it (Odyssey does): after the request was sent, an end.
+    con.on('error', (err) => reply(sent && err.code === 'ECONNRESET' ? null : err))
+    con.on('end', () => reply(sent ? null : new Error('the cancel connection ended before the request was sent')))
+    con.on('connect', () => { con.cancel(client.processID, client.secretKey); sent = true })
     con.connect(client.port, client.host)
     return
   }

@@ -89,10 +89,15 @@ public final class Agent {
         Connection connection = conn;
         try {
             if (statement != null) {
+                // Sends nothing when pgjdbc does not see the statement in its query yet: not `closed`.
                 statement.cancel();
             } else if (connection != null) {
-                // Nothing runs: Statement.cancel would do nothing; PGConnection.cancelQuery sends the key all the same.
+                // Nothing runs: Statement.cancel would do nothing; PGConnection.cancelQuery sends the key all the same,
+                // and returns once it read the peer's end of the cancel connection (receiveEOF): `closed`.
                 connection.unwrap(PGConnection.class).cancelQuery();
+                Map<String, Object> answer = success(id);
+                answer.put("closed", true);
+                return answer;
             } else {
                 return failure(id, "", "usage", "not connected: send connect first");
             }

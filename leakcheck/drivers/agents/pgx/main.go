@@ -121,13 +121,15 @@ func (a *agent) cancel(id any) answer {
 	if a.conn == nil {
 		return a.failure(id, usage{"usage", "not connected: send connect first"})
 	}
-	// Nothing runs: pgconn's CancelRequest sends this connection's key all the same.
+	// Nothing runs: pgconn's CancelRequest sends this connection's key all the same, and returns once it
+	// read the peer's end of the cancel connection (io.EOF): closed. (A running query's context cancel
+	// above has pgconn send it from a goroutine: not closed.)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := a.conn.PgConn().CancelRequest(ctx); err != nil {
 		return a.failure(id, err)
 	}
-	return answer{"id": id, "ok": true}
+	return answer{"id": id, "ok": true, "closed": true}
 }
 
 func (a *agent) answer(r request) answer {

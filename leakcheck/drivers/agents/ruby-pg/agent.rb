@@ -48,9 +48,10 @@ class Agent
     answer
   end
 
+  # PG::Connection#cancel returns once the peer closed the cancel connection (it reads to its end): closed.
   def cancel(id)
     error = @conn&.cancel
-    return { "id" => id, "ok" => true } unless error
+    return { "id" => id, "ok" => true, "closed" => true } unless error
 
     failure(id, "", "PG::Connection#cancel", error)
   end
