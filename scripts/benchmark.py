@@ -7,11 +7,14 @@
     python scripts/benchmark.py --merge-only         # only `leakcheck merge` of many outcomes (no server)
     python scripts/benchmark.py --no-merge           # skip the merge phase
     python scripts/benchmark.py --drivers            # also every shipped driver, one matrix each
+    python scripts/benchmark.py --rounds 5           # five matrix-then-floor rounds (default 3): the median
 
 With --drivers, the matrix runs once per driver (psycopg first: agents are started once per
 lane and client slot and reused, so a JVM is not started per probe) and each driver's runs a second
 are given with their ratio to the floor and to psycopg's, as a Markdown table.
 
+The matrix and then its floor are measured in rounds (--rounds, 3 by default), and the median round's
+ratio is the figure: another job on the machine moves one round's matrix or floor by 10-25%.
 The floor is measured in the same run on the same machine: the same number of runs, each two
 direct PostgreSQL connections sending as many statements as a probe does on average, with no
 harness, as many at a time as leakcheck runs lanes. "ratio" = the matrix's runs a second over
@@ -193,6 +196,8 @@ def main() -> None:
     parser.add_argument("--no-merge", action="store_true", help="skip the merge phase")
     parser.add_argument("--merge-only", action="store_true", help="only the merge phase (no server)")
     parser.add_argument("--drivers", action="store_true", help="also the matrix of each shipped driver")
+    parser.add_argument("--rounds", type=int, default=3, help="matrix-then-floor rounds; the median ratio is the "
+                        "figure (other jobs on the machine move single rounds by 0.1 and more)")
     args = parser.parse_args()
     for n in () if args.no_merge else (args.merge_outcomes, 4 * args.merge_outcomes):
         seconds, base = merge_phase(n)
@@ -200,17 +205,23 @@ def main() -> None:
               f"{base:.2f} s; ratio {seconds / base:.1f}")
     if args.merge_only:
         return
-    phases: dict[str, float] = {}
-    before = load()
-    runs, seconds = matrix(args.pg, args.bouncer, None, phases=phases)
-    rate = runs / seconds
-    base = floor(args.pg.split(",")[0], runs)
-    print(f"warm matrix --pg={args.pg} --bouncer={args.bouncer}: {runs} probe runs in {seconds:.1f} s "
-          f"= {rate:.1f} runs/s ({default_jobs()} lanes at a time, {os.cpu_count()} cores; load {before}-{load()})")
-    print(f"floor (same runs, {STATEMENTS_PER_RUN} statements on 2 direct connections, no harness): "
-          f"{base:.1f} runs/s; ratio {rate / base:.2f}")
+    rounds = []
+    for n in range(1, args.rounds + 1):
+        phases: dict[str, float] = {}
+        before = load()
+        runs, seconds = matrix(args.pg, args.bouncer, None, phases=phases)
+        rate = runs / seconds
+        base = floor(args.pg.split(",")[0], runs)
+        rounds.append((rate / base, seconds, phases, base))
+        print(f"round {n}: warm matrix --pg={args.pg} --bouncer={args.bouncer}: {runs} probe runs in {seconds:.1f} s "
+              f"= {rate:.1f} runs/s ({default_jobs()} lanes at a time, {os.cpu_count()} cores; load {before}-{load()})")
+        print(f"round {n}: floor (same runs, {STATEMENTS_PER_RUN} statements on 2 direct connections, no harness): "
+              f"{base:.1f} runs/s; ratio {rate / base:.2f}", flush=True)
+    ratio, seconds, phases, base = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
+    print(f"ratio to the floor, the median of {len(rounds)} round(s): {ratio:.2f} "
+          f"(all: {', '.join(f'{r[0]:.2f}' for r in rounds)})")
     if phases:
-        print("where the warm matrix's time went (LEAKCHECK_TIMINGS):")
+        print("where that round's warm matrix's time went (LEAKCHECK_TIMINGS):")
         print_phases(phases, seconds)
     if args.drivers:
         per_driver(args.pg, args.bouncer, base)

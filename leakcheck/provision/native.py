@@ -125,19 +125,20 @@ class NativeBackend:
         self._binaries.setdefault((kind, binary.version), binary)
         return binary.version
 
-    def _process(self, pooler: Pooler, settings: PoolSettings, server: Endpoint) -> Running:
+    def _process(self, pooler: Pooler, settings: PoolSettings, postgres: PgServer) -> Running:
+        """The pooler's process, not started. PgBouncer reaches PostgreSQL on its Unix socket (see
+        PgServer.socket_endpoint); Odyssey and pgpool-II over TCP."""
         assert pooler.version is not None
         binary = self._binaries[(pooler.kind, pooler.version)]
+        if pooler.kind is PoolerKind.ODYSSEY:
+            return OdysseyProcess(binary, settings, pooler.settings, postgres.endpoint(), self.user)
+        if pooler.kind is PoolerKind.PGPOOL:
+            return PgpoolProcess(binary, settings, pooler.settings, postgres.endpoint(), self.user)
+        team = team_ini.load(pooler.config) if pooler.config else None
         if pooler.fleet:
             binaries = tuple(self._binaries[(pooler.kind, v)] for v in pooler.fleet)
-            team = team_ini.load(pooler.config) if pooler.config else None
-            return BouncerFleet(binaries, settings, server, self.user, pooler.settings, team)
-        if pooler.kind is PoolerKind.ODYSSEY:
-            return OdysseyProcess(binary, settings, pooler.settings, server, self.user)
-        if pooler.kind is PoolerKind.PGPOOL:
-            return PgpoolProcess(binary, settings, pooler.settings, server, self.user)
-        team = team_ini.load(pooler.config) if pooler.config else None
-        return BouncerProcess(binary, settings, server, self.user, pooler.settings, team)
+            return BouncerFleet(binaries, settings, postgres.socket_endpoint(), self.user, pooler.settings, team)
+        return BouncerProcess(binary, settings, postgres.socket_endpoint(), self.user, pooler.settings, team)
 
     def _server(self, pg: Version) -> PgServer:
         with self._lock:
@@ -185,7 +186,7 @@ class NativeBackend:
                 known = all((pooler.kind, v) in self._binaries for v in (pooler.fleet or (pooler.version,)))
                 if key in self._poolers or pg not in self._servers or not known:
                     continue
-                process = self._process(pooler, settings, self._servers[pg].endpoint())
+                process = self._process(pooler, settings, self._servers[pg])
                 self._stack.push(process.__exit__)
                 with contextlib.suppress(Exception):
                     process.spawn()
@@ -203,7 +204,7 @@ class NativeBackend:
             process = self._poolers.get(key)
             if process is None:
                 server = self._server(pg)
-                process = self._process(pooler, settings, server.endpoint())
+                process = self._process(pooler, settings, server)
                 self._stack.enter_context(process)
                 self._poolers[key] = process
         self._check_running(process, pooler, settings)
