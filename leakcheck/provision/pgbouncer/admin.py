@@ -127,9 +127,13 @@ UNTIL_CLOSED = ("cl_active_cancel_req", "cl_waiting_cancel_req")
 
 def cancels_until_closed(endpoint: Endpoint) -> int | None:
     """How many cancel requests PgBouncer holds for the database until PostgreSQL closes their connections
-    (UNTIL_CLOSED), or None when its SHOW POOLS cannot say (no such columns, or no pool for the database)."""
-    with connect(endpoint) as conn:
-        rows = [row for row in execute(conn, "SHOW POOLS") if row.get("database") == DBNAME]
+    (UNTIL_CLOSED), or None when it cannot say: no such columns, no pool for the database, or no console
+    answering there (each wait bounded: CONNECT_TIMEOUT, CONSOLE_TIMEOUT)."""
+    try:
+        with connect(endpoint) as conn:
+            rows = [row for row in execute(conn, "SHOW POOLS") if row.get("database") == DBNAME]
+    except (psycopg.Error, StartError):
+        return None
     if not rows or any(name not in rows[0] for name in UNTIL_CLOSED):
         return None
     return sum(int(row[name] or 0) for row in rows for name in UNTIL_CLOSED)

@@ -141,8 +141,9 @@ def _section(section: Section) -> list[str]:
 
 def render_auth_file(credentials: tuple[tuple[str, str], ...]) -> str:
     """auth_file lines, `"user" "password"`: PgBouncer checks clients with them (md5, see
-    BouncerLayout.auth_type) and logs in to PostgreSQL with them (SCRAM, as the server asks). Keep
-    the file readable by the server user only."""
+    BouncerLayout.auth_type) and logs in to PostgreSQL with them where the server asks (SCRAM over TCP,
+    in containers; natively PostgreSQL's Unix socket trusts the server user, PgServer.socket_endpoint).
+    Keep the file readable by the server user only."""
 
     def quoted(text: str) -> str:
         return '"' + text.replace('"', '""') + '"'
