@@ -62,8 +62,9 @@ def default_jobs() -> int:
 def staggered(lanes: Sequence[Sequence[Work]], jobs: int) -> list[list[Work]]:
     """Each lane's runs rotated so that the `jobs` lanes that start together start at different probes:
     the i-th begins i/jobs of the way into its list. Every lane holds the same probes in the same order,
-    so unrotated the probes that wait without work (cancel_late waits CANCEL_BOUND for a cancel that must
-    not arrive) came in every running lane at once and the cores stood idle. Each run starts from fresh
+    so unrotated the probes that wait without work (statement_timeout's sleep; cancel_late's CANCEL_BOUND
+    where the route cannot say that no cancel is in flight) came in every running lane at once and the
+    cores stood idle. Each run starts from fresh
     server connections (the runner checks it), so where it comes in its lane does not change what it
     measures; pytest still reports the tests in its own order."""
     out = []
