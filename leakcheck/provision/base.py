@@ -44,12 +44,21 @@ class Endpoint:
     def conninfo(self, dbname: str | None = None) -> str:
         if self.dsn:
             return self.dsn
-        secret = f" password={self.password}" if self.password else ""
-        return f"host={self.host} port={self.port} user={self.user} dbname={dbname or self.dbname}{secret}"
+        secret = f" password={_value(self.password)}" if self.password else ""
+        return (f"host={_value(self.host)} port={self.port} user={_value(self.user)} "
+                f"dbname={_value(dbname or self.dbname)}{secret}")
 
     def as_user(self, user: str) -> Endpoint:
         """The same server for another of the run's roles (a DSN's own user serves every role)."""
         return self if self.dsn else replace(self, user=user, members=tuple(m.as_user(user) for m in self.members))
+
+
+def _value(text: str) -> str:
+    """A libpq connection-string value: quoted where a space, quote or backslash would end or change it
+    (a Unix socket folder under a TMPDIR with a space)."""
+    if text and not any(c in text for c in " '\\"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def new_credentials(*roles: str) -> tuple[tuple[str, str], ...]:

@@ -59,3 +59,15 @@ def test_a_drivers_ignored_startup_parameter_joins_the_axis_value_of_ignore_star
 
 def test_no_ignore_startup_parameters_line_is_written_when_no_driver_needs_one() -> None:
     assert "ignore_startup_parameters" not in render_ini(PoolSettings(), LAYOUT)
+
+
+def test_a_socket_folder_with_a_space_stays_one_value_of_the_connection_string() -> None:
+    layout = BouncerLayout(
+        listen_port=6432, server_host="/tmp/a b/sock", server_port=5432, dbname="leakcheck", user="leakcheck",
+        auth_file="/x/users.txt", logfile="/x/pgbouncer.log", pidfile="/x/pgbouncer.pid",
+        peers=((2, "/tmp/a b/it's"),),
+    )
+    text = render_ini(PoolSettings(), layout)
+    # PgBouncer's loader.c: a space ends a plain value; a quoted value doubles its quotes
+    assert "leakcheck = host='/tmp/a b/sock' port=5432 dbname=leakcheck\n" in text
+    assert "2 = host='/tmp/a b/it''s' port=6432" in text

@@ -111,7 +111,8 @@ def render_ini(
     lines = [
         "[databases]",
         # No user= here: each client's own role logs in to the server (one pool per role).
-        f"{layout.dbname} = host={layout.server_host} port={layout.server_port} dbname={layout.dbname}",
+        f"{layout.dbname} = host={connstring_value(layout.server_host)} port={layout.server_port} "
+        f"dbname={layout.dbname}",
         "",
         "[pgbouncer]",
         *(line_of(item) for item in [*harness.items(), *team_keys, *axes]),
@@ -122,8 +123,18 @@ def render_ini(
             lines += _section(section)
     if layout.peers:
         port = layout.listen_port
-        lines += ["[peers]", *(f"{peer} = host={folder} port={port}" for peer, folder in layout.peers), ""]
+        peers = [f"{peer} = host={connstring_value(folder)} port={port}" for peer, folder in layout.peers]
+        lines += ["[peers]", *peers, ""]
     return "\n".join(lines)
+
+
+def connstring_value(value: str) -> str:
+    """A value of a [databases] or [peers] connection string as PgBouncer reads it (loader.c
+    cstr_get_value: a space ends a plain value; a quoted one doubles its quotes): a Unix socket folder
+    under a TMPDIR with a space stays one value."""
+    if value and " " not in value and not value.startswith("'"):
+        return value
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _ignoring(names: tuple[str, ...], team: list[Item], axes: list[Item]) -> tuple[list[Item], list[Item]]:
