@@ -127,7 +127,8 @@ async def _cancel_beside(s: Scenario, long: Long) -> Sent:
 async def _until_ended_or_settled(s: Scenario, task: asyncio.Task[Attempt], cancelling: asyncio.Task[Attempt],
                                   began: float) -> tuple[float | None, str | None]:
     """Seconds from `began` until the statement ended, if it did within CANCEL_BOUND; else None, with what
-    said that no cancel request was in flight any more if that came first (`_settled`)."""
+    said that no cancel request was in flight any more if that came first (`_settled`, asked while the
+    statement is still watched, and only until the bound)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + CANCEL_BOUND
     while True:
@@ -137,7 +138,14 @@ async def _until_ended_or_settled(s: Scenario, task: asyncio.Task[Attempt], canc
             return loop.time() - began, None
         if left <= LOOK:
             return None, None
-        said = await _settled(s, cancelling)
+        asking = asyncio.ensure_future(_settled(s, cancelling))
+        until = max(0.0, deadline - loop.time())
+        await asyncio.wait({asking, task}, timeout=until, return_when=asyncio.FIRST_COMPLETED)
+        if task.done() or not asking.done():  # it ended while the route was asked, or the route took the bound
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
+            continue
+        said = asking.result()
         if said is not None:
             return None, f"{said} ({(loop.time() - began) * 1000:.0f} ms after the cancel began)"
 

@@ -23,9 +23,12 @@ class Route:
 
     word: str | None = "the route counted none"
     asked: int = 0
+    #: seconds the route takes to answer (a console that answers slowly)
+    delay: float = 0.0
 
     async def settled(self) -> str | None:
         self.asked += 1
+        await asyncio.sleep(self.delay)
         return self.word
 
     def scenario(self, tells: bool = True) -> object:
@@ -104,3 +107,13 @@ def test_a_statement_that_ends_before_the_wait_does_is_timed_as_acted_and_the_ro
     route = Route(word=None)
     acted, settled, _ = asyncio.run(_wait(route, not_closed, statement_ends_after=0.05))
     assert acted is not None and 0.04 <= acted < BOUND and settled is None
+
+
+def test_a_statement_that_ends_while_the_route_is_asked_is_timed_as_acted() -> None:
+    acted, settled, _ = asyncio.run(_wait(Route(delay=0.2), closed, statement_ends_after=0.1))
+    assert acted is not None and acted < 0.2 and settled is None
+
+
+def test_a_route_that_answers_only_after_the_bound_leaves_the_wait_at_the_bound() -> None:
+    acted, settled, took = asyncio.run(_wait(Route(delay=60), closed))
+    assert (acted, settled) == (None, None) and BOUND <= took < BOUND + 0.5

@@ -52,13 +52,13 @@ def _postmaster(postgres: PgServer) -> int:
     return int((Path(postgres.tmpdir) / "data" / "postmaster.pid").read_text().split()[0])
 
 
-async def _cancel_while_stopped(a: Client, postmaster: int) -> tuple[bool, bool]:
+async def _cancel_while_stopped(a: Client, postmaster: int, held: float = HELD) -> tuple[bool, bool]:
     """A's cancel with nothing running, sent while the postmaster is stopped: whether it had returned after
-    HELD seconds, and what it returned once the postmaster went on."""
+    `held` seconds, and what it returned once the postmaster went on."""
     os.kill(postmaster, signal.SIGSTOP)
     try:
         cancelling = asyncio.create_task(a.cancel())
-        done, _ = await asyncio.wait({cancelling}, timeout=HELD)
+        done, _ = await asyncio.wait({cancelling}, timeout=held)
     finally:
         os.kill(postmaster, signal.SIGCONT)
     return bool(done), await asyncio.wait_for(cancelling, BOUND)
@@ -77,6 +77,29 @@ def test_a_cancel_that_says_its_peer_closed_did_not_return_before_a_stopped_post
     returned_early, closed = asyncio.run(run())
     assert closed, f"{driver}'s cancel of an idle connection no longer says it waited for the peer's close"
     assert not returned_early, f"{driver}'s cancel returned within {HELD} s while nobody could read it"
+
+
+#: Drivers whose cancel gives up on a peer that holds the connection: node-postgres's agent after 5 s, pgjdbc
+#: after its cancelSignalTimeout (1 s here); either answer must then not say the peer closed.
+GIVING_UP = [
+    pytest.param(Driver("node-postgres"), (), 6.0, id="node-postgres"),
+    pytest.param(Driver("pgjdbc"), (("cancelSignalTimeout", "1"),), 2.0, id="pgjdbc"),
+]
+
+
+@pytest.mark.parametrize(("driver", "settings", "held"), GIVING_UP)
+def test_a_cancel_that_gave_up_on_a_silent_peer_does_not_say_the_peer_closed(
+        postgres: PgServer, driver: Driver, settings: tuple[tuple[str, str], ...], held: float) -> None:
+    async def run() -> tuple[bool, bool]:
+        a = await connect(driver, "A", postgres.endpoint(), settings)
+        try:
+            return await _cancel_while_stopped(a, _postmaster(postgres), held)
+        finally:
+            await a.close()
+
+    returned, closed = asyncio.run(run())
+    assert returned, f"{driver}'s cancel did not give up within {held} s on a peer that never closed"
+    assert not closed, f"{driver}'s cancel said its peer closed, but it had given up on it"
 
 
 def test_pgbouncer_124_counts_a_forwarded_cancel_until_postgresql_closed_its_connection(

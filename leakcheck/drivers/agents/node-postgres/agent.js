@@ -7,6 +7,9 @@ const pg = require('pg')
 const RELEASE = require('pg/package.json').version
 const ARRAYS = new Set([1000, 1005, 1007, 1009, 1015, 1016, 1021, 1022]) // bool, int and text arrays
 const text = (value) => value
+// Milliseconds a cancel connection may stay open after its request was sent (as long as leakcheck's own
+// CancelRequest waits, drivers/cancel.py): then the agent answers without `closed`.
+const CANCEL_WAIT_MS = 5000
 
 let client = null
 let names = new Map() // SQL text -> the name this connection gave it: stmt_1, stmt_2... (as an app names them)
@@ -134,10 +137,18 @@ lines.on('line', (line) => {
     const con = new pg.Connection()
     let sent = false
     let done = false
-    const reply = (err) => { if (!done) { done = true; answer(req.id, err ? null : { closed: true }, err) } }
+    let timer = null
+    const reply = (err, closed) => {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      answer(req.id, err ? null : closed ? { closed: true } : {}, err)
+    }
+    // A peer that holds the connection open: answered after 5 s without `closed`, and the connection dropped.
+    timer = setTimeout(() => { reply(null, false); con.stream.destroy() }, CANCEL_WAIT_MS)
     // A peer may reset the connection instead of closing it (Odyssey does): after the request was sent, an end.
-    con.on('error', (err) => reply(sent && err.code === 'ECONNRESET' ? null : err))
-    con.on('end', () => reply(sent ? null : new Error('the cancel connection ended before the request was sent')))
+    con.on('error', (err) => reply(sent && err.code === 'ECONNRESET' ? null : err, true))
+    con.on('end', () => reply(sent ? null : new Error('the cancel connection ended before the request was sent'), true))
     con.on('connect', () => { con.cancel(client.processID, client.secretKey); sent = true })
     con.connect(client.port, client.host)
     return

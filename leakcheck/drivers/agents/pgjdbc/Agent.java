@@ -34,6 +34,8 @@ public final class Agent {
     private static final Map<String, Object> END = new HashMap<>();
 
     private volatile Connection conn;
+    /** pgjdbc's cancelSignalTimeout for this connection: a cancel that waited this long for the peer's end timed out. */
+    private volatile long cancelSignalTimeoutMs = 10_000L;
     private final Map<String, PreparedStatement> prepared = new HashMap<>();
     private volatile Statement running;
 
@@ -93,10 +95,13 @@ public final class Agent {
                 statement.cancel();
             } else if (connection != null) {
                 // Nothing runs: Statement.cancel would do nothing; PGConnection.cancelQuery sends the key all the same,
-                // and returns once it read the peer's end of the cancel connection (receiveEOF): `closed`.
+                // and returns once it read the peer's end of the cancel connection (receiveEOF): `closed`. It also
+                // returns, silently, when its cancelSignalTimeout passed first: then not `closed`.
+                long started = System.nanoTime();
                 connection.unwrap(PGConnection.class).cancelQuery();
+                long tookMs = (System.nanoTime() - started) / 1_000_000L;
                 Map<String, Object> answer = success(id);
-                answer.put("closed", true);
+                if (cancelSignalTimeoutMs <= 0 || tookMs < cancelSignalTimeoutMs) answer.put("closed", true);
                 return answer;
             } else {
                 return failure(id, "", "usage", "not connected: send connect first");
@@ -217,6 +222,7 @@ public final class Agent {
             host = "localhost";
         }
         String url = "jdbc:postgresql://" + host + ":" + request.get("port") + "/" + text(request, "dbname");
+        cancelSignalTimeoutMs = 1000L * PGProperty.CANCEL_SIGNAL_TIMEOUT.getInt(props);
         conn = DriverManager.getConnection(url, props);
     }
 
