@@ -87,11 +87,13 @@ class Sent:
         error = self.result.error
         return self.result.state("57014") or self.result.state("08006") or (error is not None and error.closed)
 
-    def waited(self) -> str:
-        """How the wait for the statement ended, in evidence words."""
+    def story(self) -> str:
+        """What the statement did, in evidence words: how the wait for it ended, then its result."""
         if self.acted is not None:
-            return f"ended after {self.acted * 1000:.0f} ms"
-        return f"had not ended when {self.settled}" if self.settled else f"had not ended within {CANCEL_BOUND:.0f} s"
+            return f"{'was stopped' if self.stopped else 'ended'} after {self.acted * 1000:.0f} ms ({self.result})"
+        waited = f"had not ended when {self.settled}" if self.settled else f"had not ended within {CANCEL_BOUND:.0f} s"
+        then = ("was stopped" if self.stopped else "failed" if self.result.failed else "completed normally")
+        return f"{waited}, and {then} once C let go ({self.result})"
 
     def reported(self) -> str:
         """The driver's words when its cancel call reported a failure: evidence only, since a peer closes a
@@ -177,9 +179,7 @@ async def cancel_own(s: Scenario) -> Observation:
                          "nothing was exercised")
     return Observation(
         evidence=f"A's statement waited on C's lock; A's driver sent a cancel{sent.reported()}: the statement "
-        + (f"ended after {sent.acted * 1000:.0f} ms with {sent.result}" if sent.acted is not None
-           else f"{sent.waited()}, and " + (f"failed once C let go ({sent.result})" if sent.result.failed
-                                            else f"completed when C let go ({sent.result})")),
+        f"{sent.story()}",
         lost=not sent.result.failed,
         broke=f"A's statement failed: {sent.result}" if sent.result.failed and not sent.stopped else None,
         details=sent.details(),
@@ -197,12 +197,7 @@ async def cancel_late(s: Scenario) -> Observation:
     sent = await _cancel_beside(s, long)
     return Observation(
         evidence=f"A finished; B's statement waited on C's lock; A's driver sent a cancel with A's key"
-        f"{sent.reported()}: B's statement "
-        + (f"was stopped after {sent.acted * 1000:.0f} ms ({sent.result})" if sent.stopped and sent.acted is not None
-           else f"ended after {sent.acted * 1000:.0f} ms with {sent.result}" if sent.acted is not None
-           else f"{sent.waited()}, and was stopped once C let go ({sent.result})" if sent.stopped
-           else f"{sent.waited()}, and " + (f"failed once C let go ({sent.result})" if sent.result.failed
-                                            else f"completed normally when C let go ({sent.result})")),
+        f"{sent.reported()}: B's statement {sent.story()}",
         leaked=sent.stopped,
         broke=f"B's statement failed: {sent.result}" if sent.result.failed and not sent.stopped else None,
         details=sent.details(),

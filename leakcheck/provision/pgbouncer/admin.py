@@ -110,12 +110,17 @@ def answers(endpoint: Endpoint) -> str | None:
         return one_line(exc, 160)
 
 
+def _pools(conn: psycopg.Connection[Any]) -> list[dict[str, str]]:
+    """SHOW POOLS' rows of the run's database."""
+    return [row for row in execute(conn, "SHOW POOLS") if row.get("database") == DBNAME]
+
+
 def cancels_in_flight(conn: psycopg.Connection[Any]) -> int:
     """How many cancel requests PgBouncer is forwarding for the database, by SHOW POOLS: its client
     columns about cancels (1.18-1.26: cl_active_cancel_req, cl_waiting_cancel_req; 1.16-1.17:
     cl_cancel_req). The server columns (sv_active_cancel, sv_being_canceled) count the same requests."""
-    return sum(int(value or 0) for row in execute(conn, "SHOW POOLS") if row.get("database") == DBNAME
-               for name, value in row.items() if name.startswith("cl_") and "cancel" in name)
+    return sum(int(value or 0) for row in _pools(conn) for name, value in row.items()
+               if name.startswith("cl_") and "cancel" in name)
 
 
 #: SHOW POOLS' columns (1.18+) that count a cancel request from when PgBouncer read it until PostgreSQL closed
@@ -131,7 +136,7 @@ def cancels_until_closed(endpoint: Endpoint) -> int | None:
     answering there (each wait bounded: CONNECT_TIMEOUT, CONSOLE_TIMEOUT)."""
     try:
         with connect(endpoint) as conn:
-            rows = [row for row in execute(conn, "SHOW POOLS") if row.get("database") == DBNAME]
+            rows = _pools(conn)
     except (psycopg.Error, StartError):
         return None
     if not rows or any(name not in rows[0] for name in UNTIL_CLOSED):
