@@ -308,3 +308,9 @@ def test_a_transaction_begun_through_the_driver_holds_until_its_commit_or_rollba
     ok(agent("prepared", sql="INSERT INTO t VALUES (2) RETURNING x", times=1))
     ok(agent("commit"))
     assert ok(agent("query", sql="SELECT array_agg(x) FROM t"))["rows"] == [[[2]]]
+
+
+def test_a_refused_login_is_answered_in_the_servers_own_words(spec: AgentSpec, agent: Agent, server: Endpoint) -> None:
+    answer = agent("connect", host=server.host, port=server.port, user=server.user, password="not-the-password",
+                   dbname=server.dbname, settings={})
+    assert answer["ok"] is False and "password authentication failed" in answer["error"]["message"], answer

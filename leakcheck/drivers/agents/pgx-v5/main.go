@@ -379,7 +379,8 @@ func (a *agent) failure(id any, err error) answer {
 	var wrong usage
 	switch {
 	case errors.As(err, &pgErr):
-		sqlstate, class = pgErr.Code, fmt.Sprintf("%T", pgErr)
+		// the server's own words: pgx v5 wraps a refused connect in every attempt's story (a TLS one first)
+		sqlstate, class, err = pgErr.Code, fmt.Sprintf("%T", pgErr), pgErr
 	case errors.As(err, &wrong):
 		class = wrong.class
 	case a.conn != nil && a.conn.IsClosed():
