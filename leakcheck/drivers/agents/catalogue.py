@@ -38,7 +38,7 @@ PGX_BUILD = (
 #: cargo's registry and target folder in the agent's own cache folder, never ~/.cargo's registry; the Rust
 #: release for the agent's hello
 CARGO_ENV = (("CARGO_HOME", "{cache}/cargo"), ("CARGO_TARGET_DIR", "{cache}/target"),
-             ("LEAKCHECK_RUST", "{cargo_version}"))
+             ("AGENT_RUST_VERSION", "{cargo_version}"))
 
 
 def _cargo(agent: str, minimum: str, settings: tuple[tuple[str, str], ...]) -> AgentSpec:

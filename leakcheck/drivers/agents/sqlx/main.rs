@@ -172,7 +172,7 @@ fn hello() -> Map<String, Value> {
     answer.insert("protocol".into(), json!(1));
     answer.insert("driver".into(), json!("sqlx"));
     answer.insert("release".into(), json!(locked("sqlx")));
-    answer.insert("runtime".into(), json!(format!("rust {}", option_env!("LEAKCHECK_RUST").unwrap_or("unknown"))));
+    answer.insert("runtime".into(), json!(format!("rust {}", option_env!("AGENT_RUST_VERSION").unwrap_or("unknown"))));
     answer.insert("no_cancel".into(), json!("sqlx has no cancel request (dropping a query's future sends none)"));
     answer.insert("no_notifications".into(), json!("sqlx's PgConnection drops the notifications it receives \
                                                      (only a PgListener, a connection of its own, keeps them)"));

@@ -208,7 +208,7 @@ fn hello() -> Map<String, Value> {
     answer.insert("protocol".into(), json!(1));
     answer.insert("driver".into(), json!("tokio-postgres"));
     answer.insert("release".into(), json!(locked("tokio-postgres")));
-    answer.insert("runtime".into(), json!(format!("rust {}", option_env!("LEAKCHECK_RUST").unwrap_or("unknown"))));
+    answer.insert("runtime".into(), json!(format!("rust {}", option_env!("AGENT_RUST_VERSION").unwrap_or("unknown"))));
     answer
 }
 
