@@ -74,22 +74,19 @@ def _kill(pids: list[int]) -> list[int]:
 
 def kill_tagged(run: str, serial: int | None = None) -> list[int]:
     """SIGKILL every process tagged with agent `serial` of `run` (None: with any agent of `run`); their pids."""
-    mine = os.environ.get(VARIABLE)  # never ourselves, were leakcheck started by an agent
     wanted = f"{run}/{serial}"
-    return _kill([pid for pid, value in _tagged() if value != mine and pid != os.getpid()
+    return _kill([pid for pid, value in _tagged() if pid != os.getpid()
                   and (value == wanted if serial is not None else value.split("/")[0] == run)])
 
 
 def sweep_tagged() -> list[int]:
     """SIGKILL every process whose tag names a leakcheck process that no longer runs (a killed run's); their pids."""
-    mine = os.environ.get(VARIABLE)
     dead = []
     for pid, value in _tagged():
-        owner = value.split("/")[0]
         try:
-            owner_pid, started = (int(part) for part in owner.split("."))
+            owner, started = (int(part) for part in value.split("/")[0].split("."))
         except ValueError:
             continue  # not a tag of ours
-        if value != mine and pid != os.getpid() and start_time(owner_pid) != started:
+        if pid != os.getpid() and start_time(owner) != started:
             dead.append(pid)
     return _kill(dead)
