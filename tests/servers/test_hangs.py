@@ -7,6 +7,7 @@ bounds: a few times the bounds the README states (console 5 s, connect 3 s, prob
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -234,6 +235,8 @@ def folder() -> Iterator[Path]:
     yield from agent_folder()
 
 
+_CELL = ("--pg=16", "--bouncer=1.24")
+
 #: A team agent that answers hello, then never answers `connect`, and ignores SIGTERM, SIGINT and the end of its
 #: input; it starts a helper that closed its stdio, and records both.
 _STUBBORN_AGENT = """
@@ -246,36 +249,44 @@ record(helper.pid)
 """ + hello(driver="stubborn", then="time.sleep(600)")
 
 
-def _leakcheck_run(cwd: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "leakcheck.cli.main", "run", "--pg=16", "--bouncer=1.24", *args],
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True)
+@contextlib.contextmanager
+def _leakcheck(cwd: Path, *argv: str) -> Iterator[subprocess.Popen[str]]:
+    """A `leakcheck` command in a session of its own, SIGKILLed with all in it if it is still there at the end."""
+    with subprocess.Popen([sys.executable, "-m", "leakcheck.cli.main", *argv], cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, start_new_session=True, text=True) as proc:
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _output_within(proc: subprocess.Popen[str], seconds: float, what: str) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{what} within {seconds:.0f} s")
 
 
 def test_ctrl_c_while_agents_ignore_every_signal_ends_the_run_within_seconds_without_a_traceback_or_a_process_left(
     tmp_path: Path, folder: Path
 ) -> None:
     path = write_agent(folder, _STUBBORN_AGENT, "stubborn")
-    with _leakcheck_run(tmp_path, f"--drivers=cmd:{path}", "--probes=timezone", "--controls=yes") as proc:
-        try:
-            checked = recorded(path, at_least=2, within=60)  # the preflight's hello check, stopped
-            assert len(checked) == 2
-            started = recorded(path, at_least=6, within=60)  # then the lanes' A agents, hanging in connect
-            assert len(started) >= 6, "the lanes' agents did not start"
-            assert running(checked) == [], "the preflight left its agent running"
-            time.sleep(1.0)
-            proc.send_signal(signal.SIGINT)
-            try:
-                _, err = proc.communicate(timeout=12)  # lanes' 2 s, agents' 1 s together, the servers' stop
-            except subprocess.TimeoutExpired:
-                pytest.fail("Ctrl-C did not end a run whose agents ignore every signal within 12 s")
-            assert proc.returncode == 130, err
-            assert err.rstrip().endswith("leakcheck: interrupted"), err  # no traceback after it
-            assert "Traceback" not in err and "exception" not in err, err
-            assert running(recorded(path, at_least=0)) == [], "agents or their helpers outlived the run"
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with _leakcheck(tmp_path, "run", *_CELL, f"--drivers=cmd:{path}", "--probes=timezone", "--controls=yes") as proc:
+        checked = recorded(path, at_least=2, within=60)  # the preflight's hello check, stopped
+        assert len(checked) == 2
+        started = recorded(path, at_least=6, within=60)  # then the lanes' A agents, hanging in connect
+        assert len(started) >= 6, "the lanes' agents did not start"
+        assert running(checked) == [], "the preflight left its agent running"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        # the lanes' 2 s, the agents' 1 s (together), the servers' stop
+        _, err = _output_within(proc, 12, "Ctrl-C did not end a run whose agents ignore every signal")
+    assert proc.returncode == 130, err
+    assert err.rstrip().endswith("leakcheck: interrupted"), err  # no traceback after it
+    assert "Traceback" not in err and "exception" not in err, err
+    assert running(recorded(path, at_least=0)) == [], "agents or their helpers outlived the run"
 
 
 #: A team agent that, once asked to connect, starts a child that keeps its stdout and stderr open, answers every
@@ -295,20 +306,12 @@ def test_a_run_whose_agent_left_a_child_holding_its_stdout_ends_and_the_child_wi
 ) -> None:
     # Before: the end of the run waited for ever on the agent's stdout, PostgreSQL and PgBouncer left running.
     path = write_agent(folder, _PIPE_HOLDER, "piped")
-    with _leakcheck_run(tmp_path, f"--drivers=cmd:{path}", "--probes=timezone", "--controls=no") as proc:
-        try:
-            try:
-                out, err = proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                pytest.fail("the run did not end within 120 s")
-            assert proc.returncode == 1, err  # the probe is an error: the agent refused to connect
-            assert "refused 'connect' (unsupported)" in out, out
-            child = recorded(path, at_least=1)
-            assert child and running(child) == [], "the agent's child outlived the run"
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with _leakcheck(tmp_path, "run", *_CELL, f"--drivers=cmd:{path}", "--probes=timezone", "--controls=no") as proc:
+        out, err = _output_within(proc, 120, "the run did not end")
+    assert proc.returncode == 1, err  # the probe is an error: the agent refused to connect
+    assert "refused 'connect' (unsupported)" in out, out
+    child = recorded(path, at_least=1)
+    assert child and running(child) == [], "the agent's child outlived the run"
 
 
 #: A team agent that answers hello, connect and close, hangs on its first statement (recording it), and ignores
@@ -333,21 +336,11 @@ def test_ctrl_c_while_discover_waits_on_a_hung_agent_ends_within_seconds_and_lea
 ) -> None:
     # Before: the closing event loop let each client's close wait 5 s on the hung agent, then stopped it.
     path = write_agent(folder, _HANGS_ON_A_STATEMENT, "hangs")
-    argv = [sys.executable, "-m", "leakcheck.cli.main", "discover", "--pg=16", "--bouncer=1.24",
-            f"--driver=cmd:{path}", "--budget=2m", "--database=none", "--out=none"]
-    with subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          start_new_session=True, text=True) as proc:
-        try:
-            assert recorded(path, "hung", within=120), "the agent was never asked a statement"
-            proc.send_signal(signal.SIGINT)
-            try:
-                _, err = proc.communicate(timeout=8)  # the agents' 1 s, the servers' stop
-            except subprocess.TimeoutExpired:
-                pytest.fail("Ctrl-C did not end discover waiting on a hung agent within 8 s")
-            assert proc.returncode == 130, err
-            assert err.rstrip().endswith("leakcheck: interrupted") and "Traceback" not in err, err
-            assert running(recorded(path, at_least=0)) == [], "an agent outlived discover"
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with _leakcheck(tmp_path, "discover", *_CELL, f"--driver=cmd:{path}", "--budget=2m", "--database=none",
+                    "--out=none") as proc:
+        assert recorded(path, "hung", within=120), "the agent was never asked a statement"
+        proc.send_signal(signal.SIGINT)
+        _, err = _output_within(proc, 8, "Ctrl-C did not end discover waiting on a hung agent")  # agents' 1 s, servers
+    assert proc.returncode == 130, err
+    assert err.rstrip().endswith("leakcheck: interrupted") and "Traceback" not in err, err
+    assert running(recorded(path, at_least=0)) == [], "an agent outlived discover"

@@ -17,14 +17,12 @@ its whole environment (`env -i`) and leaves the group is beyond this.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from leakcheck.provision.host.owner import start_time
+from leakcheck.provision.host.strays import kill_all
 
 VARIABLE = "LEAKCHECK_AGENT"
 _PREFIX = VARIABLE.encode() + b"="
@@ -57,18 +55,8 @@ def _tagged() -> Iterator[tuple[int, str]]:
                 yield int(name), entry[len(_PREFIX):].decode(errors="replace")
 
 
-#: Seconds SIGKILLed processes get to be gone (a SIGKILL is delivered at once, the exit takes a moment).
-GONE_TIMEOUT = 2.0
-
-
 def _kill(pids: list[int]) -> list[int]:
-    """SIGKILL `pids` and wait (bounded) until they are gone; `pids`."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    until = time.monotonic() + GONE_TIMEOUT
-    while any(start_time(pid) is not None for pid in pids) and time.monotonic() < until:
-        time.sleep(0.01)
+    kill_all(pids)
     return pids
 
 
