@@ -178,6 +178,10 @@ class AgentProcess:
             raise AgentFault(f"{self.about} could not be started ({' '.join(argv)}): {exc}") from exc
         with _live_lock:
             _live.add(self)
+        try:  # not reaped yet: the pid is its own
+            self._pidfd: int | None = os.pidfd_open(self._proc.pid)
+        except OSError:  # a kernel before 5.3: _ended_within looks every 20 ms instead
+            self._pidfd = None
         assert self._proc.stdin is not None and self._proc.stdout is not None and self._proc.stderr is not None
         os.set_blocking(self._proc.stdin.fileno(), False)  # a write waits in poll(), bounded (_write)
         self._readers = (threading.Thread(target=self._read, daemon=True, name=f"agent-{self.pid}-stdout"),
@@ -204,8 +208,9 @@ class AgentProcess:
         return not self._stopped and not self._ended_within(0)
 
     def _ended_within(self, seconds: float) -> bool:
-        """Whether the agent ended within `seconds`. It is not reaped here: its pid, the id of its group,
-        stays its own until stop() has signalled the group (a reaped pid may be reused)."""
+        """Whether the agent ended within `seconds` (its pidfd turns readable at its end). It is not reaped
+        here: its pid, the id of its group, stays its own until stop() has signalled the group (a reaped
+        pid may be reused)."""
         until = time.monotonic() + seconds
         while True:
             try:
@@ -213,9 +218,15 @@ class AgentProcess:
                     return True
             except ChildProcessError:  # already reaped
                 return True
-            if time.monotonic() >= until:
+            left = until - time.monotonic()
+            if left <= 0:
                 return False
-            time.sleep(min(0.02, max(0.0, until - time.monotonic())))
+            if self._pidfd is not None:
+                waiting = select.poll()
+                waiting.register(self._pidfd, select.POLLIN)
+                waiting.poll(int(left * 1000) + 1)
+            else:
+                time.sleep(min(0.02, left))
 
     def _signal_group(self, signum: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -357,6 +368,9 @@ class AgentProcess:
             tagged.kill_tagged(self._run, self._serial)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(TERM_TIMEOUT)  # reaped (a SIGKILLed process ends at once)
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
             self._stopped = True
             with _live_lock:
                 _live.discard(self)
