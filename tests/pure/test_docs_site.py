@@ -101,3 +101,22 @@ def test_a_file_that_is_not_a_discovery_results_file_is_one_line_and_exit_4(
     assert main(argv) == 4
     err = capsys.readouterr().err
     assert "is not a leakcheck discovery results file" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("bad", [["--machine=2 cores --> <script>x</script>"], ["--machine=a\nb"],
+                                 ["--title=x --!> y"], ["--machine=m\x1b[2J"]])
+def test_what_would_end_the_generated_comment_or_its_line_is_one_line_and_exit_4(
+        bad: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    argv = ["docs", "matrix", "docs/measured/native-bookworm.results.json", "--machine=m", "--date=2026-12-01", *bad]
+    assert main(argv) == 4
+    captured = capsys.readouterr()
+    assert captured.err.startswith("leakcheck: error: ") and captured.err.count("\n") == 1 and captured.out == ""
+
+
+def test_a_results_file_whose_name_would_end_the_generated_comment_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "a-->b.json"
+    source.write_bytes((ROOT / "docs/measured/native-bookworm.results.json").read_bytes())
+    assert main(["docs", "matrix", str(source), "--machine=m", "--date=2026-12-01"]) == 4
+    assert "-->" in capsys.readouterr().err
