@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
 import pytest
 
+from leakcheck.cli.exits import EXIT_INTERRUPTED
 from leakcheck.cli.main import main
 from leakcheck.config.options import FLAG_OPTIONS, LIST_OPTIONS, OPTIONS
 from leakcheck.reports.site import OPTIONS_PAGE, generated_by, render_options_page
@@ -120,3 +122,17 @@ def test_a_results_file_whose_name_would_end_the_generated_comment_is_refused(
     source.write_bytes((ROOT / "docs/measured/native-bookworm.results.json").read_bytes())
     assert main(["docs", "matrix", str(source), "--machine=m", "--date=2026-12-01"]) == 4
     assert "-->" in capsys.readouterr().err
+
+
+def test_every_exit_code_the_docs_give_an_interrupted_run_is_the_one_its_command_exits_with() -> None:
+    # pytest exits with its own INTERRUPTED (2); `leakcheck run`, `merge`, `discover`... with 130 (cli/exits.py).
+    said = {int(pytest.ExitCode.INTERRUPTED): "pytest", EXIT_INTERRUPTED: "leakcheck"}
+    pages = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+    found = 0
+    for page in pages:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for m in re.finditer(r"(\d+) interrupted", text):
+            found += 1
+            before = text[max(0, m.start() - 40):m.start()]
+            assert said.get(int(m.group(1)), "?") in before, f"{page.name}: ...{before}{m.group()}"
+    assert found >= 3
