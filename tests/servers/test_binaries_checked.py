@@ -271,3 +271,19 @@ def test_a_cache_path_that_is_a_file_is_refused_in_one_line(tmp_path: Path, monk
     monkeypatch.setenv("LEAKCHECK_CACHE", str(not_a_folder))
     with pytest.raises(UsageError, match=f"^the leakcheck cache {not_a_folder} is not a folder: remove that file or "):
         cache_root()
+
+
+def test_a_file_where_a_cached_pgbouncer_folder_belongs_is_replaced_by_the_build_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    if shutil.which("cc") is None or shutil.which("make") is None:
+        pytest.skip("building needs cc and make (scripts/bootstrap installs them)")
+    store = tmp_path / "cache" / "pgbouncer"
+    store.mkdir(parents=True)
+    (store / "1.23.1").write_text("not a folder\n")  # a half-copied cache, a stray file
+    monkeypatch.setenv("LEAKCHECK_PGBOUNCER_TARBALLS", str(_release_like_tarball(tmp_path, "1.23.1")))
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    binary = resolve_bouncer(parse_spec("1.23", "--bouncer"), store.parent)
+    assert str(binary.version) == "1.23.1" and binary.argv == (str(store / "1.23.1" / "bin" / "pgbouncer"),)
+    said = caplog.messages
+    assert said[0] == f"cached PgBouncer 1.23.1 in {store / '1.23.1'} is a file, not a folder; rebuilding it", said

@@ -17,7 +17,7 @@ import pytest
 from leakcheck.model.errors import StartError
 from leakcheck.model.versions import parse_spec, version_in_output
 from leakcheck.provision.base import DBNAME, OTHER_ROLE, USER
-from leakcheck.provision.host.system import cache_root, server_user
+from leakcheck.provision.host.system import cache_root, remove_entry, server_user
 from leakcheck.provision.postgres import server as pg_server
 from leakcheck.provision.postgres.binaries import PgInstall, resolve_pg
 from leakcheck.provision.postgres.server import PgServer
@@ -176,12 +176,82 @@ def test_a_damaged_cached_template_is_rebuilt_once_and_the_server_starts(caplog:
         with PgServer(install, cache, server_user()):
             pass
         [template] = [p for p in (cache / "templates").iterdir() if not p.name.startswith(".")]
-        (template / "global" / "pg_control").write_bytes(b"damaged")
+        (template / "global" / "pg_control").write_bytes(bytes(8192))  # its size, but no valid content
         caplog.clear()
         with PgServer(install, cache, server_user()) as server, \
                 psycopg.connect(server.endpoint().conninfo(), autocommit=True) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
         assert any("did not start" in line and "rebuilding it" in line for line in caplog.messages), caplog.messages
-        assert (template / "global" / "pg_control").stat().st_size > len(b"damaged")
+        assert (template / "global" / "pg_control").read_bytes() != bytes(8192)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def _cut_pg_control(template: Path) -> None:
+    control = template / "global" / "pg_control"
+    control.write_bytes(control.read_bytes()[:100])
+
+
+def _into_a_file(template: Path) -> None:
+    shutil.rmtree(template)
+    template.write_text("not a template\n")
+
+
+DAMAGES = {  # how a cached template is damaged -> what leakcheck says of it, before starting anything
+    "cut-pg_control": (_cut_pg_control, "its global/pg_control is 100 bytes, not 8192 (cut short)"),
+    "no-base": (lambda t: shutil.rmtree(t / "base"), "has no base/ folder"),
+    "a-file": (_into_a_file, "is a file, not a folder"),
+    "no-database": (lambda t: shutil.rmtree(t / "base" / "5"), "its base/ holds 3 databases, not 4"),
+}
+
+
+@pytest.fixture(scope="module")
+def template_cache() -> Iterator[tuple[PgInstall, Path, Path]]:
+    """A temp cache with a PostgreSQL 16 template, and a good copy of it to damage again and again."""
+    install = resolve("16")
+    cache = Path(tempfile.mkdtemp(prefix="leakcheck-test-cache-"))
+    try:
+        cache.chmod(0o755)  # the server user builds templates inside it
+        with PgServer(install, cache, server_user()):
+            pass
+        [template] = [p for p in (cache / "templates").iterdir() if not p.name.startswith(".")]
+        shutil.copytree(template, cache / "good", symlinks=True)
+        yield install, cache, template
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_cached_template_is_seen_before_any_start_and_rebuilt_saying_why(
+    damage: str, template_cache: tuple[PgInstall, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    install, cache, template = template_cache
+    how, said = DAMAGES[damage]
+    remove_entry(template)
+    shutil.copytree(cache / "good", template, symlinks=True)
+    how(template)
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    caplog.clear()
+    with PgServer(install, cache, server_user()) as server, \
+            psycopg.connect(server.endpoint().conninfo(), autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert caplog.messages[0] == f"the cached PostgreSQL {install.version} template {template} {said}; rebuilding it"
+    assert "did not start" not in caplog.text and "overloaded" not in caplog.text
+
+
+def test_a_template_whose_database_is_gone_fails_its_start_at_once_not_after_the_ready_timeout(
+    template_cache: tuple[PgInstall, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    install, cache, template = template_cache
+    remove_entry(template)
+    shutil.copytree(cache / "good", template, symlinks=True)
+    database = max((template / "base").iterdir(), key=lambda d: int(d.name))  # leakcheck's, the newest
+    database.rename(database.with_name("99999"))  # four databases on disk, but not leakcheck's
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    caplog.clear()
+    with PgServer(install, cache, server_user()) as server, \
+            psycopg.connect(server.endpoint().conninfo(), autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    [line] = [m for m in caplog.messages if "did not start" in m]
+    assert 'database "leakcheck" does not exist' in line and "not ready within" not in line, line
+    assert "overloaded" not in line and line.endswith("; rebuilding it")
