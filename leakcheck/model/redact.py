@@ -27,6 +27,8 @@ SECRET_KEYS = frozenset({"password", "sslpassword", "oauth_client_secret"})
 #: The environment variables libpq reads a secret from.
 SECRET_VARIABLES = frozenset({"pgpassword"})
 MASK = "***"
+#: A value masked already, as a message quotes it ('...?sslpassword=***'): masked again it would lose its quote.
+_MASKED = (MASK, f"{MASK}'", f'{MASK}"')
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _KEY = re.compile(r"(?<![\w%.-])([\w%.-]+)\s*=\s*")
@@ -77,7 +79,7 @@ def _spans(text: str) -> list[tuple[int, int]]:
         if _secret_key(pair.group(1)):
             before = text[pair.start() - 1] if pair.start() else ""
             end = _value_end(text, pair.end(), in_query=before in "?&" and before != "")
-            if end > pair.end():
+            if end > pair.end() and text[pair.end():end] not in _MASKED:
                 spans.append((pair.end(), end))
     return spans
 

@@ -31,8 +31,8 @@ _SCHEMES = ("postgresql", "postgres")
 def check_dsn(dsn: str, option: str) -> str:
     """A postgresql:// URI (both drivers read that form) that libpq reads, with a bounded
     connect_timeout if any; a one-line UsageError otherwise, without its secrets."""
-    example = "give one such as postgresql://app:PASSWORD@pooler.staging:6432/appdb"
-    shown = shown_dsn(dsn)
+    example = "give one such as postgresql://app@pooler.staging:6432/appdb (a password after app:)"
+    shown = f"'{shown_dsn(dsn)}'"
     try:
         parts = urllib.parse.urlsplit(dsn.strip())
         parts.port  # noqa: B018 - reading it checks it
