@@ -159,29 +159,6 @@ def test_equal_runs_write_byte_identical_files(tmp_path: Path) -> None:
     assert a.read_bytes() == b.read_bytes()
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        ("{", "is not JSON"),
-        ("[]", "schema is 'list'"),
-        ('{"format": 1, "verdicts": {}}', "schema is None"),  # a matrix file is not a results file
-        ('{"schema": "leakcheck-results", "version": 4, "outcomes": []}', "is version 4 of leakcheck-results"),
-        ('{"schema": "leakcheck-results", "version": 1, "outcomes": {}}', "outcomes and unmeasured must be lists"),
-        ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x"}]}', "a malformed entry"),
-        ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x", "pg": "16", "bouncer": "",'
-         ' "route": "sideways", "driver": "psycopg", "verdict": "leaks", "facts": [], "security": false,'
-         ' "evidence": ""}]}', "'sideways' is not a valid Route"),
-    ],
-)
-def test_a_file_that_is_not_a_results_file_of_a_version_it_reads_is_one_line_naming_it(tmp_path: Path, content: str,
-                                                                          message: str) -> None:
-    path = tmp_path / "r.json"
-    path.write_text(content)
-    with pytest.raises(UsageError, match="r.json") as caught:
-        results.load(path)
-    assert message in str(caught.value) and "\n" not in str(caught.value)
-
-
 def _one(**changed: object) -> str:
     """A version 3 file of one outcome, with `changed` fields (`pooler_...`: the pooler's)."""
     body = json.loads(results.dumps(Results((outcome("timezone"),))))
@@ -195,6 +172,15 @@ def _one(**changed: object) -> str:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
+        ("{", "is not JSON"),
+        ("[]", "schema is 'list'"),
+        ('{"format": 1, "verdicts": {}}', "schema is None"),  # a matrix file is not a results file
+        ('{"schema": "leakcheck-results", "version": 4, "outcomes": []}', "is version 4 of leakcheck-results"),
+        ('{"schema": "leakcheck-results", "version": 1, "outcomes": {}}', "outcomes and unmeasured must be lists"),
+        ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x"}]}', "a malformed entry"),
+        ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x", "pg": "16", "bouncer": "",'
+         ' "route": "sideways", "driver": "psycopg", "verdict": "leaks", "facts": [], "security": false,'
+         ' "evidence": ""}]}', "'sideways' is not a valid Route"),
         ('{"schema": "leakcheck-results", "version": true, "outcomes": []}', "is version true of"),
         ('{"schema": "leakcheck-results", "version": 3.0, "outcomes": []}', "is version 3.0 of"),
         (_one(pg="\u0661\u0666"), "is not a version number"),  # Arabic-Indic digits
@@ -206,8 +192,8 @@ def _one(**changed: object) -> str:
         (_one(pooler_version=None), "only a running pooler (dsn) has no version"),
     ],
 )
-def test_a_results_file_with_a_value_no_run_writes_is_one_line_naming_it(tmp_path: Path, content: str,
-                                                                         message: str) -> None:
+def test_a_file_that_is_not_a_results_file_of_a_version_it_reads_is_one_line_naming_it(tmp_path: Path, content: str,
+                                                                          message: str) -> None:
     path = tmp_path / "r.json"
     path.write_text(content)
     with pytest.raises(UsageError, match="r.json") as caught:
