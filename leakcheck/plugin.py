@@ -204,7 +204,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Check the --results path before anything starts; gather outcomes from the test reports.
+    """Check the files the run writes (pytest's own --junitxml too) before anything starts; gather
+    outcomes from the test reports.
 
     Under pytest-xdist only the controller does either: it gets every worker's reports and writes.
     """
@@ -213,7 +214,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if run is None or gather.is_worker(config):
         return
     try:
-        outputs.check(outputs.of_config(run.config))
+        xmlpath = getattr(config.option, "xmlpath", None)  # pytest's own --junitxml, written by pytest
+        outputs.check(outputs.of_config(run.config, Path(xmlpath).expanduser() if xmlpath else None))
     except LeakcheckError as exc:
         raise pytest.UsageError(terminal_safe(exc)) from None
     config.stash[GATHERED] = gather.Gathered()

@@ -32,8 +32,9 @@ from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS
 from leakcheck.discover import command as discover
 from leakcheck.drivers.clients import driver_version
 from leakcheck.model.errors import UsageError, one_line
+from leakcheck.model.redact import redacted
 from leakcheck.provision.postgres.fixtures import install
-from leakcheck.provision.running_pooler import check_dsn, redacted
+from leakcheck.provision.running_pooler import check_dsn, connect_timeout, shown_dsn
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import use_color
 from leakcheck.run import progress
@@ -124,12 +125,12 @@ def _prepare(args: argparse.Namespace) -> int:
 def _fixtures(args: argparse.Namespace) -> int:
     dsn = check_dsn(args.dsn, "--dsn")
     try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout(dsn)) as conn:
             for line in install(conn, args.role, args.drop):
                 print(terminal_safe(f"leakcheck: {line}", newlines=False))
     except psycopg.Error as exc:
-        raise UsageError(f"leakcheck fixtures --dsn={redacted(dsn)} failed: {one_line(exc, 200)} (it needs a "
-                         "superuser of that database)") from None
+        raise UsageError(f"leakcheck fixtures --dsn={shown_dsn(dsn)} failed: {one_line(redacted(str(exc), dsn), 200)} "
+                         "(it needs a superuser of that database)") from None
     return 0
 
 

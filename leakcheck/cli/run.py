@@ -19,7 +19,7 @@ from pathlib import Path
 
 from leakcheck.cli import merge
 from leakcheck.config import preflight
-from leakcheck.config.config import Config
+from leakcheck.config.config import Config, repeated
 from leakcheck.config.options import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
 from leakcheck.gate.diff import run_diff_lines
 from leakcheck.model.verdicts import Outcome, Target
@@ -49,7 +49,7 @@ def raw_options(args: argparse.Namespace) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for ini in FLAGS:
         value = getattr(args, ini, None)
-        out[ini] = "\n".join(value) if isinstance(value, list) else value
+        out[ini] = repeated(ini, value) if isinstance(value, list) else value
     return out
 
 

@@ -42,14 +42,22 @@ from leakcheck.provision.running_pooler import check_dsn, default_name
 
 
 def _raw(config: pytest.Config, ini: str) -> str | None:
-    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty).
-    A repeatable option's values are joined by newlines (no value holds one)."""
+    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty)."""
     value = config.getoption(ini)
     if value is None:
         value = config.getini(ini)
     if isinstance(value, list):
-        return "\n".join(str(v) for v in value) if value else None
+        return repeated(ini, [str(v) for v in value])
     return None if value is None else str(value)
+
+
+def repeated(ini: str, values: Sequence[str]) -> str | None:
+    """A repeatable option's values joined by newlines (None: not given); a value holding a newline
+    would be two values then, so it is a UsageError."""
+    for value in values:
+        if "\n" in value:
+            raise UsageError(f"{FLAGS[ini]}={value!r} holds a line break: give one value per {FLAGS[ini]}")
+    return "\n".join(values) if values else None
 
 
 def _given(raw: dict[str, str | None], key: str, expected: str) -> str | None:

@@ -62,7 +62,8 @@ def _article(key: str, grid_title: str, o: Outcome) -> str:
 def _breakable(text: str) -> str:
     """Escaped, with line-break chances after `/` and `+` and before a version (`pgbouncer<wbr>1.24.1`), so
     a narrow column wraps instead of widening the table."""
-    return re.sub(r"(?<=[a-z])(?=[0-9])", "<wbr>", esc(text).replace("/", "/<wbr>").replace("+", "+<wbr>"))
+    # split before escaping: `&#x27;` (an apostrophe) has a letter before a digit too
+    return "<wbr>".join(esc(piece) for piece in re.split(r"(?<=[/+])|(?<=[a-z])(?=[0-9])", text))
 
 
 def _table(g: Grid, section: str, keys: dict[tuple[str, str, str], str]) -> str:

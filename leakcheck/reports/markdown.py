@@ -4,7 +4,8 @@ GitHub refuses comments over 65,536 characters, so the text is cut at `limit` (6
 leaving room for what a CI step adds): the tables come first, then the controls and the legend,
 then one `<details>` per problem cell; what does not fit is counted in one "… N more" line.
 Evidence is arbitrary SQL text: it is HTML-escaped inside `<pre>` (raw to Markdown, so nothing in
-it can end the block), and every table cell is escaped for Markdown.
+it can end the block), a summary is one line (a blank line would end its `<details>` block), every
+table cell is escaped for Markdown, and control characters (ESC...) are shown escaped (`\\x1b`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
+from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_counts
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, detail, flagged, word
 from leakcheck.reports.workarounds import TITLE, workarounds
@@ -62,7 +64,8 @@ def md_table(g: Grid) -> list[str]:
 
 def _details(o: Outcome) -> str:
     """One problem cell folded: the summary line, the evidence (raw HTML, escaped), the advice."""
-    summary = html.escape(f"{o.probe}{' [security]' if o.security else ''} · {o.column}: {cell(o)}")
+    # one line: a blank line would end the HTML block, and what follows it would render as Markdown
+    summary = html.escape(_SPACE.sub(" ", f"{o.probe}{' [security]' if o.security else ''} · {o.column}: {cell(o)}"))
     body = "\n".join([o.evidence, *(": ".join(detail(k, v)) for k, v in o.details)])
     tip = advice(o)
     parts = [f"<details><summary>{summary}</summary>", "", f"<pre>{html.escape(body, quote=False)}</pre>", ""]
@@ -110,7 +113,8 @@ def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", li
     if problems:
         chunks.append((f"### Evidence and advice ({len(problems)} problem cells)\n\n", "section"))
         chunks += [(f"{_details(o)}\n\n", "problem cell") for o in problems]
-    return _fit(head, chunks, limit)
+    # a control character (ESC...) is shown escaped, as the terminal report shows it, before the cut counts it
+    return _fit(terminal_safe(head), [(terminal_safe(c), unit) for c, unit in chunks], limit)
 
 
 def _fit(head: str, chunks: Sequence[tuple[str, str]], limit: int) -> str:

@@ -128,3 +128,33 @@ def test_the_csp_admits_only_the_pages_own_script_and_style_by_their_hashes() ->
     assert directives["script-src"] == [_sha256_source(script[0])]
     assert directives["style-src"] == [_sha256_source(style[0])]
     assert "unsafe" not in (csp.get("content") or "")
+
+
+class HeaderText(HTMLParser):
+    """The text of each column header, as a browser shows it (entities decoded, <wbr> adds nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.inside = False
+        self.headers: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "th" and ("scope", "col") in attrs:
+            self.inside = True
+            self.headers.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.inside = self.inside and tag != "th"
+
+    def handle_data(self, data: str) -> None:
+        if self.inside:
+            self.headers[-1] += data
+
+
+def test_a_label_with_an_apostrophe_or_markup_shows_as_written() -> None:
+    label = "it's <b>&\"1\"/2+x3"
+    odd = make("timezone", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.ISOLATED, "e",
+               settings=(("application_name", label),))
+    reader = HeaderText()
+    reader.feed(render_html([odd]))
+    assert reader.headers == ["probe", f"pgbouncer1.24.1[application_name={label}]/psycopg"]

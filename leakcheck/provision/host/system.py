@@ -7,6 +7,7 @@ import ctypes
 import fcntl
 import os
 import pwd
+import shutil
 import signal
 import socket
 import stat
@@ -150,6 +151,15 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_entry(path: Path) -> None:
+    """A cache entry gone, whatever it is: a folder, or a file or link where a folder belongs."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def free_port() -> int:
