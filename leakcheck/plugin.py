@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from leakcheck.config import preflight
-from leakcheck.config.config import Config
+from leakcheck.config.config import Config, matrix_asked
 from leakcheck.config.options import add_options
 from leakcheck.gate import expectations, record
 from leakcheck.gate.diff import run_diff_lines
@@ -20,6 +20,7 @@ from leakcheck.gate.judge import Kind
 from leakcheck.model.errors import LeakcheckError
 from leakcheck.model.verdicts import Target
 from leakcheck.probes.base import Probe
+from leakcheck.provision.host.system import cache_path
 from leakcheck.provision.host.timing import mark
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_counts, render_legend, render_matrix
@@ -125,7 +126,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash.get(RUN, None)
-    return [f"leakcheck: {run.why}"] if run is not None else []
+    if run is None:
+        return []
+    return [f"leakcheck: {run.why}", f"leakcheck: cache {cache_path()} (servers and agents; LEAKCHECK_CACHE)"]
 
 
 class LeakMatrix(pytest.Collector):
@@ -179,13 +182,16 @@ class LeakItem(pytest.Item):
         return self.path, None, f"leakcheck {self.name}"
 
 
+def matrix_only(config: pytest.Config) -> bool:
+    """Whether this session runs the leak matrix and nothing else: a matrix option and no paths. Neither
+    the ini's `testpaths` (this repository's own tests/) nor the folder it is typed in (a clone's parent,
+    a project of the team's) are collected then. Name paths to run both (`pytest tests --pg=16`)."""
+    return matrix_asked(config) and config.args_source is not pytest.Config.ArgsSource.ARGS
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A matrix run given no paths runs the matrix only, wherever it is typed: neither the ini's
-    `testpaths` (this repository's own tests/) nor the folder it is typed in (a clone's parent, a
-    project of the team's) are collected. Name paths to run both (`pytest tests --pg=16`)."""
-    if RUN in config.stash and config.args_source is not pytest.Config.ArgsSource.ARGS:
-        return True
-    return None
+    """A matrix run given no paths collects no test file, wherever it is typed (`matrix_only`)."""
+    return True if matrix_only(config) else None
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -41,6 +41,11 @@ from leakcheck.provision.pgbouncer.ini import RESERVED
 from leakcheck.provision.running_pooler import check_dsn, default_name
 
 
+def matrix_asked(config: pytest.Config) -> bool:
+    """Whether a flag or ini key turns the leak matrix on (--pg, --bouncer, --pooler, ...), valid or not."""
+    return any(_raw(config, key) is not None for key in MATRIX_SWITCHES)
+
+
 def _raw(config: pytest.Config, ini: str) -> str | None:
     """The flag's value, else the ini key's; None only when neither is given ('' is given and empty).
     A repeatable option's values are joined by newlines (no value holds one)."""
@@ -143,7 +148,7 @@ class Config:
         """
         raw = {ini: _raw(config, ini) for ini in FLAGS}
         settings = cls.from_strings(raw, junitxml=getattr(config.option, "xmlpath", None))
-        if all(raw[key] is None for key in MATRIX_SWITCHES):
+        if not matrix_asked(config):
             idle = [flag for ini, flag in FLAGS.items() if config.getoption(ini) is not None]
             if idle:
                 raise UsageError(

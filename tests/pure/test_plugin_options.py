@@ -1,5 +1,7 @@
 """The pytest plugin, driven with pytester: options, errors, and what runs by default."""
 
+import os
+
 import pytest
 
 from leakcheck.run.matrix import MatrixRun
@@ -57,7 +59,8 @@ def test_auto_says_in_the_header_which_backend_runs_and_why(pytester: pytest.Pyt
     monkeypatch.setattr(MatrixRun, "targets", lambda self: [])
     result = pytester.runpytest_inprocess("--pg=16", "--backend=auto", "--collect-only", "--probes=timezone",
                                           "--drivers=psycopg", "--controls=no")
-    result.stdout.fnmatch_lines(["leakcheck: backend * (auto: *)"])
+    cache = os.environ["LEAKCHECK_CACHE"]
+    result.stdout.fnmatch_lines(["leakcheck: backend * (auto: *)", f"leakcheck: cache {cache} *"])
 
 
 def test_a_matrix_option_without_paths_runs_the_matrix_only_not_the_testpaths(
