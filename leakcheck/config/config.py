@@ -38,7 +38,18 @@ from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
 from leakcheck.provision.pgbouncer.ini import RESERVED
+from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.provision.running_pooler import check_dsn, default_name
+
+
+def _pg_specs(raw: str) -> tuple[Spec, ...]:
+    """--pg's versions and paths; a version older than the oldest leakcheck measures is refused here (a path's
+    version is checked once it is known, before any server starts)."""
+    specs = parse_spec_list(raw, "--pg")
+    for spec in specs:
+        if spec.version is not None:
+            refuse_older(spec.version, f"--pg={spec}")
+    return specs
 
 
 def matrix_asked(config: pytest.Config) -> bool:
@@ -134,7 +145,7 @@ class Config:
         if backend.strip().lower() not in ("native", "containers", "auto"):
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         poolers = _poolers(raw)
-        return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
+        return cls(pg=_pg_specs(pg), poolers=poolers,
                    drivers=_drivers(drivers) if drivers is not None else NATIVE_DRIVERS,
                    probes=select(None), controls=False, backend=backend.strip().lower(),
                    expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
@@ -221,7 +232,7 @@ class Config:
         poolers = _poolers(raw, fleet) if pooled is None else ()
         drivers = _drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg"))
         if diff is not None and pooled is None:
-            _diff_in_matrix(diff, parse_spec_list(pg, "--pg"), poolers)
+            _diff_in_matrix(diff, _pg_specs(pg), poolers)
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
         missing = [(kind, spec) for kind, spec in poolers if kind in images and images[kind] is None]
         if backend == "containers" and missing:
@@ -230,7 +241,7 @@ class Config:
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
         return cls(
-            pg=parse_spec_list(pg, "--pg"),
+            pg=_pg_specs(pg),
             poolers=poolers,
             drivers=drivers,
             probes=probes,
