@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from leakcheck.model.pool_settings import PoolMode
 from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
-from leakcheck.probes import select
+from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
@@ -446,7 +447,8 @@ def required_probes(raw: str | None) -> frozenset[str] | None:
         elif name == "all":
             out |= {p.id for p in select(None)}
         else:
-            out |= {p.id for p in select(name, "--require")}  # an unknown id: a UsageError listing the known ones
+            _known_probes([name], "--require", ("security", "all"), "security requires every security probe")
+            out |= {p.id for p in select(name, "--require")}
     return frozenset(out)
 
 
@@ -467,10 +469,27 @@ def _items(raw: str, option: str, expected: str) -> list[str]:
     return names
 
 
+def _known_probes(names: Sequence[str], option: str, words: Sequence[str] = (),
+                  or_else: str = "all runs them all") -> None:
+    """An unknown probe id (or word) is one short line with the closest known ones (a typo), not all of them."""
+    known = [*(p.id for p in PROBES), *words]
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return
+    said = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        said.append(f"{name} (did you mean {' or '.join(close)}?)" if close else name)
+    raise UsageError(f"{option}: unknown probe id(s) {', '.join(said)}; the {len(PROBES)} probes are listed in "
+                     f"docs/probes.md, or {option}={or_else}")
+
+
 def _probes(raw: str, fleet: bool = False) -> tuple[Probe, ...]:
     if raw.strip() == "all":
         return select(None, fleet=fleet)
-    return select(",".join(_items(raw, "--probes", "probe ids separated by commas, or all")))
+    names = _items(raw, "--probes", "probe ids separated by commas, or all")
+    _known_probes(names, "--probes")
+    return select(",".join(names))
 
 
 def _drivers(raw: str) -> tuple[Driver, ...]:

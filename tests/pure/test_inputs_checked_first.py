@@ -79,3 +79,14 @@ def test_a_path_to_a_postgresql_older_than_16_is_one_line_and_exit_4(
     assert main(["run", f"--pg={bindir}", "--bouncer=1.24", "--probes=timezone"]) == 4
     err = capsys.readouterr().err
     assert f"--pg={bindir}: PostgreSQL 15.18 is older than 16" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--probes=serach_path,timezone"], "--probes: unknown probe id(s) serach_path (did you mean search_path?);"),
+    (["--require=securty"], "--require: unknown probe id(s) securty (did you mean security?);"),
+], ids=["probes", "require"])
+def test_a_probe_id_typo_is_one_short_line_with_the_closest_ids_not_every_id(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--pg=16", *argv]) == 4
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err) < 200, err  # it listed all 49 ids (919 characters) and no guess
