@@ -90,6 +90,16 @@ class _ProgressLines(logging.Handler):
 SHOWN = pytest.StashKey[_ProgressLines]()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """A matrix-only run writes no `.pytest_cache/` into the folder it is typed in: pytest's cacheprovider
+    (its --lf/--nf lists of test ids) is set aside before it is configured, with --stepwise, which needs it,
+    as `-p no:cacheprovider` does. A run of tests keeps it."""
+    if matrix_only(config) and not config.getoption("cacheshow", None):
+        for name in ("cacheprovider", "stepwise", "pytest_stepwise"):
+            config.pluginmanager.set_blocked(name)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "servers: needs real PostgreSQL/PgBouncer processes")
     config.addinivalue_line("markers", "containers: needs a Docker engine")
