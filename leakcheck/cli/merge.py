@@ -22,7 +22,7 @@ from leakcheck.model.verdicts import Outcome
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
 from leakcheck.reports.safe_text import terminal_safe, xml_safe
-from leakcheck.reports.terminal import render_counts, render_legend, render_matrix
+from leakcheck.reports.terminal import render_legend, render_matrix
 from leakcheck.results import outputs
 from leakcheck.results.results import Results, combine, load, name_of, properties
 
@@ -79,8 +79,7 @@ def report(judged: Judged, sources: int | str, color: bool = False) -> list[str]
     origin = sources if isinstance(sources, str) else f"merged from {sources} results file{'s' if sources != 1 else ''}"
     lines = [f"leakcheck matrix ({origin})", ""]
     if outcomes:
-        lines += [*render_matrix(outcomes, color=color).splitlines(), f"verdicts: {render_counts(outcomes)}",
-                  *render_legend(outcomes, color=color).splitlines()]
+        lines += render_matrix(outcomes, color=color).splitlines() + render_legend(outcomes, color=color).splitlines()
     lines += [terminal_safe(f"FAILED {name_of(o)}: {why}", newlines=False) for o, why in judged.failures.items()]
     lines += [terminal_safe(f"FAILED {u.test}: measured nothing ({u.why})", newlines=False)
               for u in judged.results.unmeasured]
