@@ -22,6 +22,7 @@ from leakcheck.model.verdicts import Route, Target, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.host.system import cache_path
 from leakcheck.provision.host.timing import mark
+from leakcheck.reports.about import About
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_legend, render_matrix
 from leakcheck.results import gather, outputs, results
@@ -253,7 +254,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     gathered = config.stash.get(GATHERED, gather.Gathered())
     reason = record.not_written(int(exitstatus), bool(session.shouldstop))
-    lines, written = outputs.write(outputs.of_config(run.config), gathered.results(), reason)
+    about = About.now(run.describe() or gathered.descriptions)  # a controller starts no server: its workers'
+    lines, written = outputs.write(outputs.of_config(run.config), gathered.results(), reason, about=about)
     config.stash[RECORDED] = lines
     if not written and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
