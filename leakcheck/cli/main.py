@@ -33,6 +33,7 @@ from leakcheck.discover import command as discover
 from leakcheck.drivers.clients import driver_version
 from leakcheck.model.errors import UsageError, one_line
 from leakcheck.model.redact import redacted
+from leakcheck.model.versions import leakcheck_release
 from leakcheck.provision.postgres.fixtures import install
 from leakcheck.provision.running_pooler import check_dsn, connect_timeout, shown_dsn
 from leakcheck.reports.safe_text import terminal_safe
@@ -53,6 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="leakcheck", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"leakcheck {leakcheck_release()}")
     sub = parser.add_subparsers(dest="command", required=True)
     prepare = sub.add_parser("prepare", help="fetch/build and cache PostgreSQL and PgBouncer binaries")
     prepare.add_argument("--pg", default=DEFAULT_PG, help=f"PostgreSQL versions (default {DEFAULT_PG})")

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.reports.about import About
 from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
 from leakcheck.reports.safe_text import terminal_safe
@@ -91,13 +92,22 @@ def md_controls(outcomes: Sequence[Outcome]) -> str | None:
     return "\n".join(["### Controls", "", *lines, *rule])
 
 
-def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", limit: int = LIMIT) -> str:
+def md_about(about: About | None) -> str:
+    """The header's lines on the run: when, which leakcheck, on which servers ("" without one)."""
+    if about is None:
+        return ""
+    servers = "".join(f"- {md_text(line)}\n" for line in about.servers)
+    return f"{md_text(about.headline())}{', on:' if servers else ''}\n\n{servers}{chr(10) if servers else ''}"
+
+
+def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", limit: int = LIMIT,
+                    about: About | None = None) -> str:
     """The report as Markdown of at most `limit` characters (at least MIN_LIMIT)."""
     if limit < MIN_LIMIT:
         raise ValueError(f"a Markdown report needs a limit of at least {MIN_LIMIT} characters, not {limit}")
     results = list(outcomes)
     grids = pooled_grids(results)
-    head = f"## {md_text(title)}\n\nverdicts: {md_text(render_counts(results)) or 'none'}\n\n"
+    head = f"## {md_text(title)}\n\n{md_about(about)}verdicts: {md_text(render_counts(results)) or 'none'}\n\n"
     chunks: list[tuple[str, str]] = []  # (text with its line ends, the unit a cut counts it as)
     for g in grids:
         header, *rows = md_table(g)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 
 from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.reports.about import About
 from leakcheck.reports.html import render_html
 from tests.pure.outcomes import make
 
@@ -158,3 +160,15 @@ def test_a_label_with_an_apostrophe_or_markup_shows_as_written() -> None:
     reader = HeaderText()
     reader.feed(render_html([odd]))
     assert reader.headers == ["probe", f"pgbouncer1.24.1[application_name={label}]/psycopg"]
+
+
+def test_the_header_says_when_by_which_leakcheck_and_on_which_servers_escaped() -> None:
+    about = About(datetime(2026, 12, 6, 10, 32, tzinfo=UTC), "0.1.0",
+                  ("PostgreSQL 16.14: /cache/postgres/16.14/bin (cache)", "PgBouncer 1.24.1: /a<b>/pgbouncer"))
+    page = render_html(run(), about=about)
+    s = parsed(page)
+    assert not s.problems and s.stack == []
+    assert ('<p data-testid="about">measured 2026-12-06 10:32 UTC by leakcheck 0.1.0, on:</p>'
+            '<ul data-testid="servers"><li>PostgreSQL 16.14: /cache/postgres/16.14/bin (cache)</li>'
+            "<li>PgBouncer 1.24.1: /a&lt;b&gt;/pgbouncer</li></ul>") in page
+    assert 'data-testid="about"' not in render_html(run())
