@@ -284,3 +284,32 @@ def test_an_ini_the_server_user_could_not_read_is_refused(tmp_path: Path) -> Non
     team_ini.load.cache_clear()
     with pytest.raises(UsageError, match="^--bouncer-ini: the server user .* cannot read "):
         team_ini.load(str(tmp_path / "team.ini"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="servers run as another user only when leakcheck runs as root")
+def test_an_include_swapped_for_a_readable_file_after_it_was_opened_is_refused_not_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The include is a file only root reads when leakcheck opens it; right after, someone puts a
+    # readable file in its place. What leakcheck copies must be a file the server user could read.
+    secret, decoy = tmp_path / "secret.ini", tmp_path / "decoy.ini"
+    secret.write_text("max_client_conn = 4242\n")
+    secret.chmod(0o600)
+    decoy.write_text("max_client_conn = 1\n")
+    real_open = os.open
+
+    def open_then_swap(name: str, *args: int) -> int:
+        fd = real_open(name, *args)
+        if str(name) == str(secret):
+            os.rename(decoy, secret)  # the path now names a readable file; fd is still the private one
+        return fd
+
+    monkeypatch.setattr(team_ini.os, "open", open_then_swap)
+    said = refusal(tmp_path, f"[pgbouncer]\n%include {secret}\n")
+    assert f"{secret}" in said and "4242" not in said
+
+
+def test_a_byte_order_mark_is_named_as_pgbouncer_refuses_it(tmp_path: Path) -> None:
+    # PgBouncer 1.18, 1.24 and 1.26 stop at it: "syntax error in configuration (team.ini:1)".
+    said = refusal(tmp_path, "\ufeff[pgbouncer]\nmax_client_conn = 7\n")
+    assert "byte order mark" in said and "PgBouncer" in said

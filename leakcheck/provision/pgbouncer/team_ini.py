@@ -19,7 +19,7 @@ import stat
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
-from leakcheck.provision.host.system import server_user, unreadable_by
+from leakcheck.provision.host.system import opened_by, server_user
 from leakcheck.provision.pgbouncer.ini_syntax import Assign, Header, parse
 
 #: Sections leakcheck replaces or drops; every other section ([users], ...) is kept.
@@ -33,6 +33,8 @@ NO_DEFAULT = frozenset({"auth_dbname", "auth_file", "auth_ident_file", "auth_use
 #: The ini and all its %include files together, read at most (a team's ini is a few kB).
 MAX_BYTES = 1024 * 1024
 
+#: A UTF-8 byte order mark, as Python decodes it.
+BOM = "\ufeff"
 #: (key, value), as PgBouncer receives them.
 Item = tuple[str, str]
 
@@ -134,15 +136,11 @@ class _Files:
         except OSError as exc:
             raise UsageError(f"{via}: cannot open {name} ({exc.strerror or exc}); {fix}") from None
         try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise UsageError(f"{via}: {name} is {_kind(mode)}, not a regular file (leakcheck reads only "
+            found = os.fstat(fd)
+            if not stat.S_ISREG(found.st_mode):
+                raise UsageError(f"{via}: {name} is {_kind(found.st_mode)}, not a regular file (leakcheck reads only "
                                  f"regular files); {fix}")
-            if unreadable_by(server_user(), [os.path.abspath(name)], execute=False):
-                raise UsageError(
-                    f"{via}: the server user {server_user().name} (PgBouncer runs as it) cannot read {name}, and "
-                    "leakcheck copies what it reads into the ini PgBouncer reads: make the file readable for that "
-                    f"user (and its folders enterable), or use another file")
+            self._check_the_server_user_reads(name, found, via)
             data = _read_at_most(fd, MAX_BYTES - self.total)
         except OSError as exc:
             raise UsageError(f"{via}: cannot read {name} ({exc.strerror or exc}); {fix}") from None
@@ -158,8 +156,29 @@ class _Files:
             raise UsageError(f"{via}: {name} is not UTF-8 text; make it a readable UTF-8 file") from None
         if "\0" in text:
             raise UsageError(f"{via}: {name} holds a NUL byte (PgBouncer stops reading at it); remove it")
+        if text.startswith(BOM):
+            raise UsageError(f"{via}: {name} starts with a UTF-8 byte order mark (BOM), which PgBouncer refuses "
+                             "(\"syntax error in configuration\" at its line 1, seen on 1.18, 1.24 and 1.26); save it "
+                             "without the BOM")
         self.read.append(os.path.abspath(name))
         return text
+
+    @staticmethod
+    def _check_the_server_user_reads(name: str, found: os.stat_result, via: str) -> None:
+        """The file leakcheck opened (`found`, its fstat) is the very file the server user gets when it
+        opens `name` itself: checked on the open file, so nothing put in its place after the check is read."""
+        user = server_user()
+        if user.is_self:
+            return  # leakcheck's own open was the server user's
+        theirs = opened_by(user, name)
+        if theirs is None:
+            raise UsageError(
+                f"{via}: the server user {user.name} (PgBouncer runs as it) cannot read {name}, and "
+                "leakcheck copies what it reads into the ini PgBouncer reads: make the file readable for that "
+                f"user (and its folders enterable), or use another file")
+        if theirs != (found.st_dev, found.st_ino):
+            raise UsageError(f"{via}: {name} was replaced while leakcheck read it (the server user {user.name} opened "
+                             "another file there than leakcheck did), so it is not copied; run again once it stays put")
 
 
 def _read_at_most(fd: int, limit: int) -> bytes | None:
