@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
 from leakcheck.provision.host.system import opened_by, server_user
 from leakcheck.provision.pgbouncer.ini_syntax import Assign, Header, parse
+from leakcheck.provision.pgbouncer.settings import DROPPED_KEYS, HARNESS_KEYS, TEAM, USER_HARNESS_KEYS
 
 #: Sections leakcheck replaces or drops; every other section ([users], ...) is kept.
 REPLACED_SECTIONS = {"databases": "one entry, the test database on leakcheck's server",
@@ -99,10 +101,39 @@ def load(path: str) -> TeamIni:
         if current is None:
             raise UsageError(f"--bouncer-ini: {event.key} = ... at {event.where} comes before any [section] header "
                              "(PgBouncer refuses it); put it under [pgbouncer]")
+        if current == "pgbouncer":
+            _check_allowed(event)
         (main if current == "pgbouncer" else others[current]).append((event.key, event.value))
     notes += [_repeated(name, found, reset) for name, found in headers.items() if len(found) > 1]
+    if "users" in others:
+        others["users"] = _users_kept(others["users"], notes)
     sections = (Section("pgbouncer", tuple(main)), *(Section(n, tuple(items)) for n, items in others.items()))
     return TeamIni(path, sections, tuple(files.read), tuple(notes))
+
+
+def _check_allowed(setting: Assign) -> None:
+    """A [pgbouncer] key is one a team may set, or one leakcheck sets or drops itself; else one line."""
+    key = setting.key
+    if key in TEAM.allowed or key in HARNESS_KEYS or key in DROPPED_KEYS:
+        return
+    known = TEAM.allowed | set(HARNESS_KEYS) | set(DROPPED_KEYS)
+    case = f" (keys are case-sensitive: PgBouncer knows {key.lower()})" if key.lower() in known else ""
+    raise UsageError(f"--bouncer-ini: {key} at {setting.where}{case}: {TEAM.refusal(key)}; remove that line")
+
+
+_USER_HARNESS = re.compile(r"(?:^|\s)(" + "|".join(USER_HARNESS_KEYS) + r")\s*=")
+
+
+def _users_kept(entries: list[Item], notes: list[str]) -> list[Item]:
+    """[users] entries, without those that set a pool size for their user (each dropped entry noted)."""
+    kept = []
+    for user, value in entries:
+        found = _USER_HARNESS.search(value)
+        if found is None:
+            kept.append((user, value))
+        else:
+            notes.append(f"[users] {user}: dropped (it sets {found.group(1)}, which leakcheck controls: a pool of one)")
+    return kept
 
 
 def _after_header(header: Header) -> str:
