@@ -63,6 +63,18 @@ def harness_values(settings: PoolSettings, layout: BouncerLayout) -> dict[str, s
         {"peer_id": str(layout.peer_id)} if layout.peer_id else {})
 
 
+#: Keys leakcheck leaves unset (DROPPED_KEYS, and what it writes in a fleet only), at the value PgBouncer's
+#: SHOW CONFIG gives them unset (1.18, 1.24, 1.26; a version without the key does not show it).
+UNSET_SHOWN = {"auth_hba_file": "", "auth_ident_file": "", "auth_user": "", "auth_dbname": "", "auth_ldap_options": "",
+               "user": "", "unix_socket_group": "", "unix_socket_mode": "511"}
+
+
+def unset_values(layout: BouncerLayout) -> dict[str, str]:
+    """What SHOW CONFIG must show for the keys leakcheck leaves unset in this PgBouncer (where it shows them)."""
+    return UNSET_SHOWN | ({} if layout.so_reuseport else {"so_reuseport": "0"}) | (
+        {} if layout.peer_id else {"peer_id": "0"})
+
+
 def render_ini(
     settings: PoolSettings, layout: BouncerLayout, extra: Sequence[Setting] = (), team: TeamIni | None = None
 ) -> str:

@@ -135,6 +135,18 @@ def _ours(settings: PoolSettings, layout: PgpoolLayout) -> list[Setting]:
     ]
 
 
+#: Of leakcheck's settings, those PGPOOL SHOW does not answer as written (4.3-4.7 show '*****').
+_NOT_SHOWN = frozenset({"pool_passwd"})
+
+
+def shown(settings: PoolSettings, extra: tuple[Setting, ...], layout: PgpoolLayout) -> dict[str, str]:
+    """What `PGPOOL SHOW name` must answer for each setting leakcheck writes and a team may not set (the
+    team's connection_cache is the team's): where it listens, its sockets and files, its login, its pool
+    and its backend."""
+    given = {name for name, _ in extra if name in TEAM.allowed}
+    return {name: value for name, value in _ours(settings, layout) if name not in given | _NOT_SHOWN}
+
+
 def render_pgpool_conf(settings: PoolSettings, extra: tuple[Setting, ...], layout: PgpoolLayout) -> str:
     """The whole pgpool.conf: one backend, password auth, pool size = child processes of one backend each."""
     if settings.pool_size < 1:
