@@ -174,3 +174,12 @@ def test_a_line_break_or_nul_in_a_value_is_refused_before_any_server_starts(valu
     for pooler, axis in (("odyssey:1.5", "odyssey:log_debug"), ("pgpool:4.3", "pgpool:log_line_prefix"),
                          ("pgbouncer:1.24", "pgbouncer:server_reset_query")):
         refused(pooler=pooler, pooler_set=f"{axis}={value}")
+
+
+def test_the_docs_list_each_products_settings_as_the_code_does() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "poolers.md").read_text(encoding="utf-8")
+    section = page.split("## Settings a team may set")[1].split("### After every start")[0]
+    for team in (bouncer_settings.TEAM, odyssey_conf.TEAM, pgpool_conf.TEAM):
+        item = next(block for block in section.split("\n- ") if block.startswith(f"**{team.product}**"))
+        listed = set(re.findall(r"`([a-z0-9_]+)`", re.split(r"A team may\s+set", item)[1]))
+        assert listed - {"peering"} == team.allowed, team.product

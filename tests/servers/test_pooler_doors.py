@@ -18,6 +18,8 @@ from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.proc_sockets import Listening, beyond, listening
 from leakcheck.provision.host.system import ServerUser, cache_root, free_port
 from leakcheck.provision.odyssey.process import OdysseyProcess
+from leakcheck.provision.pgbouncer import admin
+from leakcheck.provision.pgbouncer import settings as bouncer_settings
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
 from leakcheck.provision.pgbouncer.fleet import BouncerFleet
 from leakcheck.provision.pgbouncer.process import BouncerProcess
@@ -185,3 +187,15 @@ def test_a_normal_run_checks_what_its_poolers_listen_on(pytester: pytest.Pyteste
     result.assert_outcomes(passed=1, skipped=1)  # pgpool-II: not applicable, both clients connected
     data = json.loads((pytester.path / "r.json").read_text())
     assert {o["verdict"] for o in data["outcomes"]} <= {"isolated", "leaks", "not_applicable"}
+
+
+@pytest.mark.parametrize("version", ["1.18", "1.24", "1.26"])
+def test_every_key_pgbouncer_shows_is_the_teams_or_leakcheck_s(version: str, postgres: PgServer,
+                                                               user: ServerUser) -> None:
+    # A release that adds a key fails here until it is put in one of the lists (after reading what it does).
+    with make(f"pgbouncer{version}", postgres, user) as pooler, admin.connect(pooler.endpoint()) as conn:
+        shown = set(admin.show_config(conn))
+    lists = [bouncer_settings.TEAM.allowed - {"pool_mode"}, set(bouncer_settings.HARNESS_KEYS),
+             set(bouncer_settings.DROPPED_KEYS)]
+    assert shown <= set().union(*lists)
+    assert not any(a & b for i, a in enumerate(lists) for b in lists[i + 1:])
