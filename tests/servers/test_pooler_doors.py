@@ -14,9 +14,10 @@ import pytest
 from leakcheck.model.errors import StartError
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import parse_spec
+from leakcheck.provision.host import pooler_process, proc_sockets
 from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.proc_sockets import Listening, beyond, listening
-from leakcheck.provision.host.system import ServerUser, cache_root, free_port
+from leakcheck.provision.host.system import ServerUser, cache_root, free_port, open_files_as
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgbouncer import admin
 from leakcheck.provision.pgbouncer import settings as bouncer_settings
@@ -56,6 +57,13 @@ def refused_start(pooler: PoolerProcess) -> str:
     return str(caught.value).splitlines()[0]
 
 
+def listens(pooler: PoolerProcess) -> list[Listening]:
+    """What the pooler's processes listen on, read as leakcheck reads it."""
+    pid = pooler._alive().pid
+    assert pid is not None
+    return listening(pid, pooler.forks, lambda pids: open_files_as(pooler.user, pids))
+
+
 def nothing_listens_on(port: int) -> None:
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         with socket.socket(family) as probe:
@@ -67,9 +75,8 @@ def test_a_pooler_started_as_leakcheck_writes_it_listens_on_loopback_and_its_own
     kind: str, postgres: PgServer, user: ServerUser
 ) -> None:
     with make(kind, postgres, user) as pooler:
-        pid = pooler._alive().pid
-        assert pid is not None and pooler.tmpdir is not None
-        found = listening(pid)
+        assert pooler.tmpdir is not None
+        found = listens(pooler)
         assert Listening("tcp", "127.0.0.1", pooler.port) in found  # what it was told: the check sees it
         assert beyond(found, [str(pooler.tmpdir)]) == []
         if isinstance(pooler, PgpoolProcess):  # its client and PCP sockets, in its own folder
@@ -83,9 +90,8 @@ def test_each_process_of_a_fleet_listens_on_the_shared_port_and_its_own_socket_o
     binary = resolve_bouncer(parse_spec("1.24", "--bouncer"), cache_root())
     with BouncerFleet((binary, binary), PoolSettings(), postgres.endpoint(), user, (("peering", "yes"),)) as fleet:
         for member in fleet.members:
-            pid = member._alive().pid
-            assert pid is not None and member.tmpdir is not None
-            found = listening(pid)
+            assert member.tmpdir is not None
+            found = listens(member)
             assert Listening("unix", f"{member.tmpdir}/.s.PGSQL.{member.port}") in found
             assert beyond(found, [str(member.tmpdir)]) == []
 
@@ -145,9 +151,8 @@ def test_an_odyssey_value_that_looks_like_a_listen_block_stays_one_value(postgre
                                                                         user: ServerUser) -> None:
     value = "DISCARD ALL } listen { host * port 7 } database x { user y { pool session"
     with make("odyssey", postgres, user, (("pool_discard_query", value),)) as pooler:
-        pid = pooler._alive().pid
-        assert pid is not None and pooler.tmpdir is not None
-        assert beyond(listening(pid), [str(pooler.tmpdir)]) == []
+        assert pooler.tmpdir is not None
+        assert beyond(listens(pooler), [str(pooler.tmpdir)]) == []
     nothing_listens_on(7)
 
 
@@ -199,3 +204,25 @@ def test_every_key_pgbouncer_shows_is_the_teams_or_leakcheck_s(version: str, pos
              set(bouncer_settings.DROPPED_KEYS)]
     assert shown <= set().union(*lists)
     assert not any(a & b for i, a in enumerate(lists) for b in lists[i + 1:])
+
+
+def test_where_leakcheck_may_not_read_another_users_open_files_the_server_user_reads_them(
+    postgres: PgServer, user: ServerUser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As root without CAP_SYS_PTRACE (a container's default) /proc/<pid>/fd of the server user's pooler
+    # cannot be read (scripts/test also runs this file under `capsh --drop=cap_sys_ptrace`, for real).
+    monkeypatch.setattr(proc_sockets, "_fd_targets", lambda pid: None)
+    with make("odyssey", postgres, user) as pooler:
+        assert Listening("tcp", "127.0.0.1", pooler.port) in listens(pooler)
+    pooler = make("pgbouncer1.24", postgres, user, (("listen_addr", "*"),))
+    said = refused_start(pooler)
+    assert f"listens on tcp:0.0.0.0:{pooler.port}" in said
+
+
+def test_a_pooler_whose_sockets_cannot_be_read_at_all_is_not_used(
+    postgres: PgServer, user: ServerUser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(proc_sockets, "_fd_targets", lambda pid: None)
+    monkeypatch.setattr(pooler_process, "open_files_as", lambda who, pids: [])
+    said = refused_start(make("odyssey", postgres, user))
+    assert "could not see what it listens on (not even its own port" in said

@@ -27,7 +27,13 @@ from leakcheck.provision.host.owner import create, fresh_name
 from leakcheck.provision.host.proc_sockets import beyond, listening
 from leakcheck.provision.host.process import ServerProcess, exit_reason, wait_until
 from leakcheck.provision.host.strays import stop_servers_in
-from leakcheck.provision.host.system import PortClash, ServerUser, free_port, start_retrying_port_clash
+from leakcheck.provision.host.system import (
+    PortClash,
+    ServerUser,
+    free_port,
+    open_files_as,
+    start_retrying_port_clash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +278,16 @@ class PoolerProcess(SpawnThenFinish):
         runs with may be reached from beyond the machine or from another user's folder."""
         pid = self._alive().pid
         assert pid is not None and self.tmpdir is not None
-        outside = beyond(listening(pid, tree=self.forks), [str(self.tmpdir)])
+        try:
+            found = listening(pid, self.forks, lambda pids: open_files_as(self.user, pids))
+        except OSError as exc:
+            found, why = [], f" ({exc})"
+        else:
+            why = ""
+        if not any(s.proto == "tcp" and s.port == self.port for s in found):  # the proof that it looked
+            raise StartError(f"{self.what}: leakcheck could not see what it listens on (not even its own port "
+                             f"{self.port}{why}), so it is not used: stopped it")
+        outside = beyond(found, [str(self.tmpdir)])
         if outside:
             raise StartError(f"{self.what} listens on {', '.join(map(str, outside))}, beyond {HOST} and its own "
                              f"folder {self.tmpdir}: stopped it; a setting reached it that leakcheck did not write, "

@@ -14,6 +14,7 @@ import ipaddress
 import os
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,11 +240,45 @@ def _same_network(pid: int) -> bool:
         return False
 
 
-def listening(pid: int, tree: bool = True) -> list[Listening]:
+def _fd_targets(pid: int) -> list[str] | None:
+    """What `pid`'s open files are (`socket:[N]`, paths...), [] when it ended, None when we may not read
+    them (root without CAP_SYS_PTRACE, as in a container by default, may not read another user's)."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except PermissionError:
+        return None
+    except OSError:
+        return []
+    targets = []
+    for name in names:
+        try:
+            targets.append(os.readlink(f"/proc/{pid}/fd/{name}"))
+        except PermissionError:
+            return None
+        except OSError:
+            continue  # closed meanwhile
+    return targets
+
+
+def listening(pid: int, tree: bool = True,
+              read_as_owner: Callable[[list[int]], list[str]] | None = None) -> list[Listening]:
     """What `pid` and (`tree`) every process it forked listen on, in its own network namespace: its
     Unix and UDP sockets from /proc/<pid>/net, its TCP listeners from sock_diag (from /proc/<pid>/net
-    too when that cannot answer, or for another namespace)."""
-    inodes: set[int] = set().union(*(socket_inodes(p) for p in (process_tree(pid) if tree else [pid])))
+    too when that cannot answer, or for another namespace). Open files we may not read are read by
+    `read_as_owner` (their owner's own reading), else a PermissionError."""
+    targets: list[str] = []
+    denied = []
+    for each in process_tree(pid) if tree else [pid]:
+        found_here = _fd_targets(each)
+        if found_here is None:
+            denied.append(each)
+        else:
+            targets += found_here
+    if denied:
+        if read_as_owner is None:
+            raise PermissionError(f"cannot read the open files of process {denied[0]} (/proc/{denied[0]}/fd)")
+        targets += read_as_owner(denied)
+    inodes = {int(t[8:-1]) for t in targets if t.startswith("socket:[") and t[8:-1].isdigit()}
     if not inodes:
         return []
     tables = [("unix", "unix"), ("udp", "udp"), ("udp6", "udp")]

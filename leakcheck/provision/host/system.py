@@ -293,6 +293,23 @@ def opened_by(user: ServerUser, path: str) -> tuple[int, int] | None:
     return int(words[0]), int(words[1])
 
 
+def open_files_as(user: ServerUser, pids: list[int]) -> list[str]:
+    """What the open files of `pids` (processes of `user`) are, as `user` itself reads /proc/<pid>/fd:
+    root without CAP_SYS_PTRACE (a container's default) may not read another user's. [] when it could
+    not read them either (the caller's proof then fails)."""
+    script = 'for p do for f in /proc/"$p"/fd/*; do readlink "$f"; done; done'
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", *map(str, pids)], user=uid, group=gid, extra_groups=groups, cwd="/",
+            env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return done.stdout.split()
+
+
 def server_user() -> ServerUser:
     """$LEAKCHECK_RUN_AS, else `postgres`, else `nobody` when root; else the current user.
 
