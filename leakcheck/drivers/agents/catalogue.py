@@ -91,7 +91,7 @@ _PGJDBC = Shipped(
         id="pgjdbc",
         language="java",
         sources=("Agent.java",),
-        apt=("libpostgresql-jdbc-java", "libjunixsocket-java"),
+        apt=("default-jdk-headless", "libpostgresql-jdbc-java", "libjunixsocket-java"),  # javac builds it
         build=(("javac", "-cp", PGJDBC_JAR, "-d", "{dir}", "{dir}/Agent.java"),),
         run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
              "-cp", f"{{dir}}:{PGJDBC_JAR}:{JUNIXSOCKET_JAR}", "Agent"),
@@ -227,7 +227,7 @@ CATALOGUE: tuple[Shipped, ...] = (
             _PGJDBC.spec,
             id="pgjdbc-maven",
             sources=("pom.xml", "../pgjdbc/Agent.java"),
-            apt=("maven", "libjunixsocket-java"),
+            apt=("default-jdk-headless", "maven", "libjunixsocket-java"),
             build=(("mvn", "-B", "-q", "-Dstyle.color=never", "-Dmaven.repo.local={cache}/m2",
                     "dependency:copy-dependencies", "-DoutputDirectory={dir}/lib", "-DincludeScope=runtime",
                     "-Dmdep.stripVersion=true"),

@@ -19,7 +19,8 @@ class AgentSpec:
     #: files the agent is built from, relative to leakcheck/drivers/agents/<id>/ ("../pgjdbc/Agent.java":
     #: another agent's file, shared), each copied into its cache folder under its own name
     sources: tuple[str, ...]
-    #: Debian packages it needs (installed by set-up as root; else one printed apt-get line)
+    #: Debian packages it needs, its runtime and build tools included (installed when the driver is asked
+    #: for, as root with apt-get; else the error is the apt-get line to run)
     apt: tuple[str, ...] = ()
     #: npm packages it needs, installed into the agent's cache folder ("pg@8")
     npm: tuple[str, ...] = ()
