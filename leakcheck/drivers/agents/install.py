@@ -4,9 +4,9 @@ Layout: CACHE/agents/<id>/<key>/ holds the agent's sources, what `npm install` a
 and agent.json (`{"release": "8.23.1", "runtime": "node 20.20.2"}`, from the agent's own `hello`,
 i.e. read from what was installed). The key hashes the spec, the sources, the runtime program and
 the compilers of its `tools` (their path, size and time), so a changed agent, runtime or compiler
-gets a folder of its own. Beside the keys, CACHE/agents/<id>/ keeps what its builds download and
-cache (`{cache}` in a spec: Go's module and build caches, cargo's registry and target folder, a Maven
-repository), so a new key builds from there and a registry is asked once. A folder is made
+gets a folder of its own. Beside the keys, CACHE/agents/<id>/.build-cache/ keeps what its builds
+download and cache (`{cache}` in a spec: Go's module and build caches, cargo's registry and target
+folder, a Maven repository), so a new key builds from there and a registry is asked once. A folder is made
 aside (`.<key>-<random>`) under the agent's lock and renamed into place, so a half-made one is never
 used.
 
@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 #: Seconds `npm install` and each apt-get step may take (a build command: its spec's `build_timeout`).
 INSTALL_TIMEOUT = 300.0
 SOURCES = Path(__file__).parent
+#: The folder of CACHE/agents/<id>/ where its builds keep what they download and cache (a spec's `{cache}`).
+#: A build folder: the test suite's cache does not link it from the user's (tests/support/cache.py), as
+#: cargo rewrites its target folder's files in place.
+BUILD_CACHE = ".build-cache"
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,7 @@ def _read(spec: AgentSpec, folder: Path) -> Installed | None:
 
 def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
     work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=store))
-    values = {"dir": str(work), "cache": str(store)}
+    values = {"dir": str(work), "cache": str(store / BUILD_CACHE)}
     for name, tool in _tools(spec).items():
         values |= {name: str(tool.path), f"{name}_version": str(tool.version)}
     env = {**os.environ, **{k: _fill(v, values) for k, v in spec.build_env}} if spec.build_env else None

@@ -25,8 +25,8 @@ class AgentSpec:
     #: npm packages it needs, installed into the agent's cache folder ("pg@8")
     npm: tuple[str, ...] = ()
     #: commands run once in the agent's cache folder; "{dir}" is that folder, "{cache}" the agent's own
-    #: downloads and build caches kept across its builds (CACHE/agents/<id>/: Go modules, cargo's
-    #: registry and target folder, a Maven repository), "{go}" / "{go_version}" a tool of `tools`
+    #: downloads and build caches kept across its builds (CACHE/agents/<id>/.build-cache: Go modules,
+    #: cargo's registry and target folder, a Maven repository), "{go}" / "{go_version}" a tool of `tools`
     build: tuple[tuple[str, ...], ...] = ()
     #: the build commands' environment on top of leakcheck's own (values with the placeholders of `build`)
     build_env: tuple[tuple[str, str], ...] = ()
