@@ -149,6 +149,8 @@ def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
                                      "`apt-get install -y nodejs npm`")
             _run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", *spec.npm], work,
                  f"npm install {' '.join(spec.npm)} for the {spec.id} agent")
+        if spec.tools:  # a compiled agent's first build fetches its packages and compiles them: minutes
+            log.info(f"building the {spec.id} agent into {store} with {', '.join(values[n] for n, _ in spec.tools)}")
         for command in spec.build:
             argv = [_fill(part, values) for part in command]
             _run(argv, work, f"building the {spec.id} agent ({' '.join(argv)})", env, spec.build_timeout)
