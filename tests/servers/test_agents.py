@@ -201,3 +201,23 @@ def test_an_agent_whose_hello_says_it_cannot_cancel_is_never_sent_a_cancel(measu
     before, after, words = asyncio.run(run())
     assert after == before  # no request: a PDO cancel would be answered only after the statement it cancels
     assert words == "the pdo agent cannot cancel: PDO has no cancel and PHP runs one request at a time"
+
+
+def test_an_agent_whose_driver_has_no_prepared_path_makes_a_prepared_probe_not_applicable_in_its_words(
+    measure: Measure,
+) -> None:
+    from leakcheck.model.errors import NotApplicable
+
+    # Prisma 7 at its defaults: @prisma/adapter-pg names no statement without a statementNameGenerator.
+    async def run() -> tuple[str, list[tuple[object, ...]]]:
+        client = await _connect(Driver("prisma"), "A", measure)
+        try:
+            with pytest.raises(NotApplicable) as caught:
+                await client.prepared("SELECT 'app'::text")
+            return str(caught.value), await client.query("SELECT name FROM pg_prepared_statements")
+        finally:
+            await client.close()
+
+    words, names = asyncio.run(run())
+    assert words.startswith("the prisma agent refused 'prepared' (unsupported): Prisma 7 names no statement"), words
+    assert names == []

@@ -147,7 +147,9 @@ def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
             if npm is None:
                 raise ProvisionError(f"the {spec.id} agent needs npm (and node): install them, e.g. "
                                      "`apt-get install -y nodejs npm`")
-            _run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", *spec.npm], work,
+            # no package's install script runs (as root, at install): no agent needs one, and Prisma's would
+            # fetch its schema engine from binaries.prisma.sh, outside npm
+            _run([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", *spec.npm], work,
                  f"npm install {' '.join(spec.npm)} for the {spec.id} agent")
         if spec.tools:  # a compiled agent's first build fetches its packages and compiles them: minutes
             log.info(f"building the {spec.id} agent into {store} with {', '.join(values[n] for n, _ in spec.tools)}")

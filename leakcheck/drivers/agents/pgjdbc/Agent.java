@@ -262,7 +262,7 @@ public final class Agent {
         }
     }
 
-    private static List<Object> rows(ResultSet rs) throws SQLException {
+    static List<Object> rows(ResultSet rs) throws SQLException {
         ResultSetMetaData meta = rs.getMetaData();
         List<Object> rows = new ArrayList<>();
         while (rs.next()) {
@@ -274,7 +274,7 @@ public final class Agent {
     }
 
     /** An array's elements (nested arrays for more dimensions): numbers, booleans and null as JSON, the rest as text. */
-    private static List<Object> elements(Object array) {
+    static List<Object> elements(Object array) {
         List<Object> out = new ArrayList<>();
         for (Object element : (Object[]) array) {
             if (element instanceof Object[]) out.add(elements(element));
@@ -334,14 +334,14 @@ public final class Agent {
         return (String) value;
     }
 
-    private static Map<String, Object> success(Object id) {
+    static Map<String, Object> success(Object id) {
         Map<String, Object> answer = new LinkedHashMap<>();
         answer.put("id", id);
         answer.put("ok", true);
         return answer;
     }
 
-    private static Map<String, Object> failure(Object id, String sqlstate, String cls, String message) {
+    static Map<String, Object> failure(Object id, String sqlstate, String cls, String message) {
         Map<String, Object> error = new LinkedHashMap<>();
         error.put("sqlstate", sqlstate == null ? "" : sqlstate);
         error.put("class", cls);
