@@ -221,3 +221,30 @@ def test_an_agent_whose_driver_has_no_prepared_path_makes_a_prepared_probe_not_a
     words, names = asyncio.run(run())
     assert words.startswith("the prisma agent refused 'prepared' (unsupported): Prisma 7 names no statement"), words
     assert names == []
+
+
+def test_prisma_ends_its_connection_after_its_own_failed_statement_and_keeps_it_after_the_harnesss(
+    measure: Measure,
+) -> None:
+    # pg's pool (under Prisma) drops a connection whose statement failed (release(err)): an application's
+    # next query opens a new one. The harness's own statements run beside Prisma's, on the connection held.
+    direct = measure.backend.postgres(measure.pg(TEST_PG[0])).as_user(APP_ROLE)
+    pid = "SELECT pg_backend_pid()"
+
+    async def run() -> tuple[list[object], str]:
+        client = await connect(Driver("prisma"), "A", direct, (("statementNameGenerator", "hash"),))
+        try:
+            pids = [(await client.query(pid))[0][0]]
+            with pytest.raises(ServerError):
+                await client.query("SELECT 1/0")
+            pids.append((await client.query(pid))[0][0])
+            with pytest.raises(ServerError) as caught:
+                await client.prepared("SELECT 1/0")
+            pids.append((await client.prepared(pid))[0][0])
+            return pids, str(caught.value)
+        finally:
+            await client.close()
+
+    (first, after_harness, after_prisma), said = asyncio.run(run())
+    assert first == after_harness != after_prisma
+    assert said == "22012: division by zero (PrismaClientKnownRequestError)", said

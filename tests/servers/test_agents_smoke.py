@@ -43,7 +43,7 @@ NAMES = {"pgjdbc": r"S_\d+", "pgjdbc-maven": r"S_\d+", "pdo": r"pdo_stmt_[0-9a-f
 ERROR_CLASSES = {"pgjdbc": "org.postgresql.util.PSQLException", "pgjdbc-maven": "org.postgresql.util.PSQLException",
                  "pdo": "PDOException", "ruby-pg": "PG::DivisionByZero", "pgx": "*pgconn.PgError",
                  "pgx-v5": "*pgconn.PgError", "sqlx": "sqlx::postgres::PgDatabaseError",
-                 "tokio-postgres": "tokio_postgres::error::DbError", "prisma": "PrismaClientKnownRequestError",
+                 "tokio-postgres": "tokio_postgres::error::DbError", "prisma": "DatabaseError",  # (pg's, under Prisma)
                  "hibernate": "org.springframework.dao.DataIntegrityViolationException"}
 #: how the statement a cancel stopped fails: pgx v4 cancels by context and closes its connection
 CANCELLED = {"pgjdbc": "57014", "pgjdbc-maven": "57014", "ruby-pg": "57014", "pgx": "08006", "pgx-v5": "57014",
@@ -85,8 +85,8 @@ class Agent:
 
     def __init__(self, spec: AgentSpec, folder: Path) -> None:
         argv = [part.replace("{dir}", str(folder)) for part in spec.run]
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                        encoding="utf-8")
+        self.process = subprocess.Popen(argv, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        encoding="utf-8")  # in its folder, as leakcheck starts it (process.py)
         self.lines: queue.Queue[str] = queue.Queue()
         self.next_id = 0
         self.reader = threading.Thread(target=self._read, daemon=True)

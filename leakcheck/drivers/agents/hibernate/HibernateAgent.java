@@ -2,15 +2,16 @@
 // slot, JSON lines on stdin/stdout (docs: agent protocol 1). pgjdbc's Agent.java is compiled beside it for
 // its JSON and row helpers.
 //
-// The application boots once (SpringApplication: Hibernate's EntityManagerFactory, JpaTransactionManager,
-// JdbcTemplate); `connect` points its DataSource at a new HikariDataSource of one connection (the slot's)
-// with the request's pgjdbc settings in the JDBC URL, as an application's spring.datasource.url has them.
-// query/execute = JdbcTemplate with a plain Statement whose prepareThreshold is 0 (never named);
-// prepared = a Hibernate native query (JPA's createNativeQuery().getResultList() on Spring's shared
-// EntityManager), each run a PreparedStatement pgjdbc names S_n from its prepareThreshold-th run of the
-// text; begin/commit/rollback = Spring's PlatformTransactionManager (JpaTransactionManager), held on the
-// worker thread; cancel = Statement.cancel() of the statement running (what Hibernate's
-// Session.cancelQuery does), or pgjdbc's cancelQuery with the connection's key when nothing runs.
+// `connect` points the application's DataSource at a new HikariDataSource of one connection (the slot's),
+// the request's pgjdbc settings in the JDBC URL, as an application's spring.datasource.url has them.
+// query/execute = Spring's JdbcTemplate with a plain Statement whose prepareThreshold is 0 (never named),
+// on the transaction's connection while one is open; prepared = a Hibernate native query (JPA's
+// createNativeQuery().getResultList() on Spring's shared EntityManager), each run a PreparedStatement
+// pgjdbc names S_n from its prepareThreshold-th run of the text; begin/commit/rollback = Spring's
+// PlatformTransactionManager (Spring Boot's JpaTransactionManager), held on the worker thread; cancel =
+// Statement.cancel() of the statement running (what Hibernate's Session.cancelQuery does), or pgjdbc's
+// cancelQuery with the connection's key when nothing runs. The application (SpringApplication, Hibernate's
+// EntityManagerFactory) boots at the first request that needs JPA.
 
 import java.io.BufferedReader;
 import java.io.FileDescriptor;
@@ -41,8 +42,9 @@ import org.postgresql.PGProperty;
 import org.postgresql.PGStatement;
 import org.springframework.boot.SpringBootVersion;
 import org.springframework.boot.WebApplicationType;
-import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.autoconfigure.ImportAutoConfiguration;
 import org.springframework.boot.builder.SpringApplicationBuilder;
+import org.springframework.boot.hibernate.autoconfigure.HibernateJpaAutoConfiguration;
 import org.springframework.boot.persistence.autoconfigure.EntityScan;
 import org.springframework.context.ConfigurableApplicationContext;
 import org.springframework.context.annotation.Bean;
@@ -56,7 +58,7 @@ import org.springframework.transaction.TransactionStatus;
 import org.springframework.transaction.support.DefaultTransactionDefinition;
 
 @Configuration(proxyBeanMethods = false)
-@EnableAutoConfiguration
+@ImportAutoConfiguration(HibernateJpaAutoConfiguration.class) // what @SpringBootApplication applies for JPA; none else
 @EntityScan("leakcheck.agent.entities") // none: the agent runs SQL only (the default package would scan everything)
 public class HibernateAgent {
     /** The protocol's stdout: answers only (Spring's and Hibernate's logs go to stderr). */
@@ -68,7 +70,9 @@ public class HibernateAgent {
         public void afterPropertiesSet() { }
     };
 
-    private JdbcTemplate jdbc;
+    /** Plain statements through Spring JDBC: on the transaction's connection while one is open, else the pool's. */
+    private final JdbcTemplate jdbc = new JdbcTemplate(SOURCE);
+    /** Spring's shared EntityManager and its JpaTransactionManager, once the application has booted. */
     private EntityManager entities;
     private PlatformTransactionManager transactions;
     private HikariDataSource pool;
@@ -89,20 +93,35 @@ public class HibernateAgent {
         return SOURCE;
     }
 
-    public static void main(String[] args) throws Exception {
-        System.setOut(System.err);
+    /**
+     * Boots the application (SpringApplication: Hibernate's EntityManagerFactory, JpaTransactionManager) at the
+     * first request that needs JPA or its transactions: booting sends nothing to the server, and an agent that
+     * only runs plain statements (a probe's third client) never pays for it.
+     */
+    private void boot() {
+        if (entities != null) return;
         ConfigurableApplicationContext context = new SpringApplicationBuilder(HibernateAgent.class)
                 .web(WebApplicationType.NONE).logStartupInfo(false)
                 .properties("spring.main.banner-mode=off", "logging.level.root=WARN",
-                        "spring.data.jpa.repositories.enabled=false", "spring.sql.init.mode=never", "spring.jpa.hibernate.ddl-auto=none",
+                        "spring.sql.init.mode=never", "spring.jpa.hibernate.ddl-auto=none",
                         // no connection at boot (there is no endpoint yet): the database is named, not asked
                         "spring.jpa.properties.jakarta.persistence.database-product-name=PostgreSQL",
                         "spring.jpa.properties.hibernate.boot.allow_jdbc_metadata_access=false")
-                .run(args);
+                .run();
+        transactions = context.getBean(PlatformTransactionManager.class);
+        entities = SharedEntityManagerCreator.createSharedEntityManager(context.getBean(EntityManagerFactory.class));
+    }
+
+    public static void main(String[] args) throws Exception {
+        System.setOut(System.err);
+        // warnings only, as Spring Boot's logging.level.root below (logback's own default is DEBUG, until it boots)
+        ((ch.qos.logback.classic.Logger) org.slf4j.LoggerFactory.getLogger(org.slf4j.Logger.ROOT_LOGGER_NAME))
+                .setLevel(ch.qos.logback.classic.Level.WARN);
         HibernateAgent agent = new HibernateAgent();
-        agent.jdbc = context.getBean(JdbcTemplate.class);
-        agent.entities = SharedEntityManagerCreator.createSharedEntityManager(context.getBean(EntityManagerFactory.class));
-        agent.transactions = context.getBean(PlatformTransactionManager.class);
+        if (args.length > 0 && args[0].equals("--boot-and-exit")) { // the build's class-data archive run
+            agent.boot();
+            System.exit(0);
+        }
         LinkedBlockingQueue<Map<String, Object>> queue = new LinkedBlockingQueue<>();
         Thread reader = new Thread(() -> agent.read(queue), "stdin");
         reader.setDaemon(true);
@@ -213,6 +232,7 @@ public class HibernateAgent {
                 jdbc.execute(plain(sql, false));
                 return;
             case "prepared": {
+                boot();
                 int times = request.get("times") == null ? 1 : ((Number) request.get("times")).intValue();
                 List<?> result = List.of();
                 for (int i = 0; i < times; i++) result = entities.createNativeQuery(sql).getResultList();
@@ -226,6 +246,7 @@ public class HibernateAgent {
                         + "drop the server statement pgjdbc's cache keeps");
             case "begin":
                 if (open != null) throw new Refused("usage", "a transaction is already open");
+                boot();
                 open = transactions.getTransaction(new DefaultTransactionDefinition());
                 return;
             case "commit":

@@ -1,19 +1,22 @@
 'use strict'
 // leakcheck's agent for Prisma ORM 7 (npm "prisma", "@prisma/client", "@prisma/adapter-pg"): one client
-// slot, one PrismaClient per `connect` over Prisma's driver adapter for node-postgres, the only way Prisma 7
-// reaches PostgreSQL (its Rust query engine is gone). Protocol: docs/agent-protocol.md (JSON lines).
+// slot, one PrismaClient per `connect` over Prisma's driver adapter for node-postgres (pg), the only way
+// Prisma 7 reaches PostgreSQL (its Rust query engine is gone). Protocol: docs/agent-protocol.md.
 //
-// query/execute = $queryRawUnsafe / $executeRawUnsafe, never named (the simple query protocol); prepared =
-// $queryRaw as a tagged template; begin/commit/rollback = an interactive $transaction held open across
-// requests, every statement meanwhile through its transaction client. The connection URL is the team's:
-// `pgbouncer=true` and `options` are its parameters (Prisma 7 reads neither itself: pg takes `options`
-// and ignores `pgbouncer`, and nothing sends DEALLOCATE ALL any more).
+// The application's pg.Pool holds the slot's one connection. prepared = $queryRaw as a tagged template
+// (named only by a statementNameGenerator: without one, Prisma has no prepared path, and `prepared` is
+// `unsupported`); begin/commit/rollback = an interactive $transaction held open across requests, Prisma's
+// own statements meanwhile through its transaction client. query/execute, the harness's own statements,
+// run unnamed on that same connection, held by the agent between Prisma's calls: Prisma's raw path cannot
+// return a void column (pg_advisory_lock) and pg's pool closes a connection after any failed statement
+// (release(err)), so the errors the probes provoke on purpose would end the session they observe; a
+// failure of Prisma's own calls still does, as in any Prisma application. The connection URL is the
+// team's: `pgbouncer=true` and `options` are its parameters (Prisma 7 reads neither: pg takes `options`
+// and ignores `pgbouncer`; nothing sends DEALLOCATE ALL any more).
 const crypto = require('node:crypto')
 const path = require('node:path')
 const readline = require('node:readline')
 const pg = require('pg')
-const { PrismaClient } = require('@prisma/client')
-const { PrismaPg } = require('@prisma/adapter-pg')
 
 // The protocol's stdout holds answers only: anything Prisma would print there goes to stderr.
 console.log = console.error
@@ -22,16 +25,18 @@ const SETTINGS = { pgbouncer: 'false', options: '', statementNameGenerator: 'non
 // An interactive transaction's bounds: Prisma's default timeout (5 s) ends one an application holds
 // across requests; this agent holds it as long as leakcheck's own answer bound.
 const TRANSACTION = { maxWait: 10000, timeout: 30000 }
-const COLUMN = { Int64: 1, Float: 2, Double: 3, Int64Array: 65, FloatArray: 66, DoubleArray: 67 }
+const INT8 = new Set([20, 1016]) // int8 and int8[] (pg's oids): their digits, exactly
+const ARRAYS = new Set([1000, 1005, 1007, 1009, 1015, 1016, 1021, 1022]) // bool, int and text arrays
 const ROLLBACK = new Error('rollback requested')
 
-let prisma = null
+let prisma = null // the connection's PrismaClient, made at the first call of Prisma's own
+let generator = undefined // the connection's statementNameGenerator
 let pool = null
+let held = null // the pool's one client while the agent holds it (between Prisma's calls)
+let acquired = null // the client the pool last handed out (to Prisma's interactive transaction, in `begin`)
 let tx = null // { client, finish(commit), done }: the interactive transaction held open
 let notifications = []
 let last = null // the result set the adapter last handed Prisma: its rows in column order
-let unnamed = false // the harness's statements: never named, whatever the generator
-let named = false // the connection's statementNameGenerator names statements
 
 const usage = (message) => Object.assign(new Error(message), { usage: true })
 const unsupported = (message) => Object.assign(new Error(message), { unsupported: true })
@@ -40,7 +45,7 @@ const unsupported = (message) => Object.assign(new Error(message), { unsupported
 // statement cache needs (it refuses a name given to another text).
 const GENERATORS = {
   none: undefined,
-  hash: (query) => (unnamed ? undefined : `prisma_${crypto.createHash('sha256').update(query.sql).digest('hex').slice(0, 16)}`),
+  hash: (query) => `prisma_${crypto.createHash('sha256').update(query.sql).digest('hex').slice(0, 16)}`,
 }
 
 // Prisma turns raw rows into objects keyed by column name (two columns of one name become one): the rows
@@ -52,6 +57,7 @@ function watched(queryable) {
 }
 
 function adapter(options) {
+  const { PrismaPg } = require('@prisma/adapter-pg')
   const factory = new PrismaPg(pool, options)
   const connect = factory.connect.bind(factory)
   factory.connect = async () => {
@@ -63,27 +69,26 @@ function adapter(options) {
   return factory
 }
 
-// Values: booleans and numbers as JSON, int8 exactly (its digits), arrays as arrays, the rest as text.
-function encode(value, type) {
+// The harness's values, by pg's oid: booleans and numbers as JSON, arrays as arrays, the rest as text.
+function parser(oid) {
+  if (oid === 16) return (v) => v === 't'
+  if (oid === 21 || oid === 23 || oid === 26) return Number
+  if (oid === 700 || oid === 701) return (v) => (Number.isFinite(Number(v)) ? Number(v) : v)
+  if (ARRAYS.has(oid)) return pg.types.getTypeParser(oid, 'text')
+  return (v) => v
+}
+const types = { getTypeParser: parser }
+
+function encode(value, int8) {
   if (value === null || value === undefined) return 'null'
-  if (Array.isArray(value)) return '[' + value.map((v) => encode(v, type & ~64)).join(',') + ']'
-  if (type === COLUMN.Int64 && /^-?\d+$/.test(String(value))) return String(value)
-  if ((type === COLUMN.Float || type === COLUMN.Double) && typeof value === 'string') {
-    return Number.isFinite(Number(value)) ? String(Number(value)) : JSON.stringify(value)
-  }
+  if (Array.isArray(value)) return '[' + value.map((v) => encode(v, int8)).join(',') + ']'
+  if (int8 && /^-?\d+$/.test(String(value))) return String(value)
   if (typeof value === 'number' && !Number.isFinite(value)) return JSON.stringify(String(value))
   if (typeof value === 'boolean' || typeof value === 'number') return JSON.stringify(value)
-  if (value instanceof Uint8Array) return JSON.stringify('\\x' + Buffer.from(value).toString('hex'))
-  return JSON.stringify(typeof value === 'object' ? JSON.stringify(value) : String(value))
+  return JSON.stringify(String(value))
 }
 
-async function rows(run) {
-  last = null
-  await run()
-  if (!last) return []
-  const types = last.columnTypes
-  return last.rows.map((row) => '[' + row.map((v, i) => encode(v, types[i])).join(',') + ']')
-}
+const line = (row, int8) => '[' + row.map((v, i) => encode(v, int8[i])).join(',') + ']'
 
 // Prisma's error, with the server's SQLSTATE and words its adapter kept (meta.driverAdapterError.cause).
 function failure(err) {
@@ -126,18 +131,30 @@ async function connect(req) {
   // (pg's default closes it after 10 s), opened now so a refused login is this request's answer.
   const p = new pg.Pool({ connectionString: url(req, settings), max: 1, idleTimeoutMillis: 0, connectionTimeoutMillis: 10000 })
   p.on('error', (err) => process.stderr.write(`pool: ${err.message}\n`))
-  p.on('connect', (client) => client.on('notification', (n) => notifications.push({ channel: n.channel, payload: n.payload || '' })))
+  p.on('connect', (client) => {
+    client.on('error', (err) => process.stderr.write(`connection: ${err.message}\n`)) // also while checked out
+    client.on('notification', (n) => notifications.push({ channel: n.channel, payload: n.payload || '' }))
+  })
+  p.on('acquire', (client) => { acquired = client })
   try {
-    (await p.connect()).release()
+    held = await p.connect()
   } catch (err) {
     await p.end().catch(() => {})
     throw err
   }
   pool = p
-  const generator = GENERATORS[settings.statementNameGenerator]
-  named = Boolean(generator)
-  prisma = new PrismaClient({ adapter: adapter(generator ? { statementNameGenerator: generator } : {}) })
-  await prisma.$connect()
+  generator = GENERATORS[settings.statementNameGenerator]
+}
+
+// The application's PrismaClient, made at the first call that needs it (prepared, begin): making it sends
+// nothing to the server, and an agent that only runs the harness's statements never loads Prisma's engine.
+async function client() {
+  if (!prisma) {
+    const { PrismaClient } = require('@prisma/client')
+    prisma = new PrismaClient({ adapter: adapter(generator ? { statementNameGenerator: generator } : {}) })
+    await prisma.$connect()
+  }
+  return prisma
 }
 
 async function close() {
@@ -147,35 +164,55 @@ async function close() {
   tx = null
   notifications = []
   if (t) await end(t, false).catch(() => {})
+  letGo()
   if (c) await c.$disconnect().catch(() => {})
   if (p) await p.end().catch(() => {})
 }
 
-// Statements go through the interactive transaction's client while one is open, as in its callback.
-const db = () => (tx ? tx.client : prisma)
+// The agent lets go of the connection for a call of Prisma's own, and takes it back after.
+function letGo() {
+  if (held) held.release()
+  held = null
+}
 
-async function harness(run) {
-  unnamed = true
+async function prismas(call) {
+  if (tx) return await call(tx.client)
+  const db = await client()
+  letGo()
   try {
-    return await run()
+    return await call(db)
   } finally {
-    unnamed = false
+    held = await pool.connect()
   }
+}
+
+// The harness's statements: unnamed (no values: pg sends a simple query), on the slot's connection.
+async function plain(sql) {
+  const client = tx ? acquired : held
+  if (!client) throw Object.assign(new Error('the connection was closed'), { code: '08006' })
+  return await client.query({ text: sql, rowMode: 'array', types })
 }
 
 // $transaction(async (tx) => ...) driven step by step: its callback hands out the transaction client and
 // returns when `commit` comes (Prisma commits), or throws when `rollback` comes (Prisma rolls back).
 async function begin() {
   if (tx) throw usage('a transaction is already open')
+  const db = await client()
+  letGo()
   let opened, failed, finish
   const ready = new Promise((resolve, reject) => { opened = resolve; failed = reject })
   const finished = new Promise((resolve) => { finish = resolve })
-  const done = prisma.$transaction(async (client) => {
-    opened(client)
+  const done = db.$transaction(async (transaction) => {
+    opened(transaction)
     if (!(await finished)) throw ROLLBACK
   }, TRANSACTION)
   done.catch(failed)
-  tx = { client: await ready, finish, done }
+  try {
+    tx = { client: await ready, finish, done }
+  } catch (err) {
+    held = await pool.connect()
+    throw err
+  }
 }
 
 async function end(t, commit) {
@@ -191,7 +228,11 @@ async function finish(commit) {
   if (!tx) throw usage('no transaction is open: send begin first')
   const t = tx
   tx = null
-  await end(t, commit)
+  try {
+    await end(t, commit)
+  } finally {
+    held = await pool.connect()
+  }
 }
 
 const ops = {
@@ -200,19 +241,27 @@ const ops = {
     no_cancel: 'Prisma Client has no API to cancel a running query',
   }),
   connect: async (req) => { await connect(req); return {} },
-  // The harness way: $queryRawUnsafe without values, unnamed (node-postgres then sends it as a simple query).
-  query: async (req) => ({ rows: await harness(() => rows(() => db().$queryRawUnsafe(req.sql))) }),
-  execute: async (req) => { await harness(() => db().$executeRawUnsafe(req.sql)); return {} },
-  // The application way: $queryRaw`...` (the tagged template's own call); named only by a statementNameGenerator.
+  query: async (req) => {
+    const result = await plain(req.sql)
+    const last = Array.isArray(result) ? result[result.length - 1] : result
+    const int8 = last.fields.map((f) => INT8.has(f.dataTypeID))
+    return { rows: last.rows.map((row) => line(row, int8)) }
+  },
+  execute: async (req) => { await plain(req.sql); return {} },
+  // The application way: $queryRaw`...` (the tagged template's own call), named by the statementNameGenerator.
   prepared: async (req) => {
-    if (!named) {
+    if (!generator) {
       throw unsupported('Prisma 7 names no statement unless the application gives @prisma/adapter-pg a statementNameGenerator '
         + '(statementNameGenerator=hash here): its $queryRaw runs unnamed, so no prepared statement exists to measure')
     }
     const strings = Object.assign([req.sql], { raw: [req.sql] })
-    let result = []
-    for (let i = 0; i < (req.times || 1); i++) result = await rows(() => db().$queryRaw(strings))
-    return { rows: result }
+    for (let i = 0; i < (req.times || 1); i++) {
+      last = null
+      await prismas((db) => db.$queryRaw(strings))
+    }
+    if (!last) return { rows: [] }
+    const int8 = last.columnTypes.map((type) => type === 1 || type === 65) // Int64, Int64Array
+    return { rows: last.rows.map((row) => line(row, int8)) }
   },
   free: async () => { throw unsupported('Prisma has no API to free a prepared statement') },
   begin: async () => { await begin(); return {} },
@@ -227,7 +276,7 @@ function answer(id, body, err) {
     const cls = err.usage ? 'usage' : err.unsupported ? 'unsupported' : null
     out.error = cls ? { sqlstate: '', class: cls, message: err.message } : failure(err)
   }
-  if (prisma) out.notifications = notifications.splice(0)
+  if (pool) out.notifications = notifications.splice(0)
   // node-postgres (under Prisma) exposes no ParameterStatus values: `parameters` is omitted.
   const found = body && body.rows
   const fields = Object.entries(body || {}).filter(([k]) => k !== 'rows').map(([k, v]) => `,${JSON.stringify(k)}:${JSON.stringify(v)}`)
@@ -237,12 +286,12 @@ function answer(id, body, err) {
 
 let queue = Promise.resolve()
 const lines = readline.createInterface({ input: process.stdin })
-lines.on('line', (line) => {
+lines.on('line', (text) => {
   let req
   try {
-    req = JSON.parse(line)
+    req = JSON.parse(text)
   } catch (err) {
-    return answer(null, null, usage(`not JSON: ${line.slice(0, 80)}`))
+    return answer(null, null, usage(`not JSON: ${text.slice(0, 80)}`))
   }
   if (req.op === 'cancel') return answer(req.id, null, unsupported('Prisma Client has no API to cancel a running query'))
   if (req.op === 'exit') {
@@ -252,7 +301,7 @@ lines.on('line', (line) => {
   const op = ops[req.op]
   queue = queue.then(async () => {
     if (!op) return answer(req.id, null, usage(`unknown op ${req.op}`))
-    if (req.op !== 'hello' && req.op !== 'connect' && req.op !== 'close' && !prisma) {
+    if (req.op !== 'hello' && req.op !== 'connect' && req.op !== 'close' && !pool) {
       return answer(req.id, null, usage('not connected'))
     }
     try {
