@@ -13,22 +13,14 @@
 // cancelQuery with the connection's key when nothing runs. The application (SpringApplication, Hibernate's
 // EntityManagerFactory) boots at the first request that needs JPA.
 
-import java.io.BufferedReader;
-import java.io.FileDescriptor;
-import java.io.FileOutputStream;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.concurrent.LinkedBlockingQueue;
 
 import javax.sql.DataSource;
 
@@ -61,9 +53,6 @@ import org.springframework.transaction.support.DefaultTransactionDefinition;
 @ImportAutoConfiguration(HibernateJpaAutoConfiguration.class) // what @SpringBootApplication applies for JPA; none else
 @EntityScan("leakcheck.agent.entities") // none: the agent runs SQL only (the default package would scan everything)
 public class HibernateAgent {
-    /** The protocol's stdout: answers only (Spring's and Hibernate's logs go to stderr). */
-    private static final PrintStream OUT = new PrintStream(new FileOutputStream(FileDescriptor.out), true, StandardCharsets.UTF_8);
-    private static final Map<String, Object> END = new HashMap<>();
     /** The DataSource the application boots with; `connect` points it at the slot's own pool (none before). */
     private static final DelegatingDataSource SOURCE = new DelegatingDataSource() {
         @Override
@@ -113,7 +102,7 @@ public class HibernateAgent {
     }
 
     public static void main(String[] args) throws Exception {
-        System.setOut(System.err);
+        System.setOut(System.err); // the protocol's stdout is Agent's own
         // warnings only, as Spring Boot's logging.level.root below (logback's own default is DEBUG, until it boots)
         ((ch.qos.logback.classic.Logger) org.slf4j.LoggerFactory.getLogger(org.slf4j.Logger.ROOT_LOGGER_NAME))
                 .setLevel(ch.qos.logback.classic.Level.WARN);
@@ -122,40 +111,9 @@ public class HibernateAgent {
             agent.boot();
             System.exit(0);
         }
-        LinkedBlockingQueue<Map<String, Object>> queue = new LinkedBlockingQueue<>();
-        Thread reader = new Thread(() -> agent.read(queue), "stdin");
-        reader.setDaemon(true);
-        reader.start();
-        while (true) { // the worker: Spring binds a transaction to this thread
-            Map<String, Object> request = queue.take();
-            if (request == END) break;
-            send(agent.answer(request));
-            if ("exit".equals(request.get("op"))) break;
-        }
+        Agent.serve(agent::answer, agent::cancel); // (Spring binds a transaction to the worker thread: this one)
         agent.close();
         System.exit(0);
-    }
-
-    /** The stdin reader: acts on `cancel` at once, queues everything else for the worker. */
-    private void read(LinkedBlockingQueue<Map<String, Object>> queue) {
-        try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
-            String line;
-            while ((line = in.readLine()) != null) {
-                if (line.isBlank()) continue;
-                Map<String, Object> request;
-                try {
-                    request = Json.object(line);
-                } catch (IllegalArgumentException e) {
-                    send(Agent.failure(null, "", "usage", "bad request line: " + e.getMessage()));
-                    continue;
-                }
-                if ("cancel".equals(request.get("op"))) send(cancel(request.get("id")));
-                else queue.add(request);
-            }
-        } catch (Exception e) {
-            System.err.println("agent: stdin: " + e);
-        }
-        queue.add(END);
     }
 
     private Map<String, Object> cancel(Object id) {
@@ -365,9 +323,5 @@ public class HibernateAgent {
         Object value = request.get(key);
         if (!(value instanceof String)) throw new Refused("usage", "request needs a string " + key);
         return (String) value;
-    }
-
-    private static synchronized void send(Map<String, Object> answer) {
-        OUT.println(Json.write(answer));
     }
 }
