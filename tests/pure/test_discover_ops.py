@@ -91,6 +91,13 @@ def test_a_driver_draws_free_only_where_it_can_and_an_agent_no_bound_parameter()
     assert {op.variant for op in native if op.kind is Kind.BEGIN} == {"", DRIVER}
 
 
+def test_a_driver_without_a_prepared_path_draws_no_protocol_prepare_and_no_free() -> None:
+    # Prisma 7 without a statementNameGenerator names no statement: its agent answers prepared `unsupported`
+    drawn = universe(Abilities(bound=False, free=False, prepared=False))
+    assert drawn and not any(op.kind in (Kind.PROTOCOL, Kind.FREE) for op in drawn)
+    assert any(op.kind is Kind.PROTOCOL for op in universe(Abilities(bound=False)))
+
+
 def test_a_transaction_ends_the_way_it_began() -> None:
     drawn = [Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT), Op(A, Kind.BEGIN), Op(A, Kind.ROLLBACK, "", DRIVER),
              Op(A, Kind.BEGIN, "", DRIVER), Op(B, Kind.OBSERVE)]

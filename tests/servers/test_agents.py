@@ -248,3 +248,13 @@ def test_prisma_ends_its_connection_after_its_own_failed_statement_and_keeps_it_
     (first, after_harness, after_prisma), said = asyncio.run(run())
     assert first == after_harness != after_prisma
     assert said == "22012: division by zero (PrismaClientKnownRequestError)", said
+
+
+def test_discovery_asks_an_agent_without_a_prepared_path_for_none(measure: Measure) -> None:
+    from leakcheck.discover.driver_api import abilities
+
+    # Prisma at its defaults answers prepared `unsupported`: discovery then draws no protocol prepare
+    # (it stopped at once before: "the harness failed on no ops: NotApplicable").
+    direct = measure.backend.postgres(measure.pg(TEST_PG[0])).as_user(APP_ROLE)
+    assert asyncio.run(abilities(Driver("prisma"), direct)).prepared is False
+    assert asyncio.run(abilities(Driver("prisma"), direct, (("statementNameGenerator", "hash"),))).prepared is True
