@@ -77,6 +77,8 @@ class PoolerProcess(SpawnThenFinish):
     config: ClassVar[str]  # its main config file, for messages
     stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
     death_signal: ClassVar[signal.Signals] = signal.SIGKILL
+    #: Its main process forks others that may outlive it, and makes System V objects (ServerProcess's `forks`).
+    forks: ClassVar[bool] = False
     ready_timeout: ClassVar[float] = 15.0
     stop_timeout: ClassVar[float] = 3.0
     host = HOST
@@ -207,6 +209,7 @@ class PoolerProcess(SpawnThenFinish):
         self._process = ServerProcess(
             self.what, [*self.binary.argv, *tail], self.user, self.tmpdir, self.tmpdir / f"{self.name}.out",
             stop_signal=self._stop_signal(), stop_timeout=self.stop_timeout, death_signal=self.death_signal,
+            forks=self.forks,
         )
         self._process.spawn()
 

@@ -71,8 +71,8 @@ def servers_in(folder: Path) -> list[int]:
     return [pid for pid in pids if pid != os.getpid() and _runs_from(pid, folders, uid)]
 
 
-def stop_servers_in(folder: Path) -> int:
-    """SIGKILL every server process running from `folder` and wait until they are gone; how many."""
+def stop_servers_in(folder: Path) -> list[int]:
+    """SIGKILL every server process running from `folder` and wait until they are gone; their pids."""
     pids = servers_in(folder)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -80,7 +80,7 @@ def stop_servers_in(folder: Path) -> int:
     deadline = time.monotonic() + GONE_TIMEOUT
     while any(start_time(pid) is not None for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return len(pids)
+    return pids
 
 
 def remove_folder(folder: Path) -> None:

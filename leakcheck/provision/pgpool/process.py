@@ -16,6 +16,10 @@ restarted.
 pgpool-II keeps System V shared memory and semaphores that only its own shutdown removes, and
 its children outlive a main process ended by SIGKILL. So it stops with SIGINT (fast shutdown: it
 ends its children and removes them), and gets SIGINT, not SIGKILL, when leakcheck dies (PDEATHSIG).
+When its main process ends otherwise (killed, or SIGINT while it starts, before it handles it), its
+children are stopped and its objects removed by the run as soon as it sees the end, or by the sweep
+of a killed run (ServerProcess's `forks`: the main process is in its folder's ledger from its start,
+the objects once it answers).
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class PgpoolProcess(PoolerProcess):
     config = "pgpool.conf"
     stop_signal = signal.SIGINT
     death_signal = signal.SIGINT
+    forks = True
 
     def reset(self) -> None:
         """SIGKILL every connection child once idle; wait until as many new ones wait for clients."""
@@ -103,7 +108,6 @@ class PgpoolProcess(PoolerProcess):
         for pid in idle:
             os.kill(pid, signal.SIGKILL)
         self._until(lambda: [pid for pid in idle_children(main) if pid not in idle], wanted, "new children")
-
 
     def _until(self, found: Callable[[], list[int]], wanted: int, what: str) -> list[int]:
         deadline = time.monotonic() + RESET_TIMEOUT
@@ -128,6 +132,7 @@ class PgpoolProcess(PoolerProcess):
         if refused is not None:
             raise StartError.with_log(self.what, refused, self._alive().recent_log(), self._hint())
         self.reset()
+        self._alive().record_objects()  # its children's too (the PCP child makes its own segment)
 
     def _start_error(self, log: str) -> str | None:
         return start_error(log)

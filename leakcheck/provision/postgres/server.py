@@ -88,9 +88,9 @@ class _Postmaster:
         for setting in _SETTINGS:
             argv += ["-c", setting]
         what = f"PostgreSQL {self.install.version} ({self.install.bindir / 'postgres'})"
-        # SIGINT: PostgreSQL's fast shutdown.
+        # SIGINT: PostgreSQL's fast shutdown. Its backends and its segment outlive a killed postmaster.
         self._process = ServerProcess(what, argv, self.user, self.rundir, self.log, env=_child_env(),
-                                      stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT)
+                                      stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT, forks=True)
         self._process.start(self._answers, READY_TIMEOUT, "Is the machine overloaded?")
 
     def bad_setting(self) -> str | None:
