@@ -44,6 +44,34 @@ POOLERS = {"pgpool": "--pooler=pgpool:4.3", "odyssey": "--pooler=odyssey:1.5", "
 PGPOOL_AUX = (PGPOOL_IDLE, "pgpool: PCP: wait for connection request", "pgpool: worker process",
               "pgpool: health check process")
 
+#: `leakcheck run` whose spawn of a pooler of KIND sends it SIGNUM at once (pgpool-II: once it made its segment).
+AT_SPAWN = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from leakcheck.cli.main import main
+    from leakcheck.provision.host.pooler_process import PoolerProcess
+
+    signum, kind = int(sys.argv[1]), sys.argv[2]
+    spawn = PoolerProcess._spawn
+
+    def made_segment(pid):
+        table = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+        return any(row.split()[4] == str(pid) for row in table)
+
+    def hit(self):
+        spawn(self)
+        pid = self._process.pid
+        deadline = time.monotonic() + 10
+        while self.name == "pgpool" and not made_segment(pid) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        if self.name == kind:
+            os.kill(pid, signum)
+
+    PoolerProcess._spawn = hit
+    sys.exit(main(["run", *sys.argv[3:]]))
+""")
+
+
 @dataclass(frozen=True)
 class Proc:
     pid: int
@@ -238,9 +266,22 @@ def test_a_server_process_killed_or_stopped_mid_run_is_an_error_and_the_run_leav
     assert run.wait() in (0, 1), run.output()  # the run ended by itself, with its report
     # The run says so (a pgpool-II child killed is replaced, a backend killed restarts PostgreSQL: only their
     # clients fail; an Odyssey may be hit as its reset replaces it, before the probe's clients use the new one).
-    if target in ("pgpool-main", "pgbouncer", "postmaster"):
+    if target in ("pgpool-main", "pgbouncer", "postmaster") or (target, signum) == ("pgpool-child", signal.SIGSTOP):
         said = "it is stopped (SIGSTOP)" if signum is signal.SIGSTOP else "ended by SIGKILL"
         assert said in run.output() and "ERROR" in run.output(), run.output()
+    assert run.left() == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=lambda s: s.name)
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_a_pooler_killed_or_stopped_while_it_starts_fails_its_cell_at_once_and_leaves_nothing(
+    pooler: str, signum: signal.Signals, runs: Callable[..., Run]
+) -> None:
+    run = runs(str(int(signum)), pooler, "--pg=16", POOLERS[pooler], *PROBES, command=AT_SPAWN)
+    assert run.wait() == 1, run.output()
+    said = "it is stopped (SIGSTOP)" if signum is signal.SIGSTOP else "it was ended by SIGKILL"
+    assert f"did not start: {said}" in run.output(), run.output()
+    assert "not ready within" not in run.output()  # not its readiness bound: the stop is seen at once
     assert run.left() == []
 
 

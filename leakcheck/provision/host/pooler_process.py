@@ -24,7 +24,7 @@ from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.owner import create, fresh_name
-from leakcheck.provision.host.process import ServerProcess, exit_reason, wait_until
+from leakcheck.provision.host.process import STOPPED, ServerProcess, wait_until
 from leakcheck.provision.host.strays import stop_servers_in
 from leakcheck.provision.host.system import PortClash, ServerUser, free_port, start_retrying_port_clash
 
@@ -218,11 +218,13 @@ class PoolerProcess(SpawnThenFinish):
         assert process is not None
 
         def gone() -> str | None:
-            code = process.exit_code()
-            if code is None:
+            how = process.ended()  # exited, or stopped (SIGSTOP): it would never answer
+            if how is None:
                 return self._failing(process.recent_log())
+            if how == STOPPED:
+                return how
             own = self._start_error(process.recent_log())
-            return exit_reason(code) + (f": {own}" if own else "")
+            return how + (f": {own}" if own else "")
 
         try:
             wait_until(self.what, self._ready, gone, self.ready_timeout, process.recent_log, self._hint())

@@ -4,7 +4,8 @@ A `ServerProcess` starts as the unprivileged server user, in its own session (Ct
 leakcheck, which stops it), with PDEATHSIG (it dies with leakcheck), output to a log file;
 `stop()` sends the program's shutdown signal (and SIGCONT: a stopped program acts on it), then
 SIGKILL to its process group after its stop timeout, and is safe at any point. `wait_until` is the
-one readiness loop, for processes and containers alike.
+one readiness loop, for processes and containers alike: a server that exits or is stopped (SIGSTOP)
+while it gets ready fails its start at once.
 
 A server whose main process forks others (PostgreSQL, pgpool-II: `forks=True`) is written into its
 folder's ledger as it starts (ledger.py). When its main process ends without its own clean shutdown
@@ -131,11 +132,7 @@ class ServerProcess:
 
     def wait(self, ready: Callable[[], str | None], timeout: float, hint: str = "") -> None:
         """Until `ready()` says so; StartError (PortClash for a lost port) when it exits or times out."""
-        wait_until(self.what, ready, self._exited, timeout, self.recent_log, hint)
-
-    def _exited(self) -> str | None:
-        code = self.exit_code()
-        return None if code is None else exit_reason(code)
+        wait_until(self.what, ready, self.ended, timeout, self.recent_log, hint)
 
     def exit_code(self) -> int | None:
         """Its exit code once it ended (negative: the signal that ended it), else None."""

@@ -36,8 +36,10 @@ import psycopg
 from leakcheck.model.errors import StartError, one_line
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.host.owner import start_time
 from leakcheck.provision.host.pooler_process import PoolerProcess, Settings
-from leakcheck.provision.host.proc_sockets import idle_children
+from leakcheck.provision.host.proc_sockets import children_of, idle_children
+from leakcheck.provision.host.process import STOPPED, stopped
 from leakcheck.provision.pgbouncer.admin import execute
 from leakcheck.provision.pgpool.conf import PgpoolLayout, bind_failure, render_files, start_error
 
@@ -98,6 +100,8 @@ class PgpoolProcess(PoolerProcess):
     stop_signal = signal.SIGINT
     death_signal = signal.SIGINT
     forks = True
+    #: Its children once reset, (pid, start): the one that serves a client is watched too (ended()).
+    _children: tuple[tuple[int, int], ...] = ()
 
     def reset(self) -> None:
         """SIGKILL every connection child once idle; wait until as many new ones wait for clients."""
@@ -108,6 +112,17 @@ class PgpoolProcess(PoolerProcess):
         for pid in idle:
             os.kill(pid, signal.SIGKILL)
         self._until(lambda: [pid for pid in idle_children(main) if pid not in idle], wanted, "new children")
+        self._children = tuple((pid, start) for pid in children_of(main) if (start := start_time(pid)) is not None)
+
+    def ended(self) -> str | None:
+        """As for every pooler, or that a child of it is stopped (SIGSTOP): its client would wait for ever."""
+        how = super().ended()
+        if how is not None:
+            return how
+        for pid, start in self._children:
+            if stopped(pid) and start_time(pid) == start:
+                return f"{STOPPED} (its child process {pid})"
+        return None
 
     def _until(self, found: Callable[[], list[int]], wanted: int, what: str) -> list[int]:
         deadline = time.monotonic() + RESET_TIMEOUT
@@ -115,10 +130,11 @@ class PgpoolProcess(PoolerProcess):
             pids = found()
             if len(pids) >= wanted:
                 return pids
-            if time.monotonic() > deadline or not self.running():
+            ended = self.ended()  # gone, or stopped (SIGSTOP): no child will come
+            if ended is not None or time.monotonic() > deadline:
                 raise StartError(
                     f"could not reset pgpool-II {self.version}'s cached backends at port {self.port}: "
-                    f"{len(pids)} of {wanted} {what} after {RESET_TIMEOUT:g} s"
+                    + (ended or f"{len(pids)} of {wanted} {what} after {RESET_TIMEOUT:g} s")
                 )
             time.sleep(0.001)
 
