@@ -23,13 +23,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from leakcheck.model.versions import parse_spec
 from leakcheck.provision.host.owner import owner_of, start_time
 from leakcheck.provision.host.proc_sockets import PGPOOL_IDLE, title_of
 from leakcheck.provision.host.strays import program_in
-from leakcheck.provision.host.system import server_user
+from leakcheck.provision.host.system import ServerUser, cache_root, server_user
 from leakcheck.provision.host.sysv import Row, last_pids, remove, rows
+from leakcheck.provision.postgres.binaries import resolve_pg
+from leakcheck.provision.postgres.server import PgServer
 from tests.support.processes import cmdline
 from tests.support.servers import enterable_folder
 
@@ -251,7 +255,8 @@ MID_RUN = {
 }
 
 
-#: A stopped backend is left out: it holds its probe for the probe's 30 s timeout (no watcher looks at backends).
+#: A stopped backend is left out: it holds its probe for the probe's 30 s timeout (no watcher looks at backends);
+#: what it leaves is test_a_stopped_backend_does_not_hold_its_postmasters_shutdown's.
 @pytest.mark.parametrize(("target", "signum"), [
     (target, signum) for target in MID_RUN for signum in (signal.SIGKILL, signal.SIGSTOP)
     if (target, signum) != ("postgres-backend", signal.SIGSTOP)
@@ -338,3 +343,16 @@ def test_leakcheck_killed_mid_run_leaves_nothing_of_any_pooler_once_swept(runs: 
     sweep(run.tmp)
     assert run.left() == []
 
+
+def test_a_stopped_backend_does_not_hold_its_postmasters_shutdown(user: ServerUser) -> None:
+    install = resolve_pg(parse_spec("16", "--pg"), cache_root())
+    with PgServer(install, cache_root(), user) as server:
+        conn = psycopg.connect(server.endpoint().conninfo(), autocommit=True)
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        backend_pid, started = row[0], start_time(row[0])
+        os.kill(backend_pid, signal.SIGSTOP)  # its own session: the postmaster's SIGCONT does not reach it
+        conn.close()  # (not answered: the backend is stopped)
+    # Its fast shutdown ended it (the backend got SIGCONT and then its SIGTERM), not SIGKILL after 10 s.
+    assert "database system is shut down" in server.log_text(), server.log_text()[-2000:]
+    assert start_time(backend_pid) != started

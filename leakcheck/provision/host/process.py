@@ -31,7 +31,7 @@ from leakcheck.model.errors import StartError
 from leakcheck.provision.host import forks, ledger, sysv
 from leakcheck.provision.host.owner import start_time, started_at
 from leakcheck.provision.host.proc_sockets import children_of
-from leakcheck.provision.host.strays import stop_servers_in
+from leakcheck.provision.host.strays import servers_in, stop_servers_in
 from leakcheck.provision.host.system import PortClash, ServerUser, die_with_parent
 
 #: How a server that lost a race for its port says so; such a start is retried on another port.
@@ -192,6 +192,10 @@ class ServerProcess:
                 proc.send_signal(sig or self.stop_signal)
                 with contextlib.suppress(ProcessLookupError):  # one stopped (SIGSTOP) acts on it only now
                     os.killpg(proc.pid, signal.SIGCONT)
+                if self.forks:  # PostgreSQL's backends lead sessions of their own: one stopped holds its shutdown
+                    for pid in servers_in(self.cwd):
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGCONT)
                 clean = proc.wait(self.stop_timeout) == 0 and sig is None
         except subprocess.TimeoutExpired:
             pass
