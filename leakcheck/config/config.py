@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from leakcheck.drivers.settings import check_axis
 from leakcheck.gate.diff import Cell, parse_cell
 from leakcheck.model.axes import (
     NO_FLEET,
+    PEERING,
     Axis,
     DriverAxis,
     FleetShape,
@@ -31,25 +33,52 @@ from leakcheck.model.axes import (
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode
 from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
+from leakcheck.model.team_settings import TeamSettings
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
-from leakcheck.probes import select
+from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
-from leakcheck.provision.pgbouncer.ini import RESERVED
+from leakcheck.provision.odyssey import conf as odyssey_conf
+from leakcheck.provision.pgbouncer import settings as bouncer_settings
+from leakcheck.provision.pgpool import conf as pgpool_conf
+from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.provision.running_pooler import check_dsn, default_name
 
 
+def _pg_specs(raw: str) -> tuple[Spec, ...]:
+    """--pg's versions and paths; a version older than the oldest leakcheck measures is refused here (a path's
+    version is checked once it is known, before any server starts)."""
+    specs = parse_spec_list(raw, "--pg")
+    for spec in specs:
+        if spec.version is not None:
+            refuse_older(spec.version, f"--pg={spec}")
+    return specs
+
+
+def matrix_asked(config: pytest.Config) -> bool:
+    """Whether a flag or ini key turns the leak matrix on (--pg, --bouncer, --pooler, ...), valid or not."""
+    return any(_raw(config, key) is not None for key in MATRIX_SWITCHES)
+
+
 def _raw(config: pytest.Config, ini: str) -> str | None:
-    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty).
-    A repeatable option's values are joined by newlines (no value holds one)."""
+    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty)."""
     value = config.getoption(ini)
     if value is None:
         value = config.getini(ini)
     if isinstance(value, list):
-        return "\n".join(str(v) for v in value) if value else None
+        return repeated(ini, [str(v) for v in value])
     return None if value is None else str(value)
+
+
+def repeated(ini: str, values: Sequence[str]) -> str | None:
+    """A repeatable option's values joined by newlines (None: not given); a value holding a newline
+    would be two values then, so it is a UsageError."""
+    for value in values:
+        if "\n" in value:
+            raise UsageError(f"{FLAGS[ini]}={value!r} holds a line break: give one value per {FLAGS[ini]}")
+    return "\n".join(values) if values else None
 
 
 def _given(raw: dict[str, str | None], key: str, expected: str) -> str | None:
@@ -129,7 +158,7 @@ class Config:
         if backend.strip().lower() not in ("native", "containers", "auto"):
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         poolers = _poolers(raw)
-        return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
+        return cls(pg=_pg_specs(pg), poolers=poolers,
                    drivers=_drivers(drivers) if drivers is not None else NATIVE_DRIVERS,
                    probes=select(None), controls=False, backend=backend.strip().lower(),
                    expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
@@ -143,7 +172,7 @@ class Config:
         """
         raw = {ini: _raw(config, ini) for ini in FLAGS}
         settings = cls.from_strings(raw, junitxml=getattr(config.option, "xmlpath", None))
-        if all(raw[key] is None for key in MATRIX_SWITCHES):
+        if not matrix_asked(config):
             idle = [flag for ini, flag in FLAGS.items() if config.getoption(ini) is not None]
             if idle:
                 raise UsageError(
@@ -216,7 +245,7 @@ class Config:
         poolers = _poolers(raw, fleet) if pooled is None else ()
         drivers = _drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg"))
         if diff is not None and pooled is None:
-            _diff_in_matrix(diff, parse_spec_list(pg, "--pg"), poolers)
+            _diff_in_matrix(diff, _pg_specs(pg), poolers)
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
         missing = [(kind, spec) for kind, spec in poolers if kind in images and images[kind] is None]
         if backend == "containers" and missing:
@@ -225,7 +254,7 @@ class Config:
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
         return cls(
-            pg=parse_spec_list(pg, "--pg"),
+            pg=_pg_specs(pg),
             poolers=poolers,
             drivers=drivers,
             probes=probes,
@@ -312,6 +341,19 @@ def _poolers(raw: dict[str, str | None], fleet: FleetShape = NO_FLEET) -> tuple[
     return tuple(found)
 
 
+#: Each product's allow-list: what a team may set (--bouncer-set, --pooler-set, a matrix file's settings).
+TEAM_SETTINGS: dict[PoolerKind, TeamSettings] = {
+    PoolerKind.PGBOUNCER: bouncer_settings.TEAM, PoolerKind.ODYSSEY: odyssey_conf.TEAM,
+    PoolerKind.PGPOOL: pgpool_conf.TEAM,
+}
+
+#: How Odyssey's and pgpool-II's files write a value (a UsageError for one they cannot hold as it is);
+#: PgBouncer's ini takes any value of one line.
+WRITTEN_AS: dict[PoolerKind, Callable[[str], str]] = {
+    PoolerKind.ODYSSEY: odyssey_conf.value_of, PoolerKind.PGPOOL: pgpool_conf.value_of,
+}
+
+
 def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ...]) -> tuple[Axis, ...]:
     """--bouncer-set and --pooler-set, each checked; an axis of a pooler the matrix does not run is an error."""
     axes: list[Axis] = []
@@ -320,9 +362,16 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
         for line in given.split("\n") if given is not None else ():
             if not line.strip():
                 raise UsageError.empty(FLAGS[key], "a setting and its values, e.g. max_prepared_statements=0,200")
-            axis = parse_axis(line, FLAGS[key], kind, RESERVED if kind is PoolerKind.PGBOUNCER else ())
-            if axis.kind is PoolerKind.PGBOUNCER and axis.name in RESERVED:
-                raise UsageError(f"{FLAGS[key]}={line!r}: leakcheck sets {axis.name} itself; leave it out")
+            axis = parse_axis(line, FLAGS[key], kind)
+            refusal = None if (axis.kind, axis.name) == (PoolerKind.PGBOUNCER, PEERING) else (
+                TEAM_SETTINGS[axis.kind].refusal(axis.name))
+            if refusal is not None:
+                raise UsageError(f"{FLAGS[key]}={line!r}: {refusal}")
+            for value in axis.values if axis.kind in WRITTEN_AS else ():
+                try:
+                    WRITTEN_AS[axis.kind](value)  # as its config file will hold it, or a UsageError
+                except UsageError as exc:
+                    raise UsageError(f"{FLAGS[key]}={line!r}: {exc}") from None
             axes.append(axis)
     check_distinct(axes)
     modes = {m.value for m in PoolMode}
@@ -430,7 +479,8 @@ def required_probes(raw: str | None) -> frozenset[str] | None:
         elif name == "all":
             out |= {p.id for p in select(None)}
         else:
-            out |= {p.id for p in select(name, "--require")}  # an unknown id: a UsageError listing the known ones
+            _known_probes([name], "--require", ("security", "all"), "security requires every security probe")
+            out |= {p.id for p in select(name, "--require")}
     return frozenset(out)
 
 
@@ -451,10 +501,27 @@ def _items(raw: str, option: str, expected: str) -> list[str]:
     return names
 
 
+def _known_probes(names: Sequence[str], option: str, words: Sequence[str] = (),
+                  or_else: str = "all runs them all") -> None:
+    """An unknown probe id (or word) is one short line with the closest known ones (a typo), not all of them."""
+    known = [*(p.id for p in PROBES), *words]
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return
+    said = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        said.append(f"{name} (did you mean {' or '.join(close)}?)" if close else name)
+    raise UsageError(f"{option}: unknown probe id(s) {', '.join(said)}; the {len(PROBES)} probes are listed in "
+                     f"docs/probes.md, or {option}={or_else}")
+
+
 def _probes(raw: str, fleet: bool = False) -> tuple[Probe, ...]:
     if raw.strip() == "all":
         return select(None, fleet=fleet)
-    return select(",".join(_items(raw, "--probes", "probe ids separated by commas, or all")))
+    names = _items(raw, "--probes", "probe ids separated by commas, or all")
+    _known_probes(names, "--probes")
+    return select(",".join(names))
 
 
 def _drivers(raw: str) -> tuple[Driver, ...]:

@@ -26,6 +26,7 @@ from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.binaries import URL_ENV, given_bouncer
 from leakcheck.provision.pgbouncer.tarballs import TARBALLS_ENV, local_tarballs
 from leakcheck.provision.postgres.binaries import resolve_pg
+from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.reports import output
 
 MB = 1024 * 1024
@@ -48,7 +49,7 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
     check_environment(env)
     check_paths(config)
     if config.bouncer_ini is not None:
-        team_ini.load(config.bouncer_ini)  # as PgBouncer would load it, each file one the server user could read
+        team_ini.load(config.bouncer_ini)  # as PgBouncer loads it: files the server user reads, keys a team may set
     expected = expectations.load(config.expect) if config.expect is not None else None
     if config.record is not None:
         record.check_target(config.record)
@@ -76,8 +77,8 @@ def check_paths(config: Config) -> None:
             option = "--pg" if spec in config.pg else "--bouncer"
             raise UsageError(f"{option}={spec.raw}: {spec.path} does not exist; give an existing path or a version")
     for spec in config.pg:
-        if spec.path is not None:
-            resolve_pg(spec, Path("/nonexistent"))  # a path is checked, never cached
+        if spec.path is not None:  # a path is checked, never cached
+            refuse_older(resolve_pg(spec, Path("/nonexistent")).version, f"--pg={spec.raw}")
     for spec in config.bouncer:
         if spec.path is not None:
             given_bouncer(spec.path, spec.raw)

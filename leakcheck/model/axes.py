@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
@@ -28,6 +28,8 @@ KIND_NAMES = {"pgbouncer": PoolerKind.PGBOUNCER, "odyssey": PoolerKind.ODYSSEY, 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 #: An empty value written on purpose, as `""` (`server_reset_query="DISCARD ALL",""`).
 _QUOTED_EMPTY = re.compile(r'(?:^|,)\s*""\s*(?=,|$)')
+#: What no setting value holds: control characters but tab, and every line break str.splitlines knows.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 _POOLER_HELP = ("a comma separated list of KIND:VERSION such as odyssey:1.5,pgbouncer:1.26 "
                 "(KIND: pgbouncer, odyssey, pgpool)")
 
@@ -65,8 +67,9 @@ def parse_poolers(raw: str, option: str = "--pooler") -> tuple[tuple[PoolerKind,
     return tuple(out)
 
 
-def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterable[str] = ()) -> Axis:
-    """`NAME=V1,V2` (kind given: --bouncer-set) or `KIND:NAME=V1,V2` (--pooler-set)."""
+def parse_axis(raw: str, option: str, kind: PoolerKind | None) -> Axis:
+    """`NAME=V1,V2` (kind given: --bouncer-set) or `KIND:NAME=V1,V2` (--pooler-set). Which names a team may
+    give is each product's allow-list (config checks it)."""
     text = raw.strip()
     shape = "NAME=V1,V2" if kind is not None else "KIND:NAME=V1,V2 (e.g. odyssey:pool_discard=yes,no)"
     if kind is None:
@@ -78,16 +81,13 @@ def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterabl
     name = name.strip().lower() if kind is PoolerKind.PGBOUNCER else name.strip()
     if not eq or not _NAME.fullmatch(name):
         raise UsageError.bad_value(option, raw, f"{shape}: a setting name, '=', then its values")
-    if name in set(reserved):
-        raise UsageError(f"{option}={raw!r}: leakcheck sets {name} itself (see docs/poolers.md, the list of the "
-                         "settings leakcheck controls); leave it out")
     return Axis(kind, name, _values(values_text, option, raw, shape))
 
 
 def _values(text: str, option: str, raw: str, shape: str) -> tuple[str, ...]:
     """`V1,V2` (csv: a quoted value may hold a comma), each stripped, none empty, duplicates dropped."""
-    if "\n" in text or "\x00" in text:
-        raise UsageError.bad_value(option, raw, f"{shape} on one line")
+    if _CONTROL.search(text):  # a line break would split the value (a matrix file's lines, an ini's)
+        raise UsageError.bad_value(option, raw, f"{shape} on one line, without control characters")
     try:
         values = next(csv.reader([text], skipinitialspace=True))
     except (csv.Error, StopIteration):

@@ -14,7 +14,8 @@ Servers still running from such a dir are stopped (strays.py); then the System V
 run's servers are removed: those the dir's ledger names (ledger.py), those created by a main process it
 names or by a process just stopped (sysv.py; not before the dead run started, of the dir's owner only),
 and the segment a postmaster.pid records, each once nothing is attached to it (sysv_shm.py); then the dir.
-Each removal is one line, which `leakcheck sweep` prints and a run logs.
+Driver agents (and what they started) that outlived their run are stopped too (tagged.py). Each removal
+is one line, which `leakcheck sweep` prints and a run logs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from leakcheck.provision.host import ledger, sysv
 from leakcheck.provision.host.owner import MARKER, owner_of, start_time, started_at
 from leakcheck.provision.host.strays import stop_servers_in
 from leakcheck.provision.host.sysv_shm import recorded_segment, remove_if_unused
+from leakcheck.provision.host.tagged import sweep_tagged
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +43,13 @@ _BUILD_DIR = re.compile(r"\.build-(?P<version>\d[\w.]*)-\w+")
 
 
 def sweep(cache: Path | None = None, tmp: Path | None = None, say: Callable[[str], None] = log.info) -> list[str]:
-    """Remove what killed runs left in `tmp` (default: the temp dir) and `cache`: one line per folder, each
-    given to `say` (progress, by default) as soon as it is done."""
+    """Remove what killed runs left in `tmp` (default: the temp dir) and `cache`: one line per folder, and one
+    for their driver agents (stopped first: tagged.py), each given to `say` (progress, by default) once done."""
     swept: list[str] = []
+    agents = ", ".join(map(str, sweep_tagged()))
+    if agents:
+        swept.append(f"stopped what driver agents of a killed run left running (pids {agents})")
+        say(swept[-1])
     folders = [(_sweep_run_dir, f) for f in sorted((tmp or Path(tempfile.gettempdir())).glob("leakcheck-*"))]
     if cache is not None:
         folders += [(_sweep_build_dir, f) for f in sorted((cache / "templates").glob(".build-*"))]

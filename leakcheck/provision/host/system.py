@@ -7,34 +7,41 @@ import ctypes
 import fcntl
 import os
 import pwd
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.model.errors import ProvisionError, StartError, UsageError
 
 
-def cache_root() -> Path:
-    """$LEAKCHECK_CACHE, else a cache the server user can read.
+def cache_path(env: Mapping[str, str] | None = None) -> Path:
+    """Where leakcheck's cache is (not created): $LEAKCHECK_CACHE, else a folder the server user can read.
 
     As root, servers run as another user who cannot enter /root, so the default is
     /var/cache/leakcheck; otherwise $XDG_CACHE_HOME/leakcheck or ~/.cache/leakcheck.
+    """
+    env = os.environ if env is None else env
+    explicit = env.get("LEAKCHECK_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    if os.geteuid() == 0:
+        return Path("/var/cache/leakcheck")
+    return Path(env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "leakcheck"
+
+
+def cache_root() -> Path:
+    """The cache (`cache_path`), created when missing.
+
     A cache that exists but cannot be written is returned as it is (what is in it can be used);
     one that cannot be created, read or entered is a UsageError naming it.
     """
-    explicit = os.environ.get("LEAKCHECK_CACHE")
-    if explicit:
-        root = Path(explicit).expanduser()
-    elif os.geteuid() == 0:
-        root = Path("/var/cache/leakcheck")
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        root = Path(base) / "leakcheck"
+    root = cache_path()
     fix = "or set LEAKCHECK_CACHE to a folder this user can write"
     if os.path.lexists(root) and not root.is_dir():
         raise UsageError(f"the leakcheck cache {root} is not a folder: remove that file {fix}")
@@ -152,6 +159,15 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def remove_entry(path: Path) -> None:
+    """A cache entry gone, whatever it is: a folder, or a file or link where a folder belongs."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -244,6 +260,54 @@ def unreadable_by(user: ServerUser, paths: list[str], execute: bool = True) -> l
         raise UsageError(f"cannot run a check as the server user {user.name} (exit {done.returncode}: "
                          f"{' '.join(done.stderr.split())[:160]}); set LEAKCHECK_RUN_AS")
     return [line for line in done.stdout.splitlines() if line]
+
+
+#: Seconds the server user's open of a file may take (a FIFO put in a file's place blocks it).
+OPEN_TIMEOUT = 10.0
+
+
+def opened_by(user: ServerUser, path: str) -> tuple[int, int] | None:
+    """The (device, inode) of the file `user` gets when it opens `path` for reading itself (the
+    kernel decides: modes, ACLs, every folder above), or None when it cannot open it. Compared with
+    an open file's fstat, it says whether `user` could read *that* file, with no window between a
+    check by name and the read (the caller keeps its file open, so its inode is not reused)."""
+    script = 'stat -L -c "%d %i" /dev/stdin < "$1" 2>/dev/null || echo refused'
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", os.path.abspath(path)], user=uid, group=gid, extra_groups=groups, cwd="/",
+            env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=OPEN_TIMEOUT, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"the server user {user.name} could not open {path} within {OPEN_TIMEOUT:g} s (a FIFO "
+                         "or a device in its place?); give a regular file") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"cannot run a check as the server user {user.name} ({exc}); set LEAKCHECK_RUN_AS") from None
+    words = done.stdout.split()
+    if words == ["refused"]:
+        return None
+    if done.returncode != 0 or len(words) != 2 or not all(w.isdigit() for w in words):
+        raise UsageError(f"cannot run a check as the server user {user.name} (exit {done.returncode}: "
+                         f"{' '.join((done.stdout + done.stderr).split())[:160]}); set LEAKCHECK_RUN_AS")
+    return int(words[0]), int(words[1])
+
+
+def open_files_as(user: ServerUser, pids: list[int]) -> list[str]:
+    """What the open files of `pids` (processes of `user`) are, as `user` itself reads /proc/<pid>/fd:
+    root without CAP_SYS_PTRACE (a container's default) may not read another user's. [] when it could
+    not read them either (the caller's proof then fails)."""
+    script = 'for p do for f in /proc/"$p"/fd/*; do readlink "$f"; done; done'
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", *map(str, pids)], user=uid, group=gid, extra_groups=groups, cwd="/",
+            env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return done.stdout.split()
 
 
 def server_user() -> ServerUser:
