@@ -31,7 +31,7 @@ PGX_BUILD = (
     "sh", "-c",
     'cd "$1" && GOPATH=/usr/share/gocode GO111MODULE=off GOCACHE="$1/.gocache" '
     'go build -o agent -ldflags "-X main.release=$(dpkg-query -W -f=\'${source:Upstream-Version}\' '
-    'golang-github-jackc-pgx-v4-dev)" main.go && rm -rf "$1/.gocache"',
+    'golang-github-jackc-pgx-v4-dev)" main.go protocol.go && rm -rf "$1/.gocache"',
     "sh", "{dir}",
 )
 
@@ -41,11 +41,16 @@ CARGO_ENV = (("CARGO_HOME", "{cache}/cargo"), ("CARGO_TARGET_DIR", "{cache}/targ
              ("AGENT_RUST_VERSION", "{cargo_version}"))
 
 
+#: What the Rust agents share (the protocol's failures, answers and hello), beside their main.rs
+RUST_PROTOCOL = "../sqlx/protocol.rs"
+
+
 def _cargo(agent: str, minimum: str, settings: tuple[tuple[str, str], ...]) -> AgentSpec:
-    """A Rust agent: main.rs, Cargo.toml and Cargo.lock, its crates fetched (`cargo fetch --locked`) and
-    built into the cache; `minimum` is the oldest Rust its locked crates build with (their rust-version)."""
+    """A Rust agent: main.rs, the shared protocol.rs, Cargo.toml and Cargo.lock, its crates fetched (`cargo
+    fetch --locked`) and built into the cache; `minimum` is the oldest Rust its locked crates build with
+    (their rust-version)."""
     return AgentSpec(
-        id=agent, language="rust", sources=("main.rs", "Cargo.toml", "Cargo.lock"),
+        id=agent, language="rust", sources=("main.rs", RUST_PROTOCOL, "Cargo.toml", "Cargo.lock"),
         build=(("{cargo}", "fetch", "--locked"), ("{cargo}", "build", "--locked", "--offline", "--quiet"),
                ("cp", "{cache}/target/debug/agent", "{dir}/agent")),
         build_env=CARGO_ENV, tools=(("cargo", minimum),), build_timeout=900.0, run=("{dir}/agent",),
@@ -158,7 +163,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="pgx",
             language="go",
-            sources=("main.go",),
+            sources=("main.go", "protocol.go"),
             apt=("golang-go", "golang-github-jackc-pgx-v4-dev"),
             build=(PGX_BUILD,),
             run=("{dir}/agent",),
@@ -182,7 +187,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="pgx-v5",
             language="go",
-            sources=("main.go", "go.mod", "go.sum"),
+            sources=("main.go", "../pgx/protocol.go", "go.mod", "go.sum"),  # pgx v4's protocol.go, shared
             build=(("{go}", "mod", "download"), ("{go}", "build", "-trimpath", "-o", "{dir}/agent", ".")),
             build_env=GO_ENV,
             tools=(("go", "1.25"),),  # pgx v5.13's go.mod says go 1.25.0
