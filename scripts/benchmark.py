@@ -7,6 +7,7 @@
     python scripts/benchmark.py --merge-only         # only `leakcheck merge` of many outcomes (no server)
     python scripts/benchmark.py --no-merge           # skip the merge phase
     python scripts/benchmark.py --drivers            # also every shipped driver, one matrix each
+    python scripts/benchmark.py --drivers=sqlx,pgx-v5   # also these drivers (and psycopg's), one matrix each
     python scripts/benchmark.py --rounds 5           # five matrix-then-floor rounds (default 3): the median
 
 With --drivers, the matrix runs once per driver (psycopg first: agents are started once per
@@ -172,13 +173,15 @@ def merge_phase(n: int) -> tuple[float, float]:
         return seconds, time.perf_counter() - start
 
 
-def per_driver(pg: str, bouncer: str, base: float) -> None:
-    """The matrix once per driver: runs, seconds, runs a second, the ratio to the floor (`base` runs a
-    second) and to psycopg's (the target: within a factor of 2), as a Markdown table."""
+def per_driver(pg: str, bouncer: str, base: float, only: list[str]) -> None:
+    """The matrix once per driver (`only` these and psycopg, else every one): runs, seconds, runs a
+    second, the ratio to the floor (`base` runs a second) and to psycopg's (the target: within a factor
+    of 2), as a Markdown table."""
     rates: dict[str, float] = {}
     print("| driver | runs | seconds | runs/s | ratio to the floor | ratio to psycopg | load |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for driver in ("psycopg", "asyncpg", *(s.spec.id for s in CATALOGUE)):
+    every = ("psycopg", "asyncpg", *(s.spec.id for s in CATALOGUE))
+    for driver in ("psycopg", *(d for d in only if d != "psycopg")) if only else every:
         before = load()
         runs, seconds = matrix(pg, bouncer, None, driver)
         rates[driver] = runs / seconds
@@ -195,7 +198,8 @@ def main() -> None:
     parser.add_argument("--merge-outcomes", type=int, default=10_000, help="N for the merge phase (also 4N)")
     parser.add_argument("--no-merge", action="store_true", help="skip the merge phase")
     parser.add_argument("--merge-only", action="store_true", help="only the merge phase (no server)")
-    parser.add_argument("--drivers", action="store_true", help="also the matrix of each shipped driver")
+    parser.add_argument("--drivers", nargs="?", const="", default=None, metavar="IDS",
+                        help="also the matrix of each shipped driver (or of these, comma separated, and psycopg)")
     parser.add_argument("--rounds", type=int, default=3, help="matrix-then-floor rounds; the median ratio is the "
                         "figure (other jobs on the machine move single rounds by 0.1 and more)")
     args = parser.parse_args()
@@ -223,8 +227,8 @@ def main() -> None:
     if phases:
         print("where that round's warm matrix's time went (LEAKCHECK_TIMINGS):")
         print_phases(phases, seconds)
-    if args.drivers:
-        per_driver(args.pg, args.bouncer, base)
+    if args.drivers is not None:
+        per_driver(args.pg, args.bouncer, base, [d for d in args.drivers.split(",") if d])
     if args.cold:
         cold = tempfile.mkdtemp(prefix="leakcheck-cold-")
         os.chmod(cold, 0o755)

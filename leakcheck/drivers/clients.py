@@ -63,11 +63,16 @@ class Client(Protocol):
     """One application connection, as a probe sees it."""
 
     label: str
-    notifications: list[Notification]
     #: a SQL condition on pg_prepared_statements.name: the names this client's driver gives its statements
     statement_names: str
     #: the driver settings it was connected with that differ from the driver's defaults (--driver-set)
     settings: tuple[Setting, ...]
+
+    @property
+    def notifications(self) -> list[Notification]:
+        """The notifications its driver delivered, in order; NotApplicable where the driver delivers none
+        on an ordinary connection (sqlx: only its PgListener does)."""
+        ...
 
     async def query(self, sql: str) -> list[Row]: ...
     async def execute(self, sql: str) -> None: ...

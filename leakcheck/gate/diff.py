@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from leakcheck.drivers.settings import cell_settings
 from leakcheck.model.axes import KIND_NAMES
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import Driver, PoolerKind, Route, Setting, config_stem
+from leakcheck.model.target import DRIVER_ID, Driver, PoolerKind, Route, Setting, config_stem
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.reports.advice import advice
@@ -25,7 +25,7 @@ from leakcheck.reports.markdown import md_advice, md_text
 from leakcheck.reports.workarounds import workarounds
 
 _CELL = re.compile(r"pg([0-9]+(?:\.[0-9]+)*)/([a-z-]+?)([0-9]+(?:\.[0-9]+)*)(?:\[(.*)\])?")
-_DRIVER = re.compile(r"([a-z][a-z-]*?)(?:[0-9]+(?:\.[0-9]+)*)?(?:\[([^\]/]*)\])?")
+_DRIVER = re.compile(rf"({DRIVER_ID})(?:-?[0-9]+(?:\.[0-9]+)*)?(?:\[([^\]/]*)\])?")
 _SHAPE = ("a cell such as pg16/pgbouncer1.24, pg18/pgbouncer1.26[max_prepared_statements=0] or "
           "pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]")
 

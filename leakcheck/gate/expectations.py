@@ -10,7 +10,7 @@ from pathlib import Path
 from leakcheck.config import inputs
 from leakcheck.gate.baseline import Expectation, Malformed, parse_text, render_json, render_toml
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import settings_label
+from leakcheck.model.target import DRIVER_ID, driver_label, settings_label
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 
 __all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
@@ -21,7 +21,8 @@ GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, 
 #: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>][<settings>]/<probe>; a fleet's pooler
 #: is `pgbouncer1.24x2[...]` (two processes of one release) or `pgbouncer1.24+1.26[...]` (a rolling upgrade)
 _KEY = re.compile(r"pg[0-9]+/(?:[a-z]+[0-9]+\.[0-9]+(?:x[0-9]+|(?:\+[0-9]+\.[0-9]+)+)?(?:\[[^\]]*\])?|dsn-[^/]+)"
-                  r"/[a-z][a-z-]*?(?:[0-9]+\.[0-9]+)?(?:\[[^\]/]*\])?/[A-Za-z0-9_.-]+")
+                  rf"/{DRIVER_ID}(?:-?[0-9]+\.[0-9]+)?(?:\[[^\]/]*\])?/[A-Za-z0-9_.-]+")
+_DRIVER = re.compile(rf"({DRIVER_ID})(?:-?[0-9]+(?:\.[0-9]+)*)?(\[.*\])?")
 _LAYOUT = 'format = 2, then tables such as ["pg16/pgbouncer1.24"."psycopg3.3"] with timezone = "isolated"'
 
 
@@ -30,7 +31,7 @@ def key(outcome: Outcome) -> str:
     the driver's major.minor and its settings axes, the probe. Patch releases share expectations."""
     pooler = outcome.pooler.label(2) if outcome.pooler is not None else "-"
     version = outcome.target.driver_version
-    driver = (f"{outcome.driver.value}{version.prefix(2) if version is not None else ''}"
+    driver = (f"{driver_label(outcome.driver.value, version.prefix(2) if version is not None else None)}"
               f"{settings_label(outcome.target.driver_settings)}")
     return f"pg{outcome.pg.prefix(1)}/{pooler}/{driver}/{outcome.probe}"
 
@@ -40,7 +41,8 @@ def any_driver_version(k: str) -> str:
     `.../psycopg/probe`, `.../pgjdbc42.5[prepareThreshold=0]/probe` -> `.../pgjdbc[prepareThreshold=0]/probe`."""
     head, driver, probe = k.rsplit("/", 2)
     name, bracket, settings = driver.partition("[")
-    return f"{head}/{name.rstrip('0123456789.')}{bracket}{settings}/{probe}"
+    found = _DRIVER.fullmatch(driver)  # pgx-v5-5.13 -> pgx-v5
+    return f"{head}/{found.group(1) if found else name.rstrip('0123456789.')}{bracket}{settings}/{probe}"
 
 
 def lookup(outcome: Outcome, expected: Mapping[str, Expectation]) -> Expectation | None:

@@ -19,6 +19,19 @@ def settings_label(settings: tuple[Setting, ...]) -> str:
     return f"[{','.join(f'{k}={v}' for k, v in settings)}]" if settings else ""
 
 
+#: A driver's id as ids and keys read it back: lower-case letters and `-`, ending at most in `-v<major>`
+#: (`pgx-v5`: a driver's newer major beside the older one's plain id, `pgx`).
+DRIVER_ID = r"[a-z][a-z-]*?(?:-v[0-9]+)?"
+
+
+def driver_label(driver: str, version: Version | None) -> str:
+    """The driver with its release as ids and keys write it: `psycopg3.3.9`; an id ending in a digit
+    is kept apart from its release by `-` (`pgx-v5-5.13.0`: `pgx-v55.13.0` would read as pgx-v 55.13)."""
+    if version is None or not version.parts:
+        return driver
+    return f"{driver}-{version}" if driver[-1:].isdigit() else f"{driver}{version}"
+
+
 class Route(StrEnum):
     """How the two clients reach PostgreSQL."""
 
@@ -134,7 +147,7 @@ class Target:
     @property
     def client(self) -> str:
         """The driver, its version and its settings as ids show them: `pgjdbc42.5.5[prepareThreshold=0]`."""
-        return f"{self.driver.value}{self.driver_version or ''}{settings_label(self.driver_settings)}"
+        return f"{driver_label(self.driver.value, self.driver_version)}{settings_label(self.driver_settings)}"
 
     def test_id(self, probe_id: str) -> str:
         parts = [f"pg{self.pg}"]

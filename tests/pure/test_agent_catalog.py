@@ -42,7 +42,9 @@ RUNTIME = {"java": "default-jdk-headless", "php": "php8.2-cli", "ruby": "ruby-pg
 @pytest.mark.parametrize("spec", SPECS, ids=[spec.id for spec in SPECS])
 def test_an_agents_packages_bring_its_runtime_so_asking_for_the_driver_is_enough(spec: AgentSpec) -> None:
     # pgjdbc's build runs javac: its JDK came from bootstrap, not from the packages installed with the driver.
-    assert RUNTIME[spec.language] in spec.apt
+    # An agent built with a compiler Debian has none new enough of (pgx v5: Go 1.25, sqlx: Rust 1.94) names it
+    # in `tools` instead: the one line to install it is the error (toolchains.py).
+    assert RUNTIME.get(spec.language) in spec.apt or {"go": "go", "rust": "cargo"}[spec.language] in dict(spec.tools)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=[spec.id for spec in SPECS])

@@ -56,3 +56,24 @@ def test_an_agent_whose_driver_names_statements_per_connection_is_reused_by_the_
     first = _leased(per_connection)
     agents.next_probe()
     assert _leased(per_connection) is first and first.alive
+
+
+def _client(hello: str) -> agents.AgentClient:
+    """A client of a fake agent whose hello adds `hello` (JSON members), connected (every answer ok)."""
+    import asyncio
+
+    from leakcheck.provision.base import Endpoint
+
+    program = _AGENT.replace("'driver': 'fake'}", "'driver': 'fake', " + hello + "}")
+    shipped = Shipped(AgentSpec("fake", "python", ()), "false")
+    start = lambda: AgentProcess("fake", [sys.executable, "-c", program], Path("/"))  # noqa: E731
+    return asyncio.run(agents.AgentClient.open(shipped, start, "B", Endpoint("127.0.0.1", 1)))
+
+
+def test_an_agent_whose_driver_drops_notifications_makes_reading_them_not_applicable_in_its_words() -> None:
+    from leakcheck.model.errors import NotApplicable
+
+    dropping = _client("'no_notifications': 'its connection drops them'")
+    with pytest.raises(NotApplicable, match="the fake agent receives no notifications: its connection drops them"):
+        _ = dropping.notifications
+    assert _client("'ops': []").notifications == []

@@ -40,3 +40,26 @@ def test_an_unknown_driver_is_one_line_listing_the_ids() -> None:
         _config("psycopg,jdbc")
     assert "\n" not in str(caught.value)
     assert "psycopg, asyncpg, node-postgres, postgres-js" in str(caught.value)
+
+
+def test_a_driver_id_ending_in_its_major_is_kept_apart_from_its_release_in_ids_and_keys() -> None:
+    from leakcheck.gate.expectations import _KEY, any_driver_version, key
+    from leakcheck.model.verdicts import Outcome, Verdict
+
+    target = Target(PG, BOUNCER, Route.TRANSACTION, Driver("pgx-v5"), Version.parse("5.13.0"))
+    assert target.test_id("timezone") == "pg16.14-pgbouncer1.24.1-pgx-v5-5.13.0-timezone"
+    gate_key = key(Outcome("timezone", target, Verdict.ISOLATED, ""))
+    assert gate_key == "pg16/pgbouncer1.24/pgx-v5-5.13/timezone" and _KEY.fullmatch(gate_key)
+    assert any_driver_version(gate_key) == "pg16/pgbouncer1.24/pgx-v5/timezone"
+    assert any_driver_version("pg16/pgbouncer1.24/pgjdbc42.5[prepareThreshold=0]/x") == \
+        "pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]/x"
+
+
+def test_a_diff_cell_names_a_driver_whose_id_ends_in_its_major() -> None:
+    from leakcheck.gate.diff import parse_cell
+
+    assert parse_cell("pg16/pgbouncer1.24/pgx-v5").driver == "pgx-v5"
+    assert parse_cell("pg16/pgbouncer1.24/pgx-v5-5.13").driver == "pgx-v5"
+    cell = parse_cell("pg16/pgbouncer1.24/pgx-v5[default_query_exec_mode=exec]")
+    assert (cell.driver, cell.driver_settings) == ("pgx-v5", (("default_query_exec_mode", "exec"),))
+    assert parse_cell("pg16/pgbouncer1.24/psycopg3.3").driver == "psycopg"

@@ -49,3 +49,12 @@ def test_no_file_of_the_package_is_a_link_out_of_it() -> None:
              for n in dirs + files if Path(d, n).is_symlink()]
     assert links == []
     assert not (ROOT / "leakcheck" / "_docker").exists()
+
+
+def test_a_wheel_holds_every_file_a_shipped_agent_is_built_from(tmp_path: Path) -> None:
+    from leakcheck.drivers.agents.catalogue import CATALOGUE
+
+    names = set(zipfile.ZipFile(_wheel(tmp_path)).namelist())
+    needed = {os.path.normpath(f"leakcheck/drivers/agents/{shipped.spec.id}/{name}")
+              for shipped in CATALOGUE for name in shipped.spec.sources}
+    assert sorted(needed - names) == []

@@ -3,13 +3,16 @@
 A driver's statement names matter to the prepared probes: "B saw A's statement under the name A's
 driver gave it" needs that name, as a SQL condition on pg_prepared_statements.name (PgBouncer's
 own names, PGBOUNCER_n, must not match it). Each agent is one file of its own language in
-leakcheck/drivers/agents/<id>/, speaking the agent protocol (docs/agent-protocol.md). pgx v5 and Npgsql are
-not shipped: they need a Go module proxy and NuGet, which this project's machines do not reach.
+leakcheck/drivers/agents/<id>/ (with its package manager's files: go.mod and go.sum, Cargo.toml and
+Cargo.lock, pom.xml), speaking the agent protocol (docs/agent-protocol.md). Debian's archive gives
+pgjdbc 42.5, PDO, ruby-pg and pgx v4; npm node-postgres and postgres.js; the Go module proxy pgx v5;
+crates.io sqlx and tokio-postgres; Maven Central pgjdbc's latest (pgjdbc-maven, Debian's Agent.java
+with that jar). Npgsql is not shipped: NuGet is not reached from this project's machines.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from leakcheck.drivers.agents.spec import AgentSpec
 from leakcheck.model.errors import NotApplicable
@@ -28,9 +31,36 @@ PGX_BUILD = (
     "sh", "-c",
     'cd "$1" && GOPATH=/usr/share/gocode GO111MODULE=off GOCACHE="$1/.gocache" '
     'go build -o agent -ldflags "-X main.release=$(dpkg-query -W -f=\'${source:Upstream-Version}\' '
-    'golang-github-jackc-pgx-v4-dev)" main.go && rm -rf "$1/.gocache"',
+    'golang-github-jackc-pgx-v4-dev)" main.go protocol.go && rm -rf "$1/.gocache"',
     "sh", "{dir}",
 )
+
+#: cargo's registry and target folder in the agent's own cache folder, never ~/.cargo's registry; the Rust
+#: release for the agent's hello
+CARGO_ENV = (("CARGO_HOME", "{cache}/cargo"), ("CARGO_TARGET_DIR", "{cache}/target"),
+             ("AGENT_RUST_VERSION", "{cargo_version}"))
+
+
+#: What the Rust agents share (the protocol's failures, answers and hello), beside their main.rs
+RUST_PROTOCOL = "../sqlx/protocol.rs"
+
+
+def _cargo(agent: str, minimum: str, settings: tuple[tuple[str, str], ...]) -> AgentSpec:
+    """A Rust agent: main.rs, the shared protocol.rs, Cargo.toml and Cargo.lock, its crates fetched (`cargo
+    fetch --locked`) and built into the cache; `minimum` is the oldest Rust its locked crates build with
+    (their rust-version)."""
+    return AgentSpec(
+        id=agent, language="rust", sources=("main.rs", RUST_PROTOCOL, "Cargo.toml", "Cargo.lock"),
+        build=(("{cargo}", "fetch", "--locked"), ("{cargo}", "build", "--locked", "--offline", "--quiet"),
+               ("cp", "{cache}/target/debug/agent", "{dir}/agent")),
+        build_env=CARGO_ENV, tools=(("cargo", minimum),), build_timeout=900.0, run=("{dir}/agent",),
+        settings=settings)
+
+
+#: Go's module and build caches in the agent's own cache folder (install.py's `{cache}`), never ~/go; no
+#: toolchain download (GOTOOLCHAIN=local: the Go found builds it or says why not), no telemetry files
+GO_ENV = (("GOMODCACHE", "{cache}/gomod"), ("GOCACHE", "{cache}/gocache"), ("GOTOOLCHAIN", "local"),
+          ("GOFLAGS", "-mod=readonly -modcacherw -buildvcs=false"), ("GOTELEMETRY", "off"))
 
 
 @dataclass(frozen=True)
@@ -60,6 +90,40 @@ class Shipped:
         return {setting: template.format(name=startup[0], value=startup[1])}
 
 
+#: pgjdbc (Debian): a cached PreparedStatement, named S_n by the server-side prepare past prepareThreshold
+_PGJDBC = Shipped(
+    AgentSpec(
+        id="pgjdbc",
+        language="java",
+        sources=("Agent.java",),
+        apt=("default-jdk-headless", "libpostgresql-jdbc-java", "libjunixsocket-java"),  # javac builds it
+        build=(("javac", "-cp", PGJDBC_JAR, "-d", "{dir}", "{dir}/Agent.java"),),
+        run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             "-cp", f"{{dir}}:{PGJDBC_JAR}:{JUNIXSOCKET_JAR}", "Agent"),
+        settings=(
+            ("prepareThreshold", "5"),
+            ("preferQueryMode", "extended"),
+            ("preparedStatementCacheQueries", "256"),
+            ("autosave", "never"),
+            ("binaryTransfer", "true"),
+            ("currentSchema", ""),
+            ("options", ""),
+            ("readOnlyMode", "transaction"),
+        ),
+        # pgjdbc 42.5.5 sends extra_float_digits in every startup packet (ConnectionFactoryImpl)
+        ignored_startup=("extra_float_digits",),
+    ),
+    "name LIKE 'S\\_%'",
+    ("options", "-c {name}={value}"),  # pgjdbc's own for search_path is currentSchema, also a startup parameter
+    prepared_times=5,
+    refusals=(
+        ("The server's client_encoding parameter was changed", "pgjdbc closes its connection when "
+         "client_encoding is not UTF8"),
+        ("The server's DateStyle parameter was changed", "pgjdbc closes its connection when DateStyle "
+         "does not begin with ISO"),
+    ),
+)
+
 CATALOGUE: tuple[Shipped, ...] = (
     # node-postgres: a query config with `name` (the agent names them stmt_1, stmt_2... per connection)
     Shipped(AgentSpec("node-postgres", "node", ("agent.js",), npm=("pg@8",), run=_NODE, settings=(("options", ""),)),
@@ -68,39 +132,7 @@ CATALOGUE: tuple[Shipped, ...] = (
     Shipped(AgentSpec("postgres-js", "node", ("agent.js",), npm=("postgres@3",), run=_NODE,
                       settings=(("prepare", "true"),)),
             "name ~ '^[0-9a-z]+$'"),
-    # pgjdbc: a cached PreparedStatement, named S_n by the server-side prepare past prepareThreshold
-    Shipped(
-        AgentSpec(
-            id="pgjdbc",
-            language="java",
-            sources=("Agent.java",),
-            apt=("default-jdk-headless", "libpostgresql-jdbc-java", "libjunixsocket-java"),  # javac builds it
-            build=(("javac", "-cp", PGJDBC_JAR, "-d", "{dir}", "{dir}/Agent.java"),),
-            run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                 "-cp", f"{{dir}}:{PGJDBC_JAR}:{JUNIXSOCKET_JAR}", "Agent"),
-            settings=(
-                ("prepareThreshold", "5"),
-                ("preferQueryMode", "extended"),
-                ("preparedStatementCacheQueries", "256"),
-                ("autosave", "never"),
-                ("binaryTransfer", "true"),
-                ("currentSchema", ""),
-                ("options", ""),
-                ("readOnlyMode", "transaction"),
-            ),
-            # pgjdbc 42.5.5 sends extra_float_digits in every startup packet (ConnectionFactoryImpl)
-            ignored_startup=("extra_float_digits",),
-        ),
-        "name LIKE 'S\\_%'",
-        ("options", "-c {name}={value}"),  # pgjdbc's own for search_path is currentSchema, also a startup parameter
-        prepared_times=5,
-        refusals=(
-            ("The server's client_encoding parameter was changed", "pgjdbc closes its connection when "
-             "client_encoding is not UTF8"),
-            ("The server's DateStyle parameter was changed", "pgjdbc closes its connection when DateStyle "
-             "does not begin with ISO"),
-        ),
-    ),
+    _PGJDBC,
     # PHP PDO: prepare() + execute(), named pdo_stmt_%08x (ATTR_EMULATE_PREPARES false, the default)
     Shipped(
         AgentSpec(
@@ -131,7 +163,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="pgx",
             language="go",
-            sources=("main.go",),
+            sources=("main.go", "protocol.go"),
             apt=("golang-go", "golang-github-jackc-pgx-v4-dev"),
             build=(PGX_BUILD,),
             run=("{dir}/agent",),
@@ -148,6 +180,66 @@ CATALOGUE: tuple[Shipped, ...] = (
         refusals=(("simple protocol queries must be run with client_encoding=UTF8",
                    "pgx runs no simple-protocol query unless client_encoding is UTF8"),),
         names_per_process=True,  # N in lrupsc_N_M counts the process's statement caches (one per connection)
+    ),
+    # pgx v5 (the Go module proxy's, go.mod): its default_query_exec_mode cache_statement prepares named
+    # statements stmtcache_<sha256 of the text> (the same name for the same text in every process)
+    Shipped(
+        AgentSpec(
+            id="pgx-v5",
+            language="go",
+            sources=("main.go", "../pgx/protocol.go", "go.mod", "go.sum"),  # pgx v4's protocol.go, shared
+            build=(("{go}", "mod", "download"), ("{go}", "build", "-trimpath", "-o", "{dir}/agent", ".")),
+            build_env=GO_ENV,
+            tools=(("go", "1.25"),),  # pgx v5.13's go.mod says go 1.25.0
+            run=("{dir}/agent",),
+            settings=(
+                ("default_query_exec_mode", "cache_statement"),
+                ("statement_cache_capacity", "512"),
+                ("description_cache_capacity", "512"),
+                ("options", ""),
+                ("application_name", ""),
+            ),
+        ),
+        "name LIKE 'stmtcache\\_%'",
+        ("options", "-c {name}={value}"),
+        refusals=(("simple protocol queries must be run with client_encoding=UTF8",
+                   "pgx runs no simple-protocol query unless client_encoding is UTF8"),
+                  ("simple protocol queries must be run with standard_conforming_strings=on",
+                   "pgx runs no simple-protocol query unless standard_conforming_strings is on")),
+    ),
+    # sqlx 0.9 (crates.io, Cargo.lock): `query(text)` is persistent by default, its statement cache names
+    # the statements sqlx_s_N per connection
+    Shipped(
+        replace(_cargo("sqlx", "1.94", (("statement_cache_capacity", "100"), ("persistent", "true"),
+                                        ("options", ""), ("application_name", ""))),
+                ignored_startup=("extra_float_digits",)),  # sqlx sends extra_float_digits=3 at every connect
+        "name LIKE 'sqlx\\_s\\_%'",
+        ("options", "-c {name}={value}"),
+    ),
+    # tokio-postgres 0.7 (crates.io, Cargo.lock): Client::prepare names statements s0, s1... from a counter
+    # of the whole process, not of the connection
+    Shipped(
+        _cargo("tokio-postgres", "1.85", (("method", "prepare"), ("options", ""), ("application_name", ""))),
+        "name ~ '^s[0-9]+$'",
+        ("options", "-c {name}={value}"),
+        names_per_process=True,
+    ),
+    # pgjdbc from Maven Central beside Debian's: the same Agent.java with the jar pom.xml names, resolved by
+    # Maven into a repository of the agent's cache folder (never ~/.m2)
+    replace(
+        _PGJDBC,
+        spec=replace(
+            _PGJDBC.spec,
+            id="pgjdbc-maven",
+            sources=("pom.xml", "../pgjdbc/Agent.java"),
+            apt=("default-jdk-headless", "maven", "libjunixsocket-java"),
+            build=(("mvn", "-B", "-q", "-Dstyle.color=never", "-Dmaven.repo.local={cache}/m2",
+                    "dependency:copy-dependencies", "-DoutputDirectory={dir}/lib", "-DincludeScope=runtime",
+                    "-Dmdep.stripVersion=true"),
+                   ("javac", "-cp", "{dir}/lib/postgresql.jar", "-d", "{dir}", "{dir}/Agent.java")),
+            run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                 "-cp", f"{{dir}}:{{dir}}/lib/*:{JUNIXSOCKET_JAR}", "Agent", "pgjdbc-maven"),
+        ),
     ),
 )
 

@@ -119,9 +119,18 @@ class AgentClient:
     statement_names: str
     _lease: _Lease
     _shipped: Shipped
-    notifications: list[Notification] = field(default_factory=list)
+    _notifications: list[Notification] = field(default_factory=list)
     settings: tuple[Setting, ...] = ()
     _parameters: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def notifications(self) -> list[Notification]:
+        """Those its answers carried; NotApplicable, in its words, from an agent whose hello says
+        `no_notifications` (its driver drops them: a probe that waits for one would read a false absence)."""
+        never = self._lease.agent.hello.get("no_notifications")
+        if never:
+            raise NotApplicable(f"the {self._lease.agent.driver} agent receives no notifications: {never}")
+        return self._notifications
 
     @classmethod
     async def connect(cls, shipped: Shipped, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
@@ -165,7 +174,7 @@ class AgentClient:
 
     def _absorb(self, answer: dict[str, Any]) -> dict[str, Any]:
         """The answer, its notifications and ParameterStatus values kept (any answer may carry them)."""
-        self.notifications.extend(Notification(str(n.get("channel", "")), str(n.get("payload", "")))
+        self._notifications.extend(Notification(str(n.get("channel", "")), str(n.get("payload", "")))
                                   for n in answer.get("notifications") or ())
         if isinstance(answer.get("parameters"), dict):
             self._parameters.clear()

@@ -2,8 +2,11 @@
 
 Layout: CACHE/agents/<id>/<key>/ holds the agent's sources, what `npm install` and its build made,
 and agent.json (`{"release": "8.23.1", "runtime": "node 20.20.2"}`, from the agent's own `hello`,
-i.e. read from what was installed). The key hashes the spec, the sources and the runtime program
-(its path, size and time), so a changed agent or runtime gets a folder of its own. A folder is made
+i.e. read from what was installed). The key hashes the spec, the sources, the runtime program and
+the compilers of its `tools` (their path, size and time), so a changed agent, runtime or compiler
+gets a folder of its own. Beside the keys, CACHE/agents/<id>/.build-cache/ keeps what its builds
+download and cache (`{cache}` in a spec: Go's module and build caches, cargo's registry and target
+folder, a Maven repository), so a new key builds from there and a registry is asked once. A folder is made
 aside (`.<key>-<random>`) under the agent's lock and renamed into place, so a half-made one is never
 used.
 
@@ -28,15 +31,20 @@ from pathlib import Path
 
 from leakcheck.drivers.agents.process import AgentProcess
 from leakcheck.drivers.agents.spec import AgentSpec
+from leakcheck.drivers.agents.toolchains import Found, find
 from leakcheck.model.errors import ProvisionError
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.host.system import cache_root, file_lock
 
 log = logging.getLogger(__name__)
 
-#: Seconds `npm install`, each build command and each apt-get step may take.
+#: Seconds `npm install` and each apt-get step may take (a build command: its spec's `build_timeout`).
 INSTALL_TIMEOUT = 300.0
 SOURCES = Path(__file__).parent
+#: The folder of CACHE/agents/<id>/ where its builds keep what they download and cache (a spec's `{cache}`).
+#: A build folder: the test suite's cache does not link it from the user's (tests/support/cache.py), as
+#: cargo rewrites its target folder's files in place.
+BUILD_CACHE = ".build-cache"
 
 
 @dataclass(frozen=True)
@@ -82,10 +90,21 @@ def install_apt(spec: AgentSpec) -> None:
     _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], Path("/"), f"`{line}`", env)
 
 
-def _run(argv: list[str], cwd: Path, what: str, env: dict[str, str] | None = None) -> None:
+def _tools(spec: AgentSpec) -> dict[str, Found]:
+    """The compilers of the spec's `tools` (ProvisionError, one line, when one is missing or too old)."""
+    return {name: find(name, minimum, spec.id) for name, minimum in spec.tools}
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    for name, value in values.items():
+        text = text.replace("{" + name + "}", value)
+    return text
+
+
+def _run(argv: list[str], cwd: Path, what: str, env: dict[str, str] | None = None,
+         timeout: float = INSTALL_TIMEOUT) -> None:
     try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=INSTALL_TIMEOUT,
-                              env=env)
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=timeout, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ProvisionError(f"{what} failed: {exc}") from None
     if done.returncode != 0:
@@ -97,6 +116,8 @@ def _key(spec: AgentSpec) -> str:
     digest = hashlib.sha256(repr(spec).encode())
     for name in spec.sources:
         digest.update((SOURCES / spec.id / name).read_bytes())
+    for tool in _tools(spec).values():
+        digest.update(tool.fingerprint().encode())
     runtime = shutil.which(spec.run[0]) if spec.run else None
     if runtime:
         stat = Path(runtime).resolve().stat()
@@ -114,9 +135,13 @@ def _read(spec: AgentSpec, folder: Path) -> Installed | None:
 
 def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
     work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=store))
+    values = {"dir": str(work), "cache": str(store / BUILD_CACHE)}
+    for name, tool in _tools(spec).items():
+        values |= {name: str(tool.path), f"{name}_version": str(tool.version)}
+    env = {**os.environ, **{k: _fill(v, values) for k, v in spec.build_env}} if spec.build_env else None
     try:
         for name in spec.sources:
-            shutil.copy2(SOURCES / spec.id / name, work / name)
+            shutil.copy2(SOURCES / spec.id / name, work / Path(name).name)
         if spec.npm:
             npm = shutil.which("npm")
             if npm is None:
@@ -124,9 +149,11 @@ def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
                                      "`apt-get install -y nodejs npm`")
             _run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", *spec.npm], work,
                  f"npm install {' '.join(spec.npm)} for the {spec.id} agent")
+        if spec.tools:  # a compiled agent's first build fetches its packages and compiles them: minutes
+            log.info(f"building the {spec.id} agent into {store} with {', '.join(values[n] for n, _ in spec.tools)}")
         for command in spec.build:
-            argv = [part.replace("{dir}", str(work)) for part in command]
-            _run(argv, work, f"building the {spec.id} agent ({' '.join(argv)})")
+            argv = [_fill(part, values) for part in command]
+            _run(argv, work, f"building the {spec.id} agent ({' '.join(argv)})", env, spec.build_timeout)
         folder = store / key
         agent = Installed(spec, work, None, "").start()  # its hello names the release npm or apt installed
         agent.stop()

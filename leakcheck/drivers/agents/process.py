@@ -96,7 +96,7 @@ def _hello_problem(hello: dict[str, Any], driver: str, named: bool) -> str | Non
         return f"answered hello without \"ok\": true: {json.dumps(hello)[:200]}"
     if not isinstance(hello.get("driver"), str) or (named and hello["driver"] != driver):
         return f"named the driver {json.dumps(hello.get('driver'))}" + (f", not {driver!r}" if named else "")
-    for key in ("release", "runtime", "no_cancel", "statement_names"):
+    for key in ("release", "runtime", "no_cancel", "no_notifications", "statement_names"):
         if key in hello and not isinstance(hello[key], str):
             return f"gave {key} {json.dumps(hello[key])[:80]}, not text"
     ops = hello.get("ops", [])

@@ -2,7 +2,8 @@
 //
 // query = a plain Statement with its prepareThreshold at 0; prepared = one cached PreparedStatement per SQL text (pgjdbc names it
 // S_n on the server from its prepareThreshold-th execution); cancel = Statement.cancel() from the
-// stdin reader thread while the worker runs the request before it.
+// stdin reader thread while the worker runs the request before it. Its argument, when given, is the
+// driver id its hello says: `pgjdbc-maven` runs this file with Maven Central's jar, `pgjdbc` with Debian's.
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -32,6 +33,7 @@ import org.postgresql.PGStatement;
 public final class Agent {
     private static final PrintStream OUT = new PrintStream(System.out, true, StandardCharsets.UTF_8);
     private static final Map<String, Object> END = new HashMap<>();
+    private static String driver = "pgjdbc";
 
     private volatile Connection conn;
     /** pgjdbc's cancelSignalTimeout for this connection: a cancel that waited this long for the peer's end timed out. */
@@ -45,6 +47,7 @@ public final class Agent {
     }
 
     public static void main(String[] args) throws Exception {
+        if (args.length > 0) driver = args[0];
         Agent agent = new Agent();
         LinkedBlockingQueue<Map<String, Object>> queue = new LinkedBlockingQueue<>();
         Thread reader = new Thread(() -> agent.read(queue), "stdin");
@@ -138,7 +141,7 @@ public final class Agent {
             case "hello":
                 String release = org.postgresql.Driver.class.getPackage().getImplementationVersion();
                 answer.put("protocol", 1);
-                answer.put("driver", "pgjdbc");
+                answer.put("driver", driver);
                 answer.put("release", release != null ? release : org.postgresql.util.DriverInfo.DRIVER_VERSION);
                 answer.put("runtime", "java " + System.getProperty("java.version"));
                 return;
