@@ -34,9 +34,11 @@ from leakcheck.provision.host.system import cache_root, file_lock
 
 log = logging.getLogger(__name__)
 
-#: Seconds `npm install`, each build command and each apt-get step may take.
+#: Seconds `npm install`, `pip install`, each build command and each apt-get step may take.
 INSTALL_TIMEOUT = 300.0
 SOURCES = Path(__file__).parent
+#: The interpreter a `pip` agent's virtual environment is made with (python3-venv in its `apt`).
+PYTHON = "/usr/bin/python3"
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def _key(spec: AgentSpec) -> str:
     digest = hashlib.sha256(repr(spec).encode())
     for name in spec.sources:
         digest.update((SOURCES / spec.id / name).read_bytes())
-    runtime = shutil.which(spec.run[0]) if spec.run else None
+    runtime = PYTHON if spec.pip else shutil.which(spec.run[0]) if spec.run else None
     if runtime:
         stat = Path(runtime).resolve().stat()
         digest.update(f"{Path(runtime).resolve()} {stat.st_size} {stat.st_mtime_ns}".encode())
@@ -124,6 +126,11 @@ def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
                                      "`apt-get install -y nodejs npm`")
             _run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", *spec.npm], work,
                  f"npm install {' '.join(spec.npm)} for the {spec.id} agent")
+        if spec.pip:  # a venv of Debian's python3, so the agent's packages never meet leakcheck's own
+            _run([PYTHON, "-m", "venv", str(work / "venv")], work, f"making the {spec.id} agent's venv")
+            _run([str(work / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-input",
+                  "--disable-pip-version-check", *spec.pip], work,
+                 f"pip install {' '.join(spec.pip)} for the {spec.id} agent")
         for command in spec.build:
             argv = [part.replace("{dir}", str(work)) for part in command]
             _run(argv, work, f"building the {spec.id} agent ({' '.join(argv)})")
