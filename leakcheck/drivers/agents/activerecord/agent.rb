@@ -5,8 +5,8 @@
 # settings (prepared_statements, advisory_locks, libpq's options) + ActiveRecord::Base.connection (the adapter sets its
 # session up as in any Rails application: client_min_messages, standard_conforming_strings, timezone UTC,
 # intervalstyle iso_8601); close = remove_connection.
-# query = exec_query(sql) without binds (ActiveRecord's unnamed statement, exec_params); execute =
-# execute(sql) (the simple query protocol); prepared = select_all("#{sql} LIMIT $1", binds, preparable)
+# query and execute = execute(sql) (the simple query protocol, no named statement; query's values read
+# from their text form); prepared = select_all("#{sql} LIMIT $1", binds, preparable)
 # as a relation's `.limit(n)` sends it: with prepared_statements (the default) through the adapter's
 # statement pool, named a1, a2... per connection; without, an unnamed statement with its bind.
 # free: ActiveRecord drops only all its statements (clear_cache!), never one: unsupported.
@@ -34,6 +34,11 @@ class Agent
                 server_version session_authorization standard_conforming_strings TimeZone].freeze
   # ActiveRecord's database.yml keys this agent takes, with their defaults
   SETTINGS = { "prepared_statements" => "true", "advisory_locks" => "true", "options" => "" }.freeze
+  INTEGERS = [20, 21, 23].freeze # int8, int2, int4
+  FLOATS = [700, 701].freeze # float4, float8
+  # array type oid -> its element type's oid (bool, int2, int4, int8, float4, float8, text, name, varchar, bpchar)
+  ARRAYS = { 1000 => 16, 1005 => 21, 1007 => 23, 1016 => 20, 1021 => 700, 1022 => 701, 1009 => 25,
+             1003 => 19, 1015 => 1043, 1014 => 1042 }.freeze
   # the rows a prepared run may return: its `.limit(n)`, bound as $1
   LIMIT = 1000
 
@@ -93,8 +98,8 @@ class Agent
 
     sql = request["sql"].to_s
     case op
-    when "query" then answer["rows"] = rows(@conn.exec_query(sql))
-    when "execute" then @conn.execute(sql)
+    when "query" then answer["rows"] = texts(@conn.execute(sql))
+    when "execute" then @conn.execute(sql).clear
     when "prepared"
       limited = "#{sql.strip.chomp(';')} LIMIT $1"
       bind = ActiveRecord::Relation::QueryAttribute.new("LIMIT", LIMIT, ActiveModel::Type::Integer.new)
@@ -124,6 +129,28 @@ class Agent
     ActiveRecord::Base.establish_connection(config)
     @conn = ActiveRecord::Base.connection
     @raw = @conn.raw_connection
+  end
+
+  # A PG::Result's values from their text form (ActiveRecord's decoders would turn numeric 2.50 into 2.5).
+  def texts(result)
+    result.map_types!(PG::TypeMapAllStrings.new)
+    result.values.map { |row| row.each_with_index.map { |text, i| typed(text, result.ftype(i)) } }
+  ensure
+    result&.clear
+  end
+
+  def typed(text, oid)
+    return nil if text.nil?
+    return PG::TextDecoder::Array.new.decode(text).map { |e| elements(e, ARRAYS[oid]) } if ARRAYS.include?(oid)
+    return text.to_i if INTEGERS.include?(oid)
+    return (text =~ /\A-?[\d.e+-]+\z/i ? text.to_f : text) if FLOATS.include?(oid)
+    return text == "t" if oid == 16
+
+    text
+  end
+
+  def elements(decoded, oid)
+    decoded.is_a?(Array) ? decoded.map { |e| elements(e, oid) } : typed(decoded, oid)
   end
 
   def rows(result)
