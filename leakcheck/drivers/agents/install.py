@@ -1,9 +1,11 @@
-"""An agent in leakcheck's cache: sources copied, npm packages installed, built, and its release known.
+"""An agent in leakcheck's cache: sources copied, npm or pip packages installed, built, and its release known.
 
-Layout: CACHE/agents/<id>/<key>/ holds the agent's sources, what `npm install` and its build made,
+Layout: CACHE/agents/<id>/<key>/ holds the agent's sources, what `npm install` and its build made (a
+`pip` agent: venv/, a virtual environment of Debian's python3 with its packages),
 and agent.json (`{"release": "8.23.1", "runtime": "node 20.20.2"}`, from the agent's own `hello`,
 i.e. read from what was installed). The key hashes the spec, the sources and the runtime program
-(its path, size and time), so a changed agent or runtime gets a folder of its own. A folder is made
+(its path, size and time; Debian's python3 for a `pip` agent), so a changed agent or runtime gets a
+folder of its own. A folder is made
 aside (`.<key>-<random>`) under the agent's lock and renamed into place, so a half-made one is never
 used.
 
