@@ -20,6 +20,7 @@ from leakcheck.discover.ops import Abilities
 from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError, connect
+from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver
@@ -96,13 +97,17 @@ class Transactions:
 
 async def abilities(driver: Driver, endpoint: Endpoint, settings: tuple[Setting, ...] = ()) -> Abilities:
     """What the driver's API offers: the native drivers' are known; an agent is asked, on `endpoint`,
-    to prepare and free one statement (answered `unsupported`: it cannot free)."""
+    to prepare and free one statement (answered `unsupported`: it cannot free; a prepared run that is not
+    applicable, an ORM whose settings never prepare: it has no prepared path)."""
     if driver.native:
         return Abilities(bound=True, free=False)
     client = await connect(driver, "A", endpoint, settings)
     try:
         sql = "SELECT 1 AS leakcheck_free_check"
-        await client.prepared(sql)
+        try:
+            await client.prepared(sql)
+        except NotApplicable:
+            return Abilities(bound=False, free=False, prepared=False)
         try:
             await free(client, sql)
         except AgentRefused as exc:

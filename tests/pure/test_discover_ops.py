@@ -97,3 +97,10 @@ def test_a_transaction_ends_the_way_it_began() -> None:
     assert repair(drawn) == (Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT, "", DRIVER), Op(A, Kind.BEGIN),
                              Op(A, Kind.ROLLBACK), Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT, "", DRIVER),
                              Op(B, Kind.OBSERVE))
+
+
+def test_a_driver_whose_settings_never_prepare_draws_no_protocol_op() -> None:
+    # Django at its defaults: its prepared path is not applicable, and discovery stopped at once on it.
+    ops = universe(Abilities(bound=False, free=False, prepared=False))
+    assert ops and not any(op.kind in (Kind.PROTOCOL, Kind.FREE) for op in ops)
+    assert any(op.kind is Kind.PROTOCOL for op in universe(Abilities(bound=False)))

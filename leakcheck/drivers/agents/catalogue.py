@@ -63,6 +63,12 @@ GO_ENV = (("GOMODCACHE", "{cache}/gomod"), ("GOCACHE", "{cache}/gocache"), ("GOT
           ("GOFLAGS", "-mod=readonly -modcacherw -buildvcs=false"), ("GOTELEMETRY", "off"))
 
 
+#: The ORM agents' psycopg (the one leakcheck itself uses), pinned with what pip brought with it, and
+#: how a venv agent starts (install.py makes {dir}/venv with Debian's python3).
+_PSYCOPG = ("psycopg==3.3.9", "psycopg-binary==3.3.9", "typing_extensions==4.16.0")
+_VENV = ("{dir}/venv/bin/python", "{dir}/agent.py")
+
+
 @dataclass(frozen=True)
 class Shipped:
     """One agent of the catalogue."""
@@ -240,6 +246,57 @@ CATALOGUE: tuple[Shipped, ...] = (
             run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                  "-cp", f"{{dir}}:{{dir}}/lib/*:{JUNIXSOCKET_JAR}", "Agent", "pgjdbc-maven"),
         ),
+    ),
+    # Django's ORM (psycopg 3 backend): raw SQL through connection.cursor(), prepared by psycopg (_pg3_N) only
+    # with OPTIONS server_side_binding and a prepare_threshold, both off by Django's default
+    Shipped(
+        AgentSpec(
+            id="django",
+            language="python",
+            sources=("agent.py",),
+            apt=("python3-venv",),
+            pip=("Django==5.2.19", "asgiref==3.13.0", "sqlparse==0.6.1", *_PSYCOPG),
+            run=_VENV,
+            settings=(
+                ("DISABLE_SERVER_SIDE_CURSORS", "false"),
+                ("CONN_MAX_AGE", "0"),
+                ("server_side_binding", "false"),
+                ("prepare_threshold", "None"),
+                ("options", ""),
+            ),
+        ),
+        "name LIKE '\\_pg3\\_%'",
+        ("options", "-c {name}={value}"),
+        refusals=(("Django never prepares", "a Django client-side binding cursor, or psycopg with no "
+                   "prepare_threshold, never prepares a statement: protocol-level prepares do not happen"),),
+    ),
+    # SQLAlchemy 2 over its psycopg 3 dialect: session.execute(text(sql)), prepared by psycopg's threshold (_pg3_N)
+    Shipped(
+        AgentSpec(
+            id="sqlalchemy",
+            language="python",
+            sources=("agent.py",),
+            apt=("python3-venv",),
+            pip=("SQLAlchemy==2.1.9", *_PSYCOPG),
+            run=_VENV,
+            settings=(("pool_pre_ping", "false"), ("poolclass", "QueuePool"), ("prepare_threshold", "5"),
+                      ("options", "")),
+        ),
+        "name LIKE '\\_pg3\\_%'",
+        ("options", "-c {name}={value}"),
+    ),
+    # Rails' ActiveRecord (Debian's 6.1) with its pg adapter: a bound query through its statement pool, a1, a2...
+    Shipped(
+        AgentSpec(
+            id="activerecord",
+            language="ruby",
+            sources=("agent.rb",),
+            apt=("ruby-activerecord", "ruby-pg"),
+            run=("ruby", "{dir}/agent.rb"),
+            settings=(("prepared_statements", "true"), ("advisory_locks", "true"), ("options", "")),
+        ),
+        "name ~ '^a[0-9]+$'",
+        ("options", "-c {name}={value}"),
     ),
 )
 
