@@ -336,44 +336,44 @@ def classify(text: str) -> tuple[Statement, ...]:
     return _statements(text, exact=True)
 
 
-#: Distinct normalized texts whose classes are kept (then the cache starts again).
-CACHE = 50_000
+#: Distinct texts (and distinct normalized texts) whose classes are kept (then each cache starts again).
+CACHE = 20_000
+Classified = tuple[str, tuple[Statement, ...]]
 
 
 class Classifier:
-    """Text -> (normalized text, statements), each distinct normalized text parsed once while it is cached."""
+    """Text -> (normalized text, statements). Each distinct text is normalized once while it is cached (a
+    log of bound parameters repeats its texts), and each distinct normalized text parsed once."""
 
     def __init__(self, cache: int = CACHE) -> None:
-        self._cache: dict[str, tuple[Statement, ...]] = {}
-        self._exact: dict[str, tuple[Statement, ...]] = {}  # texts whose class needs their constants
+        self._texts: dict[str, Classified] = {}
+        self._normalized: dict[str, tuple[Statement, ...]] = {}
         self._limit = cache
 
-    def __call__(self, text: str) -> tuple[str, tuple[Statement, ...]]:
+    def __call__(self, text: str) -> Classified:
+        known = self._texts.get(text)
+        if known is None:
+            known = self._classify(text)
+            if len(self._texts) >= self._limit:
+                self._texts.clear()
+            self._texts[text] = known
+        return known
+
+    def _classify(self, text: str) -> Classified:
         normalized = normalize(text)  # ParseError: the text is not SQL PostgreSQL parses
-        known = self._cache.get(normalized)
-        if known is not None:
-            return normalized, known
+        found = self._normalized.get(normalized)
+        if found is not None:
+            return normalized, found
         try:
             found = _statements(normalized, exact=normalized == text)
         except _Constants:
-            return normalized, self._exactly(text)
+            return normalized, _statements(text, exact=True)
         except ParseError:  # a normalized form PostgreSQL does not parse back (a constant where only one may be)
             try:
                 found = _statements(text, exact=False)
             except _Constants:
-                return normalized, self._exactly(text)
-        _keep(self._cache, normalized, found, self._limit)
+                return normalized, _statements(text, exact=True)
+        if len(self._normalized) >= self._limit:
+            self._normalized.clear()
+        self._normalized[normalized] = found
         return normalized, found
-
-    def _exactly(self, text: str) -> tuple[Statement, ...]:
-        found = self._exact.get(text)
-        if found is None:
-            found = _statements(text, exact=True)
-            _keep(self._exact, text, found, self._limit)
-        return found
-
-
-def _keep(cache: dict[str, tuple[Statement, ...]], key: str, value: tuple[Statement, ...], limit: int) -> None:
-    if len(cache) >= limit:
-        cache.clear()
-    cache[key] = value

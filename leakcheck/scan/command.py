@@ -29,9 +29,9 @@ from leakcheck.model.target import PoolerKind
 from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Spec, Version
 from leakcheck.reports.safe_text import encodable, terminal_safe
-from leakcheck.results.results import load
+from leakcheck.results.results import Results, load
 from leakcheck.scan import inputs, report
-from leakcheck.scan.verdicts import FAIL_ON, Scan, Selection, Verdicts, assemble, mapped, measured, pick
+from leakcheck.scan.verdicts import FAIL_ON, Scan, Selection, Verdicts, assemble, cells_of, mapped, measured, pick
 from leakcheck.scan.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,8 @@ class Options:
     reports: dict[str, Path] = field(default_factory=dict)  #: option -> path
     repo: Path | None = None
     run: bool = False
+    #: the --results file's outcomes of the target cells (read once, before the inputs)
+    loaded: Results | None = None
 
 
 _REPORTS = {"--report-md": "scan_md", "--report-html": "scan_html", "--report-json": "scan_json",
@@ -130,15 +132,16 @@ def options(args: argparse.Namespace) -> Options:
         raise UsageError("scan needs the target cells: give --results=RESULTS.json (the verdicts of an earlier run) "
                          "or the matrix to measure (e.g. --pg=16 --bouncer=1.24,1.26, or --matrix=FILE)")
     Config.from_strings(matrix)  # every matrix option checked, as `leakcheck run` checks it
-    if args.scan_results is not None:
-        load(args.scan_results, "--results")  # read once now: a file that is not one fails before the scan
+    loaded = None
+    if args.scan_results is not None:  # read now: a file that is not one, or holds none of the cells, fails first
+        loaded = cells_of(load(args.scan_results, "--results"), str(args.scan_results), selection(matrix))
     check_own_files(reports, {"the --results file": args.scan_results,
                               **{f"an input ({p})": p for p in args.paths if not p.is_dir()}})
     for option, path in reports.items():
         check_writable(path, option, {"--report-md": "scan.md", "--report-html": "scan.html",
                                       "--report-json": "scan.json", "--junitxml": "scan.xml"}[option])
     kinds = tuple(inputs.detect(p) for p in args.paths)
-    return Options(tuple(args.paths), kinds, matrix, args.scan_results, args.fail_on, reports)
+    return Options(tuple(args.paths), kinds, matrix, args.scan_results, args.fail_on, reports, loaded=loaded)
 
 
 def selection(matrix: MatrixOptions) -> Selection:
@@ -170,7 +173,6 @@ def read(opts: Options) -> Workload:
     """Every input, read and counted (streaming)."""
     workload = Workload()
     for path, kind in zip(opts.paths, opts.kinds, strict=True):
-        log.info(f"scan: reading {path} ({kind}) ...")
         workload.read(str(path), kind.value, inputs.read(path, kind))
     if not workload.statements:
         raise UsageError(f"scan: no statement in {', '.join(map(str, opts.paths))}: a log needs log_statement=all or "
@@ -185,8 +187,8 @@ def verdicts(opts: Options, workload: Workload, measure: Measure) -> Verdicts | 
     probes = mapped(workload)
     if not probes:
         return None
-    if opts.results is not None:
-        return pick(load(opts.results, "--results"), str(opts.results), probes, selection(opts.matrix))
+    if opts.loaded is not None:
+        return pick(opts.loaded, str(opts.results), probes)
     log.info(f"scan: measuring {len(probes)} probe(s) the workload maps to: {', '.join(probes)}")
     return measured(measure({**opts.matrix, "leakcheck_probes": ",".join(probes)}))
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
 import json
 import os
 import re
@@ -124,14 +125,10 @@ def _check_regular(path: Path, what: str) -> None:
 def open_text(path: Path) -> IO[str]:
     """The file as text (UTF-8, undecodable bytes replaced: a log holds what clients sent), through gzip
     when it is gzip; newlines untranslated (the csv module needs them so)."""
-    raw: IO[bytes] = open(path, "rb")  # noqa: SIM115 - handed to the wrapper, closed with it
-    try:
-        magic = raw.read(2)
-        raw.seek(0)
-    except OSError:
-        raw.close()
-        raise
-    binary: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == _GZIP else raw  # type: ignore[assignment]
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    # each closed with the wrapper
+    binary: IO[bytes] = gzip.GzipFile(path, "rb") if magic == _GZIP else open(path, "rb")  # type: ignore[assignment]  # noqa: SIM115
     return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="")
 
 
@@ -243,6 +240,29 @@ def _json_line(line: str) -> Any:
         return None
 
 
+_BACKSLASHES = re.compile(r"\\+")
+
+
+class _JsonLines:
+    """JSON lines of one file, as written or as COPY's text format wrote them. COPY doubles every backslash,
+    so its lines never hold an odd run of them; JSON's own escapes (`\\n`, `\\"`) are one. The first line
+    with backslashes decides (an odd run: as written; only even runs: COPY's), and a line that does not
+    parse one way is tried the other."""
+
+    def __init__(self) -> None:
+        self.copied: bool | None = None
+
+    def __call__(self, line: str) -> Any:
+        if self.copied is None and "\\" in line:
+            self.copied = all(len(run) % 2 == 0 for run in _BACKSLASHES.findall(line))
+        for copied in ((True, False) if self.copied else (False, True)):
+            try:
+                return json.loads(copy_unescape(line) if copied else line)
+            except ValueError:
+                continue
+        return None
+
+
 # --- readers -------------------------------------------------------------------------------------
 
 
@@ -286,12 +306,12 @@ def _session_end(message: str) -> bool:
     return message.startswith(("disconnection: ", "connection authorized: "))
 
 
-def _prefix_session(prefix: str) -> str | None:
-    found = _SESSION_ID.search(prefix)
-    if found:
-        return found.group(1)
-    pid = _PID.search(prefix)
-    return pid.group(1) if pid else None
+def _log_at(line: str) -> int:
+    """Where a line's `LOG:  ` severity starts (the first `:  ` of the line ends it), else -1."""
+    end = line.find(":  ")
+    if end < 3 or line[end - 3:end] != "LOG" or (end > 3 and line[end - 4] not in " \t]:>)"):
+        return -1
+    return end - 3
 
 
 def _logged(message: str, session: str | None, where: str) -> Sent | Ended | None:
@@ -304,16 +324,18 @@ def _logged(message: str, session: str | None, where: str) -> Sent | Ended | Non
 
 
 def _stderr(stream: IO[str], name: str) -> Iterator[Sent | Ended]:
-    """A stderr log: an entry is a line with a severity, continued by the lines that start with a tab."""
+    """A stderr log: an entry is a line with a severity, continued by the lines that start with a tab. The
+    first LOG line's prefix says how sessions are named (%c, else [%p]); every later line is read so."""
     parts: list[str] = []
     size = 0
     session: str | None = None
     start = 0
+    pattern: re.Pattern[str] | None = None
+    decided = False
     for number, line in enumerate(stream, 1):
-        line = line.rstrip("\r\n")
-        if line.startswith("\t"):
+        if line[:1] == "\t":
             if parts and size <= MAX_STATEMENT:
-                parts.append(line[1:])
+                parts.append(line[1:].rstrip("\r\n"))
                 size += len(line)
             continue
         if parts:
@@ -321,10 +343,15 @@ def _stderr(stream: IO[str], name: str) -> Iterator[Sent | Ended]:
             if entry is not None:
                 yield entry
             parts = []
-        found = _SEVERITY.search(line)
-        if found is not None and found.group(1) == "LOG":
-            session = _prefix_session(line[:found.start()])
-            parts, size, start = [line[found.end():]], len(line), number
+        at = _log_at(line)
+        if at < 0:
+            continue
+        if not decided:
+            decided = True
+            pattern = next((p for p in (_SESSION_ID, _PID) if p.search(line, 0, at)), None)
+        found = pattern.search(line, 0, at) if pattern is not None else None
+        session = found.group(1) if found else None
+        parts, size, start = [line[at + 6:].rstrip("\r\n")], len(line), number
     if parts:
         entry = _logged("\n".join(parts), session, f"{name}:{start}")
         if entry is not None:
@@ -422,10 +449,11 @@ def _pgss_json(stream: IO[str], name: str) -> Iterator[Sent | Ended]:
         yield from _json_array(stream, name)
         return
     line = first + stream.readline()
-    for number, text in enumerate([line, *stream], 1):
+    decode = _JsonLines()
+    for number, text in enumerate(itertools.chain([line], stream), 1):
         if not text.strip():
             continue
-        row = _json_line(text)
+        row = decode(text)
         if not isinstance(row, dict):
             raise UsageError(f"scan: {name}:{number} is not a JSON object; give one pg_stat_statements row per line")
         yield _pgss_row(row, name, number)

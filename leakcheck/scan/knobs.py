@@ -72,6 +72,7 @@ TEXT_NAMES = frozenset({"Dockerfile", "Procfile", ".env", "docker-compose.yml", 
 
 _URL = re.compile(r"(?:jdbc:)?postgres(?:ql)?://[^\s'\"`<>\\]+")
 _ERB = re.compile(r"<%.*?%>", re.S)
+_ERB_LINE = re.compile(r"^[ \t]*<%[^=].*?%>[ \t]*$", re.M)  # a control line (`<% if ... %>`): left out
 _JS_IMPORTS_POSTGRES = re.compile(r"""(?:from\s+|require\(\s*)['"]postgres['"]""")
 _JS_PREPARE = re.compile(r"\bprepare\s*:\s*(true|false)\b")
 _PDO = re.compile(r"ATTR_EMULATE_PREPARES\s*(?:=>|,)\s*(true|false|1|0)\b", re.I)
@@ -152,7 +153,7 @@ def _walk_mapping(data: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple
 
 def _yaml(path: Path, text: str, rel: str) -> Iterator[Knob]:
     try:
-        data = yaml.safe_load(_ERB.sub("erb", text))
+        data = yaml.safe_load(_ERB.sub("erb", _ERB_LINE.sub("", text)))
     except yaml.YAMLError:
         return
     rails = path.name == "database.yml"
@@ -247,7 +248,7 @@ _READERS: tuple[tuple[Callable[[Path], bool], Callable[[Path, str, str], Iterato
 
 
 def scan_repo(root: Path) -> list[Knob]:
-    """Every knob the repository sets, in file order, each once."""
+    """Every knob the repository sets, in file order, each once per line."""
     found: list[Knob] = []
     for path in files(root):
         try:
@@ -260,7 +261,10 @@ def scan_repo(root: Path) -> list[Knob]:
                 found += reader(path, text, rel)
         for url, line in _lines(_URL, text):
             found += _url_knobs(url.group(0), f"{rel}:{line}")
-    return list(dict.fromkeys(found))
+    unique: dict[tuple[str, str, str, str], Knob] = {}
+    for knob in found:  # a YAML anchor merged into several sections is one knob of its line
+        unique.setdefault((knob.where, knob.driver, knob.setting, knob.value), knob)
+    return list(unique.values())
 
 
 def axes(knobs: list[Knob]) -> list[Axis]:

@@ -88,20 +88,27 @@ class Verdicts:
         return tuple(dict.fromkeys(o.column for o in self.outcomes))
 
 
-def pick(results: Results, where: str, probes: Iterable[str], selection: Selection) -> Verdicts:
-    """A results file's outcomes of `probes` on the selected cells, and its controls of those checked.
-    A file that holds none of the cells is a UsageError (a scan against nothing proves nothing)."""
-    wanted = set(probes)
+def cells_of(results: Results, where: str, selection: Selection) -> Results:
+    """A results file's outcomes on the selected cells: the pooled route's, and the controls of their
+    PostgreSQL versions, drivers and poolers. None of the cells is a UsageError (a scan against nothing
+    proves nothing)."""
     cells = [o for o in results.outcomes if o.route is Route.TRANSACTION and selection.matches(o)]
     if not cells:
         raise UsageError(f"--results={where} holds no outcome through a pooler for the target cells "
                          f"({selection.describe()}); give a results file of those cells, or name cells it holds")
-    chosen = tuple(canonical(o for o in cells if o.probe in wanted))
     seen = {(o.pg, o.driver, o.target.driver_settings) for o in cells}
     poolers = {o.pooler for o in cells}
-    controls = [o for o in results.outcomes if o.route.is_control and o.probe in wanted
+    controls = [o for o in results.outcomes if o.route.is_control
                 and (o.pg, o.driver, o.target.driver_settings) in seen
                 and (o.route is not Route.SESSION or o.pooler in poolers)]
+    return Results(tuple(cells + controls), results.unmeasured)
+
+
+def pick(results: Results, where: str, probes: Iterable[str]) -> Verdicts:
+    """The outcomes of `probes` among a results file's (cells_of), and its controls of those checked."""
+    wanted = set(probes)
+    chosen = tuple(canonical(o for o in results.outcomes if o.route is Route.TRANSACTION and o.probe in wanted))
+    controls = [o for o in results.outcomes if o.route.is_control and o.probe in wanted]
     problems = control_problems(controls) + [f"{u.test}: measured nothing ({u.why})" for u in results.unmeasured
                                              if any(f"-{p}]" in u.test for p in wanted)]
     return Verdicts(where, chosen, tuple(problems))
