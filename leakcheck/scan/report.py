@@ -110,6 +110,11 @@ def _intro(scan: Scan) -> list[str]:
     if named:
         lines.append("prepared statement names follow the naming of: "
                      + ", ".join(f"{d} ({n:,})" for d, n in sorted(named.items())))
+    measured = {o.driver.value for o in scan.verdicts.outcomes} if scan.verdicts is not None else set()
+    missing = sorted(set(named) - measured)
+    if measured and missing:
+        lines.append(f"hint: the cells measure {', '.join(sorted(measured))}, not {', '.join(missing)}: give "
+                     f"--drivers={','.join(missing)} (or results of them) for their prepared statements' verdicts")
     return lines
 
 
