@@ -61,6 +61,14 @@ PGX_MODES = {"QueryExecModeCacheStatement": "cache_statement", "QueryExecModeCac
              "QueryExecModeDescribeExec": "describe_exec", "QueryExecModeExec": "exec",
              "QueryExecModeSimpleProtocol": "simple_protocol"}
 
+#: Python settings by name: their driver, and the constant types they take.
+PYTHON_SETTINGS: dict[str, tuple[str, tuple[type, ...]]] = {
+    "DISABLE_SERVER_SIDE_CURSORS": ("django", (bool,)),
+    "CONN_MAX_AGE": ("django", (int, type(None))),
+    "prepare_threshold": ("psycopg", (int, type(None))),
+    "statement_cache_size": ("asyncpg", (int,)),
+}
+
 MAX_FILE = 1 << 20
 SKIPPED = frozenset({".git", ".hg", ".svn", "node_modules", "vendor", ".venv", "venv", "__pycache__", ".tox",
                      "target", "build", "dist", ".gradle", ".idea", "tmp", "log", "coverage", ".bundle"})
@@ -176,7 +184,10 @@ def _jdbc(where: str, value: str, said: str) -> Iterator[Knob]:
 
 
 def _url_knobs(url: str, where: str) -> Iterator[Knob]:
-    query = dict(parse_qsl(urlsplit(url.removeprefix("jdbc:")).query, keep_blank_values=True))
+    try:
+        query = dict(parse_qsl(urlsplit(url.removeprefix("jdbc:")).query, keep_blank_values=True))
+    except ValueError:  # not a URL after all (`postgresql://[` in a test's text): nothing it sets
+        return
     for name, value in query.items():
         if name == "pgbouncer":
             yield Knob(where, "prisma", "pgbouncer", _bool(value), url)
@@ -205,14 +216,18 @@ def _python(text: str, rel: str) -> Iterator[Knob]:
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute):
             pairs = [(node.targets[0].attr, node.value, node.lineno)]
         for name, value, line in pairs:
-            known = {"DISABLE_SERVER_SIDE_CURSORS": "django", "CONN_MAX_AGE": "django",
-                     "prepare_threshold": "psycopg", "statement_cache_size": "asyncpg"}.get(name)
+            known = PYTHON_SETTINGS.get(name)
             if known is None:
                 continue
-            said = f"{name}={ast.unparse(value)}"
-            constant = value.value if isinstance(value, ast.Constant) else "?"
-            shown = "None" if constant is None else _bool(constant) if isinstance(constant, bool) else str(constant)
-            yield Knob(f"{rel}:{line}", known, name, shown, said)
+            driver, kinds = known
+            if isinstance(value, ast.Constant):
+                if not isinstance(value.value, kinds) or (bool not in kinds and isinstance(value.value, bool)):
+                    continue  # a text or a number where the setting takes none: not that setting
+                constant = value.value
+                shown = "None" if constant is None else _bool(constant) if isinstance(constant, bool) else str(constant)
+            else:
+                shown = "?"  # computed (from the environment, ...): the axis takes the values found elsewhere
+            yield Knob(f"{rel}:{line}", driver, name, shown, f"{name}={ast.unparse(value)}")
 
 
 def _lines(pattern: re.Pattern[str], text: str) -> Iterator[tuple[re.Match[str], int]]:

@@ -53,6 +53,7 @@ DATABASES = {
 }
 """,
     "worker/db.py": "import asyncpg\npool = asyncpg.create_pool(dsn, statement_cache_size=0)\n",
+    "tools/names.py": 'DRIVER_OF = {"CONN_MAX_AGE": "django", "prepare_threshold": "psycopg"}\n',  # not settings
 }
 PRISMA = {
     "prisma/schema.prisma": 'datasource db {\n  provider = "postgresql"\n  url = env("DATABASE_URL")\n}\n',
@@ -118,6 +119,10 @@ def test_php_and_go_knobs_are_read_from_their_code(tmp_path: Path) -> None:
     })))
     assert found == [Axis("pdo", "ATTR_EMULATE_PREPARES", ("true", "false")),
                      Axis("pgx-v5", "default_query_exec_mode", ("simple_protocol", "cache_statement"))]
+
+
+def test_text_that_only_looks_like_a_url_sets_nothing(tmp_path: Path) -> None:
+    assert scan_repo(_repo(tmp_path, {"t.py": 'bad = "postgresql://[::1/db?pgbouncer=true"\n'})) == []
 
 
 def test_a_link_out_of_the_repository_is_not_followed(tmp_path: Path) -> None:
