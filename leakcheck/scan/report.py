@@ -152,7 +152,7 @@ def render_terminal(scan: Scan, *, color: bool = False) -> str:
     for row in scan.rows:
         lines += ["", f"{status(row).upper() if row.failing else status(row)}: {_heading(row)}"]
         for seen in row.found.statements.values():
-            lines.append(f"  x{seen.count:<6,} {seen.text}    {', '.join(seen.sources)}")
+            lines.append(f"  x{seen.count:<6,} {' '.join(seen.text.split())}    {', '.join(seen.sources)}")
         if row.found.more:
             lines.append(f"  x{row.found.more:<6,} (more statements, not listed)")
         lines += _probe_table(row, cells, color)
