@@ -38,9 +38,10 @@ log = logging.getLogger(__name__)
 
 EXIT_CLEAN, EXIT_AFFECTED = 0, 1
 #: The matrix options scan takes to name (and, without --results, measure) the target cells. Left out:
-#: what a scan decides itself (--probes), what it reads or writes its own way (--results, the reports),
-#: and the gate's options (--expect, --record, --update, --require, --diff): scan's gate is --fail-on.
-LEFT_OUT = ("--probes", "--results", "--report-html", "--report-md", "--expect", "--record", "--require", "--diff")
+#: what it reads or writes its own way (--results, the reports) and the gate's options (--expect,
+#: --record, --update, --require, --diff): scan's gate is --fail-on. --probes goes with --repo --run only
+#: (a scan of statements measures the probes its classes map to).
+LEFT_OUT = ("--results", "--report-html", "--report-md", "--expect", "--record", "--require", "--diff")
 MatrixOptions = dict[str, str | None]
 #: Measures the given probes on the cells the matrix options name: (options with --probes set) -> outcomes.
 Measure = Callable[[MatrixOptions], Sequence[Outcome]]
@@ -127,6 +128,9 @@ def options(args: argparse.Namespace) -> Options:
     if not args.paths:
         raise UsageError("scan needs a PATH: a PostgreSQL log, a pg_stat_statements export or a folder of .sql files "
                          "(or --repo=DIR for a repository's settings)")
+    if matrix.get("leakcheck_probes") is not None:
+        raise UsageError("--probes goes with --repo --run: a scan of statements measures the probes its classes map "
+                         "to; leave --probes out")
     given = [FLAGS[k] for k in MATRIX_SWITCHES if matrix.get(k) is not None]
     if args.scan_results is None and not given:
         raise UsageError("scan needs the target cells: give --results=RESULTS.json (the verdicts of an earlier run) "

@@ -163,3 +163,10 @@ def test_bad_repo_input_is_one_line_and_exit_4(tmp_path: Path, capsys: pytest.Ca
     assert main(["scan", *argv]) == 4
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0], err
+
+
+def test_probes_go_with_repo_run_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("2026-12-01 10:00:00 UTC [1] LOG:  statement: SELECT 1\n")
+    assert main(["scan", "--pg=16", "--probes=timezone", str(log)]) == 4
+    assert "--probes goes with --repo --run" in capsys.readouterr().err
