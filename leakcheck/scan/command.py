@@ -60,20 +60,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", dest="scan_results", type=Path, metavar="RESULTS.json",
                         help="read the verdicts from this results file (written by --results of a matrix run) "
                         "instead of measuring; the matrix options, when given, choose its cells")
-    parser.add_argument("--fail-on", default="leaks", help="what makes the scan exit 1: leaks (any problem: leaks, "
-                        "lost, breaks; the default), breaks (breaks and lost writes) or lost-write (lost writes only); "
-                        "an error always does")
-    parser.add_argument("--report-md", dest="scan_md", type=Path, help="write the scan as Markdown (a pull-request "
-                        "comment) to this file")
-    parser.add_argument("--report-html", dest="scan_html", type=Path, help="write the scan as one self-contained "
-                        "HTML page to this file")
-    parser.add_argument("--report-json", dest="scan_json", type=Path, help="write the scan as JSON (schema "
-                        "leakcheck-scan) to this file")
-    parser.add_argument("--junitxml", dest="scan_junit", type=Path, help="write a JUnit XML report (one test case "
-                        "per class and cell) to this file")
-    parser.add_argument("--repo", type=Path, help="instead of statements: the pooler knobs a repository sets "
-                      "(Rails, Django, Prisma, JDBC/Spring, asyncpg, psycopg, pgx, postgres.js, PDO), as the "
-                      "--driver-set axes of a matrix of their settings")
+    parser.add_argument("--fail-on", default="leaks", metavar="LEVEL",
+                        help="what makes the scan exit 1: leaks (any problem: leaks, lost, breaks; the default), "
+                        "breaks (breaks and lost writes) or lost-write (lost writes only); an error always does")
+    parser.add_argument("--report-md", dest="scan_md", type=Path, metavar="FILE",
+                        help="write the scan as Markdown (a pull-request comment) to this file")
+    parser.add_argument("--report-html", dest="scan_html", type=Path, metavar="FILE",
+                        help="write the scan as one self-contained HTML page to this file")
+    parser.add_argument("--report-json", dest="scan_json", type=Path, metavar="FILE",
+                        help="write the scan as JSON (schema leakcheck-scan) to this file")
+    parser.add_argument("--junitxml", dest="scan_junit", type=Path, metavar="FILE",
+                        help="write a JUnit XML report (one test case per class and cell) to this file")
+    parser.add_argument("--repo", type=Path, metavar="DIR",
+                        help="instead of statements: the pooler knobs a repository sets (Rails, Django, Prisma, "
+                        "JDBC/Spring, asyncpg, psycopg, pgx, postgres.js, PDO), as the --driver-set axes of a matrix "
+                        "of their settings")
     parser.add_argument("--run", action="store_true", help="with --repo: run that matrix (the drivers this "
                         "leakcheck ships) on the cells the matrix options name")
 
