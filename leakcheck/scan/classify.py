@@ -338,7 +338,12 @@ def classify(text: str) -> tuple[Statement, ...]:
 
 #: Distinct texts (and distinct normalized texts) whose classes are kept (then each cache starts again).
 CACHE = 20_000
-Classified = tuple[str, tuple[Statement, ...]]
+#: (normalized text, its statements, whether none of them has an effect, a transaction step or a COPY)
+Classified = tuple[str, tuple[Statement, ...], bool]
+
+
+def _plain(statements: tuple[Statement, ...]) -> bool:
+    return all(not s.effects and s.tx is None and not s.copy for s in statements)
 
 
 class Classifier:
@@ -362,18 +367,19 @@ class Classifier:
     def _classify(self, text: str) -> Classified:
         normalized = normalize(text)  # ParseError: the text is not SQL PostgreSQL parses
         found = self._normalized.get(normalized)
-        if found is not None:
-            return normalized, found
-        try:
-            found = _statements(normalized, exact=normalized == text)
-        except _Constants:
-            return normalized, _statements(text, exact=True)
-        except ParseError:  # a normalized form PostgreSQL does not parse back (a constant where only one may be)
+        if found is None:
             try:
-                found = _statements(text, exact=False)
+                found = _statements(normalized, exact=normalized == text)
             except _Constants:
-                return normalized, _statements(text, exact=True)
-        if len(self._normalized) >= self._limit:
-            self._normalized.clear()
-        self._normalized[normalized] = found
-        return normalized, found
+                found = _statements(text, exact=True)
+                return normalized, found, _plain(found)
+            except ParseError:  # a normalized form PostgreSQL does not parse back (a constant where only one may be)
+                try:
+                    found = _statements(text, exact=False)
+                except _Constants:
+                    found = _statements(text, exact=True)
+                    return normalized, found, _plain(found)
+            if len(self._normalized) >= self._limit:
+                self._normalized.clear()
+            self._normalized[normalized] = found
+        return normalized, found, _plain(found)

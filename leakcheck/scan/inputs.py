@@ -40,10 +40,9 @@ import re
 import stat
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from pglast.parser import ParseError, parse_sql, scan, split
 
@@ -66,9 +65,9 @@ class Kind(StrEnum):
         return self in (Kind.STDERR, Kind.CSVLOG, Kind.JSONLOG)
 
 
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """One statement (or one simple-protocol message of several) the application sent."""
+class Sent(NamedTuple):
+    """One statement (or one simple-protocol message of several) the application sent (a named tuple: a
+    log gives millions)."""
 
     text: str
     where: str  #: `file:line`, or `file: queryid N` for a pg_stat_statements row
@@ -78,8 +77,7 @@ class Sent:
     prepared: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Ended:
+class Ended(NamedTuple):
     """A session ended (a log's `disconnection:`) or a new one took its process id (`connection authorized:`)."""
 
     session: str
@@ -287,23 +285,21 @@ def read(path: Path, kind: Kind) -> Iterator[Sent | Ended]:
 def message_statement(message: str) -> tuple[str, str | None] | None:
     """The statement a log message records, and the prepared statement it ran as (None: unnamed); None
     when the message records none (a duration alone, a parse or bind step, a fetch from a portal, ...)."""
-    if message.startswith("duration: "):
-        _, sep, message = message.partition(" ms  ")
+    head, sep, text = message.partition(": ")
+    if head == "duration":
+        _, sep, message = text.partition(" ms  ")
         if not sep:
             return None
-    if message.startswith("statement: "):
-        return message[11:], None
-    if message.startswith("execute "):
-        head, sep, text = message[8:].partition(": ")
-        if not sep or head.startswith("fetch from "):
-            return None
-        name = head.split("/", 1)[0]
+        head, sep, text = message.partition(": ")
+    if head == "statement":
+        return text, None
+    if sep and head.startswith("execute ") and not head.startswith("execute fetch from "):
+        name = head[8:].split("/", 1)[0]
         return text, (None if name == "<unnamed>" else name)
     return None
 
 
-def _session_end(message: str) -> bool:
-    return message.startswith(("disconnection: ", "connection authorized: "))
+_ENDS = ("disconnection: ", "connection authorized: ")
 
 
 def _log_at(line: str) -> int:
@@ -315,7 +311,7 @@ def _log_at(line: str) -> int:
 
 
 def _logged(message: str, session: str | None, where: str) -> Sent | Ended | None:
-    if session is not None and _session_end(message):
+    if session is not None and message.startswith(_ENDS):
         return Ended(session)
     said = message_statement(message)
     if said is None:

@@ -98,12 +98,14 @@ class Workload:
         try:
             if len(sent.text) > MAX_STATEMENT:
                 raise ParseError("too long")
-            normalized, statements = self._classify(sent.text)
+            normalized, statements, plain = self._classify(sent.text)
         except ParseError:
             self.unparsed += sent.calls
             if len(self.unparsed_examples) < EXAMPLES:
                 self.unparsed_examples.append((sent.where, sent.text[:QUOTED]))
             return
+        if plain and sent.prepared is None:
+            return  # no effect, no transaction step: nothing to count, the session's block unchanged
         session = sent.session
         inside = self._open.get(session, False) if session is not None else False
         effects: list[Effect] = []
