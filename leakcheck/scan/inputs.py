@@ -39,6 +39,7 @@ import os
 import re
 import stat
 import sys
+import zlib
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -265,7 +266,16 @@ class _JsonLines:
 
 
 def read(path: Path, kind: Kind) -> Iterator[Sent | Ended]:
-    """Every statement `path` holds, in order (and, from a log, where sessions ended)."""
+    """Every statement `path` holds, in order (and, from a log, where sessions ended); a file that cannot be
+    read to its end (a truncated gzip file, a disk error) is a one-line UsageError."""
+    try:
+        yield from _read(path, kind)
+    except (OSError, EOFError, zlib.error) as exc:
+        said = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise UsageError(f"scan: reading {path} failed ({said}); give the whole file") from None
+
+
+def _read(path: Path, kind: Kind) -> Iterator[Sent | Ended]:
     if kind is Kind.SQL:
         yield from _sql(path)
         return

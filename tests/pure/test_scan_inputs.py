@@ -170,6 +170,13 @@ def test_a_gzip_log_is_read_through_gzip(tmp_path: Path) -> None:
     assert sum(isinstance(e, Sent) for e in _sent(path)) == 9
 
 
+def test_a_truncated_gzip_log_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "postgresql.log.gz"
+    path.write_bytes(gzip.compress((STDERR * 2000).encode())[:-2000])
+    with pytest.raises(UsageError, match=r"reading .*postgresql.log.gz failed \(.*\); give the whole file"):
+        list(read(path, detect(path)))
+
+
 @pytest.mark.parametrize(("name", "text", "said"), [
     ("empty.log", "", "is empty"),
     ("notes.txt", "hello there, this is prose\n", "is not a PostgreSQL log"),
