@@ -3,9 +3,10 @@
 Every report says the same, in this order: what was read (inputs, statements, what did not parse),
 where the verdicts come from and the target cells, then one section per class of the workload
 (session-scoped first): its status (`AFFECTED`: a probe fails at the `--fail-on` threshold on some
-cell; `ok`: measured, nothing fails; `unmeasured`: its probes are not in the verdicts; `no probe`: no
-probe measures it), its normalized statements with how often and where they ran, its probes'
-verdicts per cell, and what to do (the class's own advice, and each failing cell's measured advice).
+cell; `ERROR`: nothing fails but a cell could not be measured; `ok`: measured, nothing fails;
+`unmeasured`: its probes are not in the verdicts; `no probe`: no probe measures it), its normalized
+statements with how often and where they ran, its probes' verdicts per cell, and what to do (the
+class's own advice, and each failing cell's measured advice).
 
 The JSON report (schema `leakcheck-scan`, version 1):
 
@@ -34,7 +35,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from leakcheck.model.verdicts import Outcome
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.reports.advice import advice
 from leakcheck.reports.html_assets import CSS, csp_hash
 from leakcheck.reports.markdown import md_advice, md_text
@@ -51,11 +52,11 @@ _CSP = f"default-src 'none'; style-src {csp_hash(CSS)}; base-uri 'none'; form-ac
 
 
 def status(row: Row) -> str:
-    """affected, ok, unmeasured or no probe."""
+    """affected, error (a cell could not be measured; nothing else fails), ok, unmeasured or no probe."""
     if not row.probes:
         return "no probe"
     if row.failing:
-        return "affected"
+        return "error" if all(o.verdict is Verdict.ERROR for o in row.failing) else "affected"
     return "ok" if row.measured else "unmeasured"
 
 
@@ -92,8 +93,10 @@ def summary(scan: Scan) -> str:
     rows = scan.rows
     unprobed = sum(1 for r in rows if not r.probes)
     unmeasured = sum(1 for r in rows if r.probes and not r.measured)
-    parts = [f"{len(scan.affected)} of {_n(len(rows), 'class')} affected on {_n(len(scan.cells), 'cell')} "
+    errors = sum(1 for r in rows if status(r) == "error")
+    parts = [f"{len(scan.affected) - errors} of {_n(len(rows), 'class')} affected on {_n(len(scan.cells), 'cell')} "
              f"(--fail-on={scan.fail_on})"]
+    parts += [f"{errors} could not be measured (an error)"] if errors else []
     parts += [f"{unprobed} no probe measures"] if unprobed else []
     parts += [f"{unmeasured} not in the verdicts"] if unmeasured else []
     parts += [f"{_n(len(scan.problems), 'problem')} measuring"] if scan.problems else []
@@ -189,7 +192,7 @@ def render_markdown(scan: Scan, *, title: str = "leakcheck scan") -> str:
         lines += ["", f"Verdicts: {md_text(scan.verdicts.source)}, {_n(len(cells), 'cell')}."]
     for row in scan.rows:
         word = status(row)
-        lines += ["", f"### {'**AFFECTED**' if row.failing else md_text(word)}: {md_text(_heading(row))}", "",
+        lines += ["", f"### {f'**{word.upper()}**' if row.failing else md_text(word)}: {md_text(_heading(row))}", "",
                   "| runs | statement | where |", "|---:|---|---|"]
         shown = sorted(row.found.statements.values(), key=lambda s: -s.count)
         lines += [f"| {s.count:,} | {_md_code(s.text[:200])} | {md_text(', '.join(s.sources))} |"
