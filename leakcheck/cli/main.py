@@ -4,6 +4,8 @@
 `leakcheck merge`: several runs' --results files as one report and one gate decision.
 `leakcheck fixtures`: the probes' test roles and tables in a running pooler's database (--pooled-dsn).
 `leakcheck discover`: search for session-state leaks no probe lists (hypothesis; see docs/discovery.md).
+`leakcheck scan`: what your application sends (logs, pg_stat_statements, .sql files), classified and measured;
+`--repo`: your repository's pooler knobs as driver-set axes (see docs/scan.md).
 `leakcheck docs`: the docs site's generated pages (the options table; a measured matrix, dated).
 `leakcheck sweep`: remove what killed runs left on this machine (also done as every native run starts).
 `leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
@@ -26,6 +28,7 @@ from leakcheck.cli import docs as docs_cli
 from leakcheck.cli import images as cli_images
 from leakcheck.cli import merge
 from leakcheck.cli import run as run_cli
+from leakcheck.cli import scan as scan_cli
 from leakcheck.cli.exits import EXIT_USAGE, guarded
 from leakcheck.config import preflight
 from leakcheck.config.config import Config, required_probes
@@ -87,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     run_cli.add_parser(sub)
     diff_cli.add_parser(sub)
     docs_cli.add_parser(sub)
+    scan_cli.add_parser(sub)
     discovering = sub.add_parser("discover", help="search for session-state leaks no probe lists (exit 0: nothing "
                                  "new, 1: new findings, 3: could not measure, 4: bad input)")
     discover.add_arguments(discovering)
@@ -108,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             return guarded(lambda: diff_cli.main(args))
         if args.command == "docs":
             return guarded(lambda: docs_cli.main(args))
+        if args.command == "scan":
+            return guarded(lambda: scan_cli.main(args))
         if args.command == "fixtures":
             return guarded(lambda: _fixtures(args))
         if args.command == "sweep":
