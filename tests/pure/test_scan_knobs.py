@@ -92,7 +92,7 @@ def test_a_django_repository_proposes_its_cursor_and_connection_settings(tmp_pat
                      Axis("django", "DISABLE_SERVER_SIDE_CURSORS", ("true", "false")),  # the computed one adds none
                      Axis("psycopg", "prepare_threshold", ("None", "5")),
                      Axis("asyncpg", "statement_cache_size", ("0", "100"))]
-    assert [a.runnable for a in found] == [False, False, True, True]  # django is issue 28's, not shipped here
+    assert [a.runnable for a in found] == [True, True, True, True]  # django ships as an agent (issue 28)
 
 
 def test_a_prisma_repository_proposes_pgbouncer_true_beside_its_default(tmp_path: Path) -> None:
@@ -155,8 +155,7 @@ def test_a_repository_without_knobs_says_so(tmp_path: Path, capsys: pytest.Captu
 ])
 def test_bad_repo_input_is_one_line_and_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
                                                said: str) -> None:
-    repo = _repo(tmp_path / "r", {"config/settings.py": "DISABLE_SERVER_SIDE_CURSORS = {'x': 1}\n"
-                                                         "D = {'DISABLE_SERVER_SIDE_CURSORS': True}\n"})
+    repo = _repo(tmp_path / "r", {".env": "DATABASE_URL=postgresql://u@h/db?pgbouncer=true\n"})  # prisma: not shipped
     (tmp_path / "x.log").write_text("2026-12-01 10:00:00 UTC [1] LOG:  statement: SELECT 1\n")
     argv = [a.replace("REPO", str(repo)).replace("LOG", str(tmp_path / "x.log")) for a in argv]
     capsys.readouterr()
