@@ -9,6 +9,8 @@
     python scripts/benchmark.py --drivers            # also every shipped driver, one matrix each
     python scripts/benchmark.py --drivers=sqlx,pgx-v5   # also these drivers (and psycopg's), one matrix each
     python scripts/benchmark.py --rounds 5           # five matrix-then-floor rounds (default 3): the median
+    python scripts/benchmark.py --scan-only          # only `leakcheck scan` of a generated log (no server)
+    python scripts/benchmark.py --scan-only --scan-mb 2000   # ... of a 2 GB log
 
 With --drivers, the matrix runs once per driver (psycopg first: agents are started once per
 lane and client slot and reused, so a JVM is not started per probe) and each driver's runs a second
@@ -23,6 +25,10 @@ the floor's, so the number compares across machines. The merge phase times `leak
 output file) of N and 4N synthetic outcomes, each over a floor of the same run: reading and writing
 the same results file as JSON. A merge linear in its outcomes keeps its ratio as N grows.
 The warm matrix runs with LEAKCHECK_TIMINGS on and prints where its time went (phase_table).
+The scan phase (--scan-only, or --scan) times `leakcheck scan` (its own process, every report written)
+of a generated stderr log of --scan-mb MB (default 200), an application's mix (scan_log), over a floor
+of the same file: Python reading it line by line in its own process. It prints statements a second, the
+ratio of the floor's seconds to the scan's, and the scan's peak memory (its process's max RSS).
 Prints one line per measurement; asserts nothing.
 """
 
@@ -32,6 +38,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -189,6 +196,69 @@ def per_driver(pg: str, bouncer: str, base: float, only: list[str]) -> None:
               f"{rates[driver] / rates['psycopg']:.2f} | {before}-{load()} |", flush=True)
 
 
+def scan_log(path: Path, megabytes: int) -> None:
+    """A stderr log of about `megabytes` MB as an application writes it with log_statement=all: 200 sessions;
+    extended-protocol statements with bound parameters (the same texts again and again), named prepared
+    statements (pgjdbc's S_n), simple-protocol statements with their constants inline (a new text each
+    time), transaction blocks, and a few session SETs, set_config calls and advisory locks."""
+    texts = [f"SELECT o.id, o.total, c.name FROM orders o JOIN customers c ON c.id = o.customer_id WHERE o.id = $1 "
+             f"AND o.tenant = $2 /* query {n} */" for n in range(300)]
+    block: list[str] = []
+    for i in range(10_000):
+        pid, stamp = 4000 + i % 200, f"2026-12-01 10:{i // 600 % 60:02d}:{i % 60:02d}.{i % 1000:03d} UTC"
+        kind = i % 20
+        if kind < 10:
+            block.append(f"{stamp} [{pid}] LOG:  execute <unnamed>: {texts[i % 300]}\n"
+                         f"{stamp} [{pid}] DETAIL:  parameters: $1 = '{i}', $2 = 'acme'\n")
+        elif kind < 14:
+            block.append(f"{stamp} [{pid}] LOG:  execute S_{i % 40}: {texts[i % 40]}\n")
+        elif kind < 17:
+            block.append(f"{stamp} [{pid}] LOG:  statement: UPDATE accounts SET balance = balance - {i % 997} "
+                         f"WHERE id = {i} AND version = {i % 13}\n")
+        elif kind == 17:
+            block.append(f"{stamp} [{pid}] LOG:  statement: BEGIN\n{stamp} [{pid}] LOG:  statement: SELECT "
+                         f"set_config('app.tenant', '{i % 50}', true)\n{stamp} [{pid}] LOG:  statement: COMMIT\n")
+        elif kind == 18:
+            block.append(f"{stamp} [{pid}] LOG:  statement: SET statement_timeout = {i % 30}000\n")
+        else:
+            block.append(f"{stamp} [{pid}] LOG:  statement: SELECT pg_advisory_lock({i % 7})\n"
+                         f"{stamp} [{pid}] LOG:  statement: SELECT pg_advisory_unlock({i % 7})\n")
+    text = "".join(block)
+    with path.open("w", encoding="utf-8") as out:
+        for _ in range(max(1, megabytes * 1_000_000 // len(text))):
+            out.write(text)
+
+
+def scan_phase(megabytes: int) -> None:
+    """`leakcheck scan` of a generated log against the floor of reading it; one line each, then the figure."""
+    here = Path(tempfile.mkdtemp(prefix="leakcheck-scan-bench-"))
+    try:
+        log, report = here / "postgresql.log", here / "scan.json"
+        scan_log(log, megabytes)
+        size = log.stat().st_size
+        verdicts = Path(__file__).resolve().parents[1] / "docs" / "measured" / "native-bookworm.results.json"
+        before = load()
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "leakcheck.cli.main", "scan", f"--results={verdicts}",
+                               f"--report-json={report}", str(log)], capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        if done.returncode not in (0, 1):
+            raise SystemExit(f"leakcheck scan failed ({done.returncode}): {done.stderr}")
+        statements = json.loads(report.read_text())["statements"]
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import sys\nfor _ in open(sys.argv[1], encoding='utf-8', "
+                        "errors='replace', newline=''): pass", str(log)], check=True)
+        base = time.perf_counter() - start
+        print(f"scan of a {size / 1e6:.0f} MB log, {statements:,} statements: {seconds:.1f} s = "
+              f"{statements / seconds:,.0f} statements/s, {size / 1e6 / seconds:.1f} MB/s (peak RSS of its "
+              f"process {peak:.0f} MiB; load {before}-{load()})")
+        print(f"scan floor (Python reading the same file line by line): {base:.1f} s = "
+              f"{statements / base:,.0f} statements/s; ratio (floor s / scan s) {base / seconds:.2f}", flush=True)
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pg", default="16,17,18")
@@ -202,7 +272,14 @@ def main() -> None:
                         help="also the matrix of each shipped driver (or of these, comma separated, and psycopg)")
     parser.add_argument("--rounds", type=int, default=3, help="matrix-then-floor rounds; the median ratio is the "
                         "figure (other jobs on the machine move single rounds by 0.1 and more)")
+    parser.add_argument("--scan", action="store_true", help="also the scan phase (leakcheck scan of a generated log)")
+    parser.add_argument("--scan-only", action="store_true", help="only the scan phase (no server)")
+    parser.add_argument("--scan-mb", type=int, default=200, help="the generated log's size in MB (default 200)")
     args = parser.parse_args()
+    if args.scan or args.scan_only:
+        scan_phase(args.scan_mb)
+    if args.scan_only:
+        return
     for n in () if args.no_merge else (args.merge_outcomes, 4 * args.merge_outcomes):
         seconds, base = merge_phase(n)
         print(f"merge of {n} outcomes (every output): {seconds:.2f} s; floor (read and write them as JSON): "

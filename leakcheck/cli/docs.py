@@ -4,6 +4,7 @@
     leakcheck docs matrix RESULTS.json --date=2026-12-01 --machine="Debian 12, 2 cores" > docs/measured/native.md
     leakcheck docs matrix RESULTS.json --pg=18 ...     # one PostgreSQL major (the README's table)
     leakcheck docs findings --results=FINDINGS.json --date=... --machine=... --out=docs/measured/findings.md
+    leakcheck docs dataset DATASET.json --date=... --machine=... --out=docs/measured/dataset   # its pages (a folder)
 
 Each page's first line is the command that made it (reports/site.py); tests/pure/test_docs_site.py
 runs it again and fails when the page differs. Exit 0, or 4 for bad input.
@@ -19,6 +20,7 @@ from pathlib import Path
 from leakcheck.discover import results_file
 from leakcheck.discover.findings_page import render_findings_page
 from leakcheck.model.errors import UsageError
+from leakcheck.reports.dataset import render_dataset
 from leakcheck.reports.site import check_command, render_measured, render_options_page
 from leakcheck.results.results import load
 
@@ -43,6 +45,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     findings.add_argument("--date", help="when it was found, YYYY-MM-DD (default today)")
     findings.add_argument("--machine", required=True, help="what it ran on, e.g. 'Debian 12, 2 cores'")
     findings.add_argument("--out", type=Path, help="write the page to this file instead of stdout")
+    dataset = pages.add_parser("dataset", help="the published dataset's pages (an index, one page per driver), "
+                               "dated, from its results file")
+    dataset.add_argument("results", type=Path, metavar="DATASET.json", help="the dataset's results file "
+                         "(scripts/dataset writes it)")
+    dataset.add_argument("--date", help="when it was measured, YYYY-MM-DD (default today)")
+    dataset.add_argument("--machine", required=True, help="what it was measured on, e.g. 'Debian 12, 2 cores'")
+    dataset.add_argument("--out", type=Path, required=True, help="the folder the pages are written to")
 
 
 def render(args: argparse.Namespace) -> str:
@@ -72,7 +81,28 @@ def render(args: argparse.Namespace) -> str:
                            pg=args.pg, title=args.title)
 
 
+def dataset_pages(args: argparse.Namespace) -> dict[str, str]:
+    """The dataset's pages by file name (checked first: a bad value is one line, exit 4)."""
+    date = args.date or datetime.date.today().isoformat()
+    if not _DATE.fullmatch(date):
+        raise UsageError(f"--date={date!r} is not a date: give YYYY-MM-DD")
+    if not args.machine.strip():
+        raise UsageError("--machine is empty: say what it was measured on")
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out={args.out} is not a folder; give the folder of the dataset's pages")
+    argv = ["dataset", str(args.results), f"--date={date}", f"--machine={args.machine}", f"--out={args.out}"]
+    outcomes = load(args.results, "leakcheck docs dataset").outcomes
+    return render_dataset(outcomes, argv, source=str(args.results), date=date, machine=args.machine)
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.page == "dataset":
+        pages = dataset_pages(args)
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, text in pages.items():
+            (args.out / name).write_text(text, encoding="utf-8")
+        print(f"leakcheck: wrote {len(pages)} pages to {args.out}")
+        return 0
     page = render(args)
     if args.out is not None:
         args.out.write_text(page, encoding="utf-8")

@@ -55,16 +55,21 @@ def raw_options(args: argparse.Namespace) -> dict[str, str | None]:
 
 
 def main(args: argparse.Namespace) -> int:
-    config = Config.from_strings(raw_options(args), junitxml=args.junitxml)
+    return run_matrix(raw_options(args), args.junitxml)
+
+
+def run_matrix(raw: dict[str, str | None], junit_to: Path | None = None) -> int:
+    """The run of these options (ini keys to values): checked, measured, reported, its files written."""
+    config = Config.from_strings(raw, junitxml=junit_to)
     run = MatrixRun(config)
     run.expected = preflight.check(config, run.choice[0]).expected  # every input, before any server
-    outputs.check(outputs.of_config(config, args.junitxml))
+    outputs.check(outputs.of_config(config, junit_to))
     log.info(run.why)
     try:
         outcomes = measure(run)
     finally:
         run.close()
-    return finish(run, outcomes, args.junitxml)
+    return finish(run, outcomes, junit_to)
 
 
 def measure(run: MatrixRun) -> list[Outcome]:

@@ -38,7 +38,8 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--dsn-name", "leakcheck_dsn_name", "with --pooled-dsn: the pooler's name in test ids and gate keys "
      "(default: its host and port)", None),
     ("--drivers", "leakcheck_drivers", "drivers to run: psycopg, asyncpg, the shipped agents node-postgres, "
-     "postgres-js, pgjdbc, pdo, ruby-pg, pgx, or cmd:PATH, a team's own agent (docs/agent-protocol.md) "
+     "postgres-js, pgjdbc, pdo, ruby-pg, pgx, the ORMs django, sqlalchemy, activerecord, or cmd:PATH, a team's "
+     "own agent (docs/agent-protocol.md) "
      "(default psycopg,asyncpg)", "psycopg,asyncpg"),
     ("--probes", "leakcheck_probes", "probe ids to run, comma separated (default all)", "all"),
     ("--controls", "leakcheck_controls", "also run every probe on the direct and session-mode controls: "

@@ -97,7 +97,8 @@ class Transactions:
 
 async def abilities(driver: Driver, endpoint: Endpoint, settings: tuple[Setting, ...] = ()) -> Abilities:
     """What the driver's API offers: the native drivers' are known; an agent is asked, on `endpoint`,
-    to prepare and free one statement (answered `unsupported`: it cannot, with its settings)."""
+    to prepare and free one statement (answered `unsupported`: it cannot free; a prepared run that is not
+    applicable, an ORM whose settings never prepare: it has no prepared path)."""
     if driver.native:
         return Abilities(bound=True, free=False)
     client = await connect(driver, "A", endpoint, settings)
@@ -105,7 +106,7 @@ async def abilities(driver: Driver, endpoint: Endpoint, settings: tuple[Setting,
         sql = "SELECT 1 AS leakcheck_free_check"
         try:
             await client.prepared(sql)
-        except NotApplicable:  # no prepared path (client.py: the agent answered `unsupported`)
+        except NotApplicable:
             return Abilities(bound=False, free=False, prepared=False)
         try:
             await free(client, sql)

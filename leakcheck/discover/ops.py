@@ -187,18 +187,17 @@ UNIVERSE: tuple[Op, ...] = tuple(_client_ops(Who.A) + _client_ops(Who.B))
 
 @dataclass(frozen=True)
 class Abilities:
-    """What a driver's API offers beyond SQL (every driver has its transactions)."""
+    """What a driver's API offers beyond SQL (every driver has transactions)."""
 
     bound: bool = True  #: a statement with a bound parameter, the driver's default way (set_config ... bound)
     free: bool = False  #: freeing one prepared statement (psycopg and asyncpg have no public API for it)
-    prepared: bool = True  #: its prepared path (Prisma 7 without a statementNameGenerator has none)
+    prepared: bool = True  #: its prepared path (none where its settings never prepare: Django's defaults)
 
 
 def universe(can: Abilities) -> tuple[Op, ...]:
     """The ops a driver with these abilities can run, in UNIVERSE's order."""
     return tuple(op for op in UNIVERSE if (can.free or op.kind is not Kind.FREE)
-                 and (can.prepared or op.kind not in (Kind.PROTOCOL, Kind.FREE))
-                 and (can.bound or "bound" not in op.variant))
+                 and (can.prepared or op.kind is not Kind.PROTOCOL) and (can.bound or "bound" not in op.variant))
 
 
 def repair(raw: Iterable[Op]) -> tuple[Op, ...]:

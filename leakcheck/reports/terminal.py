@@ -13,8 +13,8 @@ from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
 from leakcheck.reports.workarounds import TITLE, workarounds
 
-__all__ = ["LONG_COLUMN", "WIDTH", "canonical_order", "cell", "render_counts", "render_legend", "render_matrix",
-           "render_totals", "use_color", "word"]
+__all__ = ["LONG_COLUMN", "WIDTH", "canonical_order", "cell", "painted", "render_counts", "render_legend",
+           "render_matrix", "render_totals", "use_color", "word"]
 
 #: Column names longer than this are numbered, with a legend under the table.
 LONG_COLUMN = 40
@@ -50,6 +50,11 @@ def use_color(stream: TextIO, environ: Mapping[str, str]) -> bool:
 
 def _paint(text: str, sgr: str, color: bool) -> str:
     return f"\x1b[{sgr}m{text}\x1b[0m" if color and sgr and text else text
+
+
+def painted(text: str, verdict: Verdict, color: bool) -> str:
+    """`text` in the colour of `verdict` (as the matrix paints it), or as it is without `color`."""
+    return _paint(text, _SGR[verdict], color)
 
 
 def _table(rows: Sequence[Sequence[tuple[str, str]]], color: bool) -> list[str]:

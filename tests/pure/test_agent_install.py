@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,38 @@ def test_nothing_missing_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(install, "missing_apt", lambda spec: [])
     monkeypatch.setattr(install, "_run", lambda *args, **kwargs: pytest.fail("ran apt-get"))
     install.install_apt(PGJDBC.spec)
+
+
+DJANGO = shipped("django")
+assert DJANGO is not None
+
+
+def test_a_pip_agent_is_made_in_a_venv_of_debians_python3_with_its_pinned_packages(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ran: list[list[str]] = []
+    monkeypatch.setattr(install, "_run", lambda argv, cwd, what, env=None: ran.append(argv))
+
+    class Started:
+        hello = {"release": "5.2.19", "runtime": "python 3.11.2"}
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(install.Installed, "start", lambda self: Started())
+    made = install._make(DJANGO.spec, tmp_path, "key")
+    venv = ran[0][3]
+    assert ran[0] == ["/usr/bin/python3", "-m", "venv", venv] and venv.endswith("/venv")
+    assert ran[1][:4] == [f"{venv}/bin/python", "-m", "pip", "install"]
+    assert ran[1][-len(DJANGO.spec.pip):] == list(DJANGO.spec.pip) and all("==" in p for p in DJANGO.spec.pip)
+    assert made.folder == tmp_path / "key" and (made.folder / "agent.py").is_file()
+    assert str(made.release) == "5.2.19" and made.argv()[0] == f"{tmp_path / 'key'}/venv/bin/python"
+
+
+def test_a_pip_agents_cache_key_follows_debians_python3_not_its_venv(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    # Its run command starts {dir}/venv/bin/python, which is no program on PATH: the key hashed no runtime.
+    first = install._key(DJANGO.spec)
+    other = tmp_path / "python3"
+    other.write_text("another python\n")
+    monkeypatch.setattr(install, "PYTHON", str(other))
+    assert install._key(DJANGO.spec) != first

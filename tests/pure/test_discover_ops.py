@@ -91,16 +91,16 @@ def test_a_driver_draws_free_only_where_it_can_and_an_agent_no_bound_parameter()
     assert {op.variant for op in native if op.kind is Kind.BEGIN} == {"", DRIVER}
 
 
-def test_a_driver_without_a_prepared_path_draws_no_protocol_prepare_and_no_free() -> None:
-    # Prisma 7 without a statementNameGenerator names no statement: its agent answers prepared `unsupported`
-    drawn = universe(Abilities(bound=False, free=False, prepared=False))
-    assert drawn and not any(op.kind in (Kind.PROTOCOL, Kind.FREE) for op in drawn)
-    assert any(op.kind is Kind.PROTOCOL for op in universe(Abilities(bound=False)))
-
-
 def test_a_transaction_ends_the_way_it_began() -> None:
     drawn = [Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT), Op(A, Kind.BEGIN), Op(A, Kind.ROLLBACK, "", DRIVER),
              Op(A, Kind.BEGIN, "", DRIVER), Op(B, Kind.OBSERVE)]
     assert repair(drawn) == (Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT, "", DRIVER), Op(A, Kind.BEGIN),
                              Op(A, Kind.ROLLBACK), Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT, "", DRIVER),
                              Op(B, Kind.OBSERVE))
+
+
+def test_a_driver_whose_settings_never_prepare_draws_no_protocol_op() -> None:
+    # Django at its defaults: its prepared path is not applicable, and discovery stopped at once on it.
+    ops = universe(Abilities(bound=False, free=False, prepared=False))
+    assert ops and not any(op.kind in (Kind.PROTOCOL, Kind.FREE) for op in ops)
+    assert any(op.kind is Kind.PROTOCOL for op in universe(Abilities(bound=False)))

@@ -27,8 +27,10 @@ from leakcheck.provision.base import Endpoint
 from leakcheck.provision.postgres.fixtures import SCRAM_ITERATIONS
 from leakcheck.provision.postgres.server import PgServer
 
-#: the agents built from their spec alone, and Prisma's (the npm drivers' are tested in test_agents.py)
-SPECS = tuple(s.spec for s in CATALOGUE if not s.spec.npm or s.spec.id == "prisma")
+#: the agents built from their spec alone, and Prisma's and Hibernate's (the npm drivers are tested in
+#: test_agents.py with their packages, the Python and Ruby ORMs in test_orm_agents_smoke.py)
+SPECS = tuple(s.spec for s in CATALOGUE
+              if (not s.spec.npm or s.spec.id == "prisma") and not s.spec.pip and s.spec.id != "activerecord")
 
 pytestmark = pytest.mark.servers
 

@@ -129,3 +129,56 @@ def _download(artifacts: Path, pattern: str, workspace: Path) -> None:
         if fnmatch.fnmatch(folder.name, pattern):
             for file in folder.iterdir():
                 shutil.copy2(file, workspace / file.name)
+
+
+def load_action() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
+    return data
+
+
+#: What the install step's pip does here: resolve and build leakcheck from the action's folder, offline, and
+#: install nothing (the worktree's .venv already holds this tree's leakcheck, editable).
+DRY_PIP = {"PIP_DRY_RUN": "1", "PIP_NO_DEPS": "1", "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def run_action(inputs: dict[str, str], home: Path) -> list[Step]:
+    """The composite action (action.yml) as a runner runs it, in `home` (made here): its folder a copy of
+    the tree (`action/`), the workspace `workspace/` (made by the caller's files in `inputs`' paths, or
+    empty), every `run:` step in order with bash -eo pipefail, its `env` expanded from the inputs (their
+    defaults, then `inputs`), `github.action_path` and the earlier steps' `GITHUB_OUTPUT`; a failed step
+    ends the action. actions/setup-python is the worktree's .venv on PATH."""
+    action = load_action()
+    unknown = set(inputs) - set(action["inputs"])
+    assert not unknown, f"action.yml has no input(s) {sorted(unknown)}"
+    folder, workspace, temp = home / "action", home / "workspace", home / "temp"
+    shutil.copytree(ROOT, folder, ignore=_SKIPPED_IN_COPY)
+    workspace.mkdir(exist_ok=True)
+    temp.mkdir(mode=0o755, exist_ok=True)
+    context = {f"inputs.{k}": str(v.get("default", "")) for k, v in action["inputs"].items()}
+    context |= {f"inputs.{k}": v for k, v in inputs.items()} | {"github.action_path": str(folder),
+                                                               "github.workspace": str(workspace)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "PYTEST_", "PIP_"))}
+    env |= {"CI": "true", "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(temp),
+            "TMPDIR": str(temp), "GITHUB_STEP_SUMMARY": str(home / "summary.md"), "GITHUB_ACTION_PATH": str(folder),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", **DRY_PIP}
+    done: list[Step] = []
+    for i, step in enumerate(action["runs"]["steps"]):
+        name = step.get("id") or step.get("uses") or f"step {i + 1}"
+        uses = step.get("uses", "")
+        if uses:
+            assert uses.startswith("actions/setup-python@"), f"the local runner has no equivalent of {uses}"
+            done.append(Step(name, 0, ""))
+            continue
+        assert step.get("shell") == "bash", f"step {name} must say shell: bash (a composite step must name one)"
+        outputs = home / f"output-{i}"
+        outputs.touch()
+        said = _run(name, _expand(step["run"], context), env | {"GITHUB_OUTPUT": str(outputs)} | {
+            k: _expand(str(v), context) for k, v in step.get("env", {}).items()}, workspace)
+        done.append(said)
+        for line in outputs.read_text().splitlines():
+            key, _, value = line.partition("=")
+            context[f"steps.{step.get('id')}.outputs.{key}"] = value
+        if said.returncode:
+            break
+    return done

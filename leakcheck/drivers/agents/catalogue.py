@@ -7,8 +7,9 @@ leakcheck/drivers/agents/<id>/ (with its package manager's files: go.mod and go.
 Cargo.lock, pom.xml), speaking the agent protocol (docs/agent-protocol.md). Debian's archive gives
 pgjdbc 42.5, PDO, ruby-pg and pgx v4; npm node-postgres and postgres.js; the Go module proxy pgx v5;
 crates.io sqlx and tokio-postgres; Maven Central pgjdbc's latest (pgjdbc-maven, Debian's Agent.java
-with that jar). Two ORMs run as applications: Prisma 7 (npm) and Spring Boot + Hibernate + HikariCP
-(Maven Central). Npgsql is not shipped: NuGet is not reached from this project's machines.
+with that jar). ORMs run as applications: Django and SQLAlchemy (PyPI), ActiveRecord (Debian), Prisma 7
+(npm) and Spring Boot + Hibernate + HikariCP (Maven Central). Npgsql is not shipped: NuGet is not reached
+from this project's machines.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ PGX_BUILD = (
     "sh", "-c",
     'cd "$1" && GOPATH=/usr/share/gocode GO111MODULE=off GOCACHE="$1/.gocache" '
     'go build -o agent -ldflags "-X main.release=$(dpkg-query -W -f=\'${source:Upstream-Version}\' '
-    'golang-github-jackc-pgx-v4-dev)" main.go && rm -rf "$1/.gocache"',
+    'golang-github-jackc-pgx-v4-dev)" main.go protocol.go && rm -rf "$1/.gocache"',
     "sh", "{dir}",
 )
 
@@ -61,11 +62,16 @@ CARGO_ENV = (("CARGO_HOME", "{cache}/cargo"), ("CARGO_TARGET_DIR", "{cache}/targ
              ("AGENT_RUST_VERSION", "{cargo_version}"))
 
 
+#: What the Rust agents share (the protocol's failures, answers and hello), beside their main.rs
+RUST_PROTOCOL = "../sqlx/protocol.rs"
+
+
 def _cargo(agent: str, minimum: str, settings: tuple[tuple[str, str], ...]) -> AgentSpec:
-    """A Rust agent: main.rs, Cargo.toml and Cargo.lock, its crates fetched (`cargo fetch --locked`) and
-    built into the cache; `minimum` is the oldest Rust its locked crates build with (their rust-version)."""
+    """A Rust agent: main.rs, the shared protocol.rs, Cargo.toml and Cargo.lock, its crates fetched (`cargo
+    fetch --locked`) and built into the cache; `minimum` is the oldest Rust its locked crates build with
+    (their rust-version)."""
     return AgentSpec(
-        id=agent, language="rust", sources=("main.rs", "Cargo.toml", "Cargo.lock"),
+        id=agent, language="rust", sources=("main.rs", RUST_PROTOCOL, "Cargo.toml", "Cargo.lock"),
         build=(("{cargo}", "fetch", "--locked"), ("{cargo}", "build", "--locked", "--offline", "--quiet"),
                ("cp", "{cache}/target/debug/agent", "{dir}/agent")),
         build_env=CARGO_ENV, tools=(("cargo", minimum),), build_timeout=900.0, run=("{dir}/agent",),
@@ -76,6 +82,12 @@ def _cargo(agent: str, minimum: str, settings: tuple[tuple[str, str], ...]) -> A
 #: toolchain download (GOTOOLCHAIN=local: the Go found builds it or says why not), no telemetry files
 GO_ENV = (("GOMODCACHE", "{cache}/gomod"), ("GOCACHE", "{cache}/gocache"), ("GOTOOLCHAIN", "local"),
           ("GOFLAGS", "-mod=readonly -modcacherw -buildvcs=false"), ("GOTELEMETRY", "off"))
+
+
+#: The ORM agents' psycopg (the one leakcheck itself uses), pinned with what pip brought with it, and
+#: how a venv agent starts (install.py makes {dir}/venv with Debian's python3).
+_PSYCOPG = ("psycopg==3.3.9", "psycopg-binary==3.3.9", "typing_extensions==4.16.0")
+_VENV = ("{dir}/venv/bin/python", "{dir}/agent.py")
 
 
 @dataclass(frozen=True)
@@ -178,7 +190,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="pgx",
             language="go",
-            sources=("main.go",),
+            sources=("main.go", "protocol.go"),
             apt=("golang-go", "golang-github-jackc-pgx-v4-dev"),
             build=(PGX_BUILD,),
             run=("{dir}/agent",),
@@ -202,7 +214,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="pgx-v5",
             language="go",
-            sources=("main.go", "go.mod", "go.sum"),
+            sources=("main.go", "../pgx/protocol.go", "go.mod", "go.sum"),  # pgx v4's protocol.go, shared
             build=(("{go}", "mod", "download"), ("{go}", "build", "-trimpath", "-o", "{dir}/agent", ".")),
             build_env=GO_ENV,
             tools=(("go", "1.25"),),  # pgx v5.13's go.mod says go 1.25.0
@@ -252,6 +264,57 @@ CATALOGUE: tuple[Shipped, ...] = (
             run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                  "-cp", f"{{dir}}:{{dir}}/lib/*:{JUNIXSOCKET_JAR}", "Agent", "pgjdbc-maven"),
         ),
+    ),
+    # Django's ORM (psycopg 3 backend): raw SQL through connection.cursor(), prepared by psycopg (_pg3_N) only
+    # with OPTIONS server_side_binding and a prepare_threshold, both off by Django's default
+    Shipped(
+        AgentSpec(
+            id="django",
+            language="python",
+            sources=("agent.py",),
+            apt=("python3-venv",),
+            pip=("Django==5.2.19", "asgiref==3.13.0", "sqlparse==0.6.1", *_PSYCOPG),
+            run=_VENV,
+            settings=(
+                ("DISABLE_SERVER_SIDE_CURSORS", "false"),
+                ("CONN_MAX_AGE", "0"),
+                ("server_side_binding", "false"),
+                ("prepare_threshold", "None"),
+                ("options", ""),
+            ),
+        ),
+        "name LIKE '\\_pg3\\_%'",
+        ("options", "-c {name}={value}"),
+        refusals=(("Django never prepares", "a Django client-side binding cursor, or psycopg with no "
+                   "prepare_threshold, never prepares a statement: protocol-level prepares do not happen"),),
+    ),
+    # SQLAlchemy 2 over its psycopg 3 dialect: session.execute(text(sql)), prepared by psycopg's threshold (_pg3_N)
+    Shipped(
+        AgentSpec(
+            id="sqlalchemy",
+            language="python",
+            sources=("agent.py",),
+            apt=("python3-venv",),
+            pip=("SQLAlchemy==2.1.9", *_PSYCOPG),
+            run=_VENV,
+            settings=(("pool_pre_ping", "false"), ("poolclass", "QueuePool"), ("prepare_threshold", "5"),
+                      ("options", "")),
+        ),
+        "name LIKE '\\_pg3\\_%'",
+        ("options", "-c {name}={value}"),
+    ),
+    # Rails' ActiveRecord (Debian's 6.1) with its pg adapter: a bound query through its statement pool, a1, a2...
+    Shipped(
+        AgentSpec(
+            id="activerecord",
+            language="ruby",
+            sources=("agent.rb",),
+            apt=("ruby-activerecord", "ruby-pg"),
+            run=("ruby", "{dir}/agent.rb"),
+            settings=(("prepared_statements", "true"), ("advisory_locks", "true"), ("options", "")),
+        ),
+        "name ~ '^a[0-9]+$'",
+        ("options", "-c {name}={value}"),
     ),
     # Prisma ORM 7 (npm): PrismaClient over @prisma/adapter-pg (node-postgres), Prisma 7's only way to
     # PostgreSQL; it names statements only through a statementNameGenerator (prisma_<hash of the text> here)

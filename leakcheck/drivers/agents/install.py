@@ -1,12 +1,14 @@
-"""An agent in leakcheck's cache: sources copied, npm packages installed, built, and its release known.
+"""An agent in leakcheck's cache: sources copied, npm or pip packages installed, built, and its release known.
 
-Layout: CACHE/agents/<id>/<key>/ holds the agent's sources, what `npm install` and its build made,
+Layout: CACHE/agents/<id>/<key>/ holds the agent's sources, what `npm install` and its build made (a
+`pip` agent: venv/, a virtual environment of Debian's python3 with its packages),
 and agent.json (`{"release": "8.23.1", "runtime": "node 20.20.2"}`, from the agent's own `hello`,
-i.e. read from what was installed). The key hashes the spec, the sources, the runtime program and
-the compilers of its `tools` (their path, size and time), so a changed agent, runtime or compiler
-gets a folder of its own. Beside the keys, CACHE/agents/<id>/.build-cache/ keeps what its builds
-download and cache (`{cache}` in a spec: Go's module and build caches, cargo's registry and target
-folder, a Maven repository), so a new key builds from there and a registry is asked once. A folder is made
+i.e. read from what was installed). The key hashes the spec, the sources, the runtime program
+(Debian's python3 for a `pip` agent) and the compilers of its `tools` (their path, size and time), so a
+changed agent, runtime or compiler gets a folder of its own. Beside the keys,
+CACHE/agents/<id>/.build-cache/ keeps what its builds download and cache (`{cache}` in a spec: Go's
+module and build caches, cargo's registry and target folder, a Maven repository), so a new key builds
+from there and a registry is asked once. A folder is made
 aside (`.<key>-<random>`) under the agent's lock and renamed into place, so a half-made one is never
 used.
 
@@ -38,13 +40,15 @@ from leakcheck.provision.host.system import cache_root, file_lock
 
 log = logging.getLogger(__name__)
 
-#: Seconds `npm install` and each apt-get step may take (a build command: its spec's `build_timeout`).
+#: Seconds `npm install`, `pip install` and each apt-get step may take (a build command: its spec's `build_timeout`).
 INSTALL_TIMEOUT = 300.0
 SOURCES = Path(__file__).parent
 #: The folder of CACHE/agents/<id>/ where its builds keep what they download and cache (a spec's `{cache}`).
 #: A build folder: the test suite's cache does not link it from the user's (tests/support/cache.py), as
 #: cargo rewrites its target folder's files in place.
 BUILD_CACHE = ".build-cache"
+#: The interpreter a `pip` agent's virtual environment is made with (python3-venv in its `apt`).
+PYTHON = "/usr/bin/python3"
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ def _key(spec: AgentSpec) -> str:
         digest.update((SOURCES / spec.id / name).read_bytes())
     for tool in _tools(spec).values():
         digest.update(tool.fingerprint().encode())
-    runtime = shutil.which(spec.run[0]) if spec.run else None
+    runtime = PYTHON if spec.pip else shutil.which(spec.run[0]) if spec.run else None
     if runtime:
         stat = Path(runtime).resolve().stat()
         digest.update(f"{Path(runtime).resolve()} {stat.st_size} {stat.st_mtime_ns}".encode())
@@ -151,6 +155,11 @@ def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
             # fetch its schema engine from binaries.prisma.sh, outside npm
             _run([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", *spec.npm], work,
                  f"npm install {' '.join(spec.npm)} for the {spec.id} agent")
+        if spec.pip:  # a venv of Debian's python3, so the agent's packages never meet leakcheck's own
+            _run([PYTHON, "-m", "venv", str(work / "venv")], work, f"making the {spec.id} agent's venv")
+            _run([str(work / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-input",
+                  "--disable-pip-version-check", *spec.pip], work,
+                 f"pip install {' '.join(spec.pip)} for the {spec.id} agent")
         if spec.tools:  # a compiled agent's first build fetches its packages and compiles them: minutes
             log.info(f"building the {spec.id} agent into {store} with {', '.join(values[n] for n, _ in spec.tools)}")
         for command in spec.build:

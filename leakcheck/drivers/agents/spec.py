@@ -24,6 +24,9 @@ class AgentSpec:
     apt: tuple[str, ...] = ()
     #: npm packages it needs, installed into the agent's cache folder ("pg@8")
     npm: tuple[str, ...] = ()
+    #: PyPI packages it needs, pinned ("Django==5.2.19"), pip-installed into a virtual environment of
+    #: Debian's /usr/bin/python3 made in its cache folder ({dir}/venv: run it as "{dir}/venv/bin/python")
+    pip: tuple[str, ...] = ()
     #: commands run once in the agent's cache folder; "{dir}" is that folder, "{cache}" the agent's own
     #: downloads and build caches kept across its builds (CACHE/agents/<id>/.build-cache: Go modules,
     #: cargo's registry and target folder, a Maven repository), "{go}" / "{go_version}" a tool of `tools`

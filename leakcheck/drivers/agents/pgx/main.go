@@ -8,15 +8,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,31 +30,6 @@ var release = "unknown"
 var settings = map[string]bool{"statement_cache_mode": true, "statement_cache_capacity": true,
 	"prefer_simple_protocol": true, "options": true, "application_name": true}
 
-// reported are the ParameterStatus names PostgreSQL sends; pgconn answers one name at a time.
-var reported = []string{"application_name", "client_encoding", "DateStyle", "default_transaction_read_only",
-	"in_hot_standby", "integer_datetimes", "IntervalStyle", "is_superuser", "scram_iterations", "search_path",
-	"server_encoding", "server_version", "session_authorization", "standard_conforming_strings", "TimeZone"}
-
-type request struct {
-	ID       any               `json:"id"`
-	Op       string            `json:"op"`
-	SQL      string            `json:"sql"`
-	Times    int               `json:"times"`
-	Host     string            `json:"host"`
-	Port     int               `json:"port"`
-	User     string            `json:"user"`
-	Password string            `json:"password"`
-	DBName   string            `json:"dbname"`
-	Settings map[string]string `json:"settings"`
-}
-
-type answer map[string]any
-
-// usage is a request the caller got wrong (class "usage"), or one pgx cannot do ("unsupported").
-type usage struct{ class, message string }
-
-func (u usage) Error() string { return u.message }
-
 type agent struct {
 	conn    *pgx.Conn
 	tx      pgx.Tx
@@ -66,49 +37,8 @@ type agent struct {
 	running context.CancelFunc
 }
 
-var out = struct {
-	sync.Mutex
-	*json.Encoder
-}{Encoder: json.NewEncoder(os.Stdout)}
-
-func send(a answer) {
-	out.Lock()
-	defer out.Unlock()
-	if err := out.Encode(a); err != nil {
-		fmt.Fprintln(os.Stderr, "agent: stdout:", err)
-	}
-}
-
 func main() {
-	a := &agent{}
-	requests := make(chan request)
-	go func() {
-		lines := bufio.NewScanner(os.Stdin)
-		lines.Buffer(make([]byte, 1<<20), 64<<20)
-		for lines.Scan() {
-			if strings.TrimSpace(lines.Text()) == "" {
-				continue
-			}
-			var r request
-			if err := json.Unmarshal(lines.Bytes(), &r); err != nil {
-				var id struct{ ID any }
-				_ = json.Unmarshal(lines.Bytes(), &id) // the id, when the line has one
-				send(a.failure(id.ID, usage{"usage", "bad request line: " + err.Error()}))
-			} else if r.Op == "cancel" {
-				send(a.cancel(r.ID))
-			} else {
-				requests <- r
-			}
-		}
-		close(requests)
-	}()
-	for r := range requests {
-		send(a.answer(r))
-		if r.Op == "exit" {
-			break
-		}
-	}
-	a.close()
+	serve(&agent{})
 }
 
 func (a *agent) cancel(id any) answer {
@@ -204,10 +134,6 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	return err
 }
 
-func quote(value string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(value) + "'"
-}
-
 func (a *agent) connect(ctx context.Context, r request) error {
 	a.close()
 	dsn := fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s connect_timeout=10",
@@ -274,71 +200,6 @@ func value(ci *pgtype.ConnInfo, field pgproto3.FieldDescription, raw []byte) any
 		}
 	}
 	return scalar(field.DataTypeOID, text)
-}
-
-// arrays maps an array type's oid to its element type's (bool, int2, int4, int8, float4, float8,
-// text, name, varchar, bpchar).
-var arrays = map[uint32]uint32{1000: 16, 1005: 21, 1007: 23, 1016: 20, 1021: 700, 1022: 701, 1009: 25,
-	1003: 19, 1015: 1043, 1014: 1042}
-
-// scalar is a value's text form as the protocol wants it, for its type.
-func scalar(oid uint32, text string) any {
-	if element, ok := arrays[oid]; ok {
-		i := strings.IndexByte(text, '{') // skips a dimension decoration, [1:2]={...}
-		if i < 0 {
-			return text
-		}
-		return elements(text, &i, element)
-	}
-	switch oid {
-	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
-		if n, err := strconv.ParseInt(text, 10, 64); err == nil {
-			return n
-		}
-	case pgtype.Float4OID, pgtype.Float8OID:
-		if f, err := strconv.ParseFloat(text, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
-			return f
-		}
-	case pgtype.BoolOID:
-		return text == "t"
-	}
-	return text
-}
-
-// elements parses one level of an array's text form ({1,"a b",NULL,{2}}) from text[*i] on.
-func elements(text string, i *int, oid uint32) []any {
-	out := []any{}
-	for *i++; *i < len(text) && text[*i] != '}'; {
-		switch c := text[*i]; {
-		case c == ',':
-			*i++
-		case c == '{':
-			out = append(out, elements(text, i, oid))
-		case c == '"':
-			var b strings.Builder
-			for *i++; *i < len(text) && text[*i] != '"'; *i++ {
-				if text[*i] == '\\' {
-					*i++
-				}
-				b.WriteByte(text[*i])
-			}
-			*i++
-			out = append(out, scalar(oid, b.String()))
-		default:
-			end := strings.IndexAny(text[*i:], ",}")
-			if end < 0 {
-				end = len(text) - *i
-			}
-			if word := text[*i : *i+end]; word == "NULL" {
-				out = append(out, nil)
-			} else {
-				out = append(out, scalar(oid, word))
-			}
-			*i += end
-		}
-	}
-	*i++
-	return out
 }
 
 // drain adds the notifications pgx holds or has pending (a 2 ms wait) and the ParameterStatus values.

@@ -15,30 +15,21 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow, PgValueFormat};
 use sqlx::{AssertSqlSafe, Column, Connection, Postgres, Row, Transaction, TypeInfo, ValueRef};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
+mod protocol; // shared with the tokio-postgres agent
+use protocol::{float, Answer, Failure};
+
 const SETTINGS: &[&str] = &["statement_cache_capacity", "persistent", "options", "application_name"];
-
-/// A failure as the protocol reports it: SQLSTATE, class, first line of the message.
-struct Failure(String, String, String);
-
-impl Failure {
-    fn usage(class: &str, message: impl Into<String>) -> Self {
-        Failure(String::new(), class.into(), message.into())
-    }
-}
 
 impl From<sqlx::Error> for Failure {
     fn from(e: sqlx::Error) -> Self {
-        let first = |text: String| text.lines().next().unwrap_or_default().to_string();
         match &e {
-            sqlx::Error::Database(db) => Failure(db.code().unwrap_or_default().into(),
-                                                 "sqlx::postgres::PgDatabaseError".into(), first(db.message().into())),
-            sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => Failure("08006".into(), "sqlx::Error".into(), first(e.to_string())),
-            _ => Failure(String::new(), "sqlx::Error".into(), first(e.to_string())),
+            sqlx::Error::Database(db) => Failure::driver(db.code().as_deref().unwrap_or_default(),
+                                                         "sqlx::postgres::PgDatabaseError", db.message()),
+            sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => Failure::driver("08006", "sqlx::Error", &e.to_string()),
+            _ => Failure::driver("", "sqlx::Error", &e.to_string()),
         }
     }
 }
-
-type Answer = Result<Map<String, Value>, Failure>;
 
 /// One open connection and how the application's prepared path uses sqlx's statement cache.
 struct Session {
@@ -63,15 +54,7 @@ impl Requests {
 }
 
 fn send(id: Value, answer: Answer) {
-    let mut out = answer.unwrap_or_else(|Failure(sqlstate, class, message)| {
-        let mut failed = Map::new();
-        failed.insert("ok".into(), json!(false));
-        failed.insert("error".into(), json!({"sqlstate": sqlstate, "class": class, "message": message}));
-        failed
-    });
-    out.insert("id".into(), id);
-    out.entry("ok").or_insert(json!(true));
-    println!("{}", Value::Object(out)); // one locked write of a whole line, flushed at its newline
+    protocol::send(protocol::reply(id, answer));
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -153,7 +136,9 @@ async fn statement(conn: &mut PgConnection, persistent: bool, op: &str, request:
         "query" => {
             answer.insert("rows".into(), rows(&sqlx::raw_sql(AssertSqlSafe(sql)).fetch_all(conn).await?));
         }
-        "execute" => drop(sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?),
+        "execute" => {
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?;
+        }
         "prepared" => {
             for _ in 0..request["times"].as_u64().unwrap_or(1).max(1) {
                 let done = sqlx::query(AssertSqlSafe(sql.clone())).persistent(persistent).fetch_all(&mut *conn).await?;
@@ -168,22 +153,11 @@ async fn statement(conn: &mut PgConnection, persistent: bool, op: &str, request:
 }
 
 fn hello() -> Map<String, Value> {
-    let mut answer = Map::new();
-    answer.insert("protocol".into(), json!(1));
-    answer.insert("driver".into(), json!("sqlx"));
-    answer.insert("release".into(), json!(locked("sqlx")));
-    answer.insert("runtime".into(), json!(format!("rust {}", option_env!("AGENT_RUST_VERSION").unwrap_or("unknown"))));
+    let mut answer = protocol::hello("sqlx", "sqlx");
     answer.insert("no_cancel".into(), json!("sqlx has no cancel request (dropping a query's future sends none)"));
     answer.insert("no_notifications".into(), json!("sqlx's PgConnection drops the notifications it receives \
                                                      (only a PgListener, a connection of its own, keeps them)"));
     answer
-}
-
-/// The version of `package` that Cargo.lock holds: what `cargo build --locked` built.
-fn locked(package: &str) -> String {
-    let lock = include_str!("Cargo.lock");
-    let entry = format!("name = \"{package}\"\nversion = \"");
-    lock.split_once(&entry).and_then(|(_, rest)| rest.split('"').next()).unwrap_or("unknown").to_string()
 }
 
 async fn connect(request: &Value) -> Result<Session, Failure> {
@@ -206,7 +180,7 @@ async fn connect(request: &Value) -> Result<Session, Failure> {
     }
     match tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options)).await {
         Ok(conn) => Ok(Session { conn: conn?, persistent }),
-        Err(_) => Err(Failure("08001".into(), "sqlx::Error".into(), "connect timed out after 10 s".into())),
+        Err(_) => Err(Failure::driver("08001", "sqlx::Error", "connect timed out after 10 s")),
     }
 }
 
@@ -310,12 +284,4 @@ fn elements(text: &str, at: &mut usize, kind: &str) -> Value {
     }
     *at += 1;
     Value::Array(out)
-}
-
-fn float(f: f64) -> Value {
-    match f {
-        f if f.is_nan() => json!("NaN"),
-        f if f.is_infinite() => json!(if f > 0.0 { "Infinity" } else { "-Infinity" }),
-        f => json!(f),
-    }
 }

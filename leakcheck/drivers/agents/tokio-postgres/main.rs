@@ -20,6 +20,9 @@ use tokio::sync::mpsc;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Config, GenericClient, NoTls, Row, Statement, Transaction};
 
+mod protocol; // the sqlx agent's protocol.rs
+use protocol::{float, Answer, Failure};
+
 /// The ParameterStatus names PostgreSQL reports; the Connection answers one name at a time.
 const REPORTED: &[&str] = &[
     "application_name", "client_encoding", "DateStyle", "default_transaction_read_only", "in_hot_standby",
@@ -28,29 +31,14 @@ const REPORTED: &[&str] = &[
 ];
 const SETTINGS: &[&str] = &["method", "options", "application_name"];
 
-/// A failure as the protocol reports it: SQLSTATE, class, first line of the message.
-struct Failure(String, String, String);
-
-impl Failure {
-    fn usage(class: &str, message: impl Into<String>) -> Self {
-        Failure(String::new(), class.into(), message.into())
-    }
-}
-
 impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Self {
-        let first = |text: String| text.lines().next().unwrap_or_default().to_string();
         match e.as_db_error() {
-            Some(db) => Failure(db.code().code().into(), "tokio_postgres::error::DbError".into(), first(db.message().into())),
-            None => {
-                let state = if e.is_closed() { "08006" } else { "" };
-                Failure(state.into(), "tokio_postgres::Error".into(), first(e.to_string()))
-            }
+            Some(db) => Failure::driver(db.code().code(), "tokio_postgres::error::DbError", db.message()),
+            None => Failure::driver(if e.is_closed() { "08006" } else { "" }, "tokio_postgres::Error", &e.to_string()),
         }
     }
 }
-
-type Answer = Result<Map<String, Value>, Failure>;
 
 /// What the Connection's task saw: notifications not yet answered, and the parameters it holds.
 #[derive(Default)]
@@ -67,8 +55,8 @@ struct Session {
     seen: Arc<Mutex<Seen>>,
 }
 
-fn send(answer: Value) {
-    println!("{answer}"); // one locked write of a whole line, flushed at its newline
+fn send(answer: Map<String, Value>) {
+    protocol::send(answer);
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -204,19 +192,7 @@ async fn statement(
 }
 
 fn hello() -> Map<String, Value> {
-    let mut answer = Map::new();
-    answer.insert("protocol".into(), json!(1));
-    answer.insert("driver".into(), json!("tokio-postgres"));
-    answer.insert("release".into(), json!(locked("tokio-postgres")));
-    answer.insert("runtime".into(), json!(format!("rust {}", option_env!("AGENT_RUST_VERSION").unwrap_or("unknown"))));
-    answer
-}
-
-/// The version of `package` that Cargo.lock holds: what `cargo build --locked` built.
-fn locked(package: &str) -> String {
-    let lock = include_str!("Cargo.lock");
-    let entry = format!("name = \"{package}\"\nversion = \"");
-    lock.split_once(&entry).and_then(|(_, rest)| rest.split('"').next()).unwrap_or("unknown").to_string()
+    protocol::hello("tokio-postgres", "tokio-postgres")
 }
 
 async fn connect(request: &Value) -> Result<Session, Failure> {
@@ -230,8 +206,12 @@ async fn connect(request: &Value) -> Result<Session, Failure> {
         match name.as_str() {
             "method" if ["prepare", "query", "query_typed"].contains(&value) => method = value.into(),
             "method" => return Err(Failure::usage("usage", format!("method is prepare, query or query_typed, not {value}"))),
-            "options" => drop(config.options(value)),
-            "application_name" => drop(config.application_name(value)),
+            "options" => {
+                config.options(value);
+            }
+            "application_name" => {
+                config.application_name(value);
+            }
             _ => return Err(Failure::usage("usage", format!("unknown tokio-postgres setting {name} (known: {SETTINGS:?})"))),
         }
     }
@@ -281,24 +261,15 @@ async fn settle() {
     }
 }
 
-fn finish(id: Value, answer: Answer, seen: Option<&Mutex<Seen>>) -> Value {
-    let mut out = match answer {
-        Ok(fields) => fields,
-        Err(Failure(sqlstate, class, message)) => {
-            let mut failed = Map::new();
-            failed.insert("ok".into(), json!(false));
-            failed.insert("error".into(), json!({"sqlstate": sqlstate, "class": class, "message": message}));
-            failed
-        }
-    };
-    out.insert("id".into(), id);
-    out.entry("ok").or_insert(json!(true));
+/// The answer for request `id`, with what the Connection's task saw since the last answer when connected.
+fn finish(id: Value, answer: Answer, seen: Option<&Mutex<Seen>>) -> Map<String, Value> {
+    let mut out = protocol::reply(id, answer);
     if let Some(seen) = seen {
         let mut seen = seen.lock().unwrap();
         out.insert("notifications".into(), Value::Array(std::mem::take(&mut seen.notifications)));
         out.insert("parameters".into(), Value::Object(seen.parameters.clone()));
     }
-    Value::Object(out)
+    out
 }
 
 fn rows(rows: &[Row]) -> Value {
@@ -331,14 +302,6 @@ fn value(row: &Row, i: usize) -> Value {
         _ => None,
     };
     found.or_else(|| get::<Raw>(row, i, |raw| json!(raw.0))).unwrap_or(Value::Null)
-}
-
-fn float(f: f64) -> Value {
-    match f {
-        f if f.is_nan() => json!("NaN"),
-        f if f.is_infinite() => json!(if f > 0.0 { "Infinity" } else { "-Infinity" }),
-        f => json!(f),
-    }
 }
 
 /// Any other type's binary value as `\x` and its bytes in hex (bytea's text form; others have no

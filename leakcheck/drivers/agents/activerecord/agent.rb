@@ -1,0 +1,233 @@
+# leakcheck agent for Rails' ActiveRecord (Debian's ruby-activerecord, its postgresql adapter over ruby-pg):
+# one client slot, JSON lines on stdin/stdout (agent protocol 1).
+#
+# A probe's client is one checkout of ActiveRecord's pool: connect = establish_connection with the
+# settings (prepared_statements, advisory_locks, libpq's options) + ActiveRecord::Base.connection (the adapter sets its
+# session up as in any Rails application: client_min_messages, standard_conforming_strings, timezone UTC,
+# intervalstyle iso_8601); close = remove_connection.
+# query and execute = execute(sql) (the simple query protocol, no named statement; query's values read
+# from their text form); prepared = select_all("#{sql} LIMIT $1", binds, preparable)
+# as a relation's `.limit(n)` sends it: with prepared_statements (the default) through the adapter's
+# statement pool, named a1, a2... per connection; without, an unnamed statement with its bind.
+# free: ActiveRecord drops only all its statements (clear_cache!), never one: unsupported.
+# begin/commit/rollback = begin_db_transaction / commit_db_transaction / exec_rollback_db_transaction.
+# cancel = PG::Connection#cancel on the adapter's raw connection, from the stdin reader thread.
+
+require "json"
+require "active_record"
+require "active_record/connection_adapters/postgresql_adapter" # and ruby-pg with it
+
+# ruby-pg sends $0 as libpq's fallback_application_name: one name, not the cache folder's path.
+$PROGRAM_NAME = "leakcheck-activerecord"
+ActiveRecord::Base.logger = nil
+
+# The agent's one ActiveRecord connection.
+class Agent
+  # A request the caller got wrong (class "usage").
+  class Usage < StandardError; end
+
+  # An op ActiveRecord has no API for (class "unsupported").
+  class Unsupported < StandardError; end
+
+  REPORTED = %w[application_name client_encoding DateStyle default_transaction_read_only in_hot_standby
+                integer_datetimes IntervalStyle is_superuser scram_iterations search_path server_encoding
+                server_version session_authorization standard_conforming_strings TimeZone].freeze
+  # ActiveRecord's database.yml keys this agent takes, with their defaults
+  SETTINGS = { "prepared_statements" => "true", "advisory_locks" => "true", "options" => "" }.freeze
+  INTEGERS = [20, 21, 23].freeze # int8, int2, int4
+  FLOATS = [700, 701].freeze # float4, float8
+  # array type oid -> its element type's oid (bool, int2, int4, int8, float4, float8, text, name, varchar, bpchar)
+  ARRAYS = { 1000 => 16, 1005 => 21, 1007 => 23, 1016 => 20, 1021 => 700, 1022 => 701, 1009 => 25,
+             1003 => 19, 1015 => 1043, 1014 => 1042 }.freeze
+  # the rows a prepared run may return: its `.limit(n)`, bound as $1
+  LIMIT = 1000
+
+  def initialize
+    @conn = nil
+    @raw = nil
+  end
+
+  def answer(request)
+    answer = { "id" => request["id"], "ok" => true }
+    begin
+      run(request["op"].to_s, request, answer)
+    rescue Usage => e
+      answer = failure(request["id"], "", "usage", e.message)
+    rescue Unsupported => e
+      answer = failure(request["id"], "", "unsupported", e.message)
+    rescue StandardError => e # ActiveRecord's error, ruby-pg's as its cause
+      answer = failure(request["id"], sqlstate(e), e.class.name, e.message)
+    end
+    drain(answer) if @raw
+    answer
+  end
+
+  # PG::Connection#cancel returns once the peer closed the cancel connection (it reads to its end): closed.
+  def cancel(id)
+    raw = @raw
+    return failure(id, "", "unsupported", "not connected: nothing to cancel") unless raw
+
+    error = raw.cancel
+    return { "id" => id, "ok" => true, "closed" => true } unless error
+
+    failure(id, "", "PG::Connection#cancel", error)
+  end
+
+  def close
+    @raw = nil
+    @conn = nil
+    ActiveRecord::Base.remove_connection
+  rescue StandardError
+    nil
+  end
+
+  private
+
+  def run(op, request, answer)
+    case op
+    when "hello"
+      answer.merge!("protocol" => 1, "driver" => "activerecord", "release" => ActiveRecord::VERSION::STRING,
+                    "runtime" => "ruby #{RUBY_VERSION} pg #{PG::VERSION} " \
+                                 "libpq #{PG.library_version.divmod(10_000).join('.')}")
+      return
+    when "connect" then return connect(request)
+    when "close" then return close
+    when "exit" then return
+    end
+    raise Usage, "not connected: send connect first" unless @conn
+
+    sql = request["sql"].to_s
+    case op
+    when "query" then answer["rows"] = texts(@conn.execute(sql))
+    when "execute" then @conn.execute(sql).clear
+    when "prepared"
+      limited = "#{sql.strip.chomp(';')} LIMIT $1"
+      bind = ActiveRecord::Relation::QueryAttribute.new("LIMIT", LIMIT, ActiveModel::Type::Integer.new)
+      result = nil
+      (request["times"] || 1).times { result = @conn.select_all(limited, "SQL", [bind], preparable: true) }
+      answer["rows"] = rows(result)
+    when "free" then raise Unsupported, "ActiveRecord drops all its prepared statements (clear_cache!), never one"
+    when "begin" then @conn.begin_db_transaction
+    when "commit" then @conn.commit_db_transaction
+    when "rollback" then @conn.exec_rollback_db_transaction
+    else raise Usage, "unknown op #{op}"
+    end
+  end
+
+  def connect(request)
+    close
+    config = { adapter: "postgresql", host: request["host"], port: request["port"], username: request["user"],
+               password: request["password"].to_s, database: request["dbname"], connect_timeout: 10 }
+    (request["settings"] || {}).each do |name, value|
+      raise Usage, "unknown ActiveRecord setting #{name} (it takes #{SETTINGS.keys.join(', ')})" unless
+        SETTINGS.include?(name)
+      config[name.to_sym] = value and next if name == "options" # libpq's, passed on as database.yml does
+      raise Usage, "ActiveRecord setting #{name}=#{value}: true or false" unless %w[true false].include?(value)
+
+      config[name.to_sym] = value == "true"
+    end
+    ActiveRecord::Base.establish_connection(config)
+    @conn = ActiveRecord::Base.connection
+    @raw = @conn.raw_connection
+  end
+
+  # A PG::Result's values from their text form (ActiveRecord's decoders would turn numeric 2.50 into 2.5).
+  def texts(result)
+    result.map_types!(PG::TypeMapAllStrings.new)
+    result.values.map { |row| row.each_with_index.map { |text, i| typed(text, result.ftype(i)) } }
+  ensure
+    result&.clear
+  end
+
+  def typed(text, oid)
+    return nil if text.nil?
+    return PG::TextDecoder::Array.new.decode(text).map { |e| elements(e, ARRAYS[oid]) } if ARRAYS.include?(oid)
+    return text.to_i if INTEGERS.include?(oid)
+    return (text =~ /\A-?[\d.e+-]+\z/i ? text.to_f : text) if FLOATS.include?(oid)
+    return text == "t" if oid == 16
+
+    text
+  end
+
+  def elements(decoded, oid)
+    decoded.is_a?(Array) ? decoded.map { |e| elements(e, oid) } : typed(decoded, oid)
+  end
+
+  def rows(result)
+    types = result.column_types
+    result.rows.map do |row|
+      row.each_with_index.map do |value, i|
+        type = types[result.columns[i]]
+        value = type.deserialize(value) if value.is_a?(String) && type.respond_to?(:subtype) # an array
+        json(value)
+      end
+    end
+  end
+
+  def json(value)
+    case value
+    when nil, true, false, Integer, String then value
+    when Float then value.finite? ? value : (value.nan? ? "NaN" : (value.positive? ? "Infinity" : "-Infinity"))
+    when Array then value.map { |e| json(e) }
+    else value.to_s
+    end
+  end
+
+  def drain(answer)
+    notes = []
+    @raw.consume_input
+    while (note = @raw.notifies)
+      notes << { "channel" => note[:relname], "payload" => note[:extra] }
+    end
+    answer["notifications"] = notes
+    answer["parameters"] = REPORTED.to_h { |name| [name, @raw.parameter_status(name)] }.compact
+  rescue PG::Error
+    answer["notifications"] = notes
+  end
+
+  def sqlstate(error)
+    cause = error.is_a?(PG::Error) ? error : error.cause
+    state = cause.respond_to?(:result) && cause.result&.error_field(PG::PG_DIAG_SQLSTATE)
+    return state if state
+    return "08006" if cause.is_a?(PG::ConnectionBad) || cause.is_a?(PG::UnableToSend) ||
+                      error.is_a?(ActiveRecord::ConnectionNotEstablished)
+
+    ""
+  end
+
+  def failure(id, sqlstate, klass, message)
+    { "id" => id, "ok" => false,
+      "error" => { "sqlstate" => sqlstate, "class" => klass, "message" => message.to_s.lines.first.to_s.chomp } }
+  end
+end
+
+OUT = Mutex.new
+def send_line(answer)
+  OUT.synchronize do
+    $stdout.write("#{JSON.generate(answer)}\n")
+    $stdout.flush
+  end
+end
+
+agent = Agent.new
+queue = Queue.new
+Thread.new do
+  $stdin.each_line do |line|
+    next if line.strip.empty?
+
+    request = begin
+      JSON.parse(line)
+    rescue JSON::ParserError => e
+      send_line("id" => nil, "ok" => false, "error" => { "sqlstate" => "", "class" => "usage", "message" => e.message })
+      next
+    end
+    request["op"] == "cancel" ? send_line(agent.cancel(request["id"])) : queue << request
+  end
+  queue << nil
+end
+
+while (request = queue.pop)
+  send_line(agent.answer(request))
+  break if request["op"] == "exit"
+end
+agent.close

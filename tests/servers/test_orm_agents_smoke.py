@@ -1,0 +1,146 @@
+"""The ORM agents (django, sqlalchemy, activerecord), installed from their spec into the test cache and
+driven through leakcheck's own client against a real PostgreSQL: every op of the protocol through the ORM,
+its prepared path with the settings teams flip, and a cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from leakcheck.drivers.agents import client as agents
+from leakcheck.drivers.agents.catalogue import shipped
+from leakcheck.drivers.agents.client import AgentClient
+from leakcheck.drivers.agents.install import missing_apt
+from leakcheck.drivers.agents.process import AgentRefused
+from leakcheck.drivers.clients import ServerError, connect
+from leakcheck.model.errors import NotApplicable
+from leakcheck.model.target import Driver, Setting
+from leakcheck.provision.base import Endpoint
+from leakcheck.provision.postgres.fixtures import APP_ROLE
+from tests.support.servers import TEST_PG, Measure
+
+pytestmark = pytest.mark.servers
+
+ORMS = ("django", "sqlalchemy", "activerecord")
+#: settings under which each ORM's prepared path names a statement, and the names it gives
+PREPARING: dict[str, tuple[Setting, ...]] = {"django": (("server_side_binding", "true"), ("prepare_threshold", "5"))}
+NAMES = {"django": r"_pg3_\d+", "sqlalchemy": r"_pg3_\d+", "activerecord": r"a\d+"}
+#: settings under which it never does
+NEVER: dict[str, tuple[Setting, ...]] = {"django": (), "sqlalchemy": (("prepare_threshold", "None"),),
+                                         "activerecord": (("prepared_statements", "false"),)}
+ERRORS = {"django": "psycopg.errors.DivisionByZero", "sqlalchemy": "psycopg.errors.DivisionByZero",
+          "activerecord": "ActiveRecord::StatementInvalid"}
+NAMED = "SELECT name FROM pg_prepared_statements ORDER BY name"
+
+
+@pytest.fixture(params=ORMS)
+def orm(request: pytest.FixtureRequest) -> Iterator[Driver]:
+    found = shipped(request.param)
+    assert found is not None
+    if absent := missing_apt(found.spec):
+        pytest.skip(f"{request.param} agent: {', '.join(absent)} missing "
+                    f"(`leakcheck prepare --drivers={request.param}` installs them as root)")
+    yield Driver(request.param)
+    agents.stop_all()
+
+
+@pytest.fixture
+def direct(measure: Measure) -> Endpoint:
+    return measure.backend.postgres(measure.pg(TEST_PG[0])).as_user(APP_ROLE)
+
+
+async def _client(orm: Driver, direct: Endpoint, settings: tuple[Setting, ...] = ()) -> AgentClient:
+    client = await connect(orm, "A", direct, settings)
+    assert isinstance(client, AgentClient)
+    return client
+
+
+def test_an_orm_agent_runs_every_op_through_its_orm(orm: Driver, direct: Endpoint) -> None:
+    async def run() -> None:
+        client = await _client(orm, direct, PREPARING.get(orm.value, ()))
+        try:
+            rows = await client.query("SELECT (2^40)::int8, true, 'x'::text, NULL, ARRAY['a','b'], 1.5::float8, "
+                                      "2.50::numeric, 'NaN'::float8")
+            assert rows == [(2**40, True, "x", None, ["a", "b"], 1.5, "2.50", "NaN")]
+            await client.execute("CREATE TEMP TABLE t (x int); INSERT INTO t VALUES (7); SET application_name = 'x'")
+            assert await client.query("SELECT x, current_setting('application_name') FROM t") == [(7, "x")]
+            assert await client.query(NAMED) == [], "the harness's query named a statement"
+            for _ in range(2):
+                assert await client.prepared("SELECT x + 1 FROM t") == [(8,)]
+            names = [name for (name,) in await client.query(NAMED)]
+            assert len(names) == 1 and re.fullmatch(NAMES[orm.value], names[0]), names
+            assert await client.query(f"SELECT bool_and({client.statement_names}) FROM pg_prepared_statements") \
+                == [(True,)]
+            with pytest.raises(ServerError) as caught:
+                await client.query("SELECT 1/0")
+            assert caught.value.sqlstate == "22012" and ERRORS[orm.value] in str(caught.value)
+            assert client.reported("server_version") and client.reported("client_encoding") == "UTF8"
+
+            await client.transaction("begin")
+            await client.execute("INSERT INTO t VALUES (8)")
+            await client.transaction("rollback")
+            await client.transaction("begin")
+            await client.execute("INSERT INTO t VALUES (9)")
+            await client.transaction("commit")
+            assert await client.query("SELECT array_agg(x ORDER BY x) FROM t") == [([7, 9],)]
+            with pytest.raises(AgentRefused, match="unsupported"):
+                await client.free("SELECT x + 1 FROM t")
+
+            await client.execute("LISTEN leakcheck_orm")
+            with psycopg.connect(direct.conninfo(), autocommit=True) as other:
+                other.execute("SELECT pg_notify('leakcheck_orm', 'hi')")
+            for _ in range(50):  # it arrives on the agent's connection asynchronously
+                if client.notifications:
+                    break
+                await client.query("SELECT 1")
+            assert [(n.channel, n.payload) for n in client.notifications] == [("leakcheck_orm", "hi")]
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_with_the_settings_that_turn_it_off_an_orms_prepared_path_names_nothing(orm: Driver, direct: Endpoint) -> None:
+    async def run() -> None:
+        client = await _client(orm, direct, NEVER[orm.value])
+        try:
+            if orm.value == "django":  # Django's default: a client-side binding cursor, no prepare_threshold
+                with pytest.raises(NotApplicable, match="Django never prepares a statement"):
+                    await client.prepared("SELECT 41 + 1")
+            else:
+                assert await client.prepared("SELECT 41 + 1") == [(42,)]
+            assert await client.query(NAMED) == []
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_an_orm_agent_refuses_a_setting_its_orm_does_not_have(orm: Driver, direct: Endpoint) -> None:
+    with pytest.raises(AgentRefused, match="usage"):
+        asyncio.run(_client(orm, direct, (("no_such_setting", "1"),)))
+
+
+def test_an_orm_agent_cancels_the_statement_its_connection_runs(orm: Driver, direct: Endpoint) -> None:
+    async def run() -> None:
+        client = await _client(orm, direct)
+        try:
+            sleeping = asyncio.ensure_future(client.query("SELECT pg_sleep(20)"))
+            with psycopg.connect(direct.conninfo(), autocommit=True) as watcher:
+                for _ in range(200):
+                    if watcher.execute("SELECT 1 FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(20)' "
+                                       "AND state = 'active'").fetchone():
+                        break
+                    await asyncio.sleep(0.05)
+            assert await client.cancel() is True
+            with pytest.raises(ServerError) as caught:
+                await asyncio.wait_for(sleeping, 10)
+            assert caught.value.sqlstate == "57014"
+        finally:
+            await client.close()
+
+    asyncio.run(run())
