@@ -104,3 +104,25 @@ def test_lanes_that_start_together_start_at_different_probes_and_each_keeps_ever
     assert len({items[0][0].id for items in rotated[:jobs]}) == jobs  # the waiting probes do not coincide
     assert all(sorted(map(id, new)) == sorted(map(id, old)) for new, old in zip(rotated, lanes, strict=True))
     assert [p.id for p, _ in rotated[0]] == [p.id for p in PROBES]  # the first lane keeps pytest's order
+
+
+def _gate_groups() -> list[list[str]]:
+    """The driver groups scripts/test's driver step runs, one run each (its `for drivers in ...` loop)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "scripts" / "test").read_text()
+    loop = re.search(r"^for drivers in (.*?); do$", text, re.MULTILINE)
+    assert loop, "scripts/test's driver step runs its drivers in groups (for drivers in ...)"
+    return [group.split(",") for group in loop.group(1).split()]
+
+
+def test_each_run_of_the_driver_gate_fits_what_one_run_holds() -> None:
+    # 13 drivers on one PostgreSQL version are 117 poolers, and 11 were 99: over the 64 one run starts.
+    for group in _gate_groups():
+        cells = [Pooler(PoolerKind.PGBOUNCER, Version((1, n, 0))) for n in (18, 24, 26)]
+        pooled = [(p, Target(Version((pg, 0)), c, route, Driver(d))) for pg in (16, 18) for c in cells
+                  for route in (Route.TRANSACTION, Route.SESSION) for d in group for p in PROBES]
+        controls = [(p, Target(Version((pg, 0)), None, route, Driver(d))) for pg in (16, 18)
+                    for route in (Route.DIRECT, Route.SHARED) for d in group for p in PROBES]
+        check_capacity(pooled + controls)

@@ -201,3 +201,60 @@ def test_an_agent_whose_hello_says_it_cannot_cancel_is_never_sent_a_cancel(measu
     before, after, words = asyncio.run(run())
     assert after == before  # no request: a PDO cancel would be answered only after the statement it cancels
     assert words == "the pdo agent cannot cancel: PDO has no cancel and PHP runs one request at a time"
+
+
+def test_an_agent_whose_driver_has_no_prepared_path_makes_a_prepared_probe_not_applicable_in_its_words(
+    measure: Measure,
+) -> None:
+    from leakcheck.model.errors import NotApplicable
+
+    # Prisma 7 at its defaults: @prisma/adapter-pg names no statement without a statementNameGenerator.
+    async def run() -> tuple[str, list[tuple[object, ...]]]:
+        client = await _connect(Driver("prisma"), "A", measure)
+        try:
+            with pytest.raises(NotApplicable) as caught:
+                await client.prepared("SELECT 'app'::text")
+            return str(caught.value), await client.query("SELECT name FROM pg_prepared_statements")
+        finally:
+            await client.close()
+
+    words, names = asyncio.run(run())
+    assert words.startswith("the prisma agent refused 'prepared' (unsupported): Prisma 7 names no statement"), words
+    assert names == []
+
+
+def test_prisma_ends_its_connection_after_its_own_failed_statement_and_keeps_it_after_the_harnesss(
+    measure: Measure,
+) -> None:
+    # pg's pool (under Prisma) drops a connection whose statement failed (release(err)): an application's
+    # next query opens a new one. The harness's own statements run beside Prisma's, on the connection held.
+    direct = measure.backend.postgres(measure.pg(TEST_PG[0])).as_user(APP_ROLE)
+    pid = "SELECT pg_backend_pid()"
+
+    async def run() -> tuple[list[object], str]:
+        client = await connect(Driver("prisma"), "A", direct, (("statementNameGenerator", "hash"),))
+        try:
+            pids = [(await client.query(pid))[0][0]]
+            with pytest.raises(ServerError):
+                await client.query("SELECT 1/0")
+            pids.append((await client.query(pid))[0][0])
+            with pytest.raises(ServerError) as caught:
+                await client.prepared("SELECT 1/0")
+            pids.append((await client.prepared(pid))[0][0])
+            return pids, str(caught.value)
+        finally:
+            await client.close()
+
+    (first, after_harness, after_prisma), said = asyncio.run(run())
+    assert first == after_harness != after_prisma
+    assert said == "22012: division by zero (PrismaClientKnownRequestError)", said
+
+
+def test_discovery_asks_an_agent_without_a_prepared_path_for_none(measure: Measure) -> None:
+    from leakcheck.discover.driver_api import abilities
+
+    # Prisma at its defaults answers prepared `unsupported`: discovery then draws no protocol prepare
+    # (it stopped at once before: "the harness failed on no ops: NotApplicable").
+    direct = measure.backend.postgres(measure.pg(TEST_PG[0])).as_user(APP_ROLE)
+    assert asyncio.run(abilities(Driver("prisma"), direct)).prepared is False
+    assert asyncio.run(abilities(Driver("prisma"), direct, (("statementNameGenerator", "hash"),))).prepared is True

@@ -1,5 +1,6 @@
 """The driver agents of pgjdbc (Debian's and Maven Central's), PDO, ruby-pg, pgx v4 and v5, sqlx and
-tokio-postgres, each installed from its spec into the test cache and spoken to as a real process."""
+tokio-postgres, and the ORMs Prisma and Hibernate (Spring Boot, HikariCP), each installed from its spec
+into the test cache and spoken to as a real process."""
 
 from __future__ import annotations
 
@@ -26,32 +27,39 @@ from leakcheck.provision.base import Endpoint
 from leakcheck.provision.postgres.fixtures import SCRAM_ITERATIONS
 from leakcheck.provision.postgres.server import PgServer
 
-#: the agents built from their spec alone (the npm ones are tested in test_agents.py with their packages, the
-#: ORMs in test_orm_agents_smoke.py)
-SPECS = tuple(s.spec for s in CATALOGUE if not s.spec.npm and not s.spec.pip and s.spec.id != "activerecord")
+#: the agents built from their spec alone, and Prisma's and Hibernate's (the npm drivers are tested in
+#: test_agents.py with their packages, the Python and Ruby ORMs in test_orm_agents_smoke.py)
+SPECS = tuple(s.spec for s in CATALOGUE
+              if (not s.spec.npm or s.spec.id == "prisma") and not s.spec.pip and s.spec.id != "activerecord")
 
 pytestmark = pytest.mark.servers
 
 #: bounds: one answer (a JVM's first connect included)
 ANSWER_SECONDS = 30
 #: the tool each language's agent needs on PATH (the compilers of a spec's `tools` are looked for by toolchains.py)
-TOOLS = {"java": ("java", "javac"), "php": ("php",), "ruby": ("ruby",), "go": ("go",), "rust": ()}
+TOOLS = {"java": ("java", "javac"), "php": ("php",), "ruby": ("ruby",), "go": ("go",), "rust": (),
+         "node": ("node", "npm")}
 NAMES = {"pgjdbc": r"S_\d+", "pgjdbc-maven": r"S_\d+", "pdo": r"pdo_stmt_[0-9a-f]{8}", "ruby-pg": r"a1",
-         "pgx": r"lrupsc_\d+_\d+", "pgx-v5": r"stmtcache_[0-9a-f]{48}", "sqlx": r"sqlx_s_1", "tokio-postgres": r"s\d+"}
+         "pgx": r"lrupsc_\d+_\d+", "pgx-v5": r"stmtcache_[0-9a-f]{48}", "sqlx": r"sqlx_s_1", "tokio-postgres": r"s\d+",
+         "prisma": r"prisma_[0-9a-f]{16}", "hibernate": r"S_\d+"}
 ERROR_CLASSES = {"pgjdbc": "org.postgresql.util.PSQLException", "pgjdbc-maven": "org.postgresql.util.PSQLException",
                  "pdo": "PDOException", "ruby-pg": "PG::DivisionByZero", "pgx": "*pgconn.PgError",
                  "pgx-v5": "*pgconn.PgError", "sqlx": "sqlx::postgres::PgDatabaseError",
-                 "tokio-postgres": "tokio_postgres::error::DbError"}
+                 "tokio-postgres": "tokio_postgres::error::DbError", "prisma": "DatabaseError",  # (pg's, under Prisma)
+                 "hibernate": "org.springframework.dao.DataIntegrityViolationException"}
 #: how the statement a cancel stopped fails: pgx v4 cancels by context and closes its connection
 CANCELLED = {"pgjdbc": "57014", "pgjdbc-maven": "57014", "ruby-pg": "57014", "pgx": "08006", "pgx-v5": "57014",
-             "tokio-postgres": "57014"}
-#: settings for the checks: pgjdbc names its statement at the first execution, not the fifth
-SETTINGS = {"pgjdbc": {"prepareThreshold": "1"}, "pgjdbc-maven": {"prepareThreshold": "1"}}
+             "tokio-postgres": "57014", "hibernate": "57014"}
+#: settings for the checks: pgjdbc names its statement at the first execution, not the fifth (under Hibernate
+#: at the second: HikariCP's SHOW TRANSACTION ISOLATION LEVEL, once per connection, stays unnamed); Prisma
+#: names none without a statementNameGenerator
+SETTINGS = {"pgjdbc": {"prepareThreshold": "1"}, "pgjdbc-maven": {"prepareThreshold": "1"},
+            "hibernate": {"prepareThreshold": "2"}, "prisma": {"statementNameGenerator": "hash"}}
 #: a setting of each agent's catalogue row that stops its driver naming statements
 NEVER_NAMED = {"pgjdbc": {"prepareThreshold": "0"}, "pgjdbc-maven": {"prepareThreshold": "0"},
                "pdo": {"ATTR_EMULATE_PREPARES": "true"}, "pgx": {"statement_cache_mode": "describe"},
                "pgx-v5": {"default_query_exec_mode": "exec"}, "sqlx": {"persistent": "false"},
-               "tokio-postgres": {"method": "query_typed"}}
+               "tokio-postgres": {"method": "query_typed"}, "hibernate": {"prepareThreshold": "0"}}
 #: the agents whose driver frees one statement it holds (the others answer `free` with `unsupported`), and
 #: whether the server statement is gone then (pgjdbc's close() hands it back to its connection's cache)
 FREES = {"pgjdbc": False, "pgjdbc-maven": False, "pdo": True, "ruby-pg": True, "tokio-postgres": True}
@@ -79,8 +87,8 @@ class Agent:
 
     def __init__(self, spec: AgentSpec, folder: Path) -> None:
         argv = [part.replace("{dir}", str(folder)) for part in spec.run]
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                        encoding="utf-8")
+        self.process = subprocess.Popen(argv, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        encoding="utf-8")  # in its folder, as leakcheck starts it (process.py)
         self.lines: queue.Queue[str] = queue.Queue()
         self.next_id = 0
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -213,6 +221,9 @@ def test_an_agent_reports_the_parameters_its_driver_holds(
     if spec.id == "sqlx":  # sqlx keeps its ParameterStatus values private, and delivers no notifications
         assert "parameters" not in answer and "notifications" not in answer
         return
+    if spec.id == "prisma":  # node-postgres, under Prisma, exposes no ParameterStatus values
+        assert "parameters" not in answer and answer["notifications"] == []
+        return
     assert answer["notifications"] == []
     assert answer["parameters"]["server_version"].split(".")[0] == str(postgres.version.parts[0])
     assert answer["parameters"]["client_encoding"] == "UTF8"
@@ -238,7 +249,7 @@ def test_a_cancel_stops_the_running_statement_or_says_it_cannot(
     spec: AgentSpec, agent: Agent, server: Endpoint
 ) -> None:
     ok(agent.connect(server, {}))
-    if spec.id in ("pdo", "sqlx"):  # no cancel in the driver: the hello says so, and a cancel is refused
+    if spec.id in ("pdo", "sqlx", "prisma"):  # no cancel in the driver: the hello says so, and a cancel is refused
         assert ok(agent("hello"))["no_cancel"]
         assert agent("cancel")["error"]["class"] == "unsupported"
         return
@@ -275,7 +286,7 @@ def test_an_agent_ends_when_its_stdin_ends(spec: AgentSpec, agent: Agent, server
 def test_the_setting_that_turns_preparing_off_leaves_no_named_statement(
     spec: AgentSpec, agent: Agent, server: Endpoint
 ) -> None:
-    if spec.id not in NEVER_NAMED:
+    if spec.id not in NEVER_NAMED:  # (Prisma names none by default: test_agents.py)
         pytest.skip(f"the {spec.id} agent has no such setting (ruby-pg: Rails' own prepare('a1', ...))")
     ok(agent.connect(server, NEVER_NAMED[spec.id]))
     for _ in range(6):
@@ -287,7 +298,7 @@ def test_free_drops_the_statement_where_the_driver_can_and_is_refused_where_it_c
     spec: AgentSpec, agent: Agent, server: Endpoint
 ) -> None:
     ok(agent.connect(server, SETTINGS.get(spec.id, {})))
-    ok(agent("prepared", sql="SELECT 41 + 1", times=1))
+    ok(agent("prepared", sql="SELECT 41 + 1", times=2))
     answer = agent("free", sql="SELECT 41 + 1")
     ok(agent("query", sql="SELECT 1"))  # (pgjdbc sends its Close with the next statement)
     held = ok(agent("query", sql="SELECT name FROM pg_prepared_statements"))["rows"]
@@ -300,7 +311,7 @@ def test_free_drops_the_statement_where_the_driver_can_and_is_refused_where_it_c
 def test_a_transaction_begun_through_the_driver_holds_until_its_commit_or_rollback(
     spec: AgentSpec, agent: Agent, server: Endpoint
 ) -> None:
-    ok(agent.connect(server, {}))
+    ok(agent.connect(server, SETTINGS.get(spec.id, {})))
     ok(agent("execute", sql="CREATE TEMP TABLE t (x int)"))
     ok(agent("begin"))
     ok(agent("execute", sql="INSERT INTO t VALUES (1)"))

@@ -7,7 +7,9 @@ leakcheck/drivers/agents/<id>/ (with its package manager's files: go.mod and go.
 Cargo.lock, pom.xml), speaking the agent protocol (docs/agent-protocol.md). Debian's archive gives
 pgjdbc 42.5, PDO, ruby-pg and pgx v4; npm node-postgres and postgres.js; the Go module proxy pgx v5;
 crates.io sqlx and tokio-postgres; Maven Central pgjdbc's latest (pgjdbc-maven, Debian's Agent.java
-with that jar). Npgsql is not shipped: NuGet is not reached from this project's machines.
+with that jar). ORMs run as applications: Django and SQLAlchemy (PyPI), ActiveRecord (Debian), Prisma 7
+(npm) and Spring Boot + Hibernate + HikariCP (Maven Central). Npgsql is not shipped: NuGet is not reached
+from this project's machines.
 """
 
 from __future__ import annotations
@@ -25,6 +27,25 @@ PGJDBC_JAR = "/usr/share/java/postgresql.jar"
 #: Debian's junixsocket (libjunixsocket-java, its JNI library with it): pgjdbc's socket factory for a
 #: Unix-socket host (a fleet's member); java skips a classpath entry that is not there
 JUNIXSOCKET_JAR = "/usr/share/java/junixsocket-common.jar"
+
+#: Maven resolves an agent's pom.xml into a repository of its own cache folder (never ~/.m2) and copies the
+#: jars it runs with into lib/
+MAVEN_LIB = ("mvn", "-B", "-q", "-Dstyle.color=never", "-Dmaven.repo.local={cache}/m2", "dependency:copy-dependencies",
+             "-DoutputDirectory={dir}/lib", "-DincludeScope=runtime", "-Dmdep.stripVersion=true")
+
+#: The hibernate agent's JVM, started in its folder: the classes Spring Boot and Hibernate load at boot are
+#: archived by the build (Java's AppCDS: about 40% less CPU per agent), which takes jars only, named relative
+#: to the folder (the build's is renamed into place); the JVM's own warnings on stderr (stdout is the protocol's)
+HIBERNATE_JAVA = ("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xlog:disable", "-Xlog:all=warning:stderr",
+                  "-cp", f"agent.jar:lib/*:{JUNIXSOCKET_JAR}")
+
+#: `prisma generate` with nothing from outside npm: Prisma's CLI fetches its schema engine (for migrations,
+#: never run by generate, which uses the npm package's wasm) from binaries.prisma.sh before any command;
+#: PRISMA_SCHEMA_ENGINE_BINARY, its way to name an engine of one's own, names one that fails if ever run.
+#: No update check or telemetry (checkpoint.prisma.io); its own cache (a last-generate stamp) in the agent's
+#: build cache, not ~/.cache.
+PRISMA_ENV = (("PRISMA_SCHEMA_ENGINE_BINARY", "/bin/false"), ("CHECKPOINT_DISABLE", "1"),
+              ("PRISMA_HIDE_UPDATE_MESSAGE", "1"), ("XDG_CACHE_HOME", "{cache}"))
 
 #: pgx's release is not introspectable in GOPATH mode: read from dpkg at build time, linked in.
 PGX_BUILD = (
@@ -239,10 +260,7 @@ CATALOGUE: tuple[Shipped, ...] = (
             id="pgjdbc-maven",
             sources=("pom.xml", "../pgjdbc/Agent.java"),
             apt=("default-jdk-headless", "maven", "libjunixsocket-java"),
-            build=(("mvn", "-B", "-q", "-Dstyle.color=never", "-Dmaven.repo.local={cache}/m2",
-                    "dependency:copy-dependencies", "-DoutputDirectory={dir}/lib", "-DincludeScope=runtime",
-                    "-Dmdep.stripVersion=true"),
-                   ("javac", "-cp", "{dir}/lib/postgresql.jar", "-d", "{dir}", "{dir}/Agent.java")),
+            build=(MAVEN_LIB, ("javac", "-cp", "{dir}/lib/postgresql.jar", "-d", "{dir}", "{dir}/Agent.java")),
             run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                  "-cp", f"{{dir}}:{{dir}}/lib/*:{JUNIXSOCKET_JAR}", "Agent", "pgjdbc-maven"),
         ),
@@ -297,6 +315,41 @@ CATALOGUE: tuple[Shipped, ...] = (
         ),
         "name ~ '^a[0-9]+$'",
         ("options", "-c {name}={value}"),
+    ),
+    # Prisma ORM 7 (npm): PrismaClient over @prisma/adapter-pg (node-postgres), Prisma 7's only way to
+    # PostgreSQL; it names statements only through a statementNameGenerator (prisma_<hash of the text> here)
+    Shipped(
+        AgentSpec(
+            id="prisma",
+            language="node",
+            sources=("agent.js", "schema.prisma"),
+            npm=("prisma@7", "@prisma/client@7", "@prisma/adapter-pg@7", "pg@8"),
+            build=(("{dir}/node_modules/.bin/prisma", "generate", "--schema", "{dir}/schema.prisma"),),
+            build_env=PRISMA_ENV,
+            run=_NODE,
+            settings=(("pgbouncer", "false"), ("statementNameGenerator", "none"), ("options", "")),
+        ),
+        "name ~ '^prisma_[0-9a-f]{16}$'",
+        ("options", "-c {name}={value}"),
+    ),
+    # Spring Boot 4 + Hibernate ORM 7 + HikariCP + pgjdbc (Maven Central: pom.xml names Spring Boot's parent,
+    # which manages the others' versions). A Hibernate native query is a PreparedStatement pgjdbc names S_n
+    # from its prepareThreshold-th run of the text; pgjdbc's Agent.java is compiled beside it (JSON, rows)
+    replace(
+        _PGJDBC,
+        spec=replace(
+            _PGJDBC.spec,
+            id="hibernate",
+            sources=("pom.xml", "HibernateAgent.java", "../pgjdbc/Agent.java"),
+            apt=("default-jdk-headless", "maven", "libjunixsocket-java"),
+            build=(MAVEN_LIB,
+                   ("javac", "-cp", "{dir}/lib/*", "-d", "{dir}/classes", "{dir}/Agent.java",
+                    "{dir}/HibernateAgent.java"),
+                   ("jar", "cf", "{dir}/agent.jar", "-C", "{dir}/classes", "."),
+                   (*HIBERNATE_JAVA, "-XX:ArchiveClassesAtExit={dir}/agent.jsa", "HibernateAgent", "--boot-and-exit")),
+            build_timeout=900.0,  # a first resolve fetches about 40 MB of jars; javac took 40 s on 2 busy cores
+            run=(*HIBERNATE_JAVA, "-XX:SharedArchiveFile={dir}/agent.jsa", "HibernateAgent"),
+        ),
     ),
 )
 

@@ -197,8 +197,15 @@ class AgentClient:
             await self._call("execute", sql=sql)
 
     async def prepared(self, sql: str) -> list[Row]:
-        with timed("statements"):
-            return await self._rows("prepared", sql, times=self._shipped.prepared_times)
+        """The driver's prepared way; an agent whose driver has none with its settings (Prisma 7 without a
+        statementNameGenerator) answers `unsupported`: the probe is not applicable, in its words."""
+        try:
+            with timed("statements"):
+                return await self._rows("prepared", sql, times=self._shipped.prepared_times)
+        except AgentRefused as exc:
+            if exc.kind != "unsupported":
+                raise
+            raise NotApplicable(str(exc)) from None
 
     async def free(self, sql: str) -> None:
         """The driver's own way to drop the statement `prepared` made for `sql` (AgentRefused where it has none)."""

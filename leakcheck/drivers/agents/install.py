@@ -151,7 +151,9 @@ def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
             if npm is None:
                 raise ProvisionError(f"the {spec.id} agent needs npm (and node): install them, e.g. "
                                      "`apt-get install -y nodejs npm`")
-            _run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", *spec.npm], work,
+            # no package's install script runs (as root, at install): no agent needs one, and Prisma's would
+            # fetch its schema engine from binaries.prisma.sh, outside npm
+            _run([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", *spec.npm], work,
                  f"npm install {' '.join(spec.npm)} for the {spec.id} agent")
         if spec.pip:  # a venv of Debian's python3, so the agent's packages never meet leakcheck's own
             _run([PYTHON, "-m", "venv", str(work / "venv")], work, f"making the {spec.id} agent's venv")

@@ -6,6 +6,8 @@
 // driver id its hello says: `pgjdbc-maven` runs this file with Maven Central's jar, `pgjdbc` with Debian's.
 
 import java.io.BufferedReader;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
@@ -24,6 +26,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.function.Function;
 
 import org.postgresql.PGConnection;
 import org.postgresql.PGNotification;
@@ -31,7 +34,8 @@ import org.postgresql.PGProperty;
 import org.postgresql.PGStatement;
 
 public final class Agent {
-    private static final PrintStream OUT = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+    /** The protocol's stdout (a library's System.out may be sent elsewhere: the hibernate agent's is stderr). */
+    private static final PrintStream OUT = new PrintStream(new FileOutputStream(FileDescriptor.out), true, StandardCharsets.UTF_8);
     private static final Map<String, Object> END = new HashMap<>();
     private static String driver = "pgjdbc";
 
@@ -49,23 +53,31 @@ public final class Agent {
     public static void main(String[] args) throws Exception {
         if (args.length > 0) driver = args[0];
         Agent agent = new Agent();
-        LinkedBlockingQueue<Map<String, Object>> queue = new LinkedBlockingQueue<>();
-        Thread reader = new Thread(() -> agent.read(queue), "stdin");
-        reader.setDaemon(true);
-        reader.start();
-        while (true) {
-            Map<String, Object> request = queue.take();
-            if (request == END) break;
-            Map<String, Object> answer = agent.answer(request);
-            send(answer);
-            if ("exit".equals(request.get("op"))) break;
-        }
+        serve(agent::answer, agent::cancel);
         agent.close();
         System.exit(0);
     }
 
+    /**
+     * Answers requests until `exit` or the end of stdin: `cancel` at once from the stdin reader thread,
+     * everything else in order on the calling thread, the worker (shared with hibernate/HibernateAgent.java).
+     */
+    static void serve(Function<Map<String, Object>, Map<String, Object>> answer,
+                      Function<Object, Map<String, Object>> cancel) throws InterruptedException {
+        LinkedBlockingQueue<Map<String, Object>> queue = new LinkedBlockingQueue<>();
+        Thread reader = new Thread(() -> read(queue, cancel), "stdin");
+        reader.setDaemon(true);
+        reader.start();
+        while (true) {
+            Map<String, Object> request = queue.take();
+            if (request == END) return;
+            send(answer.apply(request));
+            if ("exit".equals(request.get("op"))) return;
+        }
+    }
+
     /** The stdin reader: acts on `cancel` at once, queues everything else for the worker. */
-    private void read(LinkedBlockingQueue<Map<String, Object>> queue) {
+    private static void read(LinkedBlockingQueue<Map<String, Object>> queue, Function<Object, Map<String, Object>> cancel) {
         try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
             String line;
             while ((line = in.readLine()) != null) {
@@ -78,7 +90,7 @@ public final class Agent {
                     continue;
                 }
                 if ("cancel".equals(request.get("op"))) {
-                    send(cancel(request.get("id")));
+                    send(cancel.apply(request.get("id")));
                 } else {
                     queue.add(request);
                 }
@@ -262,7 +274,7 @@ public final class Agent {
         }
     }
 
-    private static List<Object> rows(ResultSet rs) throws SQLException {
+    static List<Object> rows(ResultSet rs) throws SQLException {
         ResultSetMetaData meta = rs.getMetaData();
         List<Object> rows = new ArrayList<>();
         while (rs.next()) {
@@ -274,7 +286,7 @@ public final class Agent {
     }
 
     /** An array's elements (nested arrays for more dimensions): numbers, booleans and null as JSON, the rest as text. */
-    private static List<Object> elements(Object array) {
+    static List<Object> elements(Object array) {
         List<Object> out = new ArrayList<>();
         for (Object element : (Object[]) array) {
             if (element instanceof Object[]) out.add(elements(element));
@@ -334,14 +346,14 @@ public final class Agent {
         return (String) value;
     }
 
-    private static Map<String, Object> success(Object id) {
+    static Map<String, Object> success(Object id) {
         Map<String, Object> answer = new LinkedHashMap<>();
         answer.put("id", id);
         answer.put("ok", true);
         return answer;
     }
 
-    private static Map<String, Object> failure(Object id, String sqlstate, String cls, String message) {
+    static Map<String, Object> failure(Object id, String sqlstate, String cls, String message) {
         Map<String, Object> error = new LinkedHashMap<>();
         error.put("sqlstate", sqlstate == null ? "" : sqlstate);
         error.put("class", cls);
