@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import functools
 import importlib.metadata
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,6 +72,26 @@ class Client(Protocol):
     async def query(self, sql: str) -> list[Row]: ...
     async def execute(self, sql: str) -> None: ...
     async def prepared(self, sql: str) -> list[Row]: ...
+
+    async def begin(self) -> None:
+        """The driver's transaction API: open one (psycopg `transaction()`, asyncpg `transaction().start()`,
+        an agent's `begin`)."""
+        ...
+
+    async def commit(self) -> None: ...
+    async def rollback(self) -> None: ...
+
+    async def free(self, sql: str) -> None:
+        """The driver drops the statement it prepared for `sql` its own way; NotApplicable where it has no
+        such call (its applications never free one)."""
+        ...
+
+    async def bind(self, name: str) -> list[Row]:
+        """The driver executes a prepared statement by its name without preparing it (Bind/Execute, no
+        Parse): libpq's PQexecPrepared, ruby-pg's exec_prepared, pgx's ExecPrepared; NotApplicable where
+        the driver has no such call."""
+        ...
+
     def reported(self, name: str) -> str | None: ...
     def alias(self, label: str) -> Client: ...
     async def close(self) -> None: ...
@@ -96,6 +117,7 @@ class PsycopgClient:
     notifications: list[Notification] = field(default_factory=list)
     statement_names: str = "name LIKE '\\_pg3\\_%'"
     settings: tuple[Setting, ...] = ()
+    _tx: Any = None  #: the transaction begin() opened
 
     @classmethod
     async def connect(cls, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
@@ -128,6 +150,44 @@ class PsycopgClient:
     async def prepared(self, sql: str) -> list[Row]:
         # execute(prepare=True): psycopg prepares a named statement (_pg3_N) at once.
         return await self._run(sql, prepare=True)
+
+    async def begin(self) -> None:
+        # psycopg's transaction(), entered here and left by commit/rollback (psycopg.Rollback to roll back)
+        self._tx = self.conn.transaction()
+        await self._guard(lambda: self._tx.__aenter__())
+
+    async def commit(self) -> None:
+        tx, self._tx = self._tx, None
+        await self._guard(lambda: tx.__aexit__(None, None, None) if tx is not None else self.conn.execute("COMMIT"))
+
+    async def rollback(self) -> None:
+        tx, self._tx = self._tx, None
+        if tx is None:
+            await self._guard(lambda: self.conn.execute("ROLLBACK"))
+            return
+        await self._guard(lambda: tx.__aexit__(psycopg.Rollback, psycopg.Rollback(), None))
+
+    async def free(self, sql: str) -> None:
+        raise NotApplicable("psycopg has no call to free one prepared statement (its cache drops them itself)")
+
+    async def bind(self, name: str) -> list[Row]:
+        # libpq's PQexecPrepared, psycopg's pq API: Bind/Execute of a statement by name, no Parse.
+        async with self.conn.lock:
+            res = await asyncio.to_thread(self.conn.pgconn.exec_prepared, name.encode(), [])
+        if res.status in (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK):
+            cells = ((res.get_value(r, c) for c in range(res.nfields)) for r in range(res.ntuples))
+            return [tuple(None if v is None else v.decode() for v in row) for row in cells]
+        state = res.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
+        message = (res.error_message or b"").decode(errors="replace").strip()
+        raise ServerError(state.decode() if state else NO_SQLSTATE, message, closed=self.conn.pgconn.status != 0)
+
+    async def _guard(self, call: Callable[[], Awaitable[Any]]) -> None:
+        """The driver's call, its errors as ServerError (made inside: some raise before they await)."""
+        try:
+            with timed("statements"):
+                await call()
+        except psycopg.Error as exc:
+            raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.closed) from exc
 
     def reported(self, name: str) -> str | None:
         return self.conn.info.parameter_status(name)
@@ -177,6 +237,7 @@ class AsyncpgClient:
     notifications: list[Notification] = field(default_factory=list)
     statement_names: str = "name LIKE '\\_\\_asyncpg\\_%'"
     settings: tuple[Setting, ...] = ()
+    _tx: Any = None  #: the transaction begin() started
 
     @classmethod
     async def connect(cls, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
@@ -220,6 +281,32 @@ class AsyncpgClient:
     async def prepared(self, sql: str) -> list[Row]:
         # fetch goes through asyncpg's statement cache: a named __asyncpg_stmt_N__, reused.
         return [tuple(r) for r in await self._call("fetch", sql)]
+
+    async def begin(self) -> None:
+        self._tx = self.conn.transaction()
+        await self._guard(lambda: self._tx.start())
+
+    async def commit(self) -> None:
+        tx, self._tx = self._tx, None
+        await self._guard(lambda: tx.commit() if tx is not None else self.conn.execute("COMMIT"))
+
+    async def rollback(self) -> None:
+        tx, self._tx = self._tx, None
+        await self._guard(lambda: tx.rollback() if tx is not None else self.conn.execute("ROLLBACK"))
+
+    async def free(self, sql: str) -> None:
+        raise NotApplicable("asyncpg has no call to free one statement of its cache")
+
+    async def bind(self, name: str) -> list[Row]:
+        raise NotApplicable("asyncpg has no call to execute a statement by name it did not prepare itself")
+
+    async def _guard(self, call: Callable[[], Awaitable[Any]]) -> None:
+        """The driver's call, its errors as ServerError (asyncpg's guarded methods raise before they await)."""
+        try:
+            with timed("statements"):
+                await call()
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
+            raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.is_closed()) from exc
 
     def reported(self, name: str) -> str | None:
         try:

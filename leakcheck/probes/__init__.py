@@ -17,7 +17,8 @@ from leakcheck.probes import (
     settings,
     startup,
 )
-from leakcheck.probes.base import Probe, Scenario
+from leakcheck.probes.base import Probe
+from leakcheck.probes.scenario import Scenario
 
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + cleanup.PROBES

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from leakcheck.drivers.clients import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
+from leakcheck.probes.base import Attempt, Probe, attempt, probe
+from leakcheck.probes.scenario import Scenario
 
 #: Seconds the long statement has to be seen running (C polls pg_stat_activity).
 START_BOUND = 5.0

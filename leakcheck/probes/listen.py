@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from leakcheck.drivers.clients import Client
 from leakcheck.model.verdicts import Observation
-from leakcheck.probes.base import Probe, Scenario, probe
+from leakcheck.probes.base import Probe, probe
+from leakcheck.probes.scenario import Scenario
 
 
 async def _sentinel(s: Scenario, client: Client, channel: str) -> bool:
-    """The client notifies itself on its own channel; True when that arrived (by its COMMIT's end)."""
-    await s.change(client, "sentinel", f"LISTEN {channel}", f"NOTIFY {channel}, 'sentinel'")
+    """The client notifies itself on its own channel; True when that arrived (by the NOTIFY's end)."""
+    await s.change(client, "sentinel LISTEN", f"LISTEN {channel}")
+    await s.change(client, "sentinel NOTIFY", f"NOTIFY {channel}, 'sentinel'")
     return any(n.channel == channel for n in client.notifications)
 
 
@@ -22,12 +24,12 @@ async def listen_notify(s: Scenario) -> Observation:
     channel, a_mark, b_mark = s.name("chan"), s.name("sa"), s.name("sb")
     # A: subscribes; the registration lives on whatever server connection A used.
     await s.change(s.a, "LISTEN", f"LISTEN {channel}")
-    # B: holds the server (a transaction) while C, a session outside the pool, notifies A's channel.
-    await s.b.execute("BEGIN")
+    # B: holds the server (a transaction of its own) while C, a session outside the pool, notifies A's channel.
+    await s.begin(s.b, "holds the server")
     await s.observe(s.b, "holds the server", "1")
     c = await s.c()
     await c.execute(f"NOTIFY {channel}, 'from_c'")
-    await s.b.execute("COMMIT")
+    await s.commit(s.b, "holds the server")
     # B, then A: each takes a sentinel, which arrives after C's notification would have.
     b_sentinel = await _sentinel(s, s.b, b_mark)
     a_sentinel = await _sentinel(s, s.a, a_mark)

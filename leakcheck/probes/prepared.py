@@ -6,7 +6,8 @@ from leakcheck.drivers.clients import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.target import settings_label
 from leakcheck.model.verdicts import Observation
-from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
+from leakcheck.probes.base import Attempt, Probe, probe
+from leakcheck.probes.scenario import Scenario
 
 #: How a prepared probe's evidence begins when the cell's driver settings turn preparing off.
 NEVER_PREPARED = "the driver never prepared"
@@ -21,32 +22,38 @@ def names_holding(marker: str, driver_names: str = "") -> str:
     return f"ARRAY(SELECT name FROM pg_prepared_statements WHERE statement LIKE {pattern}{only} ORDER BY name)"
 
 
-async def run_and_read_names(s: Scenario, step: str, marker: str) -> tuple[Attempt, list[str]]:
-    """A's prepared run and a look at its server's statements, in one transaction: one server, and no
-    pooler reset (server_reset_query_always) in between. No names when the run failed."""
-    await s.a.execute("BEGIN")
-    try:
-        run = await s.prepared(s.a, step, f"'{marker}'::text")
-        names = [] if run.failed else await s.observe_array(s.a, "read pg_prepared_statements", names_holding(marker))
-    finally:
-        await attempt(s.a.execute("ROLLBACK" if run.failed else "COMMIT"))
-    return run, names
+async def names_after(s: Scenario, marker: str) -> list[str]:
+    """The names of A's statements holding `marker` on A's server, read by an observer (Scenario.read), never
+    inside A's own transaction: the application's calls stay exactly its own."""
+    return await s.read_array(s.a, "read pg_prepared_statements", names_holding(marker))
+
+
+def unseen(s: Scenario) -> NotApplicable:
+    """What a prepared probe is on a pooler that resets every server connection after each transaction, when
+    every run worked: whether A's driver prepared cannot be seen between two of its statements."""
+    return NotApplicable("the pooler runs its reset after each transaction (server_reset_query_always = 1): no "
+                         f"statement of {s.a.label}'s survives its autocommit run to be seen, and every prepared "
+                         "run worked, so whether its driver prepared cannot be measured here")
 
 
 async def prepare_in_a(s: Scenario, marker: str) -> tuple[Attempt, list[str]]:
-    """A proves its server, then runs `SELECT marker` twice its driver's prepared way. A failure is
-    returned (a break, proven by A's first proof); a run that was not really prepared is an error."""
+    """A proves its server, then runs `SELECT marker` twice its driver's prepared way (autocommit, as an
+    application does); an observer then reads the names on A's server. A failure is returned (a break,
+    proven by A's first proof); a run that was not really prepared is an error, or not applicable."""
     await s.observe(s.a, "connected", "1")
-    run = await s.prepared(s.a, "prepared run", f"'{marker}'::text")
+    run = await s.prepared(s.a, "prepared run", f"'{marker}'::text", own=marker)
     if run.failed:
         return run, []
-    run, names = await run_and_read_names(s, "prepared run", marker)
+    run = await s.prepared(s.a, "prepared run again", f"'{marker}'::text", own=marker)
     if run.failed:
         return run, []
+    names = await names_after(s, marker)
     if not names and s.a.settings:  # the team's setting turns preparing off: nothing to measure
         raise NotApplicable(f"{NEVER_PREPARED}: with {settings_label(s.a.settings)} {s.a.label}'s "
                             "prepared run left no statement on the server (pg_prepared_statements is empty), "
                             "so protocol-level prepares do not happen with these driver settings")
+    if not names and s.resets_after_transaction:
+        raise unseen(s)
     if not names:
         raise ProbeError(f"{s.a.label}'s driver did not prepare its statement on the server "
                          "(pg_prepared_statements is empty); the probe cannot measure protocol prepares here")
@@ -69,7 +76,7 @@ async def retried(s: Scenario, client: Client, step: str, marker: str, run: Atte
     does: its result, and how the driver recovered when that one worked (Fact.RECOVERED)."""
     if not run.failed:
         return run, None
-    again = await s.prepared(client, f"{step}, retried", f"'{marker}'::text")
+    again = await s.prepared(client, f"{step}, retried", f"'{marker}'::text", own=marker)
     return again, None if again.failed else f"{client.label}'s next run worked after {run}"
 
 
@@ -84,14 +91,15 @@ async def protocol_prepare(s: Scenario) -> Observation:
     visible = await s.observe_array(s.b, "read pg_prepared_statements", mine)
     # B: prepares a query of its own (another application's text), so a colliding name cannot pass unseen:
     # a driver that re-prepares a taken name in place (PDO on 42P05) replaces A's statement with B's.
-    b_run = await s.prepared(s.b, "prepared run", f"'{other}'::text")
-    b_again = await s.prepared(s.b, "prepared run again", f"'{other}'::text")
-    # A: which of its statement names on its server now hold B's text, then runs its own statement
-    # again, and must get its own value back, not B's.
-    b_texts = set(await s.observe_array(s.a, "read pg_prepared_statements", names_holding(other)))
+    b_run = await s.prepared(s.b, "prepared run", f"'{other}'::text", own=other)
+    b_again = await s.prepared(s.b, "prepared run again", f"'{other}'::text", own=other)
+    # An observer: which of A's statement names on its server now hold B's text. A then runs its own
+    # statement again, and must get its own value back, not B's.
+    b_texts = set(await s.read_array(s.a, "read pg_prepared_statements", names_holding(other)))
     replaced = [n for n in names if n in b_texts]
     a_again, a_recovered = await retried(s, s.a, "prepared run again", marker,
-                                         await s.prepared(s.a, "prepared run again", f"'{marker}'::text"))
+                                         await s.prepared(s.a, "prepared run again", f"'{marker}'::text",
+                                                          own=marker))
     foreign = not a_again.failed and a_again.value != marker
     recovered = [r for r in (
         f"B's next run worked after {b_run}" if b_run.failed and not b_again.failed else None,
@@ -117,15 +125,17 @@ async def protocol_prepare_moved(s: Scenario) -> Observation:
         return first_failed(first)
     # B claims A's server; A runs its statement on the other one, and B looks for it on A's old one.
     async with s.a_on_another_server():
-        # "Works" needs proof it ran prepared there too, not as a plain query (read in the same
-        # transaction: one server, no pooler reset in between); a failed run, a proof that A really
-        # was elsewhere.
-        again, there = await run_and_read_names(s, "prepared run elsewhere", marker)
+        # "Works" needs proof it ran prepared there too, not as a plain query (an observer reads A's new
+        # server's statements); a failed run, a proof that A really was elsewhere.
+        again = await s.prepared(s.a, "prepared run elsewhere", f"'{marker}'::text", own=marker)
+        there = [] if again.failed else await names_after(s, marker)
         # A's next request: does the driver get over a failure by itself?
         retry, recovered = await retried(s, s.a, "prepared run elsewhere", marker, again)
         visible = await s.observe_array(s.b, "read pg_prepared_statements",
                                         names_holding(marker, driver_names=s.a.statement_names))
     if not again.failed and not there:
+        if s.resets_after_transaction:
+            raise unseen(s)
         raise ProbeError("A's statement ran on the other server connection without being prepared there; "
                          "the move was not exercised")
     missing = again.state("26000")

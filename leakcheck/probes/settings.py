@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Attempt, Probe, Scenario, probe, said
+from leakcheck.probes.base import Attempt, Probe, probe, said
+from leakcheck.probes.scenario import Scenario
 
 
 def lit(value: str) -> str:
@@ -38,8 +39,8 @@ async def statement_timeout(s: Scenario) -> Observation:
 
 @probe("set_local", "SET LOCAL inside a transaction", scope=Scope.TRANSACTION)
 async def set_local(s: Scenario) -> Observation:
-    # A: SET LOCAL lives only until A's COMMIT.
-    inside = await s.run(s.a, "SET LOCAL", "SET LOCAL work_mem = '1234kB'", f"SELECT {setting('work_mem')}")
+    # A: SET LOCAL lives only until A's COMMIT (A's transaction, through its driver's API).
+    inside = await s.transaction(s.a, "SET LOCAL", "SET LOCAL work_mem = '1234kB'", f"SELECT {setting('work_mem')}")
     if inside.value != "1234kB":
         raise ProbeError(f"A's SET LOCAL work_mem read back {inside}; nothing was exercised")
     # B: must see the server default, not A's transaction-local value.
@@ -58,13 +59,13 @@ async def _parameter(s: Scenario, name: str, a_value: str, b_value: str | None) 
         await s.change(s.b, f"SET {name}", f"SET {name} = {b_value}")
         b_part = f"B: SET {name}={b_value}. "
     b_before = await s.observe(s.b, f"read {name}", setting(name))
-    # A: its own value, read back in the same transaction (as the server spells it).
-    inside = await s.run(s.a, f"SET {name}", f"SET {name} = {a_value}", f"SELECT {setting(name)}")
-    a_set = inside.value
-    if inside.failed or a_set == b_before:
-        raise ProbeError(f"A's {name} ({inside}) equals B's own or could not be set, so a leak could not be told "
+    # A: its own value (as the server spells it: the witness's own transaction tells), set in autocommit.
+    a_set = await s.spell(name, a_value)
+    if a_set is None or a_set == b_before:
+        raise ProbeError(f"A's {name} ({said(a_set)}) equals B's own or cannot be set, so a leak could not be told "
                          "apart; choose a value that differs from the default")
-    # A: still its value in its next transaction? B: reads the setting; then A reads it again after B.
+    await s.change(s.a, f"SET {name}", f"SET {name} = {a_value}")
+    # A: still its value in its next statement? B: reads the setting; then A reads it again after B.
     a_next = await s.observe(s.a, f"read {name}", setting(name))
     b_seen = await s.observe(s.b, f"read {name}", setting(name))
     b_told = s.b.reported(name)
@@ -145,12 +146,10 @@ async def set_role(s: Scenario) -> Observation:
 
 async def _moved(s: Scenario, name: str, value: str) -> Observation:
     await s.keep_a_home()  # where the pooler chooses servers itself, H holds the one A must not use yet
-    # A: sets the value on the server it has now, and reads it back in the same transaction.
-    inside = await s.run(s.a, f"SET {name}", f"SET {name} = {value}", f"SELECT {setting(name)}")
-    if inside.failed:
-        raise ProbeError(f"A could not SET {name} ({inside}); nothing was exercised")
-    a_set = inside.value
-    await s.observe(s.a, f"read {name}", setting(name))  # A's next transaction: the server B will claim
+    # A: sets the value on the server it has now (as the server spells it: the witness's own transaction).
+    a_set = await s.spell(name, value)
+    await s.change(s.a, f"SET {name}", f"SET {name} = {value}")
+    await s.observe(s.a, f"read {name}", setting(name))  # A's next statement: the server B will claim
     # A: reads it back while B holds that server, i.e. from another server connection;
     # B, now on A's old server, reads it too (the reverse direction).
     async with s.a_on_another_server():

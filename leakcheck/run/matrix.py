@@ -25,6 +25,7 @@ from leakcheck.model.errors import LeakcheckError, UsageError
 from leakcheck.model.target import Driver, Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Outcome, Route, Target
 from leakcheck.model.versions import Spec, Version
+from leakcheck.probes import witness as witnesses
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
 from leakcheck.provision.host.timing import timed
@@ -156,6 +157,7 @@ class MatrixRun:
             finally:
                 try:
                     agents.stop_all()  # the driver agents the lanes reused
+                    witnesses.close_all()  # the lanes' own sessions on PostgreSQL (probes/witness.py)
                 finally:
                     self._stack.close()
 

@@ -13,9 +13,21 @@ from leakcheck.drivers.clients import Client, ServerError, connect
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Pooler, PoolerKind
-from leakcheck.model.verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
-from leakcheck.probes.base import Login, NotYet, Probe, Scenario
+from leakcheck.model.target import Driver, Pooler, PoolerKind
+from leakcheck.model.verdicts import (
+    Observation,
+    Outcome,
+    Proof,
+    Route,
+    Scope,
+    ServerId,
+    Target,
+    Verdict,
+    classify,
+)
+from leakcheck.probes.base import Login, NotYet, Probe
+from leakcheck.probes.scenario import Scenario
+from leakcheck.probes.witness import Witness, witness_for
 from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.pgbouncer import admin, team_ini
 from leakcheck.provision.pgbouncer.admin import query_postgres
@@ -119,7 +131,7 @@ async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
 
 
 async def _measure(
-    probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint]
+    probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint], witness: Witness | None
 ) -> tuple[Observation, tuple[Proof, ...]]:
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
     # A fleet: A on its first process; B on the second, or on A's for a probe about the fleet itself.
@@ -154,9 +166,13 @@ async def _measure(
 
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
     holder = (lambda: connect(target.driver, "H", where, settings)) if may_hold(probe, target) else None
-    scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised,
+    observer = ((lambda: connect(Driver.PSYCOPG, "O", where.as_user(APP_ROLE)))
+                if shares_servers(probe, target) and not running else None)
+    scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses, holder=holder,
-                        cancels_settled=cancels_settled(target, endpoint))
+                        cancels_settled=cancels_settled(target, endpoint), observer=observer,
+                        resets_after_transaction=resets_after_transaction(target),
+                        clients_are_agents=not target.driver.native)
     try:
         observation = await probe.body(scenario)
         if running:
@@ -169,7 +185,26 @@ async def _measure(
     finally:
         await scenario.close()
         await _close(a, b, scenario.b)
-    return observation, tuple(scenario.proofs)
+    return scenario.finish(observation), tuple(scenario.proofs)
+
+
+def shares_servers(probe: Probe, target: Target) -> bool:
+    """Whether connected clients share server connections on this target's route (transaction or statement
+    mode): then an observer through the pooler is on the clients' server (Scenario.read)."""
+    settings = pool_settings(probe, target)
+    return (target.route is Route.TRANSACTION and target.pooler is not None and settings is not None
+            and settings.mode is not PoolMode.SESSION)
+
+
+def resets_after_transaction(target: Target) -> bool:
+    """Whether the pooler runs a statement of its own on a server after each transaction (PgBouncer's
+    server_reset_query_always, the axis or the team's ini), so no session state survives an autocommit step."""
+    pooler = target.pooler
+    if target.route is not Route.TRANSACTION or pooler is None or pooler.kind is not PoolerKind.PGBOUNCER:
+        return False
+    team = team_ini.load(pooler.config) if pooler.config else None
+    given = pooler.setting("server_reset_query_always") or (team.value("server_reset_query_always") if team else None)
+    return (given or "0").strip().lower() in ("1", "yes", "on", "true")
 
 
 def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitable[str | None]] | None:
@@ -239,8 +274,9 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             def direct() -> Endpoint:
                 return backend.postgres(target.pg)
 
+            witness = witness_of(backend, target)
             probing = True  # from here a server that ends, ends during the probe
-            measured = run_watched(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT, gone)
+            measured = run_watched(_measure(probe, target, endpoint, direct, witness), PROBE_TIMEOUT, gone)
     except ServerLost as exc:
         return outcome(Verdict.ERROR, str(exc))
     except TimeoutError:
@@ -271,6 +307,20 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
     if unshared is not None:
         return outcome(Verdict.NOT_APPLICABLE, unshared)
     return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+
+
+def witness_of(backend: Backend, target: Target) -> Witness | None:
+    """This lane's witness on the target's PostgreSQL (probes/witness.py), ready for a new probe; None for a
+    running pooler without --direct-dsn (nothing to reach PostgreSQL directly)."""
+    try:
+        direct = backend.postgres(target.pg)
+    except ProvisionError:
+        if is_running_pooler(target):
+            return None
+        raise
+    witness = witness_for(direct.as_user(USER))
+    witness.start()
+    return witness
 
 
 def watching(backend: Backend, probe: Probe, target: Target) -> Gone:

@@ -13,7 +13,8 @@ from leakcheck.gate import record
 from leakcheck.gate.expectations import Expectation, key
 from leakcheck.model.verdicts import Driver, Observation, Route, Verdict
 from leakcheck.probes import PROBES
-from leakcheck.probes.base import Login, Scenario, probe
+from leakcheck.probes.base import Login, probe
+from leakcheck.probes.scenario import Scenario
 from leakcheck.probes.settings import setting
 from tests.support.servers import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 

@@ -48,6 +48,9 @@ STATEMENTS: tuple[str, ...] = (
     # lastval: a sequence.
     "CREATE SEQUENCE lc_seq",
     f"GRANT USAGE, SELECT ON lc_seq TO {APP_ROLE}",
+    # the outcome oracles (probes/outcomes.py): every row a client writes, read back after the run
+    "CREATE TABLE lc_writes (id text PRIMARY KEY, who text NOT NULL)",
+    f"GRANT SELECT, INSERT, UPDATE ON lc_writes TO {APP_ROLE}",
 )
 
 #: An SQL expression: true when a database has these roles and objects (a running pooler's, --pooled-dsn).
@@ -57,7 +60,7 @@ PRESENT = ("(CASE WHEN (SELECT count(*) FROM pg_roles WHERE rolname IN ('leakche
            "pg_has_role(session_user, 'leakcheck_priv', 'MEMBER') ELSE false END "
            "AND to_regclass('public.lc_secret') IS NOT NULL AND to_regclass('public.lc_tenant_rows') IS NOT NULL "
            "AND to_regclass('public.lc_audit') IS NOT NULL AND to_regclass('public.lc_child') IS NOT NULL "
-           "AND to_regclass('public.lc_seq') IS NOT NULL)")
+           "AND to_regclass('public.lc_seq') IS NOT NULL AND to_regclass('public.lc_writes') IS NOT NULL)")
 
 
 def grants_for(role: str) -> tuple[str, ...]:
@@ -93,7 +96,7 @@ def apply(conn: psycopg.Connection[Any]) -> None:
 #: What `leakcheck fixtures --drop` removes: the objects of that database. Roles belong to the whole
 #: cluster (other databases may use them), so they are kept.
 DROP = (
-    "DROP TABLE IF EXISTS lc_secret, lc_tenant_rows, lc_audit, lc_child, lc_parent",
+    "DROP TABLE IF EXISTS lc_secret, lc_tenant_rows, lc_audit, lc_child, lc_parent, lc_writes",
     "DROP SEQUENCE IF EXISTS lc_seq",
 )
 
