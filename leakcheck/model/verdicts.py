@@ -47,6 +47,8 @@ class Fact(StrEnum):
     #: a client was handed another server connection mid-session: its session state stayed with the old one
     MOVED = "moved"
     OTHER_RESULT = "other_result"  #: a call returned another client's result, not the caller's own
+    #: a client's call waited for a server connection another client's unfinished transaction held (the pool stalled)
+    STALLED = "stalled"
     SILENT = "silent"  #: no error reached the application for what it lost (a write, its server, its result)
 
 
@@ -54,6 +56,7 @@ class Fact(StrEnum):
 #: no error told the application of comes first of all (`classify`): LOSES_WRITES.
 HEADLINE: tuple[tuple[Fact, Verdict], ...] = (
     (Fact.BROKE, Verdict.BREAKS),
+    (Fact.STALLED, Verdict.BREAKS),
     (Fact.DISCONNECTED, Verdict.BREAKS),
     (Fact.LOST_WRITE, Verdict.BREAKS),  # not silent: an error told the application
     (Fact.LEAKED, Verdict.LEAKS),
@@ -152,6 +155,7 @@ class Observation:
     disconnected: str | None = None
     moved: str | None = None
     other_result: str | None = None
+    stalled: str | None = None
     silent: bool = False  #: no error reached the application for what it lost
 
     @property
@@ -161,6 +165,7 @@ class Observation:
                 Fact.MISREPORTED: self.misreported, Fact.RECOVERED: self.recovered is not None,
                 Fact.LOST_WRITE: self.lost_write is not None, Fact.DISCONNECTED: self.disconnected is not None,
                 Fact.MOVED: self.moved is not None, Fact.OTHER_RESULT: self.other_result is not None,
+                Fact.STALLED: self.stalled is not None,
                 Fact.SILENT: self.silent and lost_something}
         return tuple(f for f in Fact if seen[f])
 
@@ -224,5 +229,5 @@ def classify(route: Route, proofs: Sequence[Proof], observation: Observation) ->
         return Verdict.ERROR, f"only {', '.join(sorted({p.client for p in proofs}))} proved its server. {evidence}"
     verdict, named = headline(facts)
     lead = {Fact.BROKE: observation.broke, Fact.DISCONNECTED: observation.disconnected,
-            Fact.LOST_WRITE: observation.lost_write}.get(named[0]) if named else None
+            Fact.STALLED: observation.stalled, Fact.LOST_WRITE: observation.lost_write}.get(named[0]) if named else None
     return verdict, (f"{lead}. {evidence}" if lead else evidence)

@@ -16,6 +16,7 @@ from leakcheck.probes import (
     security,
     settings,
     startup,
+    transactions,
 )
 from leakcheck.probes.base import Probe
 from leakcheck.probes.scenario import Scenario
@@ -23,6 +24,7 @@ from leakcheck.probes.scenario import Scenario
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + cleanup.PROBES
     + startup.PROBES + security.PROBES + cancel.PROBES + handover.PROBES + discovered.PROBES + fleet.PROBES
+    + transactions.PROBES
 )
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]

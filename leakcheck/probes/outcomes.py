@@ -25,6 +25,11 @@ from leakcheck.model.verdicts import Observation, ServerId
 WRITES_TABLE = "lc_writes"
 
 
+class Stalled(Exception):  # noqa: N818 - an outcome, not an error: what the application saw
+    """A client's call waited past its bound for a server connection another client's unfinished transaction
+    held: the pool stalled. The probe ends there; what was seen is its outcome (Fact.STALLED)."""
+
+
 @dataclass
 class Write:
     """One row a client wrote: its id, who wrote it, at which step, and what the application was told."""

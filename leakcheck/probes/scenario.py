@@ -31,12 +31,15 @@ from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
-from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Write
+from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write
 from leakcheck.probes.witness import Witness, tag
 from leakcheck.provision.base import Endpoint
 
 #: How many transactions B may open to be handed A's server connection (a_on_another_server).
 PLACEMENT_TRIES = 10
+#: Seconds one client step may take before the witness looks for who holds the server connection (a pool
+#: that stalled is an outcome; a step that is only slow stays a timeout, an error).
+STEP_BOUND = 10.0
 
 
 @dataclass
@@ -84,6 +87,7 @@ class Scenario:
     _epoch: dict[Slot, int] = field(default_factory=dict)
     _in_transaction: set[str] = field(default_factory=set)
     _writes: int = 0
+    _last_prepared: dict[str, str] = field(default_factory=dict)
 
     def name(self, stem: str) -> str:
         """A name unique to this run (for tables, cursors, channels, statements)."""
@@ -143,6 +147,23 @@ class Scenario:
         self._record(client.label, step, seen.server, silent)
         return True
 
+    def _stalled(self, client: Client, step: str) -> None:
+        """After a step ran out of time: when a server connection this scenario's clients used sits in a
+        transaction nobody ended, the pool stalled (an outcome: Stalled, and the harness ends that backend);
+        else the step was only slow, and the timeout stays an error."""
+        if self.witness is None:
+            return
+        held = self.witness.holding({p.server for p in self.proofs})
+        if not held:
+            return
+        for server, _ in held:
+            self.witness.terminate(server)
+        last = {p.server: p for p in self.proofs}
+        who = "; ".join(f"{server} stayed {state} after {last[server].client}'s {last[server].step!r}"
+                        for server, state in held)
+        raise Stalled(f"{client.label}'s {step!r} waited {STEP_BOUND:.0f} s for a server connection: {who}: "
+                      "the pool stalled")
+
     def _connected(self, client: Client, got: Attempt) -> bool:
         """Whether the client may still be asked something after this step: not closed under it, and not in a
         transaction the step's failure aborted."""
@@ -152,7 +173,12 @@ class Scenario:
 
     async def _step(self, client: Client, step: str, call: Awaitable[Any], *, may_disconnect: bool = False,
                     session_end_observed: bool = False) -> Attempt:
-        got = await attempt(call, session_end_observed=session_end_observed or may_disconnect)
+        try:
+            got = await asyncio.wait_for(attempt(call, session_end_observed=session_end_observed or may_disconnect),
+                                         STEP_BOUND)
+        except TimeoutError:
+            self._stalled(client, step)
+            raise
         if got.error is not None:
             self.ledger.errored(client.label, str(got.error))
             if may_disconnect and machine_fault(got.error.sqlstate, closed=got.error.closed,
@@ -236,6 +262,10 @@ class Scenario:
     async def commit(self, client: Client, step: str = "COMMIT") -> Attempt:
         """The driver's own commit: its writes since `begin` are reported committed when it returns success."""
         got = await self._step(client, f"{step}: commit", client.commit())
+        if got.failed and self._connected(client, Attempt()):
+            # as an application does after a failed commit (a framework's rollback): a transaction left open
+            # would hold the pool's only server connection, and the next client would wait for ever
+            await attempt(client.rollback(), session_end_observed=True)
         self._in_transaction.discard(client.label)
         self.ledger.ended(client.label, committed=not got.failed, error=str(got.error) if got.failed else None)
         return got
@@ -271,18 +301,26 @@ class Scenario:
         except NotApplicable:
             return None
 
+    async def free_last(self, client: Client, step: str) -> Attempt | None:
+        """`free` of the statement the client's last prepared `write` made."""
+        return await self.free(client, step, self._last_prepared[client.label])
+
     async def write(self, client: Client, step: str, *, prepared: bool = False) -> Attempt:
         """The client writes one row of its own (`lc_writes`), as a plain statement or its driver's prepared way,
         in autocommit or inside the transaction it opened; the ledger checks after the run that a row it was
         told is committed is there."""
         self._writes += 1
         row = f"{self.token}-{client.label}-{self._writes}"
-        sql = self.tagged(client, f"INSERT INTO {WRITES_TABLE} (id, who) VALUES ('{row}', '{client.label}')")
+        # idempotent: a driver's prepared path may run a statement several times (pgjdbc's prepareThreshold)
+        sql = self.tagged(client, f"INSERT INTO {WRITES_TABLE} (id, who) VALUES ('{row}', '{client.label}') "
+                                  "ON CONFLICT (id) DO NOTHING")
+        if prepared:
+            self._last_prepared[client.label] = sql
         got = await self._step(client, step, client.prepared(sql) if prepared else client.query(sql))
         self._prove(client, step, None)
         self.ledger.wrote(Write(row, client.label, step), in_transaction=client.label in self._in_transaction,
                           failed=str(got.error) if got.failed else None)
-        return got
+        return got if got.failed else Attempt()
 
     async def bind(self, client: Client, step: str, name: str) -> Attempt:
         """The client's driver executes a prepared statement by its name (Bind/Execute, no Parse): the

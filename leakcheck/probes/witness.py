@@ -92,6 +92,18 @@ class Witness:
             raise ProbeError(f"the statement marked {marker} runs on {len(rows)} backends at once")
         return ServerId(int(rows[0][0]), str(rows[0][1])) if rows else None
 
+    def holding(self, servers: set[ServerId]) -> list[tuple[ServerId, str]]:
+        """Which of these backends sit in an open transaction (and its state): what a pool that stalled waits for."""
+        rows = self.conn.execute(
+            f"SELECT {_IDENTITY}, state FROM pg_stat_activity WHERE state LIKE 'idle in transaction%%' "
+            "AND pid = ANY(%s)", ([s.pid for s in servers],)).fetchall()
+        return [(server, str(r[2])) for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
+
+    def terminate(self, server: ServerId) -> None:
+        """End that backend (the harness's own clean-up of a stalled pool: the probe has measured already)."""
+        self.conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",
+                          (server.pid, server.started))
+
     def alive(self, server: ServerId) -> bool:
         """Whether that backend (pid and start time) still exists."""
         row = self.conn.execute(

@@ -26,6 +26,7 @@ from leakcheck.model.verdicts import (
     classify,
 )
 from leakcheck.probes.base import Login, NotYet, Probe
+from leakcheck.probes.outcomes import Stalled
 from leakcheck.probes.scenario import Scenario
 from leakcheck.probes.witness import Witness, witness_for
 from leakcheck.provision.base import USER, Backend, Endpoint
@@ -174,7 +175,10 @@ async def _measure(
                         resets_after_transaction=resets_after_transaction(target),
                         clients_are_agents=not target.driver.native)
     try:
-        observation = await probe.body(scenario)
+        try:
+            observation = await probe.body(scenario)
+        except Stalled as stall:  # the pool stalled: what the application saw ends the probe
+            observation = Observation(evidence="the probe ended there", stalled=str(stall))
         if running:
             await running_pooler.discard(a, b)
     except BaseException:
