@@ -66,6 +66,11 @@ HEADLINE: tuple[tuple[Fact, Verdict], ...] = (
 )
 
 
+#: The facts a verdict's own word already says (the rest are shown beside it).
+_SAID_BY = {Verdict.BREAKS: (Fact.BROKE,), Verdict.LEAKS: (Fact.LEAKED,), Verdict.LOST: (Fact.LOST,),
+            Verdict.LOSES_WRITES: (Fact.LOST_WRITE, Fact.SILENT)}
+
+
 def headline(facts: Sequence[Fact]) -> tuple[Verdict, tuple[Fact, ...]]:
     """The verdict the facts name, and the facts that name it."""
     if Fact.LOST_WRITE in facts and Fact.SILENT in facts:
@@ -204,18 +209,17 @@ class Outcome:
 
     @property
     def other_facts(self) -> tuple[Fact, ...]:
-        """Facts seen besides the one(s) the verdict names (e.g. a break that also leaked)."""
-        verdict, named = headline(self.facts)
-        if verdict is not self.verdict:  # an outcome read from an older file: name the verdict's first fact
-            named = next(((f,) for f, v in HEADLINE if v is self.verdict and f in self.facts), ())
-        return tuple(f for f in self.facts if f not in named)
+        """Facts seen besides the verdict's own word (e.g. a break that also leaked: BREAKS+leaked; a break that
+        was a disconnect: BREAKS+disconnected)."""
+        return tuple(f for f in self.facts if f not in _SAID_BY.get(self.verdict, ()))
 
 
 def classify(route: Route, proofs: Sequence[Proof], observation: Observation) -> tuple[Verdict, str]:
     """The verdict and its evidence. No proof of the expected server sharing, no verdict.
 
     Every proof must relate to every other as the route requires; a verdict other than breaks
-    needs proofs from both clients (a break may rest on the proof of the client that broke).
+    needs proofs from both clients (a break, a disconnect or a stalled pool may rest on the proof of the
+    client that broke).
     """
     if not proofs:
         return Verdict.ERROR, f"no server identity proof was taken. {observation.evidence}"
@@ -225,9 +229,9 @@ def classify(route: Route, proofs: Sequence[Proof], observation: Observation) ->
     servers = "; ".join(sorted({f"{p.client} on {p.server}" for p in proofs}))
     evidence = f"{observation.evidence} [{servers}]"
     facts = observation.facts
-    if Fact.BROKE not in facts and not {"A", "B"} <= {p.client for p in proofs}:
-        return Verdict.ERROR, f"only {', '.join(sorted({p.client for p in proofs}))} proved its server. {evidence}"
     verdict, named = headline(facts)
+    if verdict is not Verdict.BREAKS and not {"A", "B"} <= {p.client for p in proofs}:
+        return Verdict.ERROR, f"only {', '.join(sorted({p.client for p in proofs}))} proved its server. {evidence}"
     lead = {Fact.BROKE: observation.broke, Fact.DISCONNECTED: observation.disconnected,
             Fact.STALLED: observation.stalled, Fact.LOST_WRITE: observation.lost_write}.get(named[0]) if named else None
     return verdict, (f"{lead}. {evidence}" if lead else evidence)

@@ -24,7 +24,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from leakcheck.drivers.clients import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
@@ -34,6 +34,8 @@ from leakcheck.probes.base import IDENTITY, Attempt, attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write
 from leakcheck.probes.witness import Witness, tag
 from leakcheck.provision.base import Endpoint
+
+T = TypeVar("T")
 
 #: How many transactions B may open to be handed A's server connection (a_on_another_server).
 PLACEMENT_TRIES = 10
@@ -147,6 +149,14 @@ class Scenario:
         self._record(client.label, step, seen.server, silent)
         return True
 
+    async def _bounded(self, client: Client, step: str, call: Awaitable[T]) -> T:
+        """A client's call, bounded by STEP_BOUND: past it, a stalled pool is an outcome (`_stalled`)."""
+        try:
+            return await asyncio.wait_for(call, STEP_BOUND)
+        except TimeoutError:
+            self._stalled(client, step)
+            raise
+
     def _stalled(self, client: Client, step: str) -> None:
         """After a step ran out of time: when a server connection this scenario's clients used sits in a
         transaction nobody ended, the pool stalled (an outcome: Stalled, and the harness ends that backend);
@@ -173,12 +183,8 @@ class Scenario:
 
     async def _step(self, client: Client, step: str, call: Awaitable[Any], *, may_disconnect: bool = False,
                     session_end_observed: bool = False) -> Attempt:
-        try:
-            got = await asyncio.wait_for(attempt(call, session_end_observed=session_end_observed or may_disconnect),
-                                         STEP_BOUND)
-        except TimeoutError:
-            self._stalled(client, step)
-            raise
+        got = await self._bounded(client, step,
+                                  attempt(call, session_end_observed=session_end_observed or may_disconnect))
         if got.error is not None:
             self.ledger.errored(client.label, str(got.error))
             if may_disconnect and machine_fault(got.error.sqlstate, closed=got.error.closed,
@@ -189,7 +195,7 @@ class Scenario:
     async def observe(self, client: Client, step: str, expr: str, *, own: Any = None) -> Any:
         """The value of one SQL expression, read in the same statement as the client's own word on its server
         identity (checked against the witness). `own`: the value only this client may get back."""
-        rows = await client.query(self.tagged(client, f"SELECT ({expr}), {IDENTITY}"))
+        rows = await self._bounded(client, step, client.query(self.tagged(client, f"SELECT ({expr}), {IDENTITY}")))
         value, pid, started = rows[0]
         self._prove(client, step, (pid, started))
         if own is not None and value != own:

@@ -190,7 +190,7 @@ def startup_parameters(o: Outcome, c: Cell) -> str | None:
     return None
 
 
-def _tracking_on(c: Cell) -> bool:
+def tracking_on(c: Cell) -> bool:
     given = c.setting("max_prepared_statements")
     if given is not None:
         return given != "0"
@@ -199,7 +199,7 @@ def _tracking_on(c: Cell) -> bool:
 
 def prepared_disclosure(o: Outcome, c: Cell) -> str:
     secret = "keep secrets out of SQL text (send them as bind parameters)"
-    if c.is_bouncer and _tracking_on(c):
+    if c.is_bouncer and tracking_on(c):
         return (f"With `max_prepared_statements` on, PgBouncer shares prepared statements among a pool's clients by "
                 f"design: {secret}, and give tenants that must not see each other their own pool (their own user "
                 "or database entry).")

@@ -43,6 +43,7 @@ type request struct {
 	ID       any               `json:"id"`
 	Op       string            `json:"op"`
 	SQL      string            `json:"sql"`
+	Name     string            `json:"name"`
 	Times    int               `json:"times"`
 	Host     string            `json:"host"`
 	Port     int               `json:"port"`
@@ -156,7 +157,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	switch r.Op {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx", release, "go "+strings.TrimPrefix(runtime.Version(), "go")
-		ans["ops"] = []string{"cancel_key"}
+		ans["ops"] = []string{"cancel_key", "bind"}
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -186,6 +187,12 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 		ans["pid"], ans["secret_key"] = a.conn.PgConn().PID(), a.conn.PgConn().SecretKey()
 	case "free":
 		err = usage{"unsupported", "pgx v4's statement cache drops no single statement (StatementCache offers only Clear)"}
+	case "bind":
+		// pgconn's ExecPrepared: Bind/Execute of a statement by name, with no Parse of its own.
+		result := a.conn.PgConn().ExecPrepared(ctx, r.Name, nil, nil, nil).Read()
+		if err = result.Err; err == nil {
+			ans["rows"] = texts(result.Rows)
+		}
 	case "begin":
 		a.tx, err = a.conn.Begin(ctx)
 	case "commit", "rollback":
@@ -202,6 +209,23 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 		err = usage{"usage", "unknown op " + r.Op}
 	}
 	return err
+}
+
+// texts are rows of text-format values (ExecPrepared's default), each a string or null.
+func texts(rows [][][]byte) [][]any {
+	all := [][]any{}
+	for _, raw := range rows {
+		row := []any{}
+		for _, v := range raw {
+			if v == nil {
+				row = append(row, nil)
+			} else {
+				row = append(row, string(v))
+			}
+		}
+		all = append(all, row)
+	}
+	return all
 }
 
 func quote(value string) string {

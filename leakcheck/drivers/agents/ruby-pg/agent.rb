@@ -68,7 +68,7 @@ class Agent
   def run(op, request, answer)
     case op
     when "hello"
-      answer.merge!("protocol" => 1, "driver" => "ruby-pg", "release" => PG::VERSION,
+      answer.merge!("protocol" => 1, "driver" => "ruby-pg", "release" => PG::VERSION, "ops" => ["bind"],
                     "runtime" => "ruby #{RUBY_VERSION} libpq #{PG.library_version.divmod(10_000).join('.')}")
       return
     when "connect" then return connect(request)
@@ -89,6 +89,7 @@ class Agent
     when "free"
       name = @names.delete(sql)
       @conn.exec("DEALLOCATE #{name}") if name
+    when "bind" then answer["rows"] = rows(@conn.exec_prepared(request["name"].to_s, []))
     when "begin" then @conn.exec("BEGIN")
     when "commit" then @conn.exec("COMMIT")
     when "rollback" then @conn.exec("ROLLBACK")
