@@ -12,17 +12,19 @@ from typing import Any
 import pytest
 
 from leakcheck.config import preflight
-from leakcheck.config.config import Config
+from leakcheck.config.config import Config, matrix_asked
 from leakcheck.config.options import add_options
 from leakcheck.gate import expectations, record
 from leakcheck.gate.diff import run_diff_lines
 from leakcheck.gate.judge import Kind
 from leakcheck.model.errors import LeakcheckError
-from leakcheck.model.verdicts import Target
+from leakcheck.model.verdicts import Route, Target, Verdict
 from leakcheck.probes.base import Probe
+from leakcheck.provision.host.system import cache_path
 from leakcheck.provision.host.timing import mark
+from leakcheck.reports.about import About
 from leakcheck.reports.safe_text import terminal_safe
-from leakcheck.reports.terminal import render_counts, render_legend, render_matrix
+from leakcheck.reports.terminal import render_legend, render_matrix
 from leakcheck.results import gather, outputs, results
 from leakcheck.run import progress, signals
 from leakcheck.run.matrix import MatrixRun
@@ -32,6 +34,8 @@ RUN = pytest.StashKey[MatrixRun]()
 RECORDED = pytest.StashKey[list[str]]()
 #: Every outcome, from the test reports (a serial run's own, or under pytest-xdist every worker's).
 GATHERED = pytest.StashKey[gather.Gathered]()
+#: What pytest's summary sets aside (and counts) while it is written.
+ASIDE = pytest.StashKey["_QuietReportsAside"]()
 
 
 class LeakFound(Exception):
@@ -89,6 +93,16 @@ class _ProgressLines(logging.Handler):
 SHOWN = pytest.StashKey[_ProgressLines]()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """A matrix-only run writes no `.pytest_cache/` into the folder it is typed in: pytest's cacheprovider
+    (its --lf/--nf lists of test ids) is set aside before it is configured, with --stepwise, which needs it,
+    as `-p no:cacheprovider` does. A run of tests keeps it."""
+    if matrix_only(config) and not config.getoption("cacheshow", None):
+        for name in ("cacheprovider", "stepwise", "pytest_stepwise"):
+            config.pluginmanager.set_blocked(name)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "servers: needs real PostgreSQL/PgBouncer processes")
     config.addinivalue_line("markers", "containers: needs a Docker engine")
@@ -112,7 +126,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(signals.install())
     config.stash[RUN] = run
     config.add_cleanup(run.close)
-    config.pluginmanager.register(_QuietReportsAside(), "leakcheck-quiet-reports-aside")
+    aside = config.stash[ASIDE] = _QuietReportsAside(folds(config, settings))
+    config.pluginmanager.register(aside, "leakcheck-quiet-reports-aside")
 
 
 @pytest.hookimpl(tryfirst=True)  # a firstresult hook: before the one that returns the report
@@ -125,7 +140,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash.get(RUN, None)
-    return [f"leakcheck: {run.why}"] if run is not None else []
+    if run is None:
+        return []
+    return [f"leakcheck: {run.why}", f"leakcheck: cache {cache_path()} (servers and agents; LEAKCHECK_CACHE)"]
 
 
 class LeakMatrix(pytest.Collector):
@@ -179,13 +196,16 @@ class LeakItem(pytest.Item):
         return self.path, None, f"leakcheck {self.name}"
 
 
+def matrix_only(config: pytest.Config) -> bool:
+    """Whether this session runs the leak matrix and nothing else: a matrix option and no paths. Neither
+    the ini's `testpaths` (this repository's own tests/) nor the folder it is typed in (a clone's parent,
+    a project of the team's) are collected then. Name paths to run both (`pytest tests --pg=16`)."""
+    return matrix_asked(config) and config.args_source is not pytest.Config.ArgsSource.ARGS
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A matrix run given no paths runs the matrix only, wherever it is typed: neither the ini's
-    `testpaths` (this repository's own tests/) nor the folder it is typed in (a clone's parent, a
-    project of the team's) are collected. Name paths to run both (`pytest tests --pg=16`)."""
-    if RUN in config.stash and config.args_source is not pytest.Config.ArgsSource.ARGS:
-        return True
-    return None
+    """A matrix run given no paths collects no test file, wherever it is typed (`matrix_only`)."""
+    return True if matrix_only(config) else None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -204,7 +224,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Check the --results path before anything starts; gather outcomes from the test reports.
+    """Check the files the run writes (pytest's own --junitxml too) before anything starts; gather
+    outcomes from the test reports.
 
     Under pytest-xdist only the controller does either: it gets every worker's reports and writes.
     """
@@ -213,7 +234,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if run is None or gather.is_worker(config):
         return
     try:
-        outputs.check(outputs.of_config(run.config))
+        xmlpath = getattr(config.option, "xmlpath", None)  # pytest's own --junitxml, written by pytest
+        outputs.check(outputs.of_config(run.config, Path(xmlpath).expanduser() if xmlpath else None))
     except LeakcheckError as exc:
         raise pytest.UsageError(terminal_safe(exc)) from None
     config.stash[GATHERED] = gather.Gathered()
@@ -234,32 +256,81 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     gathered = config.stash.get(GATHERED, gather.Gathered())
     reason = record.not_written(int(exitstatus), bool(session.shouldstop))
-    lines, written = outputs.write(outputs.of_config(run.config), gathered.results(), reason)
+    about = About.now(run.describe() or gathered.descriptions)  # a controller starts no server: its workers'
+    lines, written = outputs.write(outputs.of_config(run.config), gathered.results(), reason, about=about)
     config.stash[RECORDED] = lines
     if not written and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 class _QuietReportsAside:
-    """pytest's summary of failures (and of passes, with -rA) looks for each test's teardown output by
-    scanning every passed setup and teardown report (TerminalReporter._get_teardown_reports, pytest#13360):
-    568 failures of 2,304 tests took 2 s, quadratic. Around pytest's summary the reports with nothing
-    to print are set aside, then put back: the same output, without the scan."""
+    """Reports set aside around pytest's summary (its failure blocks, and its short summary's FAILED lines),
+    then put back, so pytest's counts and exit status are the same:
+
+    - the passed setup and teardown reports with nothing to print: pytest's summary of failures (and of
+      passes, with -rA) looks for each test's teardown output by scanning them all (pytest#13360,
+      TerminalReporter._get_teardown_reports): 568 failures of 2,304 tests took 2 s, quadratic;
+    - in a plain measurement, the leak tests that failed on their measured verdict (`folds`): the matrix
+      shows each as its LEAKS, LOST or BREAKS cell, so their blocks and FAILED lines (1,700 lines for the
+      default matrix) buried the answer. One line counts them; -v or another -r shows them as pytest does.
+    """
+
+    def __init__(self, fold: bool) -> None:
+        self.fold = fold
+        self.folded = 0  #: how many failed leak tests the summary leaves to the matrix
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
         stats = getattr(terminalreporter, "stats", None)
-        quiet = stats.get("") if isinstance(stats, dict) else None
-        if quiet:
-            stats[""] = [report for report in quiet if getattr(report, "sections", None)]  # type: ignore[index]
+        aside: dict[str, list[Any]] = {}
+        if isinstance(stats, dict):
+            quiet = stats.get("")
+            if quiet:
+                aside[""] = quiet
+                stats[""] = [report for report in quiet if getattr(report, "sections", None)]
+            failed = stats.get("failed")
+            if self.fold and failed:
+                shown = [report for report in failed if not _verdict_only(report)]
+                self.folded = len(failed) - len(shown)
+                if self.folded:
+                    aside["failed"] = failed
+                    stats["failed"] = shown
         try:
             return (yield)
         finally:
-            if quiet:
-                stats[""] = quiet  # type: ignore[index]
+            if isinstance(stats, dict):
+                stats.update(aside)
+
+
+#: Verdicts a plain measurement fails a leak test on, each shown in the matrix as its own cell.
+_CELL_VERDICTS = frozenset({Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS})
+
+
+def folds(config: pytest.Config, settings: Config) -> bool:
+    """Whether pytest's summary leaves to the matrix the leak tests that failed on their measured verdict:
+    a plain measurement (no --expect, no --require: every problem fails, by design) at pytest's default
+    verbosity and -r (f and E, from no -r typed on the command line). A gate's failures (differences, a
+    required probe) are few and are its answer: they are shown, as every error, failed control and test
+    that measured nothing is."""
+    if settings.expect is not None or settings.require is not None:
+        return False
+    typed = config.invocation_params.args
+    asked = any(arg.startswith("-r") or arg == "--report-chars" for arg in typed)  # -rf, -r f, -rA
+    chars = set(config.getoption("reportchars", None) or "fE")
+    return config.get_verbosity() <= 0 and chars <= {"f", "E"} and not asked
+
+
+def _verdict_only(report: Any) -> bool:
+    """A leak test (the pooled route) that failed on a measured LEAKS, LOST or BREAKS."""
+    if getattr(report, "when", None) != "call" or not str(report.nodeid).startswith(f"{gather.PREFIX}test_leak["):
+        return False
+    outcome = results.from_properties(report.user_properties)
+    return outcome is not None and outcome.route is Route.TRANSACTION and outcome.verdict in _CELL_VERDICTS
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The answer first: the matrix through the pooler with its totals, the controls counted apart, the
+    legend, then the servers it ran on."""
     run = config.stash.get(RUN, None)
     gathered = config.stash.get(GATHERED, None)
     if run is None or gathered is None:
@@ -267,14 +338,17 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     outcomes = gathered.outcomes
     if outcomes:
         terminalreporter.write_sep("=", "leakcheck matrix")
-        for line in run.describe() or gathered.descriptions:  # a controller starts no server: its workers'
-            terminalreporter.write_line(terminal_safe(line, newlines=False))
-        terminalreporter.write_line("")
         # Colour when pytest's own terminal writer uses markup (--color, NO_COLOR, FORCE_COLOR, a tty).
         color = config.get_terminal_writer().hasmarkup
         terminalreporter.write(render_matrix(outcomes, color=color))
-        terminalreporter.write_line(f"verdicts: {render_counts(outcomes)}")
         terminalreporter.write(render_legend(outcomes, color=color))
+        for line in run.describe() or gathered.descriptions:  # a controller starts no server: its workers'
+            terminalreporter.write_line(terminal_safe(line, newlines=False))
+    aside = config.stash.get(ASIDE, None)
+    if aside is not None and aside.folded:
+        tests = f"{aside.folded} leak test{'s' if aside.folded != 1 else ''}"
+        terminalreporter.write_line(f"leakcheck: {tests} failed on the verdict the matrix shows (LEAKS, LOST, BREAKS); "
+                                    "the evidence: -v, --report-html or --report-md")
     unmeasured = gathered.unmeasured
     if unmeasured:
         terminalreporter.write_line(terminal_safe(f"leakcheck: {len(unmeasured)} leak tests failed before measuring "

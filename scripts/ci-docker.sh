@@ -2,15 +2,19 @@
 # A Docker engine and local images for leakcheck's containers backend, on a machine that has no
 # engine running and no image registry (CI here; also a developer's machine).
 #
-#   scripts/ci-docker.sh start        install docker.io/debootstrap if missing; start dockerd
-#                                     unless an engine answers (remembers that it started it)
+#   scripts/ci-docker.sh start        install docker.io/debootstrap if missing (said; they stay
+#                                     installed); start dockerd unless an engine answers
+#                                     (remembers that it started it, and the network before it)
 #   scripts/ci-docker.sh images       build the local images (idempotent, cached); prints the
-#                                     environment and options that select them
+#                                     environment and options that select them, and their size
 #   scripts/ci-docker.sh stop         remove leftover leakcheck containers/networks and stop
-#                                     dockerd, only if `start` started it
+#                                     dockerd, only if `start` started it; then remove the bridges
+#                                     and iptables chains and rules dockerd made (docker0, DOCKER*)
 #   scripts/ci-docker.sh run CMD...   start + images + CMD, then stop what this call started
 #                                     (also on failure or Ctrl-C); exits with CMD's status
 #   scripts/ci-docker.sh env          print the variables `run` exports to CMD
+#   scripts/ci-docker.sh clean        remove the leakcheck-local/* images (starting dockerd for it
+#                                     if none runs, and stopping it again)
 #
 # Images (skipped when the tag exists and was built from the same recipe):
 #   leakcheck-local/debian:{bookworm,sid}        debootstrap --variant=minbase, docker import
@@ -32,8 +36,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 case "${1:-}" in
-    start | images | stop | env | run) ;;
-    *) sed -n '2,29p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+    start | images | stop | env | run | clean) ;;
+    *) sed -n '2,34p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac
 
 log() { echo "ci-docker: $*" >&2; }
@@ -74,7 +78,7 @@ ensure_tools() {
     command -v docker > /dev/null || missing+=(docker.io)
     command -v debootstrap > /dev/null || missing+=(debootstrap)
     if ((${#missing[@]})); then
-        log "installing ${missing[*]}"
+        log "installing ${missing[*]} with apt-get (about 300 MB; they stay installed: apt-get remove ${missing[*]})"
         [[ $EUID -eq 0 ]] || die "installing ${missing[*]} needs root; run as root or install them"
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
@@ -99,8 +103,9 @@ start_engine() {
         return
     fi
     [[ $EUID -eq 0 ]] || die "no Docker engine answers and starting dockerd needs root"
-    mkdir -p "$CACHE"
-    log "starting dockerd (log: $CACHE/dockerd.log)"
+    mkdir -p "$CACHE" "$(dirname "$STATE")"
+    network_state > "$STATE.net"  # what was there before dockerd: stop_engine removes the rest it made
+    log "starting dockerd (log: $CACHE/dockerd.log); it makes the docker0 bridge and iptables chains, removed when it stops"
     setsid dockerd > "$CACHE/dockerd.log" 2>&1 < /dev/null &
     echo $! > "$STATE"
     # shellcheck disable=SC2034  # read by run's EXIT trap
@@ -126,7 +131,7 @@ stop_engine() {
     local pid
     pid="$(recorded_dockerd || true)"
     if [[ -z "$pid" ]]; then
-        rm -f "$STATE"
+        rm -f "$STATE" "$STATE.net"
         log "no dockerd started by this script runs; nothing to stop"
         return
     fi
@@ -137,7 +142,72 @@ stop_engine() {
         for _ in $(seq 1 60); do kill -0 "$pid" 2> /dev/null || break; sleep 0.5; done
         if kill -0 "$pid" 2> /dev/null; then log "dockerd ignored SIGTERM; killing it"; kill -KILL "$pid" || true; fi
     fi
-    rm -f "$STATE"
+    forget_network "$STATE.net"
+    rm -f "$STATE" "$STATE.net"
+}
+
+# --- the network dockerd makes ------------------------------------------------------------------
+# dockerd leaves behind, once stopped, its bridges (docker0, br-*), its iptables chains (DOCKER,
+# DOCKER-USER, DOCKER-ISOLATION-STAGE-1/2) with the rules that jump to them or name its bridges
+# (FORWARD, PREROUTING, OUTPUT, POSTROUTING's MASQUERADE), FORWARD's policy DROP and
+# net.ipv4.ip_forward=1. Before it starts dockerd this script notes what was there (network_state);
+# after it stopped it, it undoes what dockerd added (forget_network), and nothing else.
+
+network_state() {  # one line per bridge, iptables chain, rule and policy, and ip_forward
+    ip -o link show type bridge 2> /dev/null | awk -F': ' '{sub(/@.*/, "", $2); print "link " $2}' || true
+    local cmd table
+    for cmd in iptables ip6tables; do
+        command -v "$cmd" > /dev/null || continue
+        for table in filter nat; do
+            "$cmd" -t "$table" -S 2> /dev/null | sed "s/^/$cmd $table /" || true
+        done
+    done
+    echo "sysctl net.ipv4.ip_forward $(sysctl -n net.ipv4.ip_forward 2> /dev/null || echo unknown)"
+}
+
+forget_network() {  # forget_network BEFORE: undo what dockerd added since network_state wrote BEFORE
+    local before=$1 line cmd table verb chain rest bridges=() made=() chains=()
+    [[ -f "$before" ]] || return 0
+    mapfile -t made < <(network_state | grep -vxF -f "$before" || true)
+    for line in "${made[@]}"; do
+        [[ $line == "link "* ]] && bridges+=("${line#link }")
+    done
+    # whose: a DOCKER chain, or a bridge dockerd made (a rule or chain of anything else is left alone)
+    local whose="DOCKER"
+    for line in "${bridges[@]}"; do whose+="|$line"; done
+    for line in "${made[@]}"; do
+        read -r cmd table verb chain rest <<< "$line"
+        case "$cmd $verb" in
+            "iptables -A" | "ip6tables -A")
+                if [[ "$chain $rest" =~ ($whose) ]]; then
+                    eval "$cmd -t $table -D $chain $rest" 2> /dev/null || true
+                fi ;;
+            "iptables -N" | "ip6tables -N")
+                [[ $chain == DOCKER* ]] && chains+=("$cmd $table $chain") ;;
+            "iptables -P" | "ip6tables -P")  # dockerd's FORWARD DROP: the policy noted before comes back
+                [[ $chain == FORWARD ]] || continue
+                local was
+                was="$(grep -m1 "^$cmd $table -P $chain " "$before" | awk '{print $5}' || true)"
+                if [[ -n $was ]]; then "$cmd" -t "$table" -P "$chain" "$was" 2> /dev/null || true; fi ;;
+        esac
+    done
+    for line in "${chains[@]}"; do
+        read -r cmd table chain <<< "$line"
+        "$cmd" -t "$table" -F "$chain" 2> /dev/null || true
+    done
+    for line in "${chains[@]}"; do
+        read -r cmd table chain <<< "$line"
+        "$cmd" -t "$table" -X "$chain" 2> /dev/null || true
+    done
+    for line in "${bridges[@]}"; do ip link delete "$line" 2> /dev/null || true; done
+    local forward
+    forward="$(grep -m1 '^sysctl net.ipv4.ip_forward ' "$before" | awk '{print $3}' || true)"
+    if [[ $forward == 0 || $forward == 1 ]] && [[ "$(sysctl -n net.ipv4.ip_forward 2> /dev/null)" != "$forward" ]]; then
+        sysctl -q -w "net.ipv4.ip_forward=$forward" > /dev/null 2>&1 || true
+    fi
+    if ((${#made[@]})); then
+        log "removed what dockerd made: ${#bridges[@]} bridge(s), ${#chains[@]} iptables chain(s) and their rules"
+    fi
 }
 
 # --- images -----------------------------------------------------------------------------------
@@ -259,6 +329,27 @@ build_images() {
     pooler_images
     docker image prune -f --filter label=org.leakcheck.recipe > /dev/null 2>&1 || true
     log "images ready in $((SECONDS - t0)) s"
+    say_images
+}
+
+say_images() {  # what the images keep on disk, and how to remove them
+    local count size
+    count="$(docker image ls -q --filter "reference=$PREFIX/*" 2> /dev/null | sort -u | wc -l || true)"
+    size="$(docker system df --format '{{.Type}} {{.Size}}' 2> /dev/null | awk '$1 == "Images" {print $2}' || true)"
+    log "$count $PREFIX/* images stay for the next run (images on this engine: ${size:-?} in" \
+        "$(docker info -f '{{.DockerRootDir}}' 2> /dev/null || echo /var/lib/docker); rootfs tarballs:" \
+        "$(du -sh "$CACHE" 2> /dev/null | cut -f1 || true) in $CACHE); '$0 clean' removes the images"
+}
+
+clean_images() {
+    local ids
+    mapfile -t ids < <(docker image ls -q --filter "reference=$PREFIX/*" | sort -u)
+    if ((${#ids[@]})); then
+        log "removing ${#ids[@]} $PREFIX/* images"
+        docker image rm -f "${ids[@]}" > /dev/null
+    fi
+    docker image prune -f --filter label=org.leakcheck.recipe > /dev/null 2>&1 || true
+    log "kept: the rootfs tarballs and PgBouncer tarballs in $CACHE (leakcheck's cache)"
 }
 
 print_env() {
@@ -296,10 +387,17 @@ run() {
     exit "$status"
 }
 
+clean() {
+    trap 'if ((STARTED_HERE)); then stop_engine; fi' EXIT
+    start_engine
+    clean_images
+}
+
 case "${1:-}" in
     start) start_engine ;;
     images) build_images; pgbouncer_tarball > /dev/null; print_env ;;
     stop) stop_engine ;;
     env) print_env ;;
     run) shift; run "$@" ;;
+    clean) clean ;;
 esac

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from leakcheck.plugin import matrix_only
 from tests.support.cache import use_test_cache
 from tests.support.tier_guard import WATCH
 
@@ -54,7 +55,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Every test, child and xdist worker uses the suite's own cache (tests/support/cache.py)."""
+    """Every test, child and xdist worker uses the suite's own cache (tests/support/cache.py). The
+    README's main command typed in this clone loads this file too, but runs no test of it (a matrix
+    option and no paths): the matrix then uses the user's one cache, as it does typed anywhere else."""
+    if matrix_only(config):
+        return
     use_test_cache(os.environ)
 
 

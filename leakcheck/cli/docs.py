@@ -19,7 +19,7 @@ from pathlib import Path
 from leakcheck.discover import results_file
 from leakcheck.discover.findings_page import render_findings_page
 from leakcheck.model.errors import UsageError
-from leakcheck.reports.site import render_measured, render_options_page
+from leakcheck.reports.site import check_command, render_measured, render_options_page
 from leakcheck.results.results import load
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -56,6 +56,7 @@ def render(args: argparse.Namespace) -> str:
         raise UsageError("--machine is empty: say what it was measured on")
     if args.page == "findings":
         argv = ["findings", *(f"--results={p}" for p in args.results), f"--date={date}", f"--machine={args.machine}"]
+        check_command(argv)
         runs = [(str(p), results_file.load(p, "leakcheck docs findings --results")) for p in args.results]
         return render_findings_page(runs, argv, date=date, machine=args.machine)
     if args.pg is not None and not args.pg.isdigit():
@@ -63,6 +64,7 @@ def render(args: argparse.Namespace) -> str:
     argv = ["matrix", str(args.results), f"--date={date}", f"--machine={args.machine}"]
     argv += [f"--pg={args.pg}"] if args.pg else []
     argv += [f"--title={args.title}"] if args.title else []
+    check_command(argv)
     outcomes = load(args.results, "leakcheck docs matrix").outcomes
     if args.pg is not None and not any(o.pg.parts[0] == int(args.pg) for o in outcomes):
         raise UsageError(f"{args.results} holds no outcome of PostgreSQL {args.pg}: check --pg")

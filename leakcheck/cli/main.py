@@ -32,8 +32,10 @@ from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS
 from leakcheck.discover import command as discover
 from leakcheck.drivers.clients import driver_version
 from leakcheck.model.errors import UsageError, one_line
+from leakcheck.model.redact import redacted
+from leakcheck.model.versions import leakcheck_release
 from leakcheck.provision.postgres.fixtures import install
-from leakcheck.provision.running_pooler import check_dsn, redacted
+from leakcheck.provision.running_pooler import check_dsn, connect_timeout, shown_dsn
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import use_color
 from leakcheck.run import progress
@@ -52,6 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="leakcheck", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"leakcheck {leakcheck_release()}")
     sub = parser.add_subparsers(dest="command", required=True)
     prepare = sub.add_parser("prepare", help="fetch/build and cache PostgreSQL and PgBouncer binaries")
     prepare.add_argument("--pg", default=DEFAULT_PG, help=f"PostgreSQL versions (default {DEFAULT_PG})")
@@ -124,12 +127,12 @@ def _prepare(args: argparse.Namespace) -> int:
 def _fixtures(args: argparse.Namespace) -> int:
     dsn = check_dsn(args.dsn, "--dsn")
     try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout(dsn)) as conn:
             for line in install(conn, args.role, args.drop):
                 print(terminal_safe(f"leakcheck: {line}", newlines=False))
     except psycopg.Error as exc:
-        raise UsageError(f"leakcheck fixtures --dsn={redacted(dsn)} failed: {one_line(exc, 200)} (it needs a "
-                         "superuser of that database)") from None
+        raise UsageError(f"leakcheck fixtures --dsn={shown_dsn(dsn)} failed: {one_line(redacted(str(exc), dsn), 200)} "
+                         "(it needs a superuser of that database)") from None
     return 0
 
 

@@ -21,8 +21,9 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.verdicts import Outcome
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
+from leakcheck.reports.about import About, releases
 from leakcheck.reports.safe_text import terminal_safe, xml_safe
-from leakcheck.reports.terminal import render_counts, render_legend, render_matrix
+from leakcheck.reports.terminal import render_legend, render_matrix
 from leakcheck.results import outputs
 from leakcheck.results.results import Results, combine, load, name_of, properties
 
@@ -79,8 +80,7 @@ def report(judged: Judged, sources: int | str, color: bool = False) -> list[str]
     origin = sources if isinstance(sources, str) else f"merged from {sources} results file{'s' if sources != 1 else ''}"
     lines = [f"leakcheck matrix ({origin})", ""]
     if outcomes:
-        lines += [*render_matrix(outcomes, color=color).splitlines(), f"verdicts: {render_counts(outcomes)}",
-                  *render_legend(outcomes, color=color).splitlines()]
+        lines += render_matrix(outcomes, color=color).splitlines() + render_legend(outcomes, color=color).splitlines()
     lines += [terminal_safe(f"FAILED {name_of(o)}: {why}", newlines=False) for o, why in judged.failures.items()]
     lines += [terminal_safe(f"FAILED {u.test}: measured nothing ({u.why})", newlines=False)
               for u in judged.results.unmeasured]
@@ -130,7 +130,8 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
     Every input (each results file, --expect, the --record, --results, --junitxml, --report-html and
     --report-md targets) is checked before anything is printed or written: a problem is a
     UsageError (exit 4 in the CLI). The files are written as the run that measured would
-    (outputs.write): merging one results file writes what its run wrote.
+    (outputs.write): merging one results file writes what its run wrote, but for the reports' header (a
+    results file names each server's release, not where it came from).
     """
     targets = outputs.Outputs(record=record_to, results=results_to, report_html=report_html, report_md=report_md,
                               junit=junit_to)
@@ -143,7 +144,9 @@ def run(paths: Sequence[Path], expect: Path | None, record_to: Path | None, juni
     judged = judge_all(merged, expected, required)
     for line in report(judged, len(paths), color):
         say(line)
-    lines, written = outputs.write(targets, merged, None, lambda: junit(judged, expected))
+    files = f"{len(paths)} results file{'s' if len(paths) != 1 else ''}"
+    about = About.now(releases(merged.outcomes), "merged", f" from {files} measured")
+    lines, written = outputs.write(targets, merged, None, lambda: junit(judged, expected), about)
     for line in lines:
         say(terminal_safe(f"leakcheck: {line}", newlines=False))
     if not merged.outcomes:

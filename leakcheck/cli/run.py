@@ -19,10 +19,11 @@ from pathlib import Path
 
 from leakcheck.cli import merge
 from leakcheck.config import preflight
-from leakcheck.config.config import Config
+from leakcheck.config.config import Config, repeated
 from leakcheck.config.options import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
 from leakcheck.gate.diff import run_diff_lines
 from leakcheck.model.verdicts import Outcome, Target
+from leakcheck.reports.about import About
 from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_counts, use_color
 from leakcheck.results import outputs
@@ -49,7 +50,7 @@ def raw_options(args: argparse.Namespace) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for ini in FLAGS:
         value = getattr(args, ini, None)
-        out[ini] = "\n".join(value) if isinstance(value, list) else value
+        out[ini] = repeated(ini, value) if isinstance(value, list) else value
     return out
 
 
@@ -94,7 +95,7 @@ def finish(run: MatrixRun, outcomes: list[Outcome], junit_to: Path | None) -> in
     if config.diff is not None and outcomes:
         print(terminal_safe("\n".join(["", *run_diff_lines(outcomes, *config.diff)])))
     lines, written = outputs.write(outputs.of_config(config, junit_to), measured, None,
-                                   lambda: merge.junit(judged, run.expected))
+                                   lambda: merge.junit(judged, run.expected), About.now(run.describe()))
     for line in lines:
         print(terminal_safe(f"leakcheck: {line}", newlines=False))
     accepted = len(judged.passed_as)

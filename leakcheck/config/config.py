@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,23 +34,47 @@ from leakcheck.model.pool_settings import PoolMode
 from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
-from leakcheck.probes import select
+from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
 from leakcheck.provision.pgbouncer.ini import RESERVED
+from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.provision.running_pooler import check_dsn, default_name
 
 
+def _pg_specs(raw: str) -> tuple[Spec, ...]:
+    """--pg's versions and paths; a version older than the oldest leakcheck measures is refused here (a path's
+    version is checked once it is known, before any server starts)."""
+    specs = parse_spec_list(raw, "--pg")
+    for spec in specs:
+        if spec.version is not None:
+            refuse_older(spec.version, f"--pg={spec}")
+    return specs
+
+
+def matrix_asked(config: pytest.Config) -> bool:
+    """Whether a flag or ini key turns the leak matrix on (--pg, --bouncer, --pooler, ...), valid or not."""
+    return any(_raw(config, key) is not None for key in MATRIX_SWITCHES)
+
+
 def _raw(config: pytest.Config, ini: str) -> str | None:
-    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty).
-    A repeatable option's values are joined by newlines (no value holds one)."""
+    """The flag's value, else the ini key's; None only when neither is given ('' is given and empty)."""
     value = config.getoption(ini)
     if value is None:
         value = config.getini(ini)
     if isinstance(value, list):
-        return "\n".join(str(v) for v in value) if value else None
+        return repeated(ini, [str(v) for v in value])
     return None if value is None else str(value)
+
+
+def repeated(ini: str, values: Sequence[str]) -> str | None:
+    """A repeatable option's values joined by newlines (None: not given); a value holding a newline
+    would be two values then, so it is a UsageError."""
+    for value in values:
+        if "\n" in value:
+            raise UsageError(f"{FLAGS[ini]}={value!r} holds a line break: give one value per {FLAGS[ini]}")
+    return "\n".join(values) if values else None
 
 
 def _given(raw: dict[str, str | None], key: str, expected: str) -> str | None:
@@ -129,7 +154,7 @@ class Config:
         if backend.strip().lower() not in ("native", "containers", "auto"):
             raise UsageError.bad_value("--backend", backend, "native, containers or auto")
         poolers = _poolers(raw)
-        return cls(pg=parse_spec_list(pg, "--pg"), poolers=poolers,
+        return cls(pg=_pg_specs(pg), poolers=poolers,
                    drivers=_drivers(drivers) if drivers is not None else NATIVE_DRIVERS,
                    probes=select(None), controls=False, backend=backend.strip().lower(),
                    expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
@@ -143,7 +168,7 @@ class Config:
         """
         raw = {ini: _raw(config, ini) for ini in FLAGS}
         settings = cls.from_strings(raw, junitxml=getattr(config.option, "xmlpath", None))
-        if all(raw[key] is None for key in MATRIX_SWITCHES):
+        if not matrix_asked(config):
             idle = [flag for ini, flag in FLAGS.items() if config.getoption(ini) is not None]
             if idle:
                 raise UsageError(
@@ -216,7 +241,7 @@ class Config:
         poolers = _poolers(raw, fleet) if pooled is None else ()
         drivers = _drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg"))
         if diff is not None and pooled is None:
-            _diff_in_matrix(diff, parse_spec_list(pg, "--pg"), poolers)
+            _diff_in_matrix(diff, _pg_specs(pg), poolers)
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
         missing = [(kind, spec) for kind, spec in poolers if kind in images and images[kind] is None]
         if backend == "containers" and missing:
@@ -225,7 +250,7 @@ class Config:
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
         return cls(
-            pg=parse_spec_list(pg, "--pg"),
+            pg=_pg_specs(pg),
             poolers=poolers,
             drivers=drivers,
             probes=probes,
@@ -430,7 +455,8 @@ def required_probes(raw: str | None) -> frozenset[str] | None:
         elif name == "all":
             out |= {p.id for p in select(None)}
         else:
-            out |= {p.id for p in select(name, "--require")}  # an unknown id: a UsageError listing the known ones
+            _known_probes([name], "--require", ("security", "all"), "security requires every security probe")
+            out |= {p.id for p in select(name, "--require")}
     return frozenset(out)
 
 
@@ -451,10 +477,27 @@ def _items(raw: str, option: str, expected: str) -> list[str]:
     return names
 
 
+def _known_probes(names: Sequence[str], option: str, words: Sequence[str] = (),
+                  or_else: str = "all runs them all") -> None:
+    """An unknown probe id (or word) is one short line with the closest known ones (a typo), not all of them."""
+    known = [*(p.id for p in PROBES), *words]
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return
+    said = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        said.append(f"{name} (did you mean {' or '.join(close)}?)" if close else name)
+    raise UsageError(f"{option}: unknown probe id(s) {', '.join(said)}; the {len(PROBES)} probes are listed in "
+                     f"docs/probes.md, or {option}={or_else}")
+
+
 def _probes(raw: str, fleet: bool = False) -> tuple[Probe, ...]:
     if raw.strip() == "all":
         return select(None, fleet=fleet)
-    return select(",".join(_items(raw, "--probes", "probe ids separated by commas, or all")))
+    names = _items(raw, "--probes", "probe ids separated by commas, or all")
+    _known_probes(names, "--probes")
+    return select(",".join(names))
 
 
 def _drivers(raw: str) -> tuple[Driver, ...]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,16 @@ def _driver_settings(table: Any, where: str) -> list[str]:
             for driver, settings in table.items() for name, values in settings.items()]
 
 
+#: What no value of a matrix file holds: control characters but tab, and every line break (the file's
+#: values become option lines: one would split a value in two).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def _text(value: Any, where: str) -> str:
     """A string, a bool (yes/no) or a number, or a list of them joined by commas (quoted when needed)."""
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, str) and _CONTROL.search(item):
+            raise UsageError(f"{where}: {item!r} holds a line break or a control character; give it on one line")
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (int, str)):

@@ -26,6 +26,7 @@ from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.binaries import URL_ENV, given_bouncer
 from leakcheck.provision.pgbouncer.tarballs import TARBALLS_ENV, local_tarballs
 from leakcheck.provision.postgres.binaries import resolve_pg
+from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.reports import output
 
 MB = 1024 * 1024
@@ -76,8 +77,8 @@ def check_paths(config: Config) -> None:
             option = "--pg" if spec in config.pg else "--bouncer"
             raise UsageError(f"{option}={spec.raw}: {spec.path} does not exist; give an existing path or a version")
     for spec in config.pg:
-        if spec.path is not None:
-            resolve_pg(spec, Path("/nonexistent"))  # a path is checked, never cached
+        if spec.path is not None:  # a path is checked, never cached
+            refuse_older(resolve_pg(spec, Path("/nonexistent")).version, f"--pg={spec.raw}")
     for spec in config.bouncer:
         if spec.path is not None:
             given_bouncer(spec.path, spec.raw)

@@ -36,6 +36,7 @@ from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.timing import timed
+from leakcheck.provision.running_pooler import CONNECT_TIMEOUT, connect_timeout, without_connect_timeout
 
 
 class ServerError(Exception):
@@ -126,7 +127,8 @@ class PsycopgClient:
         conninfo = endpoint.conninfo()
         if startup:
             conninfo = make_conninfo(conninfo, options=f"-c {startup[0]}={startup[1]}")
-        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
+        timeout = connect_timeout(endpoint.dsn) if endpoint.dsn else CONNECT_TIMEOUT  # a DSN's own, if it says
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=timeout)
         for name, value in native_values(Driver.PSYCOPG, settings).items():
             setattr(conn, name, value)  # prepare_threshold, prepared_max: the connection's own attributes
         client = cls(label, conn, settings=settings)
@@ -246,13 +248,16 @@ class AsyncpgClient:
         if startup:  # a startup parameter, asyncpg's way: server_settings, each one its own (name=value)
             given = {**given, "server_settings": {startup[0]: startup[1]}}
         if endpoint.dsn:
-            conn = await asyncpg.connect(dsn=endpoint.dsn, timeout=10, connection_class=_AppConnection, **given)
+            # asyncpg would send a connect_timeout in the URI to the server as a setting: its `timeout` is that
+            conn = await asyncpg.connect(dsn=without_connect_timeout(endpoint.dsn),
+                                         timeout=connect_timeout(endpoint.dsn), connection_class=_AppConnection,
+                                         **given)
         else:  # asyncpg's own TLS default (prefer), as an application connects: a team's ini may set
             # client_tls_sslmode=require, which ssl=False would turn into a refused login (it costs 2-4 ms a
             # connect against a pooler that speaks no TLS: the SSLRequest it refuses)
             conn = await asyncpg.connect(
                 host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password or None,
-                database=endpoint.dbname, timeout=10, connection_class=_AppConnection, **given,
+                database=endpoint.dbname, timeout=CONNECT_TIMEOUT, connection_class=_AppConnection, **given,
             )
         client = cls(label, conn, settings=settings)
         conn._leakcheck_seen = client.notifications

@@ -16,6 +16,7 @@ Everything that writes a matrix file is here, so it can be made safe for paralle
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import secrets
@@ -144,6 +145,7 @@ def check_writable(path: Path, option: str, example: str) -> bool:
     A folder, anything but a regular file, or a folder that cannot be created or written in is a
     one-line UsageError naming `option`. Creates nothing.
     """
+    _check_no_symlink_loop(path, option)
     if path.is_dir():
         raise UsageError(f"{option}: {path} is a folder; give a file path such as {example}")
     exists = path.exists() or path.is_symlink()
@@ -155,6 +157,9 @@ def check_writable(path: Path, option: str, example: str) -> bool:
         folder = path.absolute().parent
     existing = folder
     while not existing.exists():
+        if existing.is_symlink():  # a link to nothing: the folder could not be created there
+            raise UsageError(f"{option}: cannot create {folder}: {existing} is a symlink to a missing path; "
+                             f"remove it, or give {option} another path")
         existing = existing.parent
     if not existing.is_dir():
         raise UsageError(f"{option}: cannot create {folder}: {existing} is a file; give {option} another path")
@@ -163,6 +168,17 @@ def check_writable(path: Path, option: str, example: str) -> bool:
         where = f"create {folder}" if existing != folder else f"write in {folder}"
         raise UsageError(f"{option}: cannot {where} ({problem}); give {option} a path in a writable folder")
     return exists
+
+
+def _check_no_symlink_loop(path: Path, option: str) -> None:
+    """A symlink loop at `path` or in a folder above it is one line (pathlib's resolve raises then)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            return  # missing or unreadable: the checks after this one say which
+        raise UsageError(f"{option}: {path} is a symlink loop (a link that leads back to itself); remove it, "
+                         f"or give {option} another path") from None
 
 
 def _cannot_write(folder: Path, create_folder: bool) -> str | None:

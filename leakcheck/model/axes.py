@@ -28,6 +28,8 @@ KIND_NAMES = {"pgbouncer": PoolerKind.PGBOUNCER, "odyssey": PoolerKind.ODYSSEY, 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 #: An empty value written on purpose, as `""` (`server_reset_query="DISCARD ALL",""`).
 _QUOTED_EMPTY = re.compile(r'(?:^|,)\s*""\s*(?=,|$)')
+#: What no setting value holds: control characters but tab, and every line break str.splitlines knows.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 _POOLER_HELP = ("a comma separated list of KIND:VERSION such as odyssey:1.5,pgbouncer:1.26 "
                 "(KIND: pgbouncer, odyssey, pgpool)")
 
@@ -86,8 +88,8 @@ def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterabl
 
 def _values(text: str, option: str, raw: str, shape: str) -> tuple[str, ...]:
     """`V1,V2` (csv: a quoted value may hold a comma), each stripped, none empty, duplicates dropped."""
-    if "\n" in text or "\x00" in text:
-        raise UsageError.bad_value(option, raw, f"{shape} on one line")
+    if _CONTROL.search(text):  # a line break would split the value (a matrix file's lines, an ini's)
+        raise UsageError.bad_value(option, raw, f"{shape} on one line, without control characters")
     try:
         values = next(csv.reader([text], skipinitialspace=True))
     except (csv.Error, StopIteration):

@@ -5,9 +5,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from leakcheck.model.redact import redacted
+
 
 class LeakcheckError(Exception):
-    """Root of every error leakcheck raises on purpose."""
+    """Root of every error leakcheck raises on purpose. Its message never holds a connection string's
+    secret (model/redact.py): whatever quoted a DSN, the line printed, logged or written masks it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redacted(arg) if isinstance(arg, str) else arg for arg in args))
 
 
 class UsageError(LeakcheckError):

@@ -1,7 +1,9 @@
-"""Version numbers and the `--pg` / `--bouncer` value syntax (pure, no I/O)."""
+"""Version numbers and the `--pg` / `--bouncer` value syntax (pure, no I/O but this leakcheck's own release)."""
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,3 +87,12 @@ def version_in_output(text: str) -> Version | None:
         if found:
             return Version.parse(found.group(1))
     return None
+
+
+@functools.cache
+def leakcheck_release() -> str:
+    """This leakcheck's release as installed (its package metadata, e.g. 0.1.0); "unknown" when it is not."""
+    try:
+        return importlib.metadata.version("leakcheck")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

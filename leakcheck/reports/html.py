@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.probes import PROBES
+from leakcheck.reports.about import About
 from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import SHARED_RULE, Grid, control_grids, pooled_grids
 from leakcheck.reports.html_assets import CSP, CSS, JS
@@ -62,7 +63,8 @@ def _article(key: str, grid_title: str, o: Outcome) -> str:
 def _breakable(text: str) -> str:
     """Escaped, with line-break chances after `/` and `+` and before a version (`pgbouncer<wbr>1.24.1`), so
     a narrow column wraps instead of widening the table."""
-    return re.sub(r"(?<=[a-z])(?=[0-9])", "<wbr>", esc(text).replace("/", "/<wbr>").replace("+", "+<wbr>"))
+    # split before escaping: `&#x27;` (an apostrophe) has a letter before a digit too
+    return "<wbr>".join(esc(piece) for piece in re.split(r"(?<=[/+])|(?<=[a-z])(?=[0-9])", text))
 
 
 def _table(g: Grid, section: str, keys: dict[tuple[str, str, str], str]) -> str:
@@ -106,7 +108,16 @@ def _legend(verdicts: list[Verdict], shared: bool) -> str:
             "</section>")
 
 
-def render_html(outcomes: Iterable[Outcome], *, title: str = "leakcheck report") -> str:
+def _about(about: About | None) -> str:
+    """The header's lines on the run: when, which leakcheck, on which servers ("" without one)."""
+    if about is None:
+        return ""
+    servers = "".join(f"<li>{esc(line)}</li>" for line in about.servers)
+    return (f'<p data-testid="about">{esc(about.headline())}{", on:" if servers else ""}</p>'
+            + (f'<ul data-testid="servers">{servers}</ul>' if servers else ""))
+
+
+def render_html(outcomes: Iterable[Outcome], *, title: str = "leakcheck report", about: About | None = None) -> str:
     """The whole page as one string (no I/O; nothing in it loads anything)."""
     results = list(outcomes)
     verdicts = [v for v in Verdict if any(o.verdict is v for o in results)]
@@ -125,7 +136,7 @@ def render_html(outcomes: Iterable[Outcome], *, title: str = "leakcheck report")
         f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc(title)}</title>'
-        f"<style>{CSS}</style></head>\n<body><header><h1>{esc(title)}</h1>"
+        f"<style>{CSS}</style></head>\n<body><header><h1>{esc(title)}</h1>{_about(about)}"
         f'<p data-testid="counts">verdicts: {esc(render_counts(results) or "none")}</p></header>'
         f"{_filters(verdicts)}{empty}"
         f'<div class="layout"><main class="tables">{tables}</main>'

@@ -4,7 +4,8 @@ GitHub refuses comments over 65,536 characters, so the text is cut at `limit` (6
 leaving room for what a CI step adds): the tables come first, then the controls and the legend,
 then one `<details>` per problem cell; what does not fit is counted in one "… N more" line.
 Evidence is arbitrary SQL text: it is HTML-escaped inside `<pre>` (raw to Markdown, so nothing in
-it can end the block), and every table cell is escaped for Markdown.
+it can end the block), a summary is one line (a blank line would end its `<details>` block), every
+table cell is escaped for Markdown, and control characters (ESC...) are shown escaped (`\\x1b`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import re
 from collections.abc import Iterable, Sequence
 
 from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.reports.about import About
 from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
+from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_counts
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, detail, flagged, word
 from leakcheck.reports.workarounds import TITLE, workarounds
@@ -62,7 +65,8 @@ def md_table(g: Grid) -> list[str]:
 
 def _details(o: Outcome) -> str:
     """One problem cell folded: the summary line, the evidence (raw HTML, escaped), the advice."""
-    summary = html.escape(f"{o.probe}{' [security]' if o.security else ''} · {o.column}: {cell(o)}")
+    # one line: a blank line would end the HTML block, and what follows it would render as Markdown
+    summary = html.escape(_SPACE.sub(" ", f"{o.probe}{' [security]' if o.security else ''} · {o.column}: {cell(o)}"))
     body = "\n".join([o.evidence, *(": ".join(detail(k, v)) for k, v in o.details)])
     tip = advice(o)
     parts = [f"<details><summary>{summary}</summary>", "", f"<pre>{html.escape(body, quote=False)}</pre>", ""]
@@ -88,13 +92,22 @@ def md_controls(outcomes: Sequence[Outcome]) -> str | None:
     return "\n".join(["### Controls", "", *lines, *rule])
 
 
-def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", limit: int = LIMIT) -> str:
+def md_about(about: About | None) -> str:
+    """The header's lines on the run: when, which leakcheck, on which servers ("" without one)."""
+    if about is None:
+        return ""
+    servers = "".join(f"- {md_text(line)}\n" for line in about.servers)
+    return f"{md_text(about.headline())}{', on:' if servers else ''}\n\n{servers}{chr(10) if servers else ''}"
+
+
+def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", limit: int = LIMIT,
+                    about: About | None = None) -> str:
     """The report as Markdown of at most `limit` characters (at least MIN_LIMIT)."""
     if limit < MIN_LIMIT:
         raise ValueError(f"a Markdown report needs a limit of at least {MIN_LIMIT} characters, not {limit}")
     results = list(outcomes)
     grids = pooled_grids(results)
-    head = f"## {md_text(title)}\n\nverdicts: {md_text(render_counts(results)) or 'none'}\n\n"
+    head = f"## {md_text(title)}\n\n{md_about(about)}verdicts: {md_text(render_counts(results)) or 'none'}\n\n"
     chunks: list[tuple[str, str]] = []  # (text with its line ends, the unit a cut counts it as)
     for g in grids:
         header, *rows = md_table(g)
@@ -110,7 +123,8 @@ def render_markdown(outcomes: Iterable[Outcome], *, title: str = "leakcheck", li
     if problems:
         chunks.append((f"### Evidence and advice ({len(problems)} problem cells)\n\n", "section"))
         chunks += [(f"{_details(o)}\n\n", "problem cell") for o in problems]
-    return _fit(head, chunks, limit)
+    # a control character (ESC...) is shown escaped, as the terminal report shows it, before the cut counts it
+    return _fit(terminal_safe(head), [(terminal_safe(c), unit) for c, unit in chunks], limit)
 
 
 def _fit(head: str, chunks: Sequence[tuple[str, str]], limit: int) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from leakcheck.gate.record import check_writable, write_atomic
 from leakcheck.model.verdicts import Outcome
+from leakcheck.reports.about import About
 from leakcheck.reports.html import render_html
 from leakcheck.reports.markdown import render_markdown
 from leakcheck.reports.safe_text import encodable
@@ -39,14 +40,15 @@ def finish(path: Path, render: Callable[[], str], reason: str | None, what: str)
 
 
 def write_all(outcomes: Sequence[Outcome], html: Path | None, md: Path | None,
-              reason: str | None) -> tuple[list[str], bool]:
-    """Both reports, as asked; a run with no outcome writes neither (it measured nothing)."""
+              reason: str | None, about: About | None = None) -> tuple[list[str], bool]:
+    """Both reports, as asked, `about` in their headers; a run with no outcome writes neither (it measured
+    nothing)."""
     if reason is None and not outcomes:
         reason = "no leak test or control ran"
     lines: list[str] = []
     ok = True
-    for path, render, what in ((html, lambda: render_html(outcomes), "HTML report"),
-                               (md, lambda: render_markdown(outcomes), "Markdown report")):
+    for path, render, what in ((html, lambda: render_html(outcomes, about=about), "HTML report"),
+                               (md, lambda: render_markdown(outcomes, about=about), "Markdown report")):
         if path is not None:
             said, written = finish(path, render, reason, what)
             lines, ok = lines + said, ok and written

@@ -14,7 +14,7 @@ from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, wo
 from leakcheck.reports.workarounds import TITLE, workarounds
 
 __all__ = ["LONG_COLUMN", "WIDTH", "canonical_order", "cell", "render_counts", "render_legend", "render_matrix",
-           "use_color", "word"]
+           "render_totals", "use_color", "word"]
 
 #: Column names longer than this are numbered, with a legend under the table.
 LONG_COLUMN = 40
@@ -93,7 +93,8 @@ def _fitting(rows: list[list[tuple[str, str]]], width: int) -> list[list[list[tu
 def render_matrix(outcomes: Iterable[Outcome], *, color: bool = False, legend: bool = False,
                   width: int = WIDTH) -> str:
     """Pooled-route verdicts: one table per PostgreSQL version, probes as rows, pooler (with its
-    settings) x driver as columns; then one line on the controls. A table wider than `width` (or
+    settings) x driver as columns, and their totals (`render_totals`); then one line per control route,
+    counted apart (a control's leak is what it must measure). A table wider than `width` (or
     with a column name longer than LONG_COLUMN) numbers its columns, with a key under it; one still
     too wide is cut into tables of consecutive columns. `color` adds ANSI colours (the caller
     decides: `use_color`, or pytest's terminal writer); `legend` explains the words."""
@@ -117,6 +118,9 @@ def render_matrix(outcomes: Iterable[Outcome], *, color: bool = False, legend: b
         if long:
             lines += [terminal_safe(f"  {n} {c}", newlines=False) for n, c in zip(names, g.columns, strict=True)]
         lines.append("")
+    totals = render_totals(results)
+    if totals:
+        lines += [totals, ""]
     for route in CONTROL_ROUTES:
         controls = [o for o in results if o.route is route]
         if controls:
@@ -148,6 +152,12 @@ def _wrap(line: str) -> list[str]:
     if len(re.sub(r"\x1b\[[0-9;]*m", "", line)) <= WIDTH:
         return [line]
     return textwrap.wrap(line, WIDTH, initial_indent="", subsequent_indent="    ", break_on_hyphens=False)
+
+
+def render_totals(outcomes: Iterable[Outcome]) -> str:
+    """The answer in one line: the verdicts through the pooler, counted without the controls ("" if none)."""
+    pooled = [o for o in outcomes if o.route is Route.TRANSACTION]
+    return f"through the pooler, {len(pooled)} leak tests: {render_counts(pooled)}" if pooled else ""
 
 
 def render_counts(outcomes: Iterable[Outcome]) -> str:

@@ -5,7 +5,8 @@
 (for pytest, pytest writes its own): each target is checked before anything starts (`check`, a one-line
 UsageError), each file is written from the same `Results` by the same rule (`write`): only a run that
 ran to its end writes, each file in one step; a failed write is one line and makes the run fail. So
-`leakcheck merge` of one results file writes what the run that wrote it wrote.
+`leakcheck merge` of one results file writes what the run that wrote it wrote (the reports' header says
+when, and by which leakcheck, each was made).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from leakcheck.config.config import Config
 from leakcheck.gate import record
 from leakcheck.reports import output
+from leakcheck.reports.about import About
 from leakcheck.results import results as results_file
 from leakcheck.results.results import Results
 
@@ -53,11 +55,12 @@ def check(outputs: Outputs) -> None:
 
 
 def write(outputs: Outputs, measured: Results, reason: str | None,
-          junit: Callable[[], str] | None = None) -> tuple[list[str], bool]:
+          junit: Callable[[], str] | None = None, about: About | None = None) -> tuple[list[str], bool]:
     """Every file asked for, from `measured`: the summary lines, and False when a write failed.
 
     `reason` (record.not_written): the run did not run to its end, so nothing is written. `junit`
     renders the JUnit XML (the caller judged the outcomes); it is asked for only when there is a target.
+    `about`: the reports' header (when, which leakcheck, which servers).
     """
     lines: list[str] = []
     ok = True
@@ -67,7 +70,7 @@ def write(outputs: Outputs, measured: Results, reason: str | None,
     if outputs.results is not None:
         said, written = results_file.finish(outputs.results, measured, reason)
         lines, ok = lines + said, ok and written
-    said, written = output.write_all(measured.outcomes, outputs.report_html, outputs.report_md, reason)
+    said, written = output.write_all(measured.outcomes, outputs.report_html, outputs.report_md, reason, about)
     lines, ok = lines + said, ok and written
     if outputs.junit is not None and junit is not None:
         if reason is not None:

@@ -41,6 +41,7 @@ new version.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,9 +312,9 @@ def parse(data: Any, where: str) -> Results:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise wrong(f"schema is {got!r}, not {SCHEMA!r}")
-    if data.get("version") not in READS:
+    if type(data.get("version")) is not int or data.get("version") not in READS:  # JSON's true is not 1
         raise UsageError(
-            f"{where} is version {data.get('version')!r} of {SCHEMA}, this leakcheck reads versions "
+            f"{where} is version {json.dumps(data.get('version'))} of {SCHEMA}, this leakcheck reads versions "
             f"{', '.join(map(str, READS))}: merge files written by a leakcheck version that writes one of them"
         )
     outcomes, unmeasured = data.get("outcomes"), data.get("unmeasured", [])
@@ -321,7 +322,7 @@ def parse(data: Any, where: str) -> Results:
         raise wrong("outcomes and unmeasured must be lists")
     try:
         return Results(tuple(_outcome(o) for o in outcomes), tuple(_unmeasured(u) for u in unmeasured))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, UsageError) as exc:  # UsageError: Version.parse's
         raise wrong(f"a malformed entry: {type(exc).__name__} {exc}") from None
 
 
@@ -329,6 +330,18 @@ def _text(data: dict[str, Any], name: str) -> str:
     value = data[name]
     if not isinstance(value, str):
         raise TypeError(f"{name} is {value!r}, not a string")
+    return value
+
+
+#: What a probe id and a driver id look like (a catalogue id, or a team agent's cmd-NAME).
+_PROBE_ID = re.compile(r"[a-z0-9_]+")
+_DRIVER_ID = re.compile(r"[a-z0-9][a-z0-9._-]*")
+
+
+def _id(data: dict[str, Any], name: str, shape: re.Pattern[str]) -> str:
+    value = _text(data, name)
+    if not shape.fullmatch(value):
+        raise ValueError(f"a {name} id is {value!r}, not {shape.pattern}")
     return value
 
 
@@ -340,15 +353,15 @@ def _outcome(data: Any) -> Outcome:
         raise TypeError(f"facts must be a list, details an object, security true or false in {data!r}")
     if "pooler" in data:  # version 2
         target = Target(Version.parse(_text(data, "pg")), _pooler(data["pooler"]), Route(_text(data, "route")),
-                        Driver(_text(data, "driver")), _optional_version(data.get("driver_version")),
+                        Driver(_id(data, "driver", _DRIVER_ID)), _optional_version(data.get("driver_version")),
                         _settings(data.get("driver_settings", [])))
     else:  # version 1: PgBouncer only
         bouncer = _text(data, "bouncer")
         pooler = Pooler(PoolerKind.PGBOUNCER, Version.parse(bouncer)) if bouncer else None
         target = Target(Version.parse(_text(data, "pg")), pooler, Route(_text(data, "route")),
-                        Driver(_text(data, "driver")))
+                        Driver(_id(data, "driver", _DRIVER_ID)))
     return Outcome(
-        probe=_text(data, "probe"), target=target, verdict=Verdict(_text(data, "verdict")),
+        probe=_id(data, "probe", _PROBE_ID), target=target, verdict=Verdict(_text(data, "verdict")),
         evidence=_text(data, "evidence"), details=tuple((str(k), _text(details, k)) for k in details),
         facts=tuple(Fact(f) for f in facts), security=security,
     )
@@ -373,8 +386,15 @@ def _pooler(data: Any) -> Pooler | None:
     fleet = data.get("fleet", [])
     if not isinstance(fleet, list) or not all(isinstance(v, str) for v in fleet):
         raise TypeError(f"a pooler's fleet is {fleet!r}, not a list of versions")
-    return Pooler(PoolerKind(_text(data, "kind")), _optional_version(data.get("version")),
-                  _settings(data.get("settings", [])), config, tuple(Version.parse(v) for v in fleet))
+    kind, version = PoolerKind(_text(data, "kind")), _optional_version(data.get("version"))
+    if (version is None) != (kind is PoolerKind.RUNNING):
+        raise ValueError(f"the {kind.value} pooler's version is {version or 'null'}: only a running pooler (dsn) "
+                         "has no version")
+    if fleet and kind is not PoolerKind.PGBOUNCER:
+        raise ValueError(f"the {kind.value} pooler has a fleet: only PgBouncer runs as a fleet")
+    if fleet and (len(fleet) < 2 or Version.parse(fleet[0]) != version):
+        raise ValueError(f"a fleet is {fleet!r}: a fleet is two processes or more, the first of the pooler's version")
+    return Pooler(kind, version, _settings(data.get("settings", [])), config, tuple(Version.parse(v) for v in fleet))
 
 
 def _unmeasured(data: Any) -> Unmeasured:

@@ -31,6 +31,7 @@ from leakcheck.provision.base import Backend
 from leakcheck.provision.host.timing import timed
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS
+from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.run.failfast import FailFast
 from leakcheck.run.lanes import Lanes, check_capacity, default_jobs
 from leakcheck.run.runner import run_probe
@@ -187,7 +188,7 @@ class MatrixRun:
         """Resolve every --pg and pooler value (fetching or building as needed)."""
         if self.config.pooled_dsn is not None:
             return self._running_pooler_targets()
-        pgs = list(dict.fromkeys(self.backend.resolve_pg(s) for s in self.config.pg))
+        pgs = list(dict.fromkeys(self._pg(s) for s in self.config.pg))
         poolers = self.poolers()
         drivers = driver_cells(self.config.drivers, self.config.driver_axes, driver_version)
         out = [Target(pg, p, Route.TRANSACTION, d, v, s) for pg in pgs for p in poolers for d, v, s in drivers]
@@ -200,10 +201,17 @@ class MatrixRun:
             out += [Target(pg, p, Route.SESSION, d, v, s) for pg in pgs for p in session for d, v, s in drivers]
         return out
 
+    def _pg(self, spec: Spec, given: str | None = None) -> Version:
+        """The PostgreSQL `spec` names (an image's or a path's release is known only here): one older than
+        leakcheck measures stops the run before any server starts."""
+        version = self.backend.resolve_pg(spec)
+        refuse_older(version, given or f"--pg={spec}")
+        return version
+
     def _running_pooler_targets(self) -> list[Target]:
         """A running pooler: its PostgreSQL's version as it reports it; controls only with --direct-dsn
         (there is no session-mode control: leakcheck cannot change that pooler's mode)."""
-        pg = self.backend.resolve_pg(Spec("server"))
+        pg = self._pg(Spec("server"), "the PostgreSQL behind --pooled-dsn")
         pooler = Pooler(PoolerKind.RUNNING, None, config=self.config.dsn_name)
         drivers = driver_cells(self.config.drivers, self.config.driver_axes, driver_version)
         out = [Target(pg, pooler, Route.TRANSACTION, d, v, s) for d, v, s in drivers]

@@ -1,7 +1,11 @@
 """Pooler lists and settings axes as users write them, and how axes cross into cells (pure)."""
 
+from pathlib import Path
+
 import pytest
 
+from leakcheck.cli.main import main
+from leakcheck.config.config import Config
 from leakcheck.model.axes import Axis, check_distinct, combinations, parse_axis, parse_poolers
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Pooler, PoolerKind
@@ -88,3 +92,33 @@ def test_a_pooler_label_shows_its_settings_and_its_key_form_drops_the_patch_rele
     assert pooler.label() == "pgbouncer1.24.1[ini=prod,max_prepared_statements=0]"
     assert pooler.label(2) == "pgbouncer1.24[ini=prod,max_prepared_statements=0]"
     assert Pooler(PoolerKind.RUNNING, None, config="staging").label() == "dsn-staging"
+
+
+@pytest.mark.parametrize("value", ['"1\rauth_type = trust"', "a\x0bb", "a\u2028b", "a\x85b", "a\x1b[2Jb"])
+def test_a_value_with_a_line_break_or_a_control_character_is_refused(value: str) -> None:
+    with pytest.raises(UsageError, match="on one line, without control characters"):
+        parse_axis(f"application_name_add_host={value}", "--bouncer-set", PoolerKind.PGBOUNCER)
+
+
+@pytest.mark.parametrize("flag", ["--bouncer-set", "--pooler-set", "--driver-set"])
+def test_a_line_break_in_a_repeated_option_is_one_line_not_two_axes(flag: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    given = {"--bouncer-set": "max_prepared_statements=0\napplication_name_add_host=1",
+             "--pooler-set": "pgbouncer:max_prepared_statements=0\npgbouncer:application_name_add_host=1",
+             "--driver-set": "psycopg:prepare_threshold=0\npsycopg:prepared_max=5"}[flag]
+    assert main(["run", "--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone", "--controls=no",
+                 f"{flag}={given}"]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err and "line break" in err, err
+
+
+@pytest.mark.parametrize(("table", "value"), [("settings", '"a\\nb"'), ("settings", '"a\\u2028b,1"'),
+                                             ("driver", '"1\\n2"'), ("driver", '"1\\u000b2"')])
+def test_a_line_break_in_a_matrix_files_value_is_one_line_naming_it(table: str, value: str, tmp_path: Path) -> None:
+    body = ('pg = "16"\ndrivers = "psycopg"\n[[pooler]]\nkind = "pgbouncer"\nversions = ["1.24"]\n'
+            + (f"settings = {{ application_name_add_host = [{value}, \"c\"] }}\n" if table == "settings" else
+               f"[driver_settings]\npsycopg = {{ prepare_threshold = [{value}, \"5\"] }}\n"))
+    (tmp_path / "m.toml").write_text(body)
+    with pytest.raises(UsageError, match="line break or a control character") as raised:
+        Config.from_strings({"leakcheck_matrix": str(tmp_path / "m.toml")})
+    assert "m.toml" in str(raised.value) and "\n" not in str(raised.value)

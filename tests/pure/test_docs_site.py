@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
 import pytest
 
+from leakcheck.cli.exits import EXIT_INTERRUPTED
 from leakcheck.cli.main import main
 from leakcheck.config.options import FLAG_OPTIONS, LIST_OPTIONS, OPTIONS
 from leakcheck.reports.site import OPTIONS_PAGE, generated_by, render_options_page
@@ -101,3 +103,36 @@ def test_a_file_that_is_not_a_discovery_results_file_is_one_line_and_exit_4(
     assert main(argv) == 4
     err = capsys.readouterr().err
     assert "is not a leakcheck discovery results file" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("bad", [["--machine=2 cores --> <script>x</script>"], ["--machine=a\nb"],
+                                 ["--title=x --!> y"], ["--machine=m\x1b[2J"]])
+def test_what_would_end_the_generated_comment_or_its_line_is_one_line_and_exit_4(
+        bad: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    argv = ["docs", "matrix", "docs/measured/native-bookworm.results.json", "--machine=m", "--date=2026-12-01", *bad]
+    assert main(argv) == 4
+    captured = capsys.readouterr()
+    assert captured.err.startswith("leakcheck: error: ") and captured.err.count("\n") == 1 and captured.out == ""
+
+
+def test_a_results_file_whose_name_would_end_the_generated_comment_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "a-->b.json"
+    source.write_bytes((ROOT / "docs/measured/native-bookworm.results.json").read_bytes())
+    assert main(["docs", "matrix", str(source), "--machine=m", "--date=2026-12-01"]) == 4
+    assert "-->" in capsys.readouterr().err
+
+
+def test_every_exit_code_the_docs_give_an_interrupted_run_is_the_one_its_command_exits_with() -> None:
+    # pytest exits with its own INTERRUPTED (2); `leakcheck run`, `merge`, `discover`... with 130 (cli/exits.py).
+    said = {int(pytest.ExitCode.INTERRUPTED): "pytest", EXIT_INTERRUPTED: "leakcheck"}
+    pages = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+    found = 0
+    for page in pages:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for m in re.finditer(r"(\d+) interrupted", text):
+            found += 1
+            before = text[max(0, m.start() - 40):m.start()]
+            assert said.get(int(m.group(1)), "?") in before, f"{page.name}: ...{before}{m.group()}"
+    assert found >= 3

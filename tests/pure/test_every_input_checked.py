@@ -115,3 +115,36 @@ def test_a_bad_value_of_every_leakcheck_variable_is_one_line_before_any_server_s
         name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(name, BAD_ENV[name])
     assert name in one_line_exit_4(["run", *SMALL], capsys)
+
+
+OUTPUTS = ("--record", "--results", "--report-html", "--report-md", "--junitxml")
+
+
+@pytest.mark.parametrize("under", [False, True], ids=["the-file", "a-folder-above"])
+@pytest.mark.parametrize("flag", OUTPUTS)
+def test_a_symlink_loop_as_an_output_path_is_one_line_and_exit_4(
+        flag: str, under: bool, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("loop").symlink_to("loop")
+    line = one_line_exit_4(["run", *SMALL, f"{flag}={'loop/out.x' if under else 'loop'}"], capsys)
+    assert flag in line and "symlink loop" in line, line
+
+
+@pytest.mark.parametrize("flag", OUTPUTS)
+def test_a_folder_above_an_output_that_is_a_link_to_nothing_is_one_line_and_exit_4(
+        flag: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("gone").symlink_to("missing/folder")  # creating the folder there would fail only at the end
+    line = one_line_exit_4(["run", *SMALL, f"{flag}=gone/out.x"], capsys)
+    assert flag in line and "gone is a symlink to a missing path" in line, line
+
+
+@pytest.mark.parametrize("flag", OUTPUTS)
+def test_a_symlink_loop_as_an_output_path_is_one_line_under_pytest_too(flag: str, pytester: pytest.Pytester) -> None:
+    Path(pytester.path / "loop").symlink_to("loop")
+    pytester.makeconftest("")
+    result = pytester.runpytest_inprocess(*SMALL, f"{flag}=loop")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert len(errors) == 1 and "symlink loop" in errors[0], errors

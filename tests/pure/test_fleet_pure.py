@@ -6,12 +6,15 @@ import pytest
 
 from leakcheck.config.config import Config
 from leakcheck.model.axes import parse_fleet
-from leakcheck.model.errors import UsageError
+from leakcheck.model.errors import StartError, UsageError
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Driver, Proof, Route, ServerId, Target
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
+from leakcheck.provision.base import Binary, Endpoint
+from leakcheck.provision.host.system import ServerUser
+from leakcheck.provision.pgbouncer.fleet import BouncerFleet
 from leakcheck.provision.pgbouncer.ini import BouncerLayout, harness_values, render_ini
 from leakcheck.results.results import pooler_json
 from leakcheck.run.matrix import pooler_cells
@@ -116,3 +119,20 @@ def test_a_and_b_on_two_processes_of_a_fleet_that_never_share_are_not_applicable
     assert said is not None and "own pool" in said and "A on pid 1; B on pid 2" in said
     single = Target(target.pg, Pooler(PoolerKind.PGBOUNCER, V124), Route.TRANSACTION, Driver("psycopg"))
     assert never_shared(probe, single, proofs) is None  # one process with a pool of one: a harness error
+
+
+def _fleet() -> BouncerFleet:
+    binaries = tuple(Binary(v, (f"/opt/pgbouncer-{v}/bin/pgbouncer",), "cache") for v in (V124, V126))
+    return BouncerFleet(binaries, PoolSettings(), Endpoint("127.0.0.1", 1), ServerUser("postgres", 1, 1))
+
+
+def test_a_fleet_error_names_its_process_and_program_once() -> None:
+    fleet = _fleet()  # nothing started: each process "is not running", its console answers nothing
+    lost = fleet.lost()
+    assert lost is not None and lost.startswith("process 1 of the fleet")
+    assert lost.count("PgBouncer") == 1 and lost.count("/opt/pgbouncer-1.24.1/bin/pgbouncer") == 1, lost
+    with pytest.raises(StartError) as raised:
+        fleet.reset()
+    said = str(raised.value)
+    assert said.startswith("process 1 of the fleet") and "admin console did not answer" in said
+    assert said.count("PgBouncer") == 1 and said.count("/opt/pgbouncer-1.24.1/bin/pgbouncer") == 1, said

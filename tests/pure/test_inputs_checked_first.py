@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from leakcheck.cli.main import main
 from leakcheck.config.config import Config
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.model.errors import UsageError
@@ -52,3 +53,40 @@ def test_a_required_probe_the_run_does_not_measure_is_refused() -> None:
     settings = Config.from_strings({"leakcheck_pg": "16", "leakcheck_probes": "timezone,read_only",
                                     "leakcheck_require": "security"})
     assert settings.require is not None and "read_only" in settings.require
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--pg=15", "--bouncer=1.24", "--probes=timezone"],
+    ["run", "--pg=16,9.6", "--bouncer=1.24"],
+    ["prepare", "--pg=15.18"],
+    ["run", "--diff=pg15/pgbouncer1.24..pg16/pgbouncer1.24"],
+])
+def test_a_postgresql_older_than_16_is_one_line_and_exit_4_before_any_server_starts(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # Before, --pg=15 was fetched and started, and every test failed on the probes' roles (exit 1).
+    assert main(argv) == 4
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "is older than 16, the oldest leakcheck measures" in err[0], err
+
+
+def test_a_path_to_a_postgresql_older_than_16_is_one_line_and_exit_4(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bindir = tmp_path / "pg15" / "bin"
+    bindir.mkdir(parents=True)
+    for name in ("postgres", "initdb"):  # stand-ins that only answer --version, as PostgreSQL 15 does
+        (bindir / name).write_text(f"#!/bin/sh\necho '{name} (PostgreSQL) 15.18'\n")
+        (bindir / name).chmod(0o755)
+    assert main(["run", f"--pg={bindir}", "--bouncer=1.24", "--probes=timezone"]) == 4
+    err = capsys.readouterr().err
+    assert f"--pg={bindir}: PostgreSQL 15.18 is older than 16" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--probes=serach_path,timezone"], "--probes: unknown probe id(s) serach_path (did you mean search_path?);"),
+    (["--require=securty"], "--require: unknown probe id(s) securty (did you mean security?);"),
+], ids=["probes", "require"])
+def test_a_probe_id_typo_is_one_short_line_with_the_closest_ids_not_every_id(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--pg=16", *argv]) == 4
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err) < 200, err  # it listed all 49 ids (919 characters) and no guess

@@ -1,5 +1,7 @@
 """The pytest plugin, driven with pytester: options, errors, and what runs by default."""
 
+import os
+
 import pytest
 
 from leakcheck.run.matrix import MatrixRun
@@ -57,7 +59,8 @@ def test_auto_says_in_the_header_which_backend_runs_and_why(pytester: pytest.Pyt
     monkeypatch.setattr(MatrixRun, "targets", lambda self: [])
     result = pytester.runpytest_inprocess("--pg=16", "--backend=auto", "--collect-only", "--probes=timezone",
                                           "--drivers=psycopg", "--controls=no")
-    result.stdout.fnmatch_lines(["leakcheck: backend * (auto: *)"])
+    cache = os.environ["LEAKCHECK_CACHE"]
+    result.stdout.fnmatch_lines(["leakcheck: backend * (auto: *)", f"leakcheck: cache {cache} *"])
 
 
 def test_a_matrix_option_without_paths_runs_the_matrix_only_not_the_testpaths(
@@ -90,3 +93,16 @@ def test_a_matrix_option_without_paths_collects_nothing_of_the_folder_it_is_type
     assert "test_own" not in matrix_only.stdout.str() and "test_here" not in matrix_only.stdout.str()
     plain = pytester.runpytest_inprocess("--collect-only", "-q", "test_here.py")
     assert "test_here.py::test_here" in plain.stdout.str()
+
+
+def test_a_matrix_run_leaves_no_pytest_cache_in_the_folder_it_is_typed_in(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pytest's cacheprovider wrote .pytest_cache/ (its --lf/--nf lists) into whatever folder the README's main
+    # command was typed in; the matrix's answer is its reports. A run of tests keeps it.
+    monkeypatch.setattr(MatrixRun, "targets", lambda self: [])
+    pytester.runpytest_inprocess("--pg=16", "--controls=no")
+    assert not (pytester.path / ".pytest_cache").exists()
+    pytester.makepyfile(test_here="def test_here(): pass\n")
+    pytester.runpytest_inprocess("test_here.py")
+    assert (pytester.path / ".pytest_cache").is_dir()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 
 from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.reports.about import About
 from leakcheck.reports.html import render_html
 from tests.pure.outcomes import make
 
@@ -128,3 +130,45 @@ def test_the_csp_admits_only_the_pages_own_script_and_style_by_their_hashes() ->
     assert directives["script-src"] == [_sha256_source(script[0])]
     assert directives["style-src"] == [_sha256_source(style[0])]
     assert "unsafe" not in (csp.get("content") or "")
+
+
+class HeaderText(HTMLParser):
+    """The text of each column header, as a browser shows it (entities decoded, <wbr> adds nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.inside = False
+        self.headers: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "th" and ("scope", "col") in attrs:
+            self.inside = True
+            self.headers.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.inside = self.inside and tag != "th"
+
+    def handle_data(self, data: str) -> None:
+        if self.inside:
+            self.headers[-1] += data
+
+
+def test_a_label_with_an_apostrophe_or_markup_shows_as_written() -> None:
+    label = "it's <b>&\"1\"/2+x3"
+    odd = make("timezone", "16.14", "1.24.1", Route.TRANSACTION, "psycopg", Verdict.ISOLATED, "e",
+               settings=(("application_name", label),))
+    reader = HeaderText()
+    reader.feed(render_html([odd]))
+    assert reader.headers == ["probe", f"pgbouncer1.24.1[application_name={label}]/psycopg"]
+
+
+def test_the_header_says_when_by_which_leakcheck_and_on_which_servers_escaped() -> None:
+    about = About(datetime(2026, 12, 6, 10, 32, tzinfo=UTC), "0.1.0",
+                  ("PostgreSQL 16.14: /cache/postgres/16.14/bin (cache)", "PgBouncer 1.24.1: /a<b>/pgbouncer"))
+    page = render_html(run(), about=about)
+    s = parsed(page)
+    assert not s.problems and s.stack == []
+    assert ('<p data-testid="about">measured 2026-12-06 10:32 UTC by leakcheck 0.1.0, on:</p>'
+            '<ul data-testid="servers"><li>PostgreSQL 16.14: /cache/postgres/16.14/bin (cache)</li>'
+            "<li>PgBouncer 1.24.1: /a&lt;b&gt;/pgbouncer</li></ul>") in page
+    assert 'data-testid="about"' not in render_html(run())

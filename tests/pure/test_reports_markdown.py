@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.reports.about import About
 from leakcheck.reports.markdown import LIMIT, MIN_LIMIT, md_text, render_markdown
 from tests.pure.outcomes import make
 
@@ -100,3 +102,31 @@ def test_the_default_limit_fits_a_github_comment_and_a_tiny_one_is_refused() -> 
 
 def test_a_report_that_fits_has_no_note() -> None:
     assert "not shown" not in render_markdown(run())
+
+
+def test_a_label_with_blank_lines_cannot_end_its_details_block() -> None:
+    # A blank line ends an HTML block in Markdown: what follows it would render (an image, raw HTML).
+    odd = leak(settings=(("application_name", "a\n\n![img](https://example.com/i.png)\n\n<b>x</b>"),))
+    text = render_markdown([odd])
+    summary = text[text.index("<details><summary>"):text.index("</summary>")]
+    assert "\n" not in summary and "<b>" not in text
+    block = text[text.index("<details>"):text.index("</details>")]
+    assert "\n\n![img]" not in block
+
+
+def test_no_control_character_of_a_label_or_the_evidence_reaches_the_report() -> None:
+    odd = leak(evidence="A: SET x = '\x1b[31mred\x1b]0;title\x07'", settings=(("application_name", "a\x1b[2Jb\rc"),))
+    text = render_markdown([odd, leak("timezone", evidence="\x9b2J\u202e")], title="t\x1b[1m")
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", text)
+    assert "\\x1b[31mred" in text  # shown, escaped, as the terminal report shows it
+
+
+def test_the_header_says_when_by_which_leakcheck_and_on_which_servers_and_escapes_them() -> None:
+    about = About(datetime(2026, 12, 6, 10, 32, tzinfo=UTC), "0.1.0",
+                  ("PostgreSQL 16.14: /cache/postgres/16.14/bin (cache)", "PgBouncer 1.24.1: /x_y/pgbouncer (cache)"))
+    lines = render_markdown(run(), about=about).splitlines()
+    assert lines[:7] == ["## leakcheck", "", "measured 2026-12-06 10:32 UTC by leakcheck 0.1.0, on:", "",
+                         "- PostgreSQL 16.14: /cache/postgres/16.14/bin (cache)",
+                         "- PgBouncer 1.24.1: /x\\_y/pgbouncer (cache)", ""]
+    assert lines[7].startswith("verdicts: ")
+    assert "by leakcheck" not in render_markdown(run())  # a caller that gives none gets none

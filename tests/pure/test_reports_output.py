@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,14 @@ def test_merge_writes_the_reports_it_is_given(tmp_path: Path, capsys: pytest.Cap
     assert f"leakcheck: wrote the Markdown report to {md}" in out
     assert 'data-probe="statement_timeout"' in html.read_text() and "statement\\_timeout" in md.read_text()
     assert "legend:" in out and "\x1b[" not in out  # not a terminal: no colour
+    # The header: when and by which leakcheck they were merged, and the releases the results name.
+    release = importlib.metadata.version("leakcheck")
+    head = md.read_text().split("verdicts:")[0]
+    when = r"20\d\d-\d\d-\d\d \d\d:\d\d UTC"
+    assert re.search(rf"merged {when} by leakcheck {re.escape(release)} from 1 results file measured, on:", head)
+    assert "- PostgreSQL 16.14 (where each came from is not in a results file)" in head
+    assert "- PgBouncer 1.24.1" in head
+    assert f"by leakcheck {release} from 1 results file measured, on:</p>" in html.read_text()
 
 
 def test_merge_refuses_a_bad_report_path_before_printing_anything(tmp_path: Path,

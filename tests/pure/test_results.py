@@ -159,6 +159,16 @@ def test_equal_runs_write_byte_identical_files(tmp_path: Path) -> None:
     assert a.read_bytes() == b.read_bytes()
 
 
+def _one(**changed: object) -> str:
+    """A version 3 file of one outcome, with `changed` fields (`pooler_...`: the pooler's)."""
+    body = json.loads(results.dumps(Results((outcome("timezone"),))))
+    entry = body["outcomes"][0]
+    for name, value in changed.items():
+        where, name = (entry["pooler"], name.removeprefix("pooler_")) if name.startswith("pooler_") else (entry, name)
+        where[name] = value
+    return json.dumps(body)
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -171,6 +181,15 @@ def test_equal_runs_write_byte_identical_files(tmp_path: Path) -> None:
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x", "pg": "16", "bouncer": "",'
          ' "route": "sideways", "driver": "psycopg", "verdict": "leaks", "facts": [], "security": false,'
          ' "evidence": ""}]}', "'sideways' is not a valid Route"),
+        ('{"schema": "leakcheck-results", "version": true, "outcomes": []}', "is version true of"),
+        ('{"schema": "leakcheck-results", "version": 3.0, "outcomes": []}', "is version 3.0 of"),
+        (_one(pg="\u0661\u0666"), "is not a version number"),  # Arabic-Indic digits
+        (_one(pooler_version="\uff11.24"), "is not a version number"),  # a full-width digit
+        (_one(probe="time\nzone"), "a probe id is 'time\\nzone'"),
+        (_one(driver=""), "a driver id is ''"),
+        (_one(pooler_kind="pgpool", pooler_fleet=["4.5.1", "4.5.1"]), "only PgBouncer runs as a fleet"),
+        (_one(pooler_fleet=["1.24.1"]), "a fleet is two processes or more"),
+        (_one(pooler_version=None), "only a running pooler (dsn) has no version"),
     ],
 )
 def test_a_file_that_is_not_a_results_file_of_a_version_it_reads_is_one_line_naming_it(tmp_path: Path, content: str,

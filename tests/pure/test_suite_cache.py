@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.cache import SEEDED, seed, use_test_cache
+
+ROOT = Path(__file__).parents[2]
 
 
 def _users_cache(root: Path) -> Path:
@@ -70,3 +74,17 @@ def test_the_session_points_leakcheck_cache_at_the_test_cache_not_the_users(
 def test_this_session_does_not_use_the_users_cache() -> None:
     assert os.environ.get(SEEDED) == "1"
     assert os.environ["LEAKCHECK_CACHE"].endswith("-tests") or os.environ.get("LEAKCHECK_TEST_CACHE")
+
+
+def test_the_readmes_main_command_typed_in_the_clone_uses_the_users_cache_not_the_tests(tmp_path: Path) -> None:
+    # tests/conftest.py is loaded (the ini's testpaths) but runs no test: the matrix must use the cache it
+    # uses typed anywhere else. A cache that is a file stops the run at its first check, naming the cache.
+    users = tmp_path / "users-cache"
+    users.write_text("not a folder")
+    env = {k: v for k, v in os.environ.items() if k not in (SEEDED, "LEAKCHECK_TEST_CACHE")}
+    env["LEAKCHECK_CACHE"] = str(users)
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--pg={tmp_path / 'no-postgres'}", "--bouncer=1.24",
+                           "--probes=timezone"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"the leakcheck cache {users} is not a folder" in done.stderr
+    assert not Path(f"{users}-tests").exists()

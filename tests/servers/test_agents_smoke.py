@@ -119,7 +119,8 @@ class Agent:
 def spec(request: pytest.FixtureRequest) -> AgentSpec:
     chosen: AgentSpec = request.param
     if absent := missing(chosen):
-        pytest.skip(f"{chosen.id} agent: {', '.join(absent)} missing (scripts/bootstrap installs them as root)")
+        pytest.skip(f"{chosen.id} agent: {', '.join(absent)} missing "
+                    f"(`leakcheck prepare --drivers={chosen.id}` installs them as root)")
     return chosen
 
 

@@ -176,22 +176,30 @@ def _release_like_tarball(folder: Path, version: str) -> Path:
     return tarball
 
 
+def _rebuilt(tmp_path: Path, version: str, monkeypatch: pytest.MonkeyPatch,
+             caplog: pytest.LogCaptureFixture) -> tuple[Binary, list[str]]:
+    """PgBouncer `version` resolved from tmp_path's cache (damaged by the caller), with a release-like
+    tarball of it at hand to build; what was logged. Skipped where it cannot be built, or where an
+    installed one would be used instead."""
+    if shutil.which("cc") is None or shutil.which("make") is None:
+        pytest.skip("building needs cc and make (scripts/bootstrap installs them)")
+    installed = [p for p in (shutil.which("pgbouncer"), "/usr/sbin/pgbouncer") if p and os.access(p, os.X_OK)]
+    if any(check_program([p]).version == Version.parse(version) for p in installed):
+        pytest.skip(f"an installed pgbouncer {version} would be used instead of a rebuild")
+    monkeypatch.setenv("LEAKCHECK_PGBOUNCER_TARBALLS", str(_release_like_tarball(tmp_path, version)))
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    caplog.clear()
+    binary = resolve_bouncer(parse_spec(version.rpartition(".")[0], "--bouncer"), tmp_path / "cache")
+    return binary, caplog.messages
+
+
 def test_a_damaged_cached_pgbouncer_is_rebuilt_saying_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if shutil.which("cc") is None or shutil.which("make") is None:
-        pytest.skip("building needs cc and make (scripts/bootstrap installs them)")
     store = tmp_path / "cache" / "pgbouncer"
     folder = _copy_bouncer(store, "1.24")
-    installed = [p for p in (shutil.which("pgbouncer"), "/usr/sbin/pgbouncer") if p and os.access(p, os.X_OK)]
-    if any(check_program([p]).version == Version.parse(folder.name) for p in installed):
-        pytest.skip(f"an installed pgbouncer {folder.name} would be used instead of a rebuild")
     _damage(folder / "bin" / "pgbouncer", "header")
-    monkeypatch.setenv("LEAKCHECK_PGBOUNCER_TARBALLS", str(_release_like_tarball(tmp_path, folder.name)))
-    caplog.set_level(logging.INFO, logger="leakcheck")
-    caplog.clear()
-    binary = resolve_bouncer(parse_spec("1.24", "--bouncer"), store.parent)
-    said = caplog.messages
+    binary, said = _rebuilt(tmp_path, folder.name, monkeypatch, caplog)
     assert said[0].startswith(f"cached PgBouncer {folder.name} in {folder} does not run (`")
     assert said[0].endswith("; rebuilding it")
     assert any(line.startswith(f"building PgBouncer from pgbouncer-{folder.name}.tar.gz") for line in said)
@@ -271,3 +279,14 @@ def test_a_cache_path_that_is_a_file_is_refused_in_one_line(tmp_path: Path, monk
     monkeypatch.setenv("LEAKCHECK_CACHE", str(not_a_folder))
     with pytest.raises(UsageError, match=f"^the leakcheck cache {not_a_folder} is not a folder: remove that file or "):
         cache_root()
+
+
+def test_a_file_where_a_cached_pgbouncer_folder_belongs_is_replaced_by_the_build_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = tmp_path / "cache" / "pgbouncer"
+    store.mkdir(parents=True)
+    (store / "1.23.1").write_text("not a folder\n")  # a half-copied cache, a stray file
+    binary, said = _rebuilt(tmp_path, "1.23.1", monkeypatch, caplog)
+    assert str(binary.version) == "1.23.1" and binary.argv == (str(store / "1.23.1" / "bin" / "pgbouncer"),)
+    assert said[0] == f"cached PgBouncer 1.23.1 in {store / '1.23.1'} is a file, not a folder; rebuilding it", said

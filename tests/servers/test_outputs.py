@@ -1,8 +1,10 @@
 """The end-of-run files are written in one place (results/outputs.py) for the three ways a run ends:
-pytest, `leakcheck run` and `leakcheck merge`. The same outcomes give the same files, byte for byte."""
+pytest, `leakcheck run` and `leakcheck merge`. The same outcomes give the same files, byte for byte, but for
+the reports' header (when, by which leakcheck, on which servers: a merge knows the releases only)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +28,19 @@ def leakcheck(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           cwd=cwd, timeout=300, check=False)
 
 
+#: The reports' header (reports/about.py): between the Markdown title and its counts, and the HTML's about lines.
+HEADER = {"r.md": re.compile(rb"(?<=\n\n)(measured|merged) .*?\n\n(?=verdicts: )", re.S),
+          "r.html": re.compile(rb'<p data-testid="about">.*?</p>(<ul data-testid="servers">.*?</ul>)?')}
+
+
 def contents(folder: Path, names: tuple[str, ...] = FILES) -> dict[str, bytes]:
-    return {name: (folder / name).read_bytes() for name in sorted(p.name for p in folder.iterdir()) if name in names}
+    """Each file's bytes, the reports without their header (each checked on its own)."""
+    out = {}
+    for name in sorted(p.name for p in folder.iterdir()):
+        if name in names:
+            data = (folder / name).read_bytes()
+            out[name] = HEADER[name].sub(b"", data, count=1) if name in HEADER else data
+    return out
 
 
 def test_merging_one_results_file_writes_the_files_of_the_run_that_wrote_it(pytester: pytest.Pytester) -> None:
@@ -43,5 +56,10 @@ def test_merging_one_results_file_writes_the_files_of_the_run_that_wrote_it(pyte
     assert set(contents(here / "pytest")) == set(FILES)
     assert contents(here / "merged-pytest") == contents(here / "pytest")
     assert contents(here / "merged-run", (*FILES, "j.xml")) == contents(here / "run", (*FILES, "j.xml"))
+    for folder, said in (("pytest", b"measured "), ("run", b"measured "), ("merged-pytest", b"merged "),
+                         ("merged-run", b"merged ")):
+        for name, header in HEADER.items():
+            found = header.search((here / folder / name).read_bytes())
+            assert found is not None and said in found.group(0) and b" UTC by leakcheck " in found.group(0)
     # Two measurements: the verdicts are the same, so the baseline each recorded is too.
     assert (here / "run" / "m.toml").read_bytes() == (here / "pytest" / "m.toml").read_bytes()

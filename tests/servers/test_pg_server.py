@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,7 +17,7 @@ import pytest
 from leakcheck.model.errors import StartError
 from leakcheck.model.versions import parse_spec, version_in_output
 from leakcheck.provision.base import DBNAME, OTHER_ROLE, USER
-from leakcheck.provision.host.system import cache_root, server_user
+from leakcheck.provision.host.system import cache_root, remove_entry, server_user
 from leakcheck.provision.postgres import server as pg_server
 from leakcheck.provision.postgres.binaries import PgInstall, resolve_pg
 from leakcheck.provision.postgres.server import PgServer
@@ -167,8 +167,9 @@ def test_two_runs_filling_an_empty_cache_at_once_fetch_and_initialise_only_once(
     assert sum(m.startswith("initialising") for m in caplog.messages) == 1
 
 
-def test_a_damaged_cached_template_is_rebuilt_once_and_the_server_starts(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="leakcheck")
+@pytest.fixture(scope="module")
+def template_cache() -> Iterator[tuple[PgInstall, Path, Path]]:
+    """A temp cache with a PostgreSQL 16 template, and a good copy of it to damage again and again."""
     install = resolve("16")
     cache = Path(tempfile.mkdtemp(prefix="leakcheck-test-cache-"))
     try:
@@ -176,12 +177,75 @@ def test_a_damaged_cached_template_is_rebuilt_once_and_the_server_starts(caplog:
         with PgServer(install, cache, server_user()):
             pass
         [template] = [p for p in (cache / "templates").iterdir() if not p.name.startswith(".")]
-        (template / "global" / "pg_control").write_bytes(b"damaged")
-        caplog.clear()
-        with PgServer(install, cache, server_user()) as server, \
-                psycopg.connect(server.endpoint().conninfo(), autocommit=True) as conn:
-            assert conn.execute("SELECT 1").fetchone() == (1,)
-        assert any("did not start" in line and "rebuilding it" in line for line in caplog.messages), caplog.messages
-        assert (template / "global" / "pg_control").stat().st_size > len(b"damaged")
+        shutil.copytree(template, cache / "good", symlinks=True)
+        yield install, cache, template
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def started_from(template_cache: tuple[PgInstall, Path, Path], damage: Callable[[Path], None],
+                 caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The good template, damaged, then a server started from the cache (it answers); what was logged."""
+    install, cache, template = template_cache
+    remove_entry(template)
+    shutil.copytree(cache / "good", template, symlinks=True)
+    damage(template)
+    caplog.set_level(logging.INFO, logger="leakcheck")
+    caplog.clear()
+    with PgServer(install, cache, server_user()) as server, \
+            psycopg.connect(server.endpoint().conninfo(), autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    return caplog.messages
+
+
+def test_a_damaged_cached_template_is_rebuilt_once_and_the_server_starts(
+    template_cache: tuple[PgInstall, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    template = template_cache[2]
+    # its size, but no valid content: only a start finds it out
+    said = started_from(template_cache, lambda t: (t / "global" / "pg_control").write_bytes(bytes(8192)), caplog)
+    assert sum("did not start" in line and "rebuilding it" in line for line in said) == 1, said
+    assert (template / "global" / "pg_control").read_bytes() != bytes(8192)
+
+
+def _cut_pg_control(template: Path) -> None:
+    control = template / "global" / "pg_control"
+    control.write_bytes(control.read_bytes()[:100])
+
+
+def _into_a_file(template: Path) -> None:
+    shutil.rmtree(template)
+    template.write_text("not a template\n")
+
+
+def _without_leakchecks_database(template: Path) -> None:
+    database = max((template / "base").iterdir(), key=lambda d: int(d.name))  # leakcheck's, the newest
+    database.rename(database.with_name("99999"))  # four databases on disk, but not leakcheck's
+
+
+DAMAGES = {  # how a cached template is damaged -> what leakcheck says of it, before starting anything
+    "cut-pg_control": (_cut_pg_control, "its global/pg_control is 100 bytes, not 8192 (cut short)"),
+    "no-base": (lambda t: shutil.rmtree(t / "base"), "has no base/ folder"),
+    "a-file": (_into_a_file, "is a file, not a folder"),
+    "no-database": (lambda t: shutil.rmtree(t / "base" / "5"), "its base/ holds 3 databases, not 4"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_cached_template_is_seen_before_any_start_and_rebuilt_saying_why(
+    damage: str, template_cache: tuple[PgInstall, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    install, _, template = template_cache
+    how, why = DAMAGES[damage]
+    said = started_from(template_cache, how, caplog)
+    assert said[0] == f"the cached PostgreSQL {install.version} template {template} {why}; rebuilding it"
+    assert not any("did not start" in line or "overloaded" in line for line in said), said
+
+
+def test_a_template_whose_database_is_gone_fails_its_start_at_once_not_after_the_ready_timeout(
+    template_cache: tuple[PgInstall, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    said = started_from(template_cache, _without_leakchecks_database, caplog)
+    [line] = [m for m in said if "did not start" in m]
+    assert 'database "leakcheck" does not exist' in line and "not ready within" not in line, line
+    assert "overloaded" not in line and line.endswith("; rebuilding it")

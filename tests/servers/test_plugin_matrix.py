@@ -35,6 +35,29 @@ def test_a_leak_fails_its_test_and_an_isolated_state_passes(pytester: pytest.Pyt
     ])
 
 
+def test_by_default_the_answer_leads_and_a_leak_is_not_repeated_as_a_failure_block(pytester: pytest.Pytester) -> None:
+    # The README's main command printed ~1,140 lines of failure blocks before the matrix and 568 FAILED lines
+    # after it, and counted the controls' required leaks with the pooler's.
+    result = run(pytester)
+    result.assert_outcomes(passed=7, failed=1)
+    text = result.stdout.str()
+    assert "FAILURES" not in text and "FAILED leakcheck::" not in text and "verdicts:" not in text
+    result.stdout.fnmatch_lines([
+        "*= leakcheck matrix =*",
+        "through the pooler (*",
+        "PostgreSQL 16.*",
+        "statement_timeout*LEAKS*",
+        "through the pooler, 2 leak tests: 1 isolated, 1 leaks",
+        "direct control (*): 2 isolated",
+        "legend:",
+        "PostgreSQL 16.*: *",  # the servers it measured on
+        "leakcheck: 1 leak test failed on the verdict the matrix shows (LEAKS, LOST, BREAKS); the evidence: -v, *",
+        "*= 1 failed, 7 passed*",
+    ])
+    verbose = run(pytester, "--controls=no", "-rf")  # -rf given: pytest's own summary, as asked
+    verbose.stdout.fnmatch_lines(["*= FAILURES =*", "*LEAKS: A: SET statement_timeout*", "FAILED leakcheck::*"])
+
+
 def test_negative_and_positive_controls_run_as_their_own_tests(pytester: pytest.Pytester) -> None:
     result = run(pytester, "-v", "-k", "control")
     result.assert_outcomes(passed=6, deselected=2)

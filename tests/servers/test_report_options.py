@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,9 @@ def test_a_real_run_writes_both_reports_and_colours_the_matrix(pytester: pytest.
     assert 'data-probe="statement_timeout"' in page and 'data-verdict="leaks"' in page and "57014" in page
     md = (pytester.path / "r.md").read_text()
     assert "| statement\\_timeout | **LEAKS** |" in md and "<details><summary>statement_timeout" in md
+    # Each says when, by which leakcheck and on which servers (a report read later said none of it).
+    release = importlib.metadata.version("leakcheck")
+    assert re.search(rf"^measured 20\d\d-\d\d-\d\d \d\d:\d\d UTC by leakcheck {re.escape(release)}, on:$", md, re.M)
+    assert re.search(r"^- PostgreSQL 16\.\d+: .*postgres/16\.\d+/bin \(cache", md, re.M)
+    assert re.search(r"^- PgBouncer 1\.24\.\d+: .*pgbouncer", md, re.M)
+    assert f"UTC by leakcheck {release}, on:</p>" in page and '<ul data-testid="servers"><li>PostgreSQL 16.' in page

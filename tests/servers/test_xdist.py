@@ -22,10 +22,10 @@ def run(pytester: pytest.Pytester, name: str, *args: str) -> pytest.RunResult:
 
 
 def matrix(result: pytest.RunResult) -> list[str]:
-    """The summary's matrix, from its table to the verdict counts (the server lines above it name paths)."""
+    """The summary's matrix, from its table to its totals (the server lines under it name paths)."""
     lines = result.stdout.lines
-    start = next(i for i, line in enumerate(lines) if line.startswith("through the pooler"))
-    end = next(i for i, line in enumerate(lines) if line.startswith("verdicts: "))
+    start = next(i for i, line in enumerate(lines) if line.startswith("through the pooler ("))
+    end = next(i for i, line in enumerate(lines) if line.startswith("through the pooler, "))
     return lines[start : end + 1]
 
 

@@ -17,18 +17,10 @@ import os
 import shutil
 from pathlib import Path
 
+from leakcheck.provision.host.system import cache_path
+
 #: Set once the session has pointed LEAKCHECK_CACHE at the test cache (xdist workers inherit both).
 SEEDED = "LEAKCHECK_TEST_CACHE_SEEDED"
-
-
-def users_cache(env: dict[str, str] | os._Environ[str]) -> Path:
-    """The cache leakcheck would use for this user (provision/host/system.cache_root's rule, not created)."""
-    explicit = env.get("LEAKCHECK_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    if os.geteuid() == 0:
-        return Path("/var/cache/leakcheck")
-    return Path(env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "leakcheck"
 
 
 def _skipped(name: str) -> bool:
@@ -98,7 +90,7 @@ def use_test_cache(env: os._Environ[str]) -> Path:
     """Point LEAKCHECK_CACHE at the seeded test cache (once per session; workers inherit it)."""
     if env.get(SEEDED):
         return Path(env["LEAKCHECK_CACHE"])
-    users = users_cache(env)
+    users = cache_path(env)  # the cache leakcheck would use for this user
     test_cache = Path(env.get("LEAKCHECK_TEST_CACHE") or f"{users}-tests").expanduser()
     if test_cache.resolve() == users.resolve():
         raise RuntimeError(f"LEAKCHECK_TEST_CACHE is the user's cache {users}: give the tests a folder of their own")

@@ -74,7 +74,7 @@ CATALOGUE: tuple[Shipped, ...] = (
             id="pgjdbc",
             language="java",
             sources=("Agent.java",),
-            apt=("libpostgresql-jdbc-java", "libjunixsocket-java"),
+            apt=("default-jdk-headless", "libpostgresql-jdbc-java", "libjunixsocket-java"),  # javac builds it
             build=(("javac", "-cp", PGJDBC_JAR, "-d", "{dir}", "{dir}/Agent.java"),),
             run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                  "-cp", f"{{dir}}:{PGJDBC_JAR}:{JUNIXSOCKET_JAR}", "Agent"),

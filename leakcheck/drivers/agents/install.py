@@ -5,8 +5,12 @@ and agent.json (`{"release": "8.23.1", "runtime": "node 20.20.2"}`, from the age
 i.e. read from what was installed). The key hashes the spec, the sources and the runtime program
 (its path, size and time), so a changed agent or runtime gets a folder of its own. A folder is made
 aside (`.<key>-<random>`) under the agent's lock and renamed into place, so a half-made one is never
-used. Debian packages are installed by `leakcheck prepare` as root; otherwise the line to run is
-the error.
+used.
+
+A driver's toolchain (its runtime, build tools and driver: the spec's `apt` packages) is installed when
+that driver is asked for, never before: by `leakcheck prepare --drivers=ID` or the first run that names it,
+as root with apt-get (one progress line says so); otherwise the one line to run is the error. Set-up
+(scripts/bootstrap) installs none of them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -27,7 +32,9 @@ from leakcheck.model.errors import ProvisionError
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.host.system import cache_root, file_lock
 
-#: Seconds `npm install` and each build command may take.
+log = logging.getLogger(__name__)
+
+#: Seconds `npm install`, each build command and each apt-get step may take.
 INSTALL_TIMEOUT = 300.0
 SOURCES = Path(__file__).parent
 
@@ -60,7 +67,8 @@ def missing_apt(spec: AgentSpec) -> list[str]:
 
 
 def install_apt(spec: AgentSpec) -> None:
-    """As root: apt-get install what is missing. Otherwise ProvisionError with the line to run."""
+    """As root: apt-get update, then install what is missing (said in one progress line). Otherwise
+    ProvisionError with the line to run."""
     missing = missing_apt(spec)
     if not missing:
         return
@@ -68,7 +76,9 @@ def install_apt(spec: AgentSpec) -> None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise ProvisionError(f"the {spec.id} agent needs Debian packages: run `sudo {line}` (or `leakcheck prepare "
                              f"--drivers={spec.id}` as root)")
+    log.info(f"installing the {spec.id} agent's {spec.language} toolchain with apt-get: {' '.join(missing)}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    _run(["apt-get", "update", "-qq"], Path("/"), "`apt-get update`", env)  # a fresh machine has no lists
     _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], Path("/"), f"`{line}`", env)
 
 

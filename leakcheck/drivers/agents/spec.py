@@ -18,7 +18,8 @@ class AgentSpec:
     language: str
     #: files of leakcheck/drivers/agents/<id>/ the agent is built from
     sources: tuple[str, ...]
-    #: Debian packages it needs (installed by set-up as root; else one printed apt-get line)
+    #: Debian packages it needs, its runtime and build tools included (installed when the driver is asked
+    #: for, as root with apt-get; else the error is the apt-get line to run)
     apt: tuple[str, ...] = ()
     #: npm packages it needs, installed into the agent's cache folder ("pg@8")
     npm: tuple[str, ...] = ()

@@ -69,6 +69,10 @@ class SpawnThenFinish:
         return self
 
 
+#: What `ended` says of a pooler whose process is gone (or never started).
+NOT_RUNNING = "it is not running"
+
+
 class PoolerProcess(SpawnThenFinish):
     """One pooler program in front of one PostgreSQL, for as long as the `with` lasts."""
 
@@ -112,7 +116,7 @@ class PoolerProcess(SpawnThenFinish):
     def ended(self) -> str | None:
         """How its process ended, or that it is stopped, while it should serve (None: it runs)."""
         if self._process is None:
-            return "it is not running"
+            return NOT_RUNNING
         return self._process.ended()
 
     def log_text(self) -> str:

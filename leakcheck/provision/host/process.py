@@ -29,10 +29,11 @@ PORT_TAKEN = "Address already in use"
 
 def wait_until(
     what: str, ready: Callable[[], str | None], gone: Callable[[], str | None], timeout: float,
-    log: Callable[[], str], hint: str = "", poll: float = 0.02,
+    log: Callable[[], str], hint: str = "", poll: float = 0.02, late: str = "",
 ) -> None:
     """Poll `ready` (None when ready, else the last reason) until it is, the server is `gone` (a
-    reason), or `timeout` passes; the last two raise StartError (PortClash for a lost port) with the log."""
+    reason), or `timeout` passes; the last two raise StartError (PortClash for a lost port) with the log.
+    `late` is said only when the time ran out (e.g. "Is the machine overloaded?")."""
     deadline = time.monotonic() + timeout
     while True:
         died = gone()
@@ -44,7 +45,8 @@ def wait_until(
         if last is None:
             return
         if time.monotonic() > deadline:
-            raise StartError.with_log(what, f"not ready within {timeout:.0f} s ({last})", log(), hint)
+            raise StartError.with_log(what, f"not ready within {timeout:.0f} s ({last})", log(),
+                                      " ".join(h for h in (hint, late) if h))
         time.sleep(poll)
 
 
@@ -91,10 +93,10 @@ class ServerProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def start(self, ready: Callable[[], str | None], timeout: float, hint: str = "") -> None:
+    def start(self, ready: Callable[[], str | None], timeout: float, hint: str = "", late: str = "") -> None:
         """Start it and wait until `ready()` says so (see wait_until)."""
         self.spawn()
-        self.wait(ready, timeout, hint)
+        self.wait(ready, timeout, hint, late)
 
     def spawn(self) -> None:
         """Start it, without waiting (several can then get ready at once). From the main thread, or a
@@ -111,9 +113,9 @@ class ServerProcess:
             )
         self._spawning = False
 
-    def wait(self, ready: Callable[[], str | None], timeout: float, hint: str = "") -> None:
+    def wait(self, ready: Callable[[], str | None], timeout: float, hint: str = "", late: str = "") -> None:
         """Until `ready()` says so; StartError (PortClash for a lost port) when it exits or times out."""
-        wait_until(self.what, ready, self._exited, timeout, self.recent_log, hint)
+        wait_until(self.what, ready, self._exited, timeout, self.recent_log, hint, late=late)
 
     def _exited(self) -> str | None:
         code = self.exit_code()

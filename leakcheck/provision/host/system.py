@@ -7,34 +7,41 @@ import ctypes
 import fcntl
 import os
 import pwd
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.model.errors import ProvisionError, StartError, UsageError
 
 
-def cache_root() -> Path:
-    """$LEAKCHECK_CACHE, else a cache the server user can read.
+def cache_path(env: Mapping[str, str] | None = None) -> Path:
+    """Where leakcheck's cache is (not created): $LEAKCHECK_CACHE, else a folder the server user can read.
 
     As root, servers run as another user who cannot enter /root, so the default is
     /var/cache/leakcheck; otherwise $XDG_CACHE_HOME/leakcheck or ~/.cache/leakcheck.
+    """
+    env = os.environ if env is None else env
+    explicit = env.get("LEAKCHECK_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    if os.geteuid() == 0:
+        return Path("/var/cache/leakcheck")
+    return Path(env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "leakcheck"
+
+
+def cache_root() -> Path:
+    """The cache (`cache_path`), created when missing.
+
     A cache that exists but cannot be written is returned as it is (what is in it can be used);
     one that cannot be created, read or entered is a UsageError naming it.
     """
-    explicit = os.environ.get("LEAKCHECK_CACHE")
-    if explicit:
-        root = Path(explicit).expanduser()
-    elif os.geteuid() == 0:
-        root = Path("/var/cache/leakcheck")
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        root = Path(base) / "leakcheck"
+    root = cache_path()
     fix = "or set LEAKCHECK_CACHE to a folder this user can write"
     if os.path.lexists(root) and not root.is_dir():
         raise UsageError(f"the leakcheck cache {root} is not a folder: remove that file {fix}")
@@ -150,6 +157,15 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_entry(path: Path) -> None:
+    """A cache entry gone, whatever it is: a folder, or a file or link where a folder belongs."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def free_port() -> int:

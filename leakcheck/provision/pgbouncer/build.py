@@ -21,7 +21,7 @@ from pathlib import Path
 from leakcheck.model.errors import ProvisionError
 from leakcheck.model.versions import Version
 from leakcheck.provision.host import children
-from leakcheck.provision.host.system import make_world_readable
+from leakcheck.provision.host.system import make_world_readable, remove_entry
 from leakcheck.provision.sources import banners, safe_tar
 from leakcheck.provision.sources.programs import PGBOUNCER, Program
 
@@ -178,10 +178,10 @@ def install(folder: Path, store: Path, origin: str, program: Program = PGBOUNCER
     (folder / ORIGIN_FILE).write_text(origin + "\n")
     make_world_readable(folder)
     target = store / str(version)
-    if target.exists():
-        target_argv = stored_argv(target, program)
+    if target.exists() or target.is_symlink():
+        target_argv = stored_argv(target, program) if target.is_dir() else None
         if target_argv is not None and program_version(target_argv, program) == version:
             return target  # already there (same version from another source): keep the first
-        shutil.rmtree(target)  # a broken leftover; we hold the cache lock, so nobody uses it
+        remove_entry(target)  # a broken leftover (or a file where it belongs); we hold the cache lock
     os.rename(folder, target)
     return target

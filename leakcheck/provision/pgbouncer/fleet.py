@@ -15,7 +15,7 @@ from leakcheck.model.errors import StartError
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Binary, Endpoint
-from leakcheck.provision.host.pooler_process import SpawnThenFinish
+from leakcheck.provision.host.pooler_process import NOT_RUNNING, SpawnThenFinish
 from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.host.system import ServerUser, free_port
 from leakcheck.provision.pgbouncer.process import BouncerProcess
@@ -66,8 +66,14 @@ class BouncerFleet(SpawnThenFinish):
             raise errors[0]
 
     def describe(self, index: int) -> str:
-        member = self.members[index]
-        return f"process {index + 1} of the fleet (PgBouncer {member.version}, {member.what})"
+        """`process 2 of the fleet, PgBouncer 1.26.1 (/path/to/pgbouncer)`: the program named once."""
+        return f"process {index + 1} of the fleet, {self.members[index].what}"
+
+    def _named(self, index: int, said: object) -> str:
+        """`said` about process `index`, which names it once (a member's own error already names its program)."""
+        text = str(said)
+        return f"process {index + 1} of the fleet: {text}" if self.members[index].what in text else \
+            f"{self.describe(index)}: {text}"
 
     def lost(self) -> str | None:
         """None while every process runs; else which ended (with the end of its log) or is stopped."""
@@ -76,8 +82,10 @@ class BouncerFleet(SpawnThenFinish):
             if how == STOPPED:
                 return f"{self.describe(i)}: {how} (the fleet lost a process)"
             if how is not None:
+                why = "" if how == NOT_RUNNING else f" ({how})"
                 tail = "\n".join(member.log_text().strip().splitlines()[-10:])
-                return f"{self.describe(i)} is not running: {how} (the fleet lost a process); its log ends:\n{tail}"
+                ends = f"; its log ends:\n{tail}" if tail else ""
+                return f"{self.describe(i)} is not running{why}: the fleet lost a process{ends}"
         return None
 
     def running(self) -> bool:
@@ -93,7 +101,7 @@ class BouncerFleet(SpawnThenFinish):
             try:
                 member.reset()
             except StartError as exc:
-                raise StartError(f"{self.describe(i)}: {exc}") from None
+                raise StartError(self._named(i, exc)) from None
 
     def endpoint(self) -> Endpoint:
         """The shared port on 127.0.0.1, and each process at its own socket (`members`)."""

@@ -13,8 +13,23 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from leakcheck.model.errors import UsageError
+from leakcheck.model.versions import Version
+
 #: The application role the probes' clients log in as: no superuser, no inherited table privileges.
 APP_ROLE = "leakcheck_app"
+
+#: The oldest PostgreSQL `STATEMENTS` run on: GRANT ... WITH INHERIT FALSE is new in 16.
+OLDEST_PG = Version((16,))
+
+
+def refuse_older(version: Version, given: str) -> None:
+    """One line (a UsageError) when `version` is older than OLDEST_PG: no probe could be measured there."""
+    if version.parts[:1] < OLDEST_PG.parts:
+        raise UsageError(f"{given}: PostgreSQL {version} is older than {OLDEST_PG}, the oldest leakcheck measures (the "
+                         f"probes' roles need GRANT ... WITH INHERIT FALSE, new in 16); give {OLDEST_PG} or newer, "
+                         "e.g. --pg=16,17,18")
+
 
 STATEMENTS: tuple[str, ...] = (
     f"CREATE ROLE {APP_ROLE} LOGIN",

@@ -28,6 +28,7 @@ from leakcheck.provision.host.system import (
     die_with_parent,
     file_lock,
     free_port,
+    remove_entry,
     start_retrying_port_clash,
     unwritable,
 )
@@ -69,6 +70,10 @@ def _child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
 
 
+#: What a starting server says that waiting cannot change.
+_FOR_GOOD = re.compile(r'FATAL:\s+(database "[^"]+" does not exist)')
+
+
 class _Postmaster:
     """A `postgres` on a data directory, on a free port; `stop()` is safe at any point."""
 
@@ -87,24 +92,34 @@ class _Postmaster:
                 "-c", f"listen_addresses={HOST}", "-k", str(self.rundir / "sock")]
         for setting in _SETTINGS:
             argv += ["-c", setting]
-        what = f"PostgreSQL {self.install.version} ({self.install.bindir / 'postgres'})"
         # SIGINT: PostgreSQL's fast shutdown.
-        self._process = ServerProcess(what, argv, self.user, self.rundir, self.log, env=_child_env(),
+        self._process = ServerProcess(self.what, argv, self.user, self.rundir, self.log, env=_child_env(),
                                       stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT)
-        self._process.start(self._answers, READY_TIMEOUT, "Is the machine overloaded?")
+        self._process.start(self._answers, READY_TIMEOUT, late="Is the machine overloaded?")
 
     def bad_setting(self) -> str | None:
         """The setting its log refuses (`unrecognized configuration parameter "x"`, `invalid value
         for parameter "x": ...`), in PostgreSQL's own words, else None."""
         return refused_setting(self.log_text())
 
+    @property
+    def what(self) -> str:
+        return f"PostgreSQL {self.install.version} ({self.install.bindir / 'postgres'})"
+
     def _answers(self) -> str | None:
+        """None once it answers; else why not yet. An answer waiting cannot change (its database is gone
+        from its data folder) is a StartError at once, not after READY_TIMEOUT."""
         try:
             with self.admin(self.dbname, connect_timeout=2) as conn:
                 conn.execute("SELECT 1")
             return None
         except psycopg.OperationalError as exc:
-            return (str(exc).strip().splitlines() or ["?"])[0]
+            said = (str(exc).strip().splitlines() or ["?"])[0]
+            final = _FOR_GOOD.search(said)
+            if final is not None:
+                raise StartError.with_log(self.what, f"it runs, but {final.group(1)}", self.log_text()) from None
+            return said
+
 
     def admin(self, dbname: str, connect_timeout: int = 10) -> psycopg.Connection[Any]:
         """The superuser on the server's Unix socket: trust, in a folder only the server user (and
@@ -201,37 +216,79 @@ def _runs_as(install: PgInstall, user: ServerUser) -> bool:
 def discard_template(template: Path) -> None:
     """Remove a cached template (under its build lock), so the next ensure_template builds it anew."""
     with file_lock(template.parent / f".{template.name.split('-')[0]}.lock"):
-        if template.exists():
+        if os.path.lexists(template):
             doomed = template.with_name(f".build-{template.name}-discarded")
-            shutil.rmtree(doomed, ignore_errors=True)
+            remove_entry(doomed)
             os.rename(template, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+            remove_entry(doomed)
+
+
+#: The folders of every data folder initdb makes (PostgreSQL 16-18), and its control file's size.
+_DATA_FOLDERS = ("base", "global", "pg_commit_ts", "pg_logical", "pg_multixact", "pg_notify", "pg_replslot",
+                 "pg_serial", "pg_snapshots", "pg_stat", "pg_subtrans", "pg_tblspc", "pg_twophase", "pg_wal",
+                 "pg_xact")
+PG_CONTROL_SIZE = 8192
+#: template1, template0, postgres and leakcheck's own.
+_DATABASES = 4
+
+
+def template_problem(template: Path, version: Version) -> str | None:
+    """Why the cached template at `template` cannot be used, by looking at it (nothing is started);
+    None when it can. A template appears only by rename, whole: this finds one damaged since."""
+    if not template.is_dir():
+        return "is a file, not a folder"
+    try:
+        major = (template / "PG_VERSION").read_text(errors="replace").strip()
+    except OSError:
+        return "has no PG_VERSION"
+    if major != str(version.parts[0]):
+        return f"its PG_VERSION says {major[:20]!r}, not {version.parts[0]}"
+    missing = next((name for name in _DATA_FOLDERS if not (template / name).is_dir()), None)
+    if missing is not None:
+        return f"has no {missing}/ folder"
+    try:
+        size = (template / "global" / "pg_control").stat().st_size
+    except OSError:
+        return "has no global/pg_control"
+    if size != PG_CONTROL_SIZE:
+        return f"its global/pg_control is {size} bytes, not {PG_CONTROL_SIZE} (cut short)"
+    databases = [d for d in (template / "base").iterdir() if d.name.isdigit() and (d / "PG_VERSION").is_file()]
+    if len(databases) != _DATABASES:
+        return f"its base/ holds {len(databases)} databases, not {_DATABASES}"
+    return None
 
 
 def ensure_template(install: PgInstall, cache: Path, user: ServerUser, rundir: Path) -> Path:
-    """cache/templates/<version>: an initialised data dir with our database and roles (built once)."""
+    """cache/templates/<version>: an initialised data dir with our database and roles (built once; one
+    found damaged is built again, saying why)."""
     root = cache / "templates"
     target = root / f"{install.version}-{_TEMPLATE_ID}"
-    if (target / "PG_VERSION").is_file():  # it appears only by rename, so it is complete
+    there = os.path.lexists(target)
+    problem = template_problem(target, install.version) if there else "is missing"
+    if problem is None:
         return target
     why = unwritable(root)
     if why is not None:  # a read-only cache: a template for this run only, in the run's own folder
-        log.info(f"the cache has no PostgreSQL {install.version} template and cannot take one ({why}); "
-                 "initialising one for this run only ...")
+        have = f"a damaged PostgreSQL {install.version} template ({target} {problem}: remove it)" if there else \
+            f"no PostgreSQL {install.version} template"
+        log.info(f"the cache has {have} and cannot take one ({why}); initialising one for this run only ...")
         return _build_template(install, user, rundir / "template", rundir)
     root.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         root.chmod(0o755)  # the server user builds inside it
     with file_lock(root / f".{install.version}.lock"):
-        if (target / "PG_VERSION").is_file():
-            return target
+        there = os.path.lexists(target)
+        problem = template_problem(target, install.version) if there else None
+        if there and problem is None:
+            return target  # another process just built it
+        if problem is not None:
+            log.info(f"the cached PostgreSQL {install.version} template {target} {problem}; rebuilding it")
         log.info(f"initialising a PostgreSQL {install.version} template in {target} (once) ...")
         build = Path(tempfile.mkdtemp(prefix=f".build-{install.version}-", dir=root))
         try:
             user.chown(build)
             data = _build_template(install, user, build / "data", rundir)
-            if target.exists():
-                shutil.rmtree(target)
+            remove_entry(target)
             os.rename(data, target)
         finally:
             shutil.rmtree(build, ignore_errors=True)
@@ -334,6 +391,9 @@ class PgServer:
             first = (str(exc).splitlines() or ["?"])[0]
             log.info(f"the cached PostgreSQL {self.version} template {template} did not start ({first}); "
                      "rebuilding it")
+            if self._server is not None:  # one not ready may still run: it must not touch the new copy
+                self._server.stop()
+                self._server = None
             discard_template(template)
             assert self.tmpdir is not None
             self._template = ensure_template(self.install, self.cache, self.user, self.tmpdir)

@@ -16,7 +16,7 @@ from pathlib import Path
 from leakcheck.model.errors import LeakcheckError, ProvisionError, UsageError
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Binary
-from leakcheck.provision.host.system import file_lock, share_folder, unwritable
+from leakcheck.provision.host.system import file_lock, remove_entry, share_folder, unwritable
 from leakcheck.provision.pgbouncer.build import check_program, stored_argv, stored_origin
 from leakcheck.provision.sources.programs import Program
 
@@ -44,6 +44,8 @@ def given_program(program: Program, path: Path, option: str) -> Binary:
 
 def cached_binary(folder: Path, version: Version, program: Program) -> tuple[Binary | None, str]:
     """The program in a cache folder if it runs and reports that folder's version, else why not."""
+    if not folder.is_dir():
+        return None, "is a file, not a folder"
     try:
         argv = stored_argv(folder, program)
     except LeakcheckError as exc:
@@ -109,7 +111,8 @@ def clear_leftovers(store: Path, broken_again: list[tuple[Path, str]]) -> None:
     for leftover in store.glob(".*-*"):
         shutil.rmtree(leftover, ignore_errors=True)
     for folder, _why in broken_again:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_entry(folder)
+
 
 
 #: A way to put `wanted` into the store: (wanted, store, attempts) -> the binary, or None (why in attempts).
