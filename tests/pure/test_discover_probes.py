@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from leakcheck.drivers.clients import ServerError
 from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Attempt
