@@ -25,7 +25,8 @@ def test_a_row_that_is_there_is_no_lost_write_and_says_so() -> None:
     ledger = Ledger()
     _wrote(ledger, "r1")
     seen = ledger.facts({"r1"}, NOTHING)
-    assert Fact.LOST_WRITE not in seen.facts and "every write reported committed is in the database (1)" in seen.evidence
+    assert Fact.LOST_WRITE not in seen.facts
+    assert "every write reported committed is in the database (1)" in seen.evidence
 
 
 def test_a_write_whose_transaction_was_told_it_failed_is_no_lost_write() -> None:
