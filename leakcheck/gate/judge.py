@@ -12,6 +12,8 @@
 - Without either: only isolated passes.
 - --update: the baseline is being rewritten, so a difference is recorded, not failed.
 - An error (or a skip) never passes: no rule expects one. Not applicable is shown as a skip.
+- A lost write no error told the application (loses_writes) passes only where a baseline expects exactly
+  that, with a reason a person wrote: never by a policy, never by --update.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ def judge(probe: Probe, outcome: Outcome, policy: Policy) -> Judgement:
         difference = _difference(outcome, policy.expected)
         if difference is not None:
             return Judgement(Kind.FAILED, difference)
+    elif verdict is Verdict.LOSES_WRITES:  # no policy accepts it: only a baseline entry with its reason
+        return Judgement(Kind.FAILED, f"LOSES WRITES, which only a baseline entry with a reason accepts: "
+                         f"{outcome.evidence}")
     if required and verdict is not Verdict.ISOLATED:
         return Judgement(Kind.FAILED, f"{probe.id} is required (--require) to be isolated, measured "
                          f"{_said(outcome)}: {outcome.evidence}")
