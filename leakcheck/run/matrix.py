@@ -32,6 +32,7 @@ from leakcheck.provision.host.timing import timed
 from leakcheck.provision.pgbouncer import team_ini
 from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS
 from leakcheck.provision.postgres.fixtures import refuse_older
+from leakcheck.run import signals
 from leakcheck.run.failfast import FailFast
 from leakcheck.run.lanes import Lanes, check_capacity, default_jobs
 from leakcheck.run.runner import run_probe
@@ -157,7 +158,8 @@ class MatrixRun:
                     self._lanes.close()
             finally:
                 try:
-                    agents.stop_all()  # the driver agents the lanes reused
+                    # the driver agents the lanes reused, all at once; interrupted, without waiting for them to end
+                    agents.stop_all(hurry=signals.received() is not None)
                     witnesses.close_all()  # the lanes' own sessions on PostgreSQL (probes/witness.py)
                 finally:
                     self._stack.close()

@@ -11,7 +11,8 @@ half-built template stay. At backend start we remove:
 - `.build-<version>-*` dirs in the cache's templates folder when no build holds that version's lock.
 
 Servers still running from such a dir are stopped (strays.py), the segment their postmaster.pid
-records is removed once nothing is attached to it (sysv_shm.py), then the dir.
+records is removed once nothing is attached to it (sysv_shm.py), then the dir. Driver agents (and
+what they started) that outlived their run are stopped too (tagged.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from leakcheck.provision.host.owner import MARKER, owner_of
 from leakcheck.provision.host.strays import stop_servers_in
 from leakcheck.provision.host.sysv_shm import recorded_segment, remove_if_unused
+from leakcheck.provision.host.tagged import sweep_tagged
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,11 @@ _BUILD_DIR = re.compile(r"\.build-(?P<version>\d[\w.]*)-\w+")
 
 
 def sweep(cache: Path | None = None, tmp: Path | None = None) -> int:
-    """Remove what killed runs left in `tmp` (default: the temp dir) and `cache`; how many items."""
+    """Remove what killed runs left in `tmp` (default: the temp dir) and `cache`; how many folders. Their
+    driver agents are stopped first (tagged.py)."""
+    agents = ", ".join(map(str, sweep_tagged()))
+    if agents:
+        log.info(f"stopped what driver agents of a killed run left running (pids {agents})")
     swept = 0
     for folder in sorted((tmp or Path(tempfile.gettempdir())).glob("leakcheck-*")):
         swept += _sweep_run_dir(folder)
