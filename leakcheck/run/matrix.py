@@ -30,7 +30,7 @@ from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
 from leakcheck.provision.host.timing import timed
 from leakcheck.provision.pgbouncer import team_ini
-from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS
+from leakcheck.provision.pgbouncer.settings import header_keys
 from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.run import signals
 from leakcheck.run.failfast import FailFast
@@ -261,7 +261,10 @@ class MatrixRun:
         if self.config.bouncer_ini is None:
             return []
         team = team_ini.load(self.config.bouncer_ini)
-        said = team_ini.overrides(team, HARNESS_KEYS, DROPPED_KEYS)
+        tables = self.config.pooler_tables
+        fleet = self.config.fleet.is_fleet or any(t.fleet.is_fleet for t in tables)
+        peering = any(a.name == PEERING and "yes" in a.values for t in tables for a in t.axes)
+        said = team_ini.overrides(team, *header_keys(fleet, peering))
         return [f"--bouncer-ini {self.config.bouncer_ini}: kept as written except:", *(f"  {line}" for line in said)]
 
 

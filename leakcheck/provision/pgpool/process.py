@@ -35,7 +35,7 @@ from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.pooler_process import PoolerProcess, Settings
 from leakcheck.provision.host.proc_sockets import idle_children
 from leakcheck.provision.pgbouncer.admin import execute
-from leakcheck.provision.pgpool.conf import PgpoolLayout, bind_failure, render_files, start_error
+from leakcheck.provision.pgpool.conf import PgpoolLayout, bind_failure, render_files, shown, start_error
 
 RESET_TIMEOUT = 5.0
 
@@ -79,6 +79,21 @@ def refused_setting(endpoint: Endpoint, extra: Settings) -> str | None:
     return None
 
 
+def runs_otherwise(endpoint: Endpoint, expected: dict[str, str]) -> str | None:
+    """The first of leakcheck's settings (`expected`: conf.shown) that pgpool-II runs with another value
+    of, by its own `PGPOOL SHOW name`, on one line; None when it runs with each as written."""
+    with _connect(endpoint) as conn:
+        for name, want in expected.items():
+            rows = execute(conn, f"PGPOOL SHOW {name}", "pgpool-II")
+            # one column, or (item, value, description) rows when the name has per-backend forms
+            found = [row.get("value", "") for row in rows if row.get("item") == name] or [
+                next(iter(row.values()), "") for row in rows if len(row) == 1]
+            if found != [want]:
+                return (f"pgpool-II runs with {name} = {found[0] if len(found) == 1 else found!r} (PGPOOL SHOW "
+                        f"{name}), not leakcheck's {want!r}")
+    return None
+
+
 class PgpoolProcess(PoolerProcess):
     """A pgpool-II (own temp dir, config files, port) for as long as the `with` lasts; `reset()`
     closes every cached backend so the next user starts from fresh server connections.
@@ -93,6 +108,8 @@ class PgpoolProcess(PoolerProcess):
     config = "pgpool.conf"
     stop_signal = signal.SIGINT
     death_signal = signal.SIGINT
+    forks = True
+    _layout: PgpoolLayout | None = None
 
     def reset(self) -> None:
         """SIGKILL every connection child once idle; wait until as many new ones wait for clients."""
@@ -122,11 +139,16 @@ class PgpoolProcess(PoolerProcess):
         return answers_port(self.endpoint(), self.port)
 
     def _after_start(self) -> None:
-        """Ask about each extra setting (see refused_setting), then drop the backend that readiness and
-        that check left in its cache."""
+        """Ask about each extra setting (see refused_setting) and check that it runs with leakcheck's own
+        (runs_otherwise; a difference stops it), then drop the backend those checks left in its cache."""
+        assert self._layout is not None
         refused = refused_setting(self.endpoint(), self.extra)
         if refused is not None:
             raise StartError.with_log(self.what, refused, self._alive().recent_log(), self._hint())
+        otherwise = runs_otherwise(self.endpoint(), shown(self.settings, self.extra, self._layout))
+        if otherwise is not None:
+            raise StartError(f"{self.what}: {otherwise}: stopped it; a setting reached it that leakcheck did not "
+                             f"write, report this. {self._hint()}")
         self.reset()
 
     def _start_error(self, log: str) -> str | None:
@@ -140,6 +162,7 @@ class PgpoolProcess(PoolerProcess):
             version=self.version, port=self.port, run_dir=str(tmp), pool_passwd=str(tmp / "pool_passwd"),
             server_host=self.server_host, server_port=self.server_port,
         )
+        self._layout = layout
         admin = self.endpoint()
         files = render_files(self.settings, self.extra, layout, self.credentials, (admin.user, admin.password))
         for name in ("pgpool.pid", "pgpool_status"):
