@@ -61,6 +61,10 @@ def judge(probe: Probe, outcome: Outcome, policy: Policy) -> Judgement:
             return Judgement(Kind.PASSED)
         if outcome.verdict is Verdict.NOT_APPLICABLE:
             return Judgement(Kind.NOT_APPLICABLE, f"not applicable: {outcome.evidence}")
+        if outcome.verdict is Verdict.LOSES_WRITES:  # no sharing is needed for this: a finding in itself
+            return Judgement(Kind.FAILED, f"LOSES WRITES on the {outcome.route.value} control too, where the clients "
+                             f"share no server connection: the pooler or the driver loses them by itself: "
+                             f"{outcome.evidence}")
         return Judgement(Kind.FAILED, f"control ({outcome.route.value}) must measure {want.value}, measured "
                          f"{outcome.verdict.value}: {outcome.evidence}. This probe cannot be trusted here")
     verdict = outcome.verdict

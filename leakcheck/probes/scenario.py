@@ -32,7 +32,7 @@ from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write
-from leakcheck.probes.witness import Witness, tag
+from leakcheck.probes.witness import Witness, is_reset, tag
 from leakcheck.provision.base import Endpoint
 
 T = TypeVar("T")
@@ -74,9 +74,11 @@ class Scenario:
     #: O, the harness's observer through the pooler, where connected clients share server connections
     #: (transaction or statement mode); None elsewhere: a client's own connection observes for it
     observer: Callable[[], Awaitable[Client]] | None = None
-    #: the pooler runs its own statement on a server after each transaction (server_reset_query_always):
-    #: session state cannot be read after an autocommit step, which probes say instead of guessing
-    resets_after_transaction: bool = False
+    #: the pooler is configured to run its own statement on a server after each transaction
+    #: (server_reset_query_always): session state cannot be read after an autocommit step
+    resets_configured: bool = False
+    #: the reset statement the witness saw the pooler run after a client's step (Odyssey's pool_discard...)
+    pooler_resets: str | None = None
     #: the clients are processes of their own (agents): without a witness their word proves nothing
     clients_are_agents: bool = False
     ledger: Ledger = field(default_factory=Ledger)
@@ -90,6 +92,12 @@ class Scenario:
     _in_transaction: set[str] = field(default_factory=set)
     _writes: int = 0
     _last_prepared: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def resets_after_transaction(self) -> bool:
+        """No session state survives between a client's statements here: configured so, or seen by the witness
+        (probes say so instead of taking a read-back that never had a chance for a harness failure)."""
+        return self.resets_configured or self.pooler_resets is not None
 
     def name(self, stem: str) -> str:
         """A name unique to this run (for tables, cursors, channels, statements)."""
@@ -135,8 +143,17 @@ class Scenario:
         seen = self.witness.look(tag(self.token, client.label))
         if seen is None:
             if said_server is None:
-                return False  # the step never reached PostgreSQL, or a statement ran on its server after it
-            if not self.witness.confirms(said_server):
+                # the step never reached PostgreSQL, or a statement ran on its server after it: the pooler's
+                # own reset, on the server the client was last seen on?
+                last = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
+                ran = self.witness.confirms(last) if last is not None else None
+                if ran is not None and is_reset(ran):
+                    self.pooler_resets = ran.strip()
+                return False
+            ran = self.witness.confirms(said_server)
+            if ran is not None and is_reset(ran):
+                self.pooler_resets = ran.strip()  # the pooler's own statement followed the client's
+            if ran is None:
                 raise ProbeError(f"{client.label} reported server connection {said_server} (started "
                                  f"{said_server.started}) at {step!r}, but the server shows no such backend running "
                                  "that step: a proof is never taken on a client's word")

@@ -172,7 +172,7 @@ async def _measure(
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
-                        resets_after_transaction=resets_after_transaction(target),
+                        resets_configured=resets_after_transaction(target),
                         clients_are_agents=not target.driver.native)
     try:
         try:

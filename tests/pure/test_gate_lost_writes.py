@@ -59,3 +59,11 @@ def test_record_never_writes_a_lost_write_by_itself_and_keeps_one_a_person_wrote
     assert KEY not in fresh.verdicts and "by hand" in fresh.unrecorded[KEY]
     kept = record.plan({KEY: Expectation(Verdict.LOSES_WRITES, "known")}, [lost()])
     assert kept.verdicts[KEY] == Expectation(Verdict.LOSES_WRITES, "known")
+
+
+def test_a_control_that_loses_writes_says_so_and_not_that_the_probe_cannot_be_trusted() -> None:
+    on_control = make("tx_free_before_commit", "16.14", "4.3.5", Route.SESSION, "asyncpg", Verdict.LOSES_WRITES,
+                      "B's row is not in the database", facts=(Fact.LOST_WRITE, Fact.SILENT))
+    found = judge(PROBE, on_control, Policy())
+    assert found.fails and "LOSES WRITES on the session control too" in found.message
+    assert "cannot be trusted" not in found.message
