@@ -25,7 +25,7 @@ from leakcheck.model.versions import Version
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.owner import create, fresh_name
 from leakcheck.provision.host.proc_sockets import beyond, listening
-from leakcheck.provision.host.process import ServerProcess, exit_reason, wait_until
+from leakcheck.provision.host.process import STOPPED, ServerProcess, wait_until
 from leakcheck.provision.host.strays import stop_servers_in
 from leakcheck.provision.host.system import (
     PortClash,
@@ -88,7 +88,8 @@ class PoolerProcess(SpawnThenFinish):
     config: ClassVar[str]  # its main config file, for messages
     stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
     death_signal: ClassVar[signal.Signals] = signal.SIGKILL
-    #: whether it forks processes of its own (pgpool-II's children): what they listen on is checked too
+    #: Whether it forks processes of its own (pgpool-II's children): what they listen on is checked too, and
+    #: what they leave when its main process ends uncleanly is removed (ServerProcess's `forks`).
     forks: ClassVar[bool] = False
     ready_timeout: ClassVar[float] = 15.0
     stop_timeout: ClassVar[float] = 3.0
@@ -223,6 +224,7 @@ class PoolerProcess(SpawnThenFinish):
         self._process = ServerProcess(
             self.what, [*self.binary.argv, *tail], self.user, self.tmpdir, self.tmpdir / f"{self.name}.out",
             stop_signal=self._stop_signal(), stop_timeout=self.stop_timeout, death_signal=self.death_signal,
+            forks=self.forks,
         )
         self._process.spawn()
 
@@ -231,11 +233,13 @@ class PoolerProcess(SpawnThenFinish):
         assert process is not None
 
         def gone() -> str | None:
-            code = process.exit_code()
-            if code is None:
+            how = process.ended()  # exited, or stopped (SIGSTOP): it would never answer
+            if how is None:
                 return self._failing(process.recent_log())
+            if how == STOPPED:
+                return how
             own = self._start_error(process.recent_log())
-            return exit_reason(code) + (f": {own}" if own else "")
+            return how + (f": {own}" if own else "")
 
         try:
             wait_until(self.what, self._ready, gone, self.ready_timeout, process.recent_log, self._hint())

@@ -71,11 +71,11 @@ def servers_in(folder: Path) -> list[int]:
     return [pid for pid in pids if pid != os.getpid() and _runs_from(pid, folders, uid)]
 
 
-def stop_servers_in(folder: Path) -> int:
-    """SIGKILL every server process running from `folder` and wait until they are gone; how many."""
+def stop_servers_in(folder: Path) -> list[int]:
+    """SIGKILL every server process running from `folder` and wait until they are gone; their pids."""
     pids = servers_in(folder)
     kill_all(pids)
-    return len(pids)
+    return pids
 
 
 def kill_all(pids: list[int]) -> None:

@@ -92,9 +92,9 @@ class _Postmaster:
                 "-c", f"listen_addresses={HOST}", "-k", str(self.rundir / "sock")]
         for setting in _SETTINGS:
             argv += ["-c", setting]
-        # SIGINT: PostgreSQL's fast shutdown.
+        # SIGINT: PostgreSQL's fast shutdown. Its backends and its segment outlive a killed postmaster.
         self._process = ServerProcess(self.what, argv, self.user, self.rundir, self.log, env=_child_env(),
-                                      stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT)
+                                      stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT, forks=True)
         self._process.start(self._answers, READY_TIMEOUT, late="Is the machine overloaded?")
 
     def bad_setting(self) -> str | None:
