@@ -14,12 +14,16 @@ from leakcheck.probes.scenario import Scenario
 
 
 async def sentinel(s: Scenario, client: Client, channel: str) -> bool:
-    """The client notifies itself on its own channel, in one transaction of its own (the harness's proof of
-    absence, no application's call: a pooler's reset between two statements must not eat it); True when
-    that arrived (by its COMMIT's end)."""
-    done = await s.transaction(client, "sentinel", f"LISTEN {channel}", f"NOTIFY {channel}, 'sentinel'")
-    if done.failed:
-        raise ProbeError(f"{client.label} could not notify itself: {done}")
+    """The client notifies itself on its own channel, in one SQL transaction block (the harness's proof of
+    absence, no application's call: a pooler's reset between two statements must not eat it, and the
+    driver's own transaction statements must not collide with another client's: pgjdbc's COMMIT is a
+    named statement of its own past its prepareThreshold); True when that arrived (by its COMMIT's end)."""
+    for step, sql in (("sentinel", "BEGIN"), ("sentinel", f"LISTEN {channel}"),
+                      ("sentinel", f"NOTIFY {channel}, 'sentinel'"), ("sentinel", "COMMIT")):
+        done = await s.run(client, step, sql)
+        if done.failed:
+            await s.run(client, step, "ROLLBACK")
+            raise ProbeError(f"{client.label} could not notify itself ({sql}): {done}")
     return any(n.channel == channel for n in client.notifications)
 
 

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
@@ -287,8 +288,10 @@ class Scenario:
         got = await self._step(client, f"{step}: commit", client.commit())
         if got.failed and self._connected(client, Attempt()):
             # as an application does after a failed commit (a framework's rollback): a transaction left open
-            # would hold the pool's only server connection, and the next client would wait for ever
-            await attempt(client.rollback(), session_end_observed=True)
+            # would hold the pool's only server connection, and the next client would wait for ever (a driver
+            # that ended its transaction itself refuses a second end: nothing is left open then)
+            with contextlib.suppress(AgentRefused):
+                await attempt(client.rollback(), session_end_observed=True)
         self._in_transaction.discard(client.label)
         self.ledger.ended(client.label, committed=not got.failed, error=str(got.error) if got.failed else None)
         return got
