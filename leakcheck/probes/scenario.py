@@ -378,9 +378,14 @@ class Scenario:
         slot = self._slot.get(of.label, Slot.HOME)
         self._slot[self._o.label] = slot
         try:
-            return await self.observe(self._o, f"{step} (for {of.label})", expr)
+            value = await self.observe(self._o, f"{step} (for {of.label})", expr)
         finally:
             self._slot.pop(self._o.label, None)
+        theirs = next((p.server for p in reversed(self.proofs) if p.client == of.label and p.slot is slot), None)
+        if theirs is not None and self.proofs[-1].server != theirs:
+            raise ProbeError(f"the observer read {of.label}'s server at {step!r} on {self.proofs[-1].server}, but "
+                             f"{of.label} was on {theirs}: the clients did not share the server as the probe requires")
+        return value
 
     async def read_array(self, of: Client, step: str, expr: str) -> list[Any]:
         value = await self.read(of, step, expr)
