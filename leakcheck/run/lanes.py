@@ -28,9 +28,10 @@ LaneKey = tuple[object, ...]
 CLOSE_GRACE = 2.0
 Work = tuple[Probe, Target]
 
-#: The most probe runs one matrix may collect (the full native matrix is 1,728): more is a usage
-#: error that says to split the matrix, never a run that starts without a word.
-MAX_RUNS = 5000
+#: The most probe runs one matrix may collect (the README's native matrix is 3,024; seven PgBouncer cells of
+#: three PostgreSQL versions, 5,292): more is a usage error that says to split the matrix, never a run that
+#: starts without a word.
+MAX_RUNS = 8000
 #: The most pooler processes one run starts for one PostgreSQL version. Every lane's pooler starts
 #: up front and runs to the end, each with server connections of that PostgreSQL's 100
 #: (max_connections, pg_server.py); the full native matrix starts 42 per version.
