@@ -138,9 +138,12 @@ async def parse_close_batch(s: Scenario) -> Observation:
 @probe("pooler_announced", "what a pooler announces at login (PgBouncer 1.26's pgbouncer.pool_mode and "
        "pgbouncer.max_prepared_statements ParameterStatus) against what it does", scope=Scope.TRANSACTION)
 async def pooler_announced(s: Scenario) -> Observation:
-    if s.a.reported("server_version") is None:  # PostgreSQL reports it at every login: the driver shows none
-        raise NotApplicable("A's driver shows no ParameterStatus value at all (not even server_version), so what a "
-                            "pooler announces cannot be read through it")
+    # PostgreSQL reports integer_datetimes at every login: a driver that does not show it shows only some values
+    # (PDO) or none (node-postgres), and what the pooler announced cannot be read through it.
+    if s.a.reported("integer_datetimes") is None:
+        raise NotApplicable("A's driver does not show every ParameterStatus value it was sent (not even "
+                            "integer_datetimes, which PostgreSQL reports at every login), so what a pooler announces "
+                            "cannot be read through it")
     mode, limit, version = (s.a.reported(f"pgbouncer.{n}") for n in ("pool_mode", "max_prepared_statements", "version"))
     # A and B, both connected: which server connection is each given? (shared: transaction or statement mode)
     await s.observe(s.a, "connected", "1")

@@ -133,6 +133,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         ),
         "name LIKE 'pdo\\_stmt\\_%'",
         protocols=_LIBPQ_15.format("pdo_pgsql"),
+        copy="PDO's pgsqlCopyFromArray sends every row in one call: no first row on its own, the rest later",
         pipeline=_NO_PIPELINE.format("PDO"),
     ),
     # ruby-pg: prepare('a1', ...) + exec_prepared, Rails' names a1, a2... per connection
