@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from leakcheck.drivers.clients import Client
 from leakcheck.model.errors import ProbeError
+from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Scope
 from leakcheck.probes.base import Attempt, Probe, probe, said
 from leakcheck.probes.outcomes import WRITES_TABLE
@@ -235,6 +236,13 @@ async def set_rollback_savepoint(s: Scenario) -> Observation:
     return await _set_undone(s, savepoint=True)
 
 
+def _ended(got: Attempt) -> bool:
+    """The step's error ended its client's session (faults.py: a connection exception, or a closed connection):
+    the ledger has it as a disconnect (an agent's error does not say whether its connection closed)."""
+    return got.error is not None and machine_fault(got.error.sqlstate, closed=got.error.closed,
+                                                   session_end_observed=False) is not None
+
+
 @probe("search_path_emptied", "search_path emptied by a dump or restore session (pg_dump's preamble, "
        "set_config('search_path', '', false)): does B's unqualified table still resolve?", fixtures=True)
 async def search_path_emptied(s: Scenario) -> Observation:
@@ -254,7 +262,7 @@ async def search_path_emptied(s: Scenario) -> Observation:
         if client.label in closed:
             return Attempt(value="not run: its connection was closed")
         got = await s.run(client, name, sql, may_disconnect=True)
-        if got.error is not None and got.error.closed:
+        if _ended(got):
             closed.add(client.label)
         return got
 
@@ -265,8 +273,7 @@ async def search_path_emptied(s: Scenario) -> Observation:
     b_after = await step(s.b, "read search_path after A", path)
     steps = (("B's read", b_path), ("B's SELECT", b_read), ("A's read", a_path), ("B's read after A", b_after))
     misreported = b_told is not None and not b_path.failed and b_told != b_path.value
-    failures = [(what, got) for what, got in steps
-                if got.failed and not got.state("42P01") and not (got.error is not None and got.error.closed)]
+    failures = [(what, got) for what, got in steps if got.failed and not got.state("42P01") and not _ended(got)]
     return Observation(
         evidence=f"A: set_config('search_path', '', false). B read {b_path} (its driver was told {said(b_told)}), its "
         f"unqualified SELECT gave {b_read}; A read {a_path}; B then read {b_after}",
