@@ -237,9 +237,12 @@ class Scenario:
         connection, which is then an outcome (Fact.DISCONNECTED), not a machine fault."""
         got = await self._step(client, step, client.query(self.tagged(client, sql)), may_disconnect=may_disconnect,
                                session_end_observed=session_end_observed)
-        if not self._prove(client, step, None, silent=not got.failed) and self._connected(client, got):
+        ended = may_disconnect and got.error is not None and machine_fault(
+            got.error.sqlstate, closed=got.error.closed, session_end_observed=False) is not None
+        if not self._prove(client, step, None, silent=not got.failed) and self._connected(client, got) and not ended:
             # not seen: the driver ran a statement of its own after it (PDO reads a column's type), or the
-            # pooler its reset: the client's next statement, a read of its own, tells where it is
+            # pooler its reset: the client's next statement, a read of its own, tells where it is (not after a
+            # session end the step may cause: an agent's error does not say its connection closed)
             await self.observe(client, f"{step}: where", "1")
         if got.failed:
             return got

@@ -111,6 +111,13 @@ class Witness:
             "AND pid = ANY(%s)", ([s.pid for s in servers],)).fetchall()
         return [(server, str(r[2])) for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
 
+    def idle(self, servers: set[ServerId]) -> list[ServerId]:
+        """Which of these backends sit idle: no statement running, no transaction open (a client that waits for
+        one of them then waits for the pooler, not for PostgreSQL)."""
+        rows = self.conn.execute(f"SELECT {_IDENTITY} FROM pg_stat_activity WHERE state = 'idle' AND pid = ANY(%s)",
+                                 ([s.pid for s in servers],)).fetchall()
+        return [server for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
+
     def terminate(self, server: ServerId) -> None:
         """End that backend (the harness's own clean-up of a stalled pool: the probe has measured already)."""
         self.conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",

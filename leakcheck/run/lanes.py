@@ -28,7 +28,7 @@ LaneKey = tuple[object, ...]
 CLOSE_GRACE = 2.0
 Work = tuple[Probe, Target]
 
-#: The most probe runs one matrix may collect (the full native matrix is 2,544; one PostgreSQL of the driver
+#: The most probe runs one matrix may collect (the README's native matrix is 3,024; one PostgreSQL of the driver
 #: gate about 2,500 per six drivers): more is a usage error that says to split the matrix, never a run that
 #: starts without a word.
 MAX_RUNS = 10000

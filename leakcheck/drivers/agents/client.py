@@ -32,7 +32,7 @@ from leakcheck.drivers.agents.process import (
     stop_together,
 )
 from leakcheck.drivers.cancel import int32
-from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.drivers.clients import CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
@@ -224,6 +224,22 @@ class AgentClient:
                                 "executes a prepared statement by a name it did not prepare itself")
         with timed("statements"):
             return await self._rows("bind", "", name=name)
+
+    async def copy_in(self, copy: CopyIn) -> None:
+        """The optional `copy_in` op (hello's `ops`): COPY ... FROM STDIN through the driver's copy API;
+        NotApplicable, in words, where the agent does not offer it."""
+        agent = self._lease.agent
+        if "copy_in" not in (agent.hello.get("ops") or ()):
+            raise NotApplicable(f"the {agent.driver} agent does not answer copy_in: {self._shipped.copy}")
+        with timed("statements"):
+            await self._call("copy_in", sql=copy.sql, table=copy.table, columns=list(copy.columns),
+                             first=copy.first, rows=copy.rows, times=copy.times, pause_ms=round(copy.pause * 1000))
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        raise NotApplicable(f"the {self._lease.agent.driver} agent sends no pipeline: {self._shipped.pipeline}")
+
+    def protocol(self) -> str | None:
+        return None
 
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)
