@@ -18,7 +18,6 @@ import psycopg
 from leakcheck.discover.lab import Endpoint
 from leakcheck.discover.ops import Abilities
 from leakcheck.drivers.agents.client import AgentClient
-from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError, connect
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
@@ -110,9 +109,7 @@ async def abilities(driver: Driver, endpoint: Endpoint, settings: tuple[Setting,
             return Abilities(bound=False, free=False, prepared=False)
         try:
             await free(client, sql)
-        except AgentRefused as exc:
-            if exc.kind != "unsupported":
-                raise
+        except NotApplicable:  # the agent answered `unsupported`: it has no call to free one
             return Abilities(bound=False, free=False)
         return Abilities(bound=False, free=True)
     finally:

@@ -19,13 +19,16 @@ class Verdict(StrEnum):
     LEAKS = "leaks"  #: the other client saw, or was affected by, the state
     LOST = "lost"  #: the client's own state was gone when it ran again
     BREAKS = "breaks"  #: using the feature raised errors
+    #: a write the application was told is committed is not in the database, and no error reached the
+    #: application: the most severe verdict (a gate fails on it even where `leaks` is accepted)
+    LOSES_WRITES = "loses_writes"
     ERROR = "error"  #: the harness could not measure (e.g. no proof of a shared server)
     NOT_APPLICABLE = "not_applicable"  #: measured: the pooler refused what the probe needs (e.g. a transaction block)
     SKIPPED = "skipped"  #: not run
 
     @property
     def is_problem(self) -> bool:
-        return self in (Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS)
+        return self in (Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.LOSES_WRITES)
 
 
 class Fact(StrEnum):
@@ -38,14 +41,44 @@ class Fact(StrEnum):
     #: the driver or the pooler got over what the other client did by itself (a retry, a re-prepare, a
     #: silent replacement of a statement): how the application kept going, never a verdict of its own
     RECOVERED = "recovered"
+    #: what the application lost (the outcome oracles, probes/outcomes.py):
+    LOST_WRITE = "lost_write"  #: a write the application was told is committed is not in the database
+    DISCONNECTED = "disconnected"  #: a client's connection was closed under it (the error class in the evidence)
+    #: a client was handed another server connection mid-session: its session state stayed with the old one
+    MOVED = "moved"
+    OTHER_RESULT = "other_result"  #: a call returned another client's result, not the caller's own
+    #: a client's call waited for a server connection another client's unfinished transaction held (the pool stalled)
+    STALLED = "stalled"
+    SILENT = "silent"  #: no error reached the application for what it lost (a write, its server, its result)
 
 
-#: The documented order: the first fact present names the verdict (none: isolated).
+#: The documented order: the first fact present names the verdict (none: isolated). A lost write that
+#: no error told the application of comes first of all (`classify`): LOSES_WRITES.
 HEADLINE: tuple[tuple[Fact, Verdict], ...] = (
     (Fact.BROKE, Verdict.BREAKS),
+    (Fact.STALLED, Verdict.BREAKS),
+    (Fact.DISCONNECTED, Verdict.BREAKS),
+    (Fact.LOST_WRITE, Verdict.BREAKS),  # not silent: an error told the application
     (Fact.LEAKED, Verdict.LEAKS),
+    (Fact.OTHER_RESULT, Verdict.LEAKS),
     (Fact.LOST, Verdict.LOST),
+    (Fact.MOVED, Verdict.LOST),
 )
+
+
+#: The facts a verdict's own word already says (the rest are shown beside it).
+_SAID_BY = {Verdict.BREAKS: (Fact.BROKE,), Verdict.LEAKS: (Fact.LEAKED,), Verdict.LOST: (Fact.LOST,),
+            Verdict.LOSES_WRITES: (Fact.LOST_WRITE, Fact.SILENT)}
+
+
+def headline(facts: Sequence[Fact]) -> tuple[Verdict, tuple[Fact, ...]]:
+    """The verdict the facts name, and the facts that name it."""
+    if Fact.LOST_WRITE in facts and Fact.SILENT in facts:
+        return Verdict.LOSES_WRITES, (Fact.LOST_WRITE, Fact.SILENT)
+    for fact, verdict in HEADLINE:
+        if fact in facts:
+            return verdict, (fact,)
+    return Verdict.ISOLATED, ()
 
 
 class Scope(StrEnum):
@@ -81,6 +114,9 @@ class Proof:
     client: str
     server: ServerId
     slot: Slot = Slot.HOME
+    #: which of the route's server connections in turn: a pooler that closed the one A and B shared hands
+    #: out a new one (Fact.MOVED); proofs of one epoch and slot must name one server connection
+    epoch: int = 0
 
     def describe(self) -> str:
         return f"{self.client} {self.step}: {self.server}"
@@ -89,7 +125,7 @@ class Proof:
 def expected_same(route: Route, p: Proof, q: Proof) -> bool:
     """Whether two proofs must name one server connection on this route."""
     if route is Route.TRANSACTION:
-        return p.slot is q.slot
+        return p.slot is q.slot and p.epoch == q.epoch
     if route is Route.SHARED:
         return True
     return p.client == q.client  # negative controls: each client keeps its own session
@@ -119,11 +155,23 @@ class Observation:
     misreported: bool = False
     details: tuple[tuple[str, str], ...] = ()
     recovered: str | None = None  #: how the driver or pooler recovered (Fact.RECOVERED), in the evidence too
+    #: what the application lost, each in words (also in the evidence): the outcome oracles' facts
+    lost_write: str | None = None
+    disconnected: str | None = None
+    moved: str | None = None
+    other_result: str | None = None
+    stalled: str | None = None
+    silent: bool = False  #: no error reached the application for what it lost
 
     @property
     def facts(self) -> tuple[Fact, ...]:
+        lost_something = any(x is not None for x in (self.lost_write, self.moved, self.other_result))
         seen = {Fact.BROKE: self.broke is not None, Fact.LEAKED: self.leaked, Fact.LOST: self.lost,
-                Fact.MISREPORTED: self.misreported, Fact.RECOVERED: self.recovered is not None}
+                Fact.MISREPORTED: self.misreported, Fact.RECOVERED: self.recovered is not None,
+                Fact.LOST_WRITE: self.lost_write is not None, Fact.DISCONNECTED: self.disconnected is not None,
+                Fact.MOVED: self.moved is not None, Fact.OTHER_RESULT: self.other_result is not None,
+                Fact.STALLED: self.stalled is not None,
+                Fact.SILENT: self.silent and lost_something}
         return tuple(f for f in Fact if seen[f])
 
 
@@ -161,16 +209,17 @@ class Outcome:
 
     @property
     def other_facts(self) -> tuple[Fact, ...]:
-        """Facts seen besides the one the verdict names (e.g. a break that also leaked)."""
-        named = {v: f for f, v in HEADLINE}.get(self.verdict)
-        return tuple(f for f in self.facts if f is not named)
+        """Facts seen besides the verdict's own word (e.g. a break that also leaked: BREAKS+leaked; a break that
+        was a disconnect: BREAKS+disconnected)."""
+        return tuple(f for f in self.facts if f not in _SAID_BY.get(self.verdict, ()))
 
 
 def classify(route: Route, proofs: Sequence[Proof], observation: Observation) -> tuple[Verdict, str]:
     """The verdict and its evidence. No proof of the expected server sharing, no verdict.
 
     Every proof must relate to every other as the route requires; a verdict other than breaks
-    needs proofs from both clients (a break may rest on the proof of the client that broke).
+    needs proofs from both clients (a break, a disconnect or a stalled pool may rest on the proof of the
+    client that broke).
     """
     if not proofs:
         return Verdict.ERROR, f"no server identity proof was taken. {observation.evidence}"
@@ -180,9 +229,9 @@ def classify(route: Route, proofs: Sequence[Proof], observation: Observation) ->
     servers = "; ".join(sorted({f"{p.client} on {p.server}" for p in proofs}))
     evidence = f"{observation.evidence} [{servers}]"
     facts = observation.facts
-    if Fact.BROKE not in facts and not {"A", "B"} <= {p.client for p in proofs}:
+    verdict, named = headline(facts)
+    if verdict is not Verdict.BREAKS and not {"A", "B"} <= {p.client for p in proofs}:
         return Verdict.ERROR, f"only {', '.join(sorted({p.client for p in proofs}))} proved its server. {evidence}"
-    for fact, verdict in HEADLINE:
-        if fact in facts:
-            return verdict, (f"{observation.broke}. {evidence}" if verdict is Verdict.BREAKS else evidence)
-    return Verdict.ISOLATED, evidence
+    lead = {Fact.BROKE: observation.broke, Fact.DISCONNECTED: observation.disconnected,
+            Fact.STALLED: observation.stalled, Fact.LOST_WRITE: observation.lost_write}.get(named[0]) if named else None
+    return verdict, (f"{lead}. {evidence}" if lead else evidence)

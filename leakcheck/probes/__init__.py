@@ -13,15 +13,19 @@ from leakcheck.probes import (
     locks,
     objects,
     prepared,
+    protocol,
     security,
     settings,
     startup,
+    transactions,
 )
-from leakcheck.probes.base import Probe, Scenario
+from leakcheck.probes.base import Probe
+from leakcheck.probes.scenario import Scenario
 
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + cleanup.PROBES
     + startup.PROBES + security.PROBES + cancel.PROBES + handover.PROBES + discovered.PROBES + fleet.PROBES
+    + transactions.PROBES + protocol.PROBES
 )
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]

@@ -4,18 +4,20 @@ pool's DISCARD ALL, a DEALLOCATE by name): does A's next prepared execution stil
 from __future__ import annotations
 
 from leakcheck.model.verdicts import Observation
-from leakcheck.probes.base import Attempt, Probe, Scenario, attempt, probe
-from leakcheck.probes.prepared import fails, first_failed, names_holding, prepare_in_a, retried, run_and_read_names
+from leakcheck.probes.base import Attempt, Probe, probe
+from leakcheck.probes.prepared import fails, first_failed, names_after, names_holding, prepare_in_a, retried
+from leakcheck.probes.scenario import Scenario
 
 
 async def _a_runs_again(s: Scenario, marker: str, before: list[str], after: list[str], b_did: str,
                         b_failed: Attempt | None = None) -> Observation:
-    """A's prepared run after B's clean-up (retried once if it failed, as an application's next request
-    is), read with A's server's statements in one transaction. Facts: B's clean-up removed A's
-    statements from the server they share (leaked), A's run failed (broke), A's run worked but its
-    statement is no longer prepared there (lost), A got another value than its own (leaked), the
-    driver or pooler got over it (recovered)."""
-    run, names = await run_and_read_names(s, "prepared run after B's clean-up", marker)
+    """A's prepared run after B's clean-up, in autocommit as the application runs it (retried once if it
+    failed, as an application's next request is); then an observer reads A's server's statements. Facts:
+    B's clean-up removed A's statements from the server they share (leaked), A's run failed (broke), A's
+    run worked but its statement is no longer prepared there (lost), A got another value than its own
+    (leaked), the driver or pooler got over it (recovered)."""
+    run = await s.prepared(s.a, "prepared run after B's clean-up", f"'{marker}'::text", own=marker)
+    names = [] if run.failed else await names_after(s, marker)
     retry, recovered = await retried(s, s.a, "prepared run after B's clean-up", marker, run)
     removed = [n for n in before if n not in after]
     foreign = not retry.failed and retry.value != marker
@@ -40,7 +42,7 @@ async def _cleanup_all(s: Scenario, command: str) -> Observation:
     # B: the statements holding A's text on the server they share, then the clean-up. DISCARD ALL
     # cannot run in a transaction block: B's reads before and after carry its proofs (a pool of one).
     before = await s.observe_array(s.b, "read pg_prepared_statements", names_holding(marker))
-    done = await attempt(s.b.execute(command))
+    done = await s.run(s.b, command, command)
     after = await s.observe_array(s.b, f"read pg_prepared_statements after {command}", names_holding(marker))
     # A: its next prepared execution.
     return await _a_runs_again(s, marker, before, after, f"ran {command}: {done}", done if done.failed else None)

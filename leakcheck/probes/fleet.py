@@ -15,7 +15,8 @@ from leakcheck.drivers.cancel import send_cancel_request
 from leakcheck.drivers.clients import AsyncpgClient, Client
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.verdicts import Observation, Route, Scope
-from leakcheck.probes.base import Scenario, probe
+from leakcheck.probes.base import probe
+from leakcheck.probes.scenario import Scenario
 
 #: How long A's statement sleeps: a cancel that arrives ends it sooner.
 SLEEP = 4

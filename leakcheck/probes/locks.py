@@ -6,7 +6,8 @@ import zlib
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Probe, Scenario, probe, said
+from leakcheck.probes.base import Probe, probe, said
+from leakcheck.probes.scenario import Scenario
 
 
 def _key(s: Scenario) -> int:
@@ -45,9 +46,9 @@ async def advisory_lock(s: Scenario) -> Observation:
 @probe("advisory_xact_lock", "transaction advisory lock (pg_advisory_xact_lock)", scope=Scope.TRANSACTION)
 async def advisory_xact_lock(s: Scenario) -> Observation:
     key = _key(s)
-    # A: a lock scoped to one transaction, released at COMMIT.
-    held = await s.run(s.a, "pg_advisory_xact_lock", f"SELECT pg_advisory_xact_lock({key})",
-                       f"SELECT {_held(key, 'true')}")
+    # A: a lock scoped to one transaction (opened through its driver's API), released at COMMIT.
+    held = await s.transaction(s.a, "pg_advisory_xact_lock", f"SELECT pg_advisory_xact_lock({key})",
+                               f"SELECT {_held(key, 'true')}")
     if held.failed or int(held.value) == 0:
         raise ProbeError(f"A's transaction did not hold advisory lock {key} ({held}); nothing was exercised")
     # B: nobody should hold the lock any more.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Probe, Scenario, probe, said
+from leakcheck.probes.base import Probe, probe, said
+from leakcheck.probes.scenario import Scenario
 
 
 def _regclass(name: str) -> str:
@@ -29,9 +30,9 @@ async def temp_table(s: Scenario) -> Observation:
 @probe("temp_table_on_commit_drop", "temporary table ON COMMIT DROP", scope=Scope.TRANSACTION)
 async def temp_table_on_commit_drop(s: Scenario) -> Observation:
     table = s.name("tmpdrop")
-    # A: a temp table that vanishes at the end of A's transaction.
-    inside = await s.run(s.a, "CREATE TEMP TABLE ON COMMIT DROP",
-                         f"CREATE TEMP TABLE {table} (v int) ON COMMIT DROP", f"SELECT {_regclass(table)}")
+    # A: a temp table that vanishes at the end of A's transaction (opened through its driver's API).
+    inside = await s.transaction(s.a, "CREATE TEMP TABLE ON COMMIT DROP",
+                                 f"CREATE TEMP TABLE {table} (v int) ON COMMIT DROP", f"SELECT {_regclass(table)}")
     if inside.value is None:
         raise ProbeError(f"A's transaction could not resolve its own {table} ({inside}); nothing was exercised")
     # B: nothing should remain.
@@ -66,9 +67,9 @@ async def with_hold_cursor(s: Scenario) -> Observation:
 @probe("plain_cursor", "cursor without HOLD, inside a transaction", scope=Scope.TRANSACTION)
 async def plain_cursor(s: Scenario) -> Observation:
     cursor = s.name("cur")
-    # A: a cursor that ends with A's transaction.
-    first = await s.run(s.a, "DECLARE", f"DECLARE {cursor} CURSOR FOR SELECT generate_series(1, 3)",
-                        f"FETCH 1 FROM {cursor}")
+    # A: a cursor that ends with A's transaction (opened through its driver's API).
+    first = await s.transaction(s.a, "DECLARE", f"DECLARE {cursor} CURSOR FOR SELECT generate_series(1, 3)",
+                                f"FETCH 1 FROM {cursor}")
     if first.value != 1:
         raise ProbeError(f"A's FETCH from its own cursor gave {first}, not 1; nothing was exercised")
     # B: nothing should remain.

@@ -4,7 +4,8 @@ server_settings, an agent's `options`, catalogue.py). The runner connects A with
 from __future__ import annotations
 
 from leakcheck.model.verdicts import Observation
-from leakcheck.probes.base import Probe, Scenario, probe, said
+from leakcheck.probes.base import Probe, probe, said
+from leakcheck.probes.scenario import Scenario
 
 #: The schema A's startup packet names; it need not exist (search_path takes any name).
 STARTUP_SCHEMA = "lc_startup_schema"

@@ -17,6 +17,7 @@ from leakcheck.probes import PROBES
 from leakcheck.probes.base import Login, Probe
 from leakcheck.probes.prepared import NEVER_PREPARED
 from leakcheck.reports.cell import Cell, reset_tail
+from leakcheck.reports.outcome_rules import OUTCOME_RULES
 from leakcheck.reports.rules import RULES
 
 __all__ = ["RULES", "advice", "generic", "not_applicable"]
@@ -37,11 +38,11 @@ def advice(outcome: Outcome) -> str | None:
                 "the cell again before drawing conclusions.")
     if outcome.verdict is Verdict.NOT_APPLICABLE:
         return not_applicable(outcome, cell, probe)
-    if probe is not None and probe.scope is Scope.TRANSACTION and outcome.verdict is Verdict.LEAKS:
+    rule = RULES.get(outcome.probe) or OUTCOME_RULES.get(outcome.probe)
+    said = rule(outcome, cell) if rule is not None else None
+    if said is None and probe is not None and probe.scope is Scope.TRANSACTION and outcome.verdict is Verdict.LEAKS:
         return (f"Transaction-scoped state should never outlive its transaction: re-run this cell, compare "
                 f"the shared control, and report it to {cell.product} with the evidence.")
-    rule = RULES.get(outcome.probe)
-    said = rule(outcome, cell) if rule is not None else None
     text = said if said is not None else generic(outcome, cell)
     if cell.is_pgpool:
         text = (f"pgpool-II shares nothing while both clients are connected: this state reached the next client "
@@ -60,6 +61,10 @@ def generic(outcome: Outcome, cell: Cell) -> str:
     if outcome.verdict is Verdict.LOST:
         return ("The client's state did not follow it to another server connection: re-establish it at the "
                 "start of every transaction, or pin those clients (a session pool or a direct connection).")
+    if outcome.verdict is Verdict.LOSES_WRITES:
+        return (f"A commit the application was told succeeded is not in the database, through {cell.product}: "
+                "nothing told the application; do not run this workload through it until a cell without the loss "
+                "(another setting of the pooler or the driver) is measured.")
     return (f"The feature errors through {cell.product}: avoid it on pooled connections, or run it on a "
             "session pool or a direct connection.")
 

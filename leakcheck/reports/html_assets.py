@@ -32,6 +32,7 @@ td.missing { color: #8c959f; text-align: center; }
 .v-leaks { background: #ffd7d5; color: #82071e; font-weight: 700; }
 .v-lost { background: #fff1c2; color: #7d4e00; font-weight: 700; }
 .v-breaks { background: #f3d9fa; color: #6e1a8a; font-weight: 700; }
+.v-loses_writes { background: #6e1a8a; color: #ffffff; font-weight: 700; }
 .v-error { background: #a40e26; color: #fff; font-weight: 700; }
 .v-not_applicable, .v-skipped { background: #eaeef2; color: #57606a; }
 pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: .5rem; border-radius: 4px; }

@@ -27,6 +27,7 @@ _SGR = {
     Verdict.LEAKS: "1;31",  # bold red
     Verdict.LOST: "1;33",  # bold yellow
     Verdict.BREAKS: "1;35",  # bold magenta
+    Verdict.LOSES_WRITES: "1;97;45",  # white on magenta: the most severe
     Verdict.ERROR: "1;97;41",  # white on red: not a verdict about the pooler
     Verdict.NOT_APPLICABLE: "2",  # dim
     Verdict.SKIPPED: "2",

@@ -24,6 +24,7 @@ _WORD = {
     Verdict.LEAKS: "LEAKS",
     Verdict.LOST: "LOST",
     Verdict.BREAKS: "BREAKS",
+    Verdict.LOSES_WRITES: "LOSES WRITES",
     Verdict.NOT_APPLICABLE: "n/a",
     Verdict.ERROR: "error",
     Verdict.SKIPPED: "skipped",
@@ -35,6 +36,8 @@ MEANING = {
     Verdict.LEAKS: "the other client saw the state, or was affected by it",
     Verdict.LOST: "the client's own state was gone when it ran again",
     Verdict.BREAKS: "using the feature raised errors",
+    Verdict.LOSES_WRITES: ("a write the application was told is committed is not in the database, and no error told "
+                           "it so: never accepted by a gate"),
     Verdict.NOT_APPLICABLE: "the pooler refused what the probe needs (e.g. a transaction block in statement mode)",
     Verdict.ERROR: "the harness could not measure (no verdict about the pooler: see the evidence)",
     Verdict.SKIPPED: "not run",
@@ -46,6 +49,12 @@ FACT_MEANING = {
     Fact.LOST: "the client's own state was gone",
     Fact.MISREPORTED: "a driver was told (ParameterStatus) a value the server did not have",
     Fact.RECOVERED: "the driver or pooler got over it by itself (a retry, a re-prepare, a silent replacement)",
+    Fact.LOST_WRITE: "a write the application was told is committed was not in the database afterwards",
+    Fact.DISCONNECTED: "a client's connection was closed under it",
+    Fact.MOVED: "a client was handed another server connection mid-session: its session state stayed behind",
+    Fact.OTHER_RESULT: "a call returned another client's result, not the caller's own",
+    Fact.STALLED: "a client waited for a server connection another client's unfinished transaction held",
+    Fact.SILENT: "no error reached the application for what it lost",
 }
 
 #: A probe's extra properties (Outcome.details, stored under these keys) as a reader names them.
@@ -64,8 +73,9 @@ def detail(key: str, value: str) -> tuple[str, str]:
 
 
 SUFFIX = ("+fact: another fact the probe saw besides the verdict's own, e.g. BREAKS+leaked "
-          "(broke, leaked, lost, misreported: a driver was told a value the server did not have, or recovered: "
-          "the driver or pooler got over it by itself)")
+          "(broke, leaked, lost, misreported: a driver was told a value the server did not have, recovered: "
+          "the driver or pooler got over it by itself; what the application lost: lost_write, disconnected, moved, "
+          "other_result, stalled, silent: no error told it)")
 SECURITY = "[security]: the state guards data or identity, so a leak exposes it"
 MISSING = "-: not measured in this run"
 

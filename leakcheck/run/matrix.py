@@ -25,6 +25,7 @@ from leakcheck.model.errors import LeakcheckError, UsageError
 from leakcheck.model.target import Driver, Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Outcome, Route, Target
 from leakcheck.model.versions import Spec, Version
+from leakcheck.probes import witness as witnesses
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
 from leakcheck.provision.host.timing import timed
@@ -159,6 +160,7 @@ class MatrixRun:
                 try:
                     # the driver agents the lanes reused, all at once; interrupted, without waiting for them to end
                     agents.stop_all(hurry=signals.received() is not None)
+                    witnesses.close_all()  # the lanes' own sessions on PostgreSQL (probes/witness.py)
                 finally:
                     self._stack.close()
 

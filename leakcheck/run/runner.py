@@ -13,9 +13,22 @@ from leakcheck.drivers.clients import Client, ServerError, connect
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Pooler, PoolerKind
-from leakcheck.model.verdicts import Observation, Outcome, Proof, Route, Scope, ServerId, Target, Verdict, classify
-from leakcheck.probes.base import Login, NotYet, Probe, Scenario
+from leakcheck.model.target import Driver, Pooler, PoolerKind
+from leakcheck.model.verdicts import (
+    Observation,
+    Outcome,
+    Proof,
+    Route,
+    Scope,
+    ServerId,
+    Target,
+    Verdict,
+    classify,
+)
+from leakcheck.probes.base import Login, NotYet, Probe
+from leakcheck.probes.outcomes import Stalled
+from leakcheck.probes.scenario import Scenario
+from leakcheck.probes.witness import Witness, witness_for
 from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.pgbouncer import admin, team_ini
 from leakcheck.provision.pgbouncer.admin import query_postgres
@@ -28,6 +41,9 @@ PROBE_TIMEOUT = 30.0
 #: How PgBouncer's refusal of a startup parameter reads ("unsupported startup parameter: search_path",
 #: "unsupported options startup parameter: parameter cannot be changed").
 STARTUP_REFUSAL = "startup parameter"
+#: How a pooler's refusal of a newer protocol version reads (PgBouncer before 1.23: "bad packet header:
+#: '0000002f00030002'", the 3.2 startup packet it cannot read).
+PROTOCOL_REFUSAL = ("bad packet header", "protocol")
 #: Pool size for the session-mode control (two clients each keep a server).
 SESSION_POOL = 2
 
@@ -103,9 +119,20 @@ def is_running_pooler(target: Target) -> bool:
 
 
 async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
-    """A, with the probe's startup parameter if it has one. A pooler refusing that parameter at
-    connect (PgBouncer: "unsupported startup parameter") is measured, in the pooler's own words: the
-    setting cannot be sent there (not applicable). Any other connect failure stays an error."""
+    """A, with the probe's startup parameter or protocol version if it has one. A pooler refusing that
+    parameter at connect (PgBouncer: "unsupported startup parameter"), or that version, is measured, in
+    the pooler's own words: it cannot be sent there (not applicable). Any other connect failure stays an
+    error."""
+    if probe.protocol is not None:
+        try:
+            return await connect(target.driver, "A", where, target.driver_settings, protocol=probe.protocol)
+        except NotApplicable:
+            raise
+        except Exception as exc:
+            words = one_line(exc, 200)
+            if not any(w in words for w in PROTOCOL_REFUSAL):
+                raise
+            raise NotApplicable(f"A's connect asking for protocol {probe.protocol} was refused: {words}") from exc
     if probe.startup is None:
         return await connect(target.driver, "A", where, target.driver_settings)
     name, value = probe.startup
@@ -119,7 +146,7 @@ async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
 
 
 async def _measure(
-    probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint]
+    probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint], witness: Witness | None
 ) -> tuple[Observation, tuple[Proof, ...]]:
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
     # A fleet: A on its first process; B on the second, or on A's for a probe about the fleet itself.
@@ -154,11 +181,18 @@ async def _measure(
 
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
     holder = (lambda: connect(target.driver, "H", where, settings)) if may_hold(probe, target) else None
-    scenario = Scenario(a=a, b=b, route=target.route, third=third, placement_promised=promised,
+    observer = ((lambda: connect(Driver.PSYCOPG, "O", where.as_user(APP_ROLE)))
+                if shares_servers(probe, target) and not running else None)
+    scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses, holder=holder,
-                        cancels_settled=cancels_settled(target, endpoint))
+                        cancels_settled=cancels_settled(target, endpoint), observer=observer,
+                        resets_configured=resets_after_transaction(target),
+                        clients_are_agents=not target.driver.native)
     try:
-        observation = await probe.body(scenario)
+        try:
+            observation = await probe.body(scenario)
+        except Stalled as stall:  # the pool stalled: what the application saw ends the probe
+            observation = Observation(evidence="the probe ended there", stalled=str(stall))
         if running:
             await running_pooler.discard(a, b)
     except BaseException:
@@ -169,7 +203,26 @@ async def _measure(
     finally:
         await scenario.close()
         await _close(a, b, scenario.b)
-    return observation, tuple(scenario.proofs)
+    return scenario.finish(observation), tuple(scenario.proofs)
+
+
+def shares_servers(probe: Probe, target: Target) -> bool:
+    """Whether connected clients share server connections on this target's route (transaction or statement
+    mode): then an observer through the pooler is on the clients' server (Scenario.read)."""
+    settings = pool_settings(probe, target)
+    return (target.route is Route.TRANSACTION and target.pooler is not None and settings is not None
+            and settings.mode is not PoolMode.SESSION)
+
+
+def resets_after_transaction(target: Target) -> bool:
+    """Whether the pooler runs a statement of its own on a server after each transaction (PgBouncer's
+    server_reset_query_always, the axis or the team's ini), so no session state survives an autocommit step."""
+    pooler = target.pooler
+    if target.route is not Route.TRANSACTION or pooler is None or pooler.kind is not PoolerKind.PGBOUNCER:
+        return False
+    team = team_ini.load(pooler.config) if pooler.config else None
+    given = pooler.setting("server_reset_query_always") or (team.value("server_reset_query_always") if team else None)
+    return (given or "0").strip().lower() in ("1", "yes", "on", "true")
 
 
 def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitable[str | None]] | None:
@@ -239,8 +292,9 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             def direct() -> Endpoint:
                 return backend.postgres(target.pg)
 
+            witness = witness_of(backend, target)
             probing = True  # from here a server that ends, ends during the probe
-            measured = run_watched(_measure(probe, target, endpoint, direct), PROBE_TIMEOUT, gone)
+            measured = run_watched(_measure(probe, target, endpoint, direct, witness), PROBE_TIMEOUT, gone)
     except ServerLost as exc:
         return outcome(Verdict.ERROR, str(exc))
     except TimeoutError:
@@ -271,6 +325,20 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
     if unshared is not None:
         return outcome(Verdict.NOT_APPLICABLE, unshared)
     return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+
+
+def witness_of(backend: Backend, target: Target) -> Witness | None:
+    """This lane's witness on the target's PostgreSQL (probes/witness.py), ready for a new probe; None for a
+    running pooler without --direct-dsn (nothing to reach PostgreSQL directly)."""
+    try:
+        direct = backend.postgres(target.pg)
+    except ProvisionError:
+        if is_running_pooler(target):
+            return None
+        raise
+    witness = witness_for(direct.as_user(USER))
+    witness.start()
+    return witness
 
 
 def watching(backend: Backend, probe: Probe, target: Target) -> Gone:

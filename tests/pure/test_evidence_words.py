@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
-from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.drivers.clients import CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import Route
 from leakcheck.probes import PROBES
-from leakcheck.probes.base import IDENTITY, Attempt, Scenario
+from leakcheck.probes.base import IDENTITY, Attempt
+from leakcheck.probes.scenario import Scenario
 
+TAG = re.compile(r" /\* leakcheck \w+ \w+ \*/$")
 FORBIDDEN = re.compile(r"\bNone\b|\?\?\?\?\?|was told not reported|from built from")
 
 
@@ -37,6 +39,7 @@ class Answering:
     settings: tuple[Any, ...] = ()
 
     async def query(self, sql: str) -> list[Row]:
+        sql = TAG.sub("", sql)  # the witness's comment (probes/witness.py): no witness here
         if sql == f"SELECT {IDENTITY}" or "FROM pg_stat_activity" in sql:
             return [(1, "1")]
         if self.fail and sql.split()[0].upper() not in ("BEGIN", "COMMIT", "ROLLBACK"):
@@ -48,6 +51,30 @@ class Answering:
 
     async def prepared(self, sql: str) -> list[Row]:
         return await self.query(sql)
+
+    async def begin(self) -> None:
+        return None
+
+    async def commit(self) -> None:
+        return None
+
+    async def rollback(self) -> None:
+        return None
+
+    async def free(self, sql: str) -> None:
+        return None
+
+    async def bind(self, name: str) -> list[Row]:
+        return await self.query(f"EXECUTE {name}")
+
+    async def copy_in(self, copy: CopyIn) -> None:
+        return None
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        return Pipelined(())
+
+    def protocol(self) -> str | None:
+        return None
 
     def reported(self, name: str) -> str | None:
         return None

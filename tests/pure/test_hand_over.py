@@ -10,7 +10,8 @@ import pytest
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Route
-from leakcheck.probes.base import NotYet, Scenario
+from leakcheck.probes.base import NotYet
+from leakcheck.probes.scenario import Scenario
 
 
 @dataclass

@@ -45,13 +45,13 @@ def test_a_proof_without_backend_start_is_an_error_not_a_proof() -> None:
     import pytest
 
     from leakcheck.model.errors import ProbeError
-    from leakcheck.probes.base import Scenario
+    from leakcheck.probes.scenario import Scenario
 
     a: Any = SimpleNamespace(label="A")
     s = Scenario(a=cast(Any, a), b=cast(Any, SimpleNamespace(label="B")), route=Route.TRANSACTION)
     with pytest.raises(ProbeError, match="backend_start is not visible"):
-        s._prove(a, "read", 7, None)
-    s._prove(a, "read", 7, "1733000000000000")
+        s._prove(a, "read", (7, None))
+    s._prove(a, "read", (7, "1733000000000000"))
     assert s.proofs == [Proof("read", "A", ServerId(7, "1733000000000000"))]
 
 

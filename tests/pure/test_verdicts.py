@@ -79,8 +79,8 @@ def test_an_outcome_names_the_facts_its_verdict_does_not() -> None:
     assert outcome.other_facts == (Fact.LEAKED,)
 
 
-def test_only_leaks_lost_and_breaks_are_problems() -> None:
-    assert {v for v in Verdict if v.is_problem} == {Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS}
+def test_only_leaks_lost_breaks_and_lost_writes_are_problems() -> None:
+    assert {v for v in Verdict if v.is_problem} == {Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.LOSES_WRITES}
 
 
 def test_a_recovery_is_a_fact_that_never_names_the_verdict() -> None:

@@ -22,7 +22,8 @@ import pytest
 
 from leakcheck.model.verdicts import Driver, Observation, Outcome, Pooler, PoolerKind, Route, Target, Verdict
 from leakcheck.model.versions import parse_spec
-from leakcheck.probes.base import Probe, Scenario
+from leakcheck.probes.base import Probe
+from leakcheck.probes.scenario import Scenario
 from leakcheck.provision.host.proc_sockets import children_of
 from leakcheck.provision.native import NativeBackend
 from leakcheck.run.failfast import FailFast

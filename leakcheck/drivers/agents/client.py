@@ -32,7 +32,7 @@ from leakcheck.drivers.agents.process import (
     stop_together,
 )
 from leakcheck.drivers.cancel import int32
-from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.drivers.clients import CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
@@ -208,12 +208,54 @@ class AgentClient:
             raise NotApplicable(str(exc)) from None
 
     async def free(self, sql: str) -> None:
-        """The driver's own way to drop the statement `prepared` made for `sql` (AgentRefused where it has none)."""
-        await self._call("free", sql=sql)
+        """The driver's own way to drop the statement `prepared` made for `sql` (NotApplicable where it has none:
+        the agent answers `unsupported`)."""
+        try:
+            await self._call("free", sql=sql)
+        except AgentRefused as exc:
+            if exc.kind != "unsupported":
+                raise
+            raise NotApplicable(f"the {self._lease.agent.driver} agent cannot free a statement: {exc}") from None
 
     async def transaction(self, op: str) -> None:
         """`begin`, `commit` or `rollback` through the driver's transaction API."""
-        await self._call(op)
+        with timed("statements"):
+            await self._call(op)
+
+    async def begin(self) -> None:
+        await self.transaction("begin")
+
+    async def commit(self) -> None:
+        await self.transaction("commit")
+
+    async def rollback(self) -> None:
+        await self.transaction("rollback")
+
+    async def bind(self, name: str) -> list[Row]:
+        """The optional `bind` op (hello's `ops`): the driver executes a statement by name without preparing
+        it; NotApplicable, in words, where the agent does not offer it."""
+        agent = self._lease.agent
+        if "bind" not in (agent.hello.get("ops") or ()):
+            raise NotApplicable(f"the {agent.driver} agent does not answer bind: its driver has no call that "
+                                "executes a prepared statement by a name it did not prepare itself")
+        with timed("statements"):
+            return await self._rows("bind", "", name=name)
+
+    async def copy_in(self, copy: CopyIn) -> None:
+        """The optional `copy_in` op (hello's `ops`): COPY ... FROM STDIN through the driver's copy API;
+        NotApplicable, in words, where the agent does not offer it."""
+        agent = self._lease.agent
+        if "copy_in" not in (agent.hello.get("ops") or ()):
+            raise NotApplicable(f"the {agent.driver} agent does not answer copy_in: {self._shipped.copy}")
+        with timed("statements"):
+            await self._call("copy_in", sql=copy.sql, table=copy.table, columns=list(copy.columns),
+                             first=copy.first, rows=copy.rows, times=copy.times, pause_ms=round(copy.pause * 1000))
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        raise NotApplicable(f"the {self._lease.agent.driver} agent sends no pipeline: {self._shipped.pipeline}")
+
+    def protocol(self) -> str | None:
+        return None
 
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)

@@ -49,7 +49,7 @@ _TEMPLATE_ID = hashlib.sha256(" ".join((*_INITDB, fixtures.FINGERPRINT)).encode(
 #: dynamic_shared_memory_type=mmap: parallel query's shared memory lives in the data dir (pg_dynshmem),
 #: removed with it, instead of /dev/shm/PostgreSQL.* segments a killed server would leave behind.
 _SETTINGS = (
-    "fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=100",
+    "fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=300",
     "dynamic_shared_memory_type=mmap",
 )
 

@@ -2,8 +2,9 @@
 //
 // query = a plain Statement with its prepareThreshold at 0; prepared = one cached PreparedStatement per SQL text (pgjdbc names it
 // S_n on the server from its prepareThreshold-th execution); cancel = Statement.cancel() from the
-// stdin reader thread while the worker runs the request before it. Its argument, when given, is the
-// driver id its hello says: `pgjdbc-maven` runs this file with Maven Central's jar, `pgjdbc` with Debian's.
+// stdin reader thread while the worker runs the request before it; copy_in = the CopyManager's CopyIn. Its
+// argument, when given, is the driver id its hello says: `pgjdbc-maven` runs this file with Maven Central's
+// jar, `pgjdbc` with Debian's.
 
 import java.io.BufferedReader;
 import java.io.FileDescriptor;
@@ -32,6 +33,7 @@ import org.postgresql.PGConnection;
 import org.postgresql.PGNotification;
 import org.postgresql.PGProperty;
 import org.postgresql.PGStatement;
+import org.postgresql.copy.CopyIn;
 
 public final class Agent {
     /** The protocol's stdout (a library's System.out may be sent elsewhere: the hibernate agent's is stderr). */
@@ -156,6 +158,7 @@ public final class Agent {
                 answer.put("driver", driver);
                 answer.put("release", release != null ? release : org.postgresql.util.DriverInfo.DRIVER_VERSION);
                 answer.put("runtime", "java " + System.getProperty("java.version"));
+                answer.put("ops", List.of("copy_in"));
                 return;
             case "connect":
                 connect(request);
@@ -197,6 +200,9 @@ public final class Agent {
                 if (statement != null) statement.close();
                 return;
             }
+            case "copy_in":
+                copyIn(sql, request);
+                return;
             case "begin":
                 conn.setAutoCommit(false);
                 return;
@@ -210,6 +216,32 @@ public final class Agent {
                 return;
             default:
                 throw new Usage("unknown op " + op);
+        }
+    }
+
+    /** COPY ... FROM STDIN: the first chunk flushed at once, the rest after the pause, then the copy's end; on
+     *  an error the copy is cancelled (CopyFail), as CopyManager.copyIn(sql, stream) does. */
+    private void copyIn(String sql, Map<String, Object> request) throws SQLException, Usage {
+        CopyIn copy = conn.unwrap(PGConnection.class).getCopyAPI().copyIn(sql);
+        try {
+            byte[] first = text(request, "first").getBytes(StandardCharsets.UTF_8);
+            copy.writeToCopy(first, 0, first.length);
+            copy.flushCopy();
+            Thread.sleep(((Number) request.get("pause_ms")).longValue());
+            byte[] rows = text(request, "rows").getBytes(StandardCharsets.UTF_8);
+            int times = ((Number) request.get("times")).intValue();
+            for (int i = 0; i < times; i++) copy.writeToCopy(rows, 0, rows.length);
+            copy.endCopy();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new SQLException("interrupted during COPY");
+        } finally {
+            if (copy.isActive()) {
+                try {
+                    copy.cancelCopy();
+                } catch (SQLException ignored) { // the copy's own error is what the caller gets
+                }
+            }
         }
     }
 

@@ -88,7 +88,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	switch r.Op {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx-v5", release(), "go "+strings.TrimPrefix(runtime.Version(), "go")
-		ans["ops"] = []string{"cancel_key"}
+		ans["ops"] = []string{"cancel_key", "bind", "copy_in"}
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -121,6 +121,14 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 			return usage{"unsupported", fmt.Sprintf("the secret key is %d bytes (protocol 3.2), not a 32-bit integer", len(key))}
 		}
 		ans["pid"], ans["secret_key"] = a.conn.PgConn().PID(), int32(binary.BigEndian.Uint32(key))
+	case "copy_in":
+		_, err = a.conn.PgConn().CopyFrom(ctx, copyChunks(r), r.SQL)
+	case "bind":
+		// pgconn's ExecPrepared: Bind/Execute of a statement by name, with no Parse of its own.
+		result := a.conn.PgConn().ExecPrepared(ctx, r.Name, nil, nil, nil).Read()
+		if err = result.Err; err == nil {
+			ans["rows"] = texts(result.Rows)
+		}
 	case "free":
 		err = usage{"unsupported", "pgx v5's statement cache is internal: no API drops one statement (DeallocateAll drops every one)"}
 	case "begin":

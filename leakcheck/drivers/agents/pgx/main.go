@@ -4,7 +4,8 @@
 // protocol); prepared = Query in pgx's default mode, whose statement cache prepares named
 // statements lrupsc_N_M; cancel = cancelling the running request's context, which is pgx v4's
 // way (pgconn sends a cancel request and closes the connection); cancel_key = PgConn().PID() and
-// SecretKey(), the BackendKeyData pgconn holds.
+// SecretKey(), the BackendKeyData pgconn holds; copy_in = PgConn().CopyFrom with a reader of the rows;
+// bind = PgConn().ExecPrepared.
 package main
 
 import (
@@ -86,7 +87,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	switch r.Op {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx", release, "go "+strings.TrimPrefix(runtime.Version(), "go")
-		ans["ops"] = []string{"cancel_key"}
+		ans["ops"] = []string{"cancel_key", "bind", "copy_in"}
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -114,8 +115,16 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	case "cancel_key":
 		// The BackendKeyData pgconn keeps (what its CancelRequest sends): through a pooler, the pooler's own.
 		ans["pid"], ans["secret_key"] = a.conn.PgConn().PID(), a.conn.PgConn().SecretKey()
+	case "copy_in":
+		_, err = a.conn.PgConn().CopyFrom(ctx, copyChunks(r), r.SQL)
 	case "free":
 		err = usage{"unsupported", "pgx v4's statement cache drops no single statement (StatementCache offers only Clear)"}
+	case "bind":
+		// pgconn's ExecPrepared: Bind/Execute of a statement by name, with no Parse of its own.
+		result := a.conn.PgConn().ExecPrepared(ctx, r.Name, nil, nil, nil).Read()
+		if err = result.Err; err == nil {
+			ans["rows"] = texts(result.Rows)
+		}
 	case "begin":
 		a.tx, err = a.conn.Begin(ctx)
 	case "commit", "rollback":

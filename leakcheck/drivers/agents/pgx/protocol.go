@@ -7,22 +7,26 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // reported are the ParameterStatus names PostgreSQL sends; pgconn answers one name at a time.
 var reported = []string{"application_name", "client_encoding", "DateStyle", "default_transaction_read_only",
 	"in_hot_standby", "integer_datetimes", "IntervalStyle", "is_superuser", "scram_iterations", "search_path",
-	"server_encoding", "server_version", "session_authorization", "standard_conforming_strings", "TimeZone"}
+	"server_encoding", "server_version", "session_authorization", "standard_conforming_strings", "TimeZone",
+	"pgbouncer.version", "pgbouncer.pool_mode", "pgbouncer.max_prepared_statements"}
 
 type request struct {
 	ID       any               `json:"id"`
 	Op       string            `json:"op"`
 	SQL      string            `json:"sql"`
+	Name     string            `json:"name"`
 	Times    int               `json:"times"`
 	Host     string            `json:"host"`
 	Port     int               `json:"port"`
@@ -30,6 +34,61 @@ type request struct {
 	Password string            `json:"password"`
 	DBName   string            `json:"dbname"`
 	Settings map[string]string `json:"settings"`
+	First    string            `json:"first"`
+	Rows     string            `json:"rows"`
+	PauseMS  int               `json:"pause_ms"`
+}
+
+// texts are rows of text-format values (ExecPrepared's default), each a string or null.
+func texts(rows [][][]byte) [][]any {
+	all := [][]any{}
+	for _, raw := range rows {
+		row := []any{}
+		for _, v := range raw {
+			if v == nil {
+				row = append(row, nil)
+			} else {
+				row = append(row, string(v))
+			}
+		}
+		all = append(all, row)
+	}
+	return all
+}
+
+// copySource is what CopyFrom reads: its first chunk at once (pgconn writes each read as one CopyData), the
+// rest after the pause, then the end.
+type copySource struct {
+	chunks [][]byte
+	pause  time.Duration
+	i      int
+	paused bool
+}
+
+func (c *copySource) Read(p []byte) (int, error) {
+	if c.i >= len(c.chunks) {
+		return 0, io.EOF
+	}
+	if c.i == 1 && !c.paused {
+		time.Sleep(c.pause)
+		c.paused = true
+	}
+	n := copy(p, c.chunks[c.i])
+	if n < len(c.chunks[c.i]) {
+		c.chunks[c.i] = c.chunks[c.i][n:]
+	} else {
+		c.i++
+	}
+	return n, nil
+}
+
+// copyChunks is a copy_in request's data: its first row, then `times` times the rest.
+func copyChunks(r request) *copySource {
+	chunks := [][]byte{[]byte(r.First)}
+	for i := 0; i < r.Times; i++ {
+		chunks = append(chunks, []byte(r.Rows))
+	}
+	return &copySource{chunks: chunks, pause: time.Duration(r.PauseMS) * time.Millisecond}
 }
 
 type answer map[string]any

@@ -1,0 +1,190 @@
+"""The witness: the harness's own session on PostgreSQL, which confirms on the server itself where each
+client's step ran. A client's word (the pid a driver or an agent reports) is never a proof on its own.
+
+Every statement a probe's client sends carries a tag, a comment naming the scenario and the client
+(`/* leakcheck <token> A */`). Right after the step the witness looks in pg_stat_activity for the backend whose
+last statement holds that tag and started after the witness's own previous look (the server's clock):
+that backend ran the client's step, whatever the client says. A step no backend shows (the pooler
+answered it itself, or ran its own statement on that server afterwards, e.g. a reset after every
+transaction) has no sighting; a client that reported an identity for it is then believed only for a
+backend that exists with that start time and ran something after the step began.
+
+One witness per lane thread and PostgreSQL (a superuser session straight to the server, never
+through the pooler), reused by the lane's probes: a synchronous psycopg connection, since each probe
+runs on an event loop of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from leakcheck.model.errors import ProbeError
+from leakcheck.model.verdicts import ServerId
+from leakcheck.provision.base import Endpoint
+
+#: Statements a pooler runs on a server connection of its own accord after a transaction (PgBouncer's
+#: server_reset_query_always, Odyssey's pool_discard): seen after a client's step, they mean no session state
+#: survives between a client's statements there.
+RESETS = ("DISCARD ", "RESET ALL", "DEALLOCATE ALL", "UNLISTEN *", "SET SESSION AUTHORIZATION DEFAULT")
+
+
+def is_reset(statement: str) -> bool:
+    """A statement that resets session state and is no client's (it carries no leakcheck tag): Odyssey's is
+    `SET SESSION AUTHORIZATION DEFAULT;RESET ALL;CLOSE ALL;UNLISTEN *;...;DISCARD TEMP;`."""
+    text = statement.upper()
+    return "/* LEAKCHECK " not in text and any(word in text for word in RESETS)
+
+#: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
+_IDENTITY = "pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text"
+
+
+def tag(token: str, label: str) -> str:
+    """The comment that marks a client's statements in one scenario: letters, digits and spaces only (a
+    driver that rewrites placeholders, PDO's `:name` and `?`, must leave it as it is)."""
+    return f"/* leakcheck {token} {label} */"
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A backend whose last statement held a tag and started after the witness's previous look."""
+
+    server: ServerId
+    state: str  #: pg_stat_activity.state then (`active`: still running)
+
+
+class Witness:
+    """The harness's own direct session: sightings of tagged steps, the existence of backends, values
+    spelled as the server spells them, and rows read back after a run."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._mark = self._now()  #: the server's clock at the witness's last look
+        self._since = self._mark  #: the look before it: when the step now being proven began, at the latest
+
+    def _now(self) -> str:
+        row = self.conn.execute("SELECT clock_timestamp()::text").fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def start(self) -> None:
+        """A probe starts: steps before this moment are never sighted."""
+        self._mark = self._since = self._now()
+
+    def look(self, tag_text: str) -> Sighting | None:
+        """The backend that ran a statement holding `tag_text` since the previous look, if one did. Two
+        such backends for one step is a harness error (a tag names one client of one scenario)."""
+        rows = self.conn.execute(
+            f"SELECT {_IDENTITY}, coalesce(state, ''), query_start > %s::timestamptz, clock_timestamp()::text "
+            "FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND strpos(query, %s) > 0",
+            (self._mark, tag_text)).fetchall()
+        fresh = [r for r in rows if r[3]]
+        self._since = self._mark  # what `confirms` compares with, for this step
+        self._mark = str(rows[0][4]) if rows else self._now()
+        if len(fresh) > 1:
+            raise ProbeError(f"the statement tagged {tag_text} ran on {len(fresh)} backends at once "
+                             f"({', '.join(str(r[0]) for r in fresh)}): a tag names one client's step")
+        if not fresh:
+            return None
+        pid, started, state = fresh[0][:3]
+        return Sighting(ServerId(int(pid), str(started)), str(state))
+
+    def running(self, marker: str) -> ServerId | None:
+        """The backend now running (and waiting in) a statement that holds `marker`, if any: on its lock or
+        sleep (`active` alone also shows during a Parse; `Client` waits between extended-protocol messages)."""
+        rows = self.conn.execute(
+            f"SELECT {_IDENTITY} FROM pg_stat_activity WHERE state = 'active' AND wait_event_type IS NOT NULL "
+            "AND wait_event_type <> 'Client' AND pid <> pg_backend_pid() AND strpos(query, %s) > 0",
+            (marker,)).fetchall()
+        if len(rows) > 1:
+            raise ProbeError(f"the statement marked {marker} runs on {len(rows)} backends at once")
+        return ServerId(int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def holding(self, servers: set[ServerId]) -> list[tuple[ServerId, str]]:
+        """Which of these backends sit in an open transaction (and its state): what a pool that stalled waits for."""
+        rows = self.conn.execute(
+            f"SELECT {_IDENTITY}, state FROM pg_stat_activity WHERE state LIKE 'idle in transaction%%' "
+            "AND pid = ANY(%s)", ([s.pid for s in servers],)).fetchall()
+        return [(server, str(r[2])) for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
+
+    def idle(self, servers: set[ServerId]) -> list[ServerId]:
+        """Which of these backends sit idle: no statement running, no transaction open (a client that waits for
+        one of them then waits for the pooler, not for PostgreSQL)."""
+        rows = self.conn.execute(f"SELECT {_IDENTITY} FROM pg_stat_activity WHERE state = 'idle' AND pid = ANY(%s)",
+                                 ([s.pid for s in servers],)).fetchall()
+        return [server for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
+
+    def terminate(self, server: ServerId) -> None:
+        """End that backend (the harness's own clean-up of a stalled pool: the probe has measured already)."""
+        self.conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",
+                          (server.pid, server.started))
+
+    def alive(self, server: ServerId) -> bool:
+        """Whether that backend (pid and start time) still exists."""
+        row = self.conn.execute(
+            f"SELECT count(*) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",
+            (server.pid, server.started)).fetchone()
+        return bool(row and row[0])
+
+    def confirms(self, server: ServerId) -> str | None:
+        """A client's word about the step `look` just found no sighting for: that backend exists with that start
+        time and ran a statement since the step began (a statement of the pooler's, or of the driver's own
+        after the client's: PDO reads a column's table after a query). That statement's text, or None when
+        the server shows no such backend."""
+        row = self.conn.execute(
+            f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND query_start > %s::timestamptz",
+            (server.pid, server.started, self._since)).fetchone()
+        return None if row is None else str(row[0] or "")
+
+    def spell(self, name: str, value: str) -> str | None:
+        """How the server spells `SET name = value` (a value as written after `=`), read in the witness's own
+        transaction, rolled back: nothing of it reaches any client's session."""
+        with self.conn.transaction(force_rollback=True):
+            self.conn.execute(f"SET LOCAL {name} = {value}")
+            row = self.conn.execute("SELECT current_setting(%s, true)", (name,)).fetchone()
+        return None if row is None else row[0]
+
+    def present(self, table: str, ids: list[str]) -> set[str]:
+        """Which of `ids` are in `table`'s id column now (written and committed by anyone)."""
+        if not ids:
+            return set()
+        rows = self.conn.execute(f"SELECT id FROM {table} WHERE id = ANY(%s)", (ids,)).fetchall()
+        return {str(r[0]) for r in rows}
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+_lanes = threading.local()
+_all: list[Witness] = []
+_lock = threading.Lock()
+
+
+def witness_for(endpoint: Endpoint) -> Witness:
+    """This lane thread's witness on that PostgreSQL (connected on first use, kept for the run)."""
+    by: dict[tuple[str, int, str], Witness] = _lanes.__dict__.setdefault("by", {})
+    key = (endpoint.host, endpoint.port, endpoint.dsn)
+    found = by.get(key)
+    if found is not None and not found.conn.closed:
+        return found
+    conn = psycopg.connect(endpoint.conninfo(), autocommit=True, connect_timeout=10,
+                           application_name="leakcheck witness")
+    made = Witness(conn)
+    by[key] = made
+    with _lock:
+        _all.append(made)
+    return made
+
+
+def close_all() -> None:
+    """Close every witness of the run (its end, or Ctrl-C)."""
+    with _lock:
+        gone = list(_all)
+        _all.clear()
+    for w in gone:
+        with contextlib.suppress(Exception):  # closing at the end: nothing to report
+            w.close()
