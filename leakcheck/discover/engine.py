@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 Measure = Callable[[tuple[Op, ...]], Comparison]
 
 #: Bump when ops, rendering or signatures change meaning: examples saved before are keyed apart.
-MODEL_VERSION = "discover-3"
+MODEL_VERSION = "discover-4"
 
 
 class Difference(Exception):

@@ -23,7 +23,7 @@ from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Driver, Route, Target, Verdict
 from leakcheck.model.versions import Spec, Version
-from leakcheck.provision.base import Backend, Endpoint
+from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
 from leakcheck.run.matrix import MatrixRun
@@ -89,6 +89,10 @@ class Lab:
     def direct(self) -> Endpoint:
         """A direct PostgreSQL endpoint (the reference: each client its own session)."""
         return self.backend.postgres(self.where.pg).as_user(APP_ROLE)
+
+    def superuser(self) -> Endpoint:
+        """The direct endpoint as the run's superuser, for the witness (a --direct-dsn's own user)."""
+        return self.backend.postgres(self.where.pg).as_user(USER)
 
     async def clients(self, a: Client, connect_b: Callable[[], Awaitable[Client]]) -> Client:
         """B, for a sequence that A starts: through a running pooler, A's server cleaned first and B

@@ -19,7 +19,7 @@ from leakcheck.config.config import Config
 from leakcheck.discover import lab
 from leakcheck.discover.differential import Differential, run_on
 from leakcheck.discover.engine import Search, discover
-from leakcheck.discover.ops import DRIVER, Abilities, Kind, Op, Who, universe
+from leakcheck.discover.ops import Abilities, Kind, Op, Who, universe
 from leakcheck.discover.trace import Trace
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
@@ -29,6 +29,7 @@ from leakcheck.drivers.clients import connect, driver_version
 from leakcheck.model.target import Driver, Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Route, Target, Verdict
 from leakcheck.model.versions import parse_spec
+from leakcheck.probes.witness import open_witness
 from leakcheck.provision.native import NativeBackend
 from leakcheck.run.matrix import driver_cells
 
@@ -52,9 +53,11 @@ def _lab(native: NativeBackend, route: Route, bouncer: str = "1.18") -> lab.Lab:
 
 
 def _collisions(found: object) -> list[str]:
-    """Every protocol op's error 42P05 under node-postgres' own names among the findings and their others."""
+    """Every error 42P05 of a call through the driver's prepared path (a prepared SELECT or INSERT) under
+    node-postgres' own names among the findings and their others."""
     return [d.subject for f in found.findings for c in (f, *f.also) for d in c.comparison.diffs
-            if d.key == "result:protocol" and d.subject.startswith("error 42P05") and '"stmt_' in d.subject]
+            if d.key in ("result:protocol", "result:write") and d.subject.startswith("error 42P05")
+            and '"stmt_' in d.subject]
 
 
 def test_node_postgres_statements_of_two_clients_collide_by_name_through_pgbouncer_1_18(native: NativeBackend) -> None:
@@ -82,15 +85,18 @@ def test_the_controls_find_nothing_with_node_postgres(native: NativeBackend, rou
     assert found.findings == [] and found.stopped == "round 1 found nothing new in 40 sequences"
 
 
-@pytest.mark.parametrize(("driver", "frees"), [(NODE, False), (Driver("ruby-pg"), True)], ids=str)
-def test_whether_an_agent_can_free_a_statement_is_asked_of_the_agent(native: NativeBackend, driver: Driver,
-                                                                     frees: bool) -> None:
+@pytest.mark.parametrize(("driver", "can"), [(NODE, Abilities(bound=False)),
+                                             (Driver("ruby-pg"), Abilities(bound=False, free=True, bind=True)),
+                                             (Driver("pdo"), Abilities(bound=False, free=True)),
+                                             (Driver.PSYCOPG, Abilities(bind=True))], ids=str)
+def test_whether_a_driver_can_free_a_statement_or_bind_a_name_is_asked_of_the_driver(
+        native: NativeBackend, driver: Driver, can: Abilities) -> None:
     with Differential(_lab(native, Route.DIRECT), driver) as measure:
-        assert measure.abilities() == Abilities(bound=False, free=frees)
+        assert measure.abilities() == can
 
 
 def test_a_statement_the_driver_freed_is_gone_from_its_session(native: NativeBackend) -> None:
-    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.OBSERVE), Op(A, Kind.FREE, "p1"), Op(A, Kind.OBSERVE))
+    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.OBSERVE), Op(A, Kind.FREE), Op(A, Kind.OBSERVE))
     trace = asyncio.run(_trace(native, Driver("ruby-pg"), ops))
     seen = [dict(e.fields)["prepared"] for e in trace.events if e.op == Op(A, Kind.OBSERVE)]
     # (ruby-pg's agent sends arrays in their text form, '{...}')
@@ -101,7 +107,7 @@ def test_a_statement_the_driver_freed_is_gone_from_its_session(native: NativeBac
 def test_through_pgbouncer_1_24_ruby_pgs_free_by_name_misses_the_statement_pgbouncer_renamed(
         native: NativeBackend) -> None:
     # ruby-pg frees with SQL DEALLOCATE a1; PgBouncer 1.24 prepared it as PGBOUNCER_n (a driver-made difference)
-    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.FREE, "p1"), Op(B, Kind.OBSERVE))
+    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.FREE), Op(B, Kind.OBSERVE))
     with Differential(_lab(native, Route.TRANSACTION, "1.24"), Driver("ruby-pg")) as measure:
         comparison = measure(ops)
     got = {(d.who, d.key): d for d in comparison.diffs}
@@ -112,9 +118,8 @@ def test_through_pgbouncer_1_24_ruby_pgs_free_by_name_misses_the_statement_pgbou
 
 @pytest.mark.parametrize("driver", [Driver.PSYCOPG, Driver.ASYNCPG, NODE], ids=str)
 def test_a_transaction_through_the_drivers_api_rolls_back_and_commits(native: NativeBackend, driver: Driver) -> None:
-    ops = (Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.CREATE_TEMP, "t1"), Op(A, Kind.OBSERVE),
-           Op(A, Kind.ROLLBACK, "", DRIVER), Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.CREATE_TEMP, "t2"),
-           Op(A, Kind.COMMIT, "", DRIVER))
+    ops = (Op(A, Kind.BEGIN), Op(A, Kind.CREATE_TEMP, "t1"), Op(A, Kind.OBSERVE), Op(A, Kind.ROLLBACK),
+           Op(A, Kind.BEGIN), Op(A, Kind.CREATE_TEMP, "t2"), Op(A, Kind.COMMIT))
     trace = asyncio.run(_trace(native, driver, ops))
     inside = next(e for e in trace.events if e.op == Op(A, Kind.OBSERVE))
     end = next(e for e in trace.events if e.op is None and e.who is A)
@@ -126,9 +131,11 @@ async def _trace(native: NativeBackend, driver: Driver, ops: tuple[Op, ...],
                  settings: tuple[Setting, ...] = ()) -> Trace:
     """One sequence on two direct sessions (the reference route), its events as recorded."""
     where = _lab(native, Route.DIRECT)
+    witness = open_witness(where.superuser())
     try:
-        return await run_on(where, driver, where.direct(), Route.DIRECT, ops, settings)
+        return await run_on(where, driver, where.direct(), Route.DIRECT, ops, witness, settings)
     finally:
+        witness.close()
         await asyncio.to_thread(agents.stop_all)
 
 
