@@ -166,17 +166,19 @@ _KEPT = {Lost.WRITE: "the row is in the database", Lost.MOVED: "on its own serve
 
 
 def _outcome_diffs(subject: Trace, reference: Trace) -> list[Diff]:
+    """What the route's applications lost that the reference's did not lose alike. A loss of the reference's alone
+    (a write rolled back after an error that the route never raised, because another client's state was
+    there) is no loss of the route's: the state that differed is that difference."""
     mine = {(x.index, x.who, x.what): x for x in outcomes(subject)}
     theirs = {(x.index, x.who, x.what): x for x in outcomes(reference)}
     diffs = []
-    for key in sorted(set(mine) | set(theirs), key=lambda k: (k[0], str(k[1]), str(k[2]))):
-        g, w = mine.get(key), theirs.get(key)
-        if (g.compared if g else None) == (w.compared if w else None):
+    for key in sorted(mine, key=lambda k: (k[0], str(k[1]), str(k[2]))):
+        g, w = mine[key], theirs.get(key)
+        if g.compared == (w.compared if w else None):
             continue
         index, who, what = key
-        absent = [_result(trace, index) if what in (Lost.DISCONNECTED, Lost.OTHER_RESULT) else _KEPT[what]
-                  for trace in (subject, reference)]
-        diffs.append(Diff(index, who, f"outcome:{what}", g.shown if g else absent[0], w.shown if w else absent[1]))
+        kept = _result(reference, index) if what in (Lost.DISCONNECTED, Lost.OTHER_RESULT) else _KEPT[what]
+        diffs.append(Diff(index, who, f"outcome:{what}", g.shown, w.shown if w else kept))
     return diffs
 
 

@@ -132,6 +132,8 @@ def test_a_commit_lost_through_the_route_only_is_a_difference_at_the_commit() ->
     assert (diff.index, diff.who, diff.key) == (3, A, "outcome:lost write")
     assert diff.reference == "the row is in the database"
     assert compare(_lost_commit(ONE, True), _lost_commit(TWO, True)) == []
+    # lost on the reference alone (after an error the route never raised): the state behind it is the difference
+    assert compare(_lost_commit(ONE, False), _lost_commit(TWO, True)) == []
     assert results(_lost_commit(ONE, True), 4) == ("success",) * 4
 
 
