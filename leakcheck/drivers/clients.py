@@ -175,7 +175,10 @@ class PsycopgClient:
     async def bind(self, name: str) -> list[Row]:
         # libpq's PQexecPrepared, psycopg's pq API: Bind/Execute of a statement by name, no Parse.
         async with self.conn.lock:
-            res = await asyncio.to_thread(self.conn.pgconn.exec_prepared, name.encode(), [])
+            try:
+                res = await asyncio.to_thread(self.conn.pgconn.exec_prepared, name.encode(), [])
+            except psycopg.Error as exc:  # libpq could not send it: the connection is gone (an earlier bind closed it)
+                raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.pgconn.status != 0) from exc
         if res.status in (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK):
             cells = ((res.get_value(r, c) for c in range(res.nfields)) for r in range(res.ntuples))
             return [tuple(None if v is None else v.decode() for v in row) for row in cells]

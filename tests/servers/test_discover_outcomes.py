@@ -104,6 +104,14 @@ def test_a_bind_of_an_sql_prepared_name_disconnects_its_client_and_moves_the_oth
     assert label(ops, diffs) == (("bind_unprepared",), ())
 
 
+def test_a_second_bind_on_the_connection_the_first_one_closed_is_the_applications_error_not_the_harnesss(
+        native: NativeBackend) -> None:
+    ops = (Op(A, Kind.PREPARE, "s1"), Op(A, Kind.BIND, "s1"), Op(A, Kind.BIND, "s1"))
+    with Differential(_lab(native, Route.TRANSACTION), Driver.PSYCOPG) as measure:
+        diffs = measure(ops).diffs
+    assert [(d.index, d.key) for d in diffs] == [(1, f"outcome:{Lost.DISCONNECTED}")]
+
+
 def _written(native: NativeBackend, delete: bool) -> Trace:
     """A writes one row on a direct session; the test deletes it (or not) before the witness reads it back."""
     where = _lab(native, Route.DIRECT)
