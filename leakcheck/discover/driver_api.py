@@ -22,24 +22,28 @@ from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver
 
-_ERRORS = (psycopg.Error, asyncpg.PostgresError, asyncpg.InterfaceError)
+#: asyncpg's errors, as clients.py takes them (InternalClientError: its protocol after the server ended the connection)
+_ASYNCPG_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError)
 
 
-def _server_error(exc: BaseException) -> ServerError:
-    return ServerError(str(getattr(exc, "sqlstate", None) or NO_SQLSTATE), str(exc).strip())
+def _server_error(exc: BaseException, closed: bool) -> ServerError:
+    return ServerError(str(getattr(exc, "sqlstate", None) or NO_SQLSTATE), str(exc).strip(), closed=closed)
 
 
 async def bound(client: Client, sql: str, params: tuple[str, ...]) -> list[Row]:
     """`sql` with $1.. bound, the driver's default way (psycopg: its prepare threshold; asyncpg: its
     statement cache), as an application passes a parameter."""
-    try:
-        if isinstance(client, PsycopgClient):
+    if isinstance(client, PsycopgClient):
+        try:
             cur = await client.conn.execute(sql.replace("$1", "%s"), params)
             return list(await cur.fetchall()) if cur.description else []
-        if isinstance(client, AsyncpgClient):
+        except psycopg.Error as exc:
+            raise _server_error(exc, client.conn.closed) from exc
+    if isinstance(client, AsyncpgClient):
+        try:
             return [tuple(r) for r in await client.conn.fetch(sql, *params)]
-    except _ERRORS as exc:
-        raise _server_error(exc) from exc
+        except _ASYNCPG_ERRORS as exc:
+            raise _server_error(exc, client.conn.is_closed()) from exc
     raise TypeError(f"no bound-parameter call for {type(client).__name__}")
 
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from leakcheck.drivers.clients import Client, Row
 from leakcheck.model.errors import NotApplicable, ProbeError
-from leakcheck.model.faults import machine_fault
+from leakcheck.model.faults import Kind, kind, machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write, write_statement
@@ -179,8 +179,11 @@ class Scenario:
 
     def _connected(self, client: Client, got: Attempt) -> bool:
         """Whether the client may still be asked something after this step: not closed under it, and not in a
-        transaction the step's failure aborted."""
-        return got.error is None or not (got.error.closed or client.label in self._in_transaction)
+        transaction the step's failure aborted. An agent's error says a session end by its SQLSTATE (class 08) alone."""
+        if got.error is None:
+            return True
+        ended = got.error.closed or kind(got.error.sqlstate)[0] is Kind.SESSION_END
+        return not (ended or client.label in self._in_transaction)
 
     # --- the clients' steps -------------------------------------------------------------------------
 

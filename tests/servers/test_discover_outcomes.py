@@ -112,6 +112,22 @@ def test_a_second_bind_on_the_connection_the_first_one_closed_is_the_application
     assert [(d.index, d.key) for d in diffs] == [(1, f"outcome:{Lost.DISCONNECTED}")]
 
 
+def test_calls_after_a_disconnect_are_the_applications_errors_through_any_driver(native: NativeBackend) -> None:
+    # psycopg: a bound parameter on the connection a bind closed
+    after_bind = (Op(A, Kind.PREPARE, "s1"), Op(A, Kind.BIND, "s1"),
+                  Op(A, Kind.SET_CONFIG, "work_mem", "session bound"))
+    with Differential(_lab(native, Route.TRANSACTION), Driver.PSYCOPG) as measure:
+        assert [d.key for d in measure(after_bind).diffs] == [f"outcome:{Lost.DISCONNECTED}"]
+    # PDO: PgBouncer 1.24 closes the connection when PDO runs again the statement whose Parse failed in an aborted
+    # transaction ("prepared statement name is already in use"); PDO's next statement meets a closed connection
+    after_reuse = (Op(A, Kind.BEGIN), Op(A, Kind.EXECUTE, "s1"), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.PROTOCOL, "p1"),
+                   Op(A, Kind.COMMIT), Op(A, Kind.SET, "work_mem"))
+    with Differential(_lab(native, Route.TRANSACTION), PDO) as measure:
+        diffs = measure(after_reuse).diffs
+    assert [(d.index, d.key) for d in diffs] == [(3, f"outcome:{Lost.DISCONNECTED}")]
+    assert "prepared statement name is already in use" in diffs[0].subject
+
+
 def _written(native: NativeBackend, delete: bool) -> Trace:
     """A writes one row on a direct session; the test deletes it (or not) before the witness reads it back."""
     where = _lab(native, Route.DIRECT)
