@@ -155,8 +155,9 @@ class PsycopgClient:
 
     async def begin(self) -> None:
         # psycopg's transaction(), entered here and left by commit/rollback (psycopg.Rollback to roll back)
-        self._tx = self.conn.transaction()
-        await self._guard(lambda: self._tx.__aenter__())
+        tx = self.conn.transaction()
+        await self._guard(lambda: tx.__aenter__())
+        self._tx = tx  # only once entered: a context that failed to enter cannot be left (its generator is done)
 
     async def commit(self) -> None:
         tx, self._tx = self._tx, None
@@ -291,8 +292,9 @@ class AsyncpgClient:
         return [tuple(r) for r in await self._call("fetch", sql)]
 
     async def begin(self) -> None:
-        self._tx = self.conn.transaction()
-        await self._guard(lambda: self._tx.start())
+        tx = self.conn.transaction()
+        await self._guard(lambda: tx.start())
+        self._tx = tx  # only once started: the commit or rollback of a failed start is the plain statement's
 
     async def commit(self) -> None:
         tx, self._tx = self._tx, None

@@ -128,6 +128,19 @@ def test_calls_after_a_disconnect_are_the_applications_errors_through_any_driver
     assert "prepared statement name is already in use" in diffs[0].subject
 
 
+@pytest.mark.parametrize("driver", [Driver.PSYCOPG, PDO], ids=str)
+def test_a_transaction_begun_on_a_closed_connection_ends_as_the_applications_error(native: NativeBackend,
+                                                                                   driver: Driver) -> None:
+    # through PgBouncer 1.24 a bind (psycopg) or a re-run whose Parse failed (PDO) closes A's connection inside its
+    # transaction; A's next transaction begins and rolls back on the closed connection
+    closing = (Op(A, Kind.BIND, "s1"),) if driver is Driver.PSYCOPG else (
+        Op(A, Kind.EXECUTE, "s1"), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.PROTOCOL, "p1"))
+    ops = (Op(A, Kind.BEGIN), *closing, Op(A, Kind.COMMIT), Op(A, Kind.BEGIN), Op(A, Kind.ROLLBACK))
+    with Differential(_lab(native, Route.TRANSACTION), driver) as measure:
+        diffs = measure(ops).diffs
+    assert [(d.index, d.key) for d in diffs] == [(len(closing), f"outcome:{Lost.DISCONNECTED}")]
+
+
 def _written(native: NativeBackend, delete: bool) -> Trace:
     """A writes one row on a direct session; the test deletes it (or not) before the witness reads it back."""
     where = _lab(native, Route.DIRECT)
