@@ -26,7 +26,7 @@ at its step and stands for that step's own result (`outcome:<what>`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from leakcheck.discover.ops import DRIVER_CALLS, Kind, Who
@@ -133,7 +133,7 @@ def outcomes(trace: Trace) -> list[Loss]:
     events show: a client's first closing failure (disconnected), a prepared call's value not its own
     (another client's result), a client's first step on a further server connection of its own (moved:
     the one it shared ended, and its session state with it)."""
-    out = list(trace.losses)
+    out = [replace(x, shown=x.shown.replace(trace.names.prefix, DISPLAY.prefix)) for x in trace.losses]
     closed: set[Who] = set()
     on = ordinals(trace)
     moved: set[Who] = set()

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from leakcheck.discover.driver_api import bound
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who
 from leakcheck.discover.render import CLIENT_KEYS, REPORTED, Via, protocol_select, snapshot_columns, statements
-from leakcheck.discover.trace import Event, Failure, Loss, Lost, Proof, Trace
+from leakcheck.discover.trace import SILENT, Event, Failure, Loss, Lost, Proof, Trace
 from leakcheck.drivers.clients import Client, ServerError
 from leakcheck.model.errors import ProbeError
 from leakcheck.probes.base import Attempt
@@ -153,9 +153,9 @@ def _lost(w: Write, written: int, told: int) -> Loss:
     who = Who(w.who)
     how = "its commit" if told != written else "its statement"
     if w.error_after is None:
-        return Loss(told, who, Lost.WRITE, f"lost, and no error reached {who}",
-                    f"{how} returned success, and {who}'s row of step {written + 1} is not in the database; no error "
-                    f"reached {who}")
+        return Loss(told, who, Lost.WRITE, f"lost, and {SILENT} {who}",
+                    f"{how} returned success, and {who}'s row of step {written + 1} is not in the database; {SILENT} "
+                    f"{who}")
     return Loss(told, who, Lost.WRITE, f"lost, after an error reached {who}",
                 f"{how} returned success, and {who}'s row of step {written + 1} is not in the database (an error "
                 f"reached {who} before: {w.error_after})")

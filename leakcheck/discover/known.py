@@ -8,7 +8,8 @@ ids; otherwise it is *new*, and the states no probe lists are named (`session:wo
 whose first difference is what an application lost (`outcome:...`, compare.outcomes) is known by the
 probe that measures that loss in that shape (`outcome_probe`: a commit lost after a free inside its
 transaction is tx_free_before_commit's; a disconnect at a bind, and the other client's move after it,
-bind_unprepared's), else new by that outcome (`outcome:lost write`).
+bind_unprepared's); a write lost after an error reached its client is labelled by the difference that
+error is; else it is new by that outcome (`outcome:lost write`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from leakcheck.discover.compare import Diff
 from leakcheck.discover.ops import PREPARED, SETTING, SETTINGS, Kind, Op, Who
-from leakcheck.discover.trace import Lost
+from leakcheck.discover.trace import SILENT, Lost
 from leakcheck.model.verdicts import Scope, Verdict
 
 #: Kinds whose op creates or changes session state: a finding's possible causes.
@@ -254,7 +255,13 @@ def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...
     ops = tuple(ops)
     if diffs and diffs[0].key.startswith("outcome:"):
         lost = outcome_probe(ops, diffs[0])
-        return ((lost,), ()) if lost is not None else ((), (diffs[0].key,))
+        if lost is not None:
+            return (lost,), ()
+        if diffs[0].key == f"outcome:{Lost.WRITE}" and SILENT not in diffs[0].subject and len(diffs) > 1:
+            # an error reached the application first (B's PREPARE of a name A's leaked PREPARE holds): that
+            # error is the difference, and the commit its transaction lost follows from it
+            return label(ops, diffs[1:])
+        return (), (diffs[0].key,)
     found = sorted(causes(ops))
     unlisted = tuple(sorted({state(c) for c in found if c not in PROBE_OF}))
     written = _discovered(ops, diffs[0]) if diffs and not unlisted else None

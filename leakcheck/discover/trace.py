@@ -55,6 +55,10 @@ class Proof:
     server: ServerId
 
 
+#: How a lost write says that nothing told its client (compare and known read it).
+SILENT = "no error reached"
+
+
 class Lost(StrEnum):
     """What an application lost, as the outcome oracles see it (probes/outcomes.py): a difference of its own kind."""
 
