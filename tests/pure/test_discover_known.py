@@ -232,9 +232,10 @@ def test_a_disconnect_at_a_bind_and_the_other_clients_move_after_it_are_bind_unp
 
 
 def test_a_commit_lost_after_an_error_its_client_saw_is_labelled_by_that_error() -> None:
-    ops = (Op(A, Kind.PREPARE, "s1"), Op(B, Kind.BEGIN), Op(B, Kind.WRITE), Op(B, Kind.PREPARE, "s1"), Op(B, Kind.COMMIT))
-    told = Diff(4, B, "outcome:lost write", "its commit returned success, and B's row of step 3 is not in the database "
-                "(an error reached B before: 42P05: ...)", "the row is in the database")
+    ops = (Op(A, Kind.PREPARE, "s1"), Op(B, Kind.BEGIN), Op(B, Kind.WRITE), Op(B, Kind.PREPARE, "s1"),
+           Op(B, Kind.COMMIT))
+    told = Diff(4, B, "outcome:lost write", "its commit returned success, and B's row of step 3 is not in the "
+                "database (an error reached B before: 42P05: ...)", "the row is in the database")
     refused = Diff(3, B, "result:prepare", 'error 42P05: prepared statement "lc_s1" already exists', "NULL")
     assert label(ops, [told, refused]) == (("sql_prepare",), ())
     silent = Diff(4, B, "outcome:lost write", "...; no error reached B", "the row is in the database")

@@ -15,19 +15,15 @@ from leakcheck.discover.differential import Differential
 from leakcheck.discover.engine import Search, discover
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
-from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Driver, Route
-from leakcheck.model.versions import parse_spec
 from leakcheck.provision.native import NativeBackend
+from tests.support.discover_lab import discover_lab
 
 pytestmark = pytest.mark.servers
 
 
 def _lab(native: NativeBackend, route: Route) -> lab.Lab:
-    pg = native.resolve_pg(parse_spec("16", "--pg"))
-    pooler = None if route is Route.DIRECT else Pooler(PoolerKind.PGBOUNCER, native.resolve_pooler(
-        PoolerKind.PGBOUNCER, parse_spec("1.24", "--bouncer")))
-    return lab.at(native, pg, pooler, route)
+    return discover_lab(native, route, "1.24")
 
 
 def test_discovery_finds_a_leak_through_the_pooler_within_seconds(native: NativeBackend) -> None:

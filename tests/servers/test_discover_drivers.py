@@ -26,12 +26,12 @@ from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.team import team_driver
 from leakcheck.drivers.clients import connect, driver_version
-from leakcheck.model.target import Driver, Pooler, PoolerKind, Setting
+from leakcheck.model.target import Driver, Setting
 from leakcheck.model.verdicts import Route, Target, Verdict
-from leakcheck.model.versions import parse_spec
 from leakcheck.probes.witness import open_witness
 from leakcheck.provision.native import NativeBackend
 from leakcheck.run.matrix import driver_cells
+from tests.support.discover_lab import discover_lab
 
 pytestmark = pytest.mark.servers
 
@@ -46,10 +46,7 @@ def _stop_agents() -> Iterator[None]:
 
 
 def _lab(native: NativeBackend, route: Route, bouncer: str = "1.18") -> lab.Lab:
-    pg = native.resolve_pg(parse_spec("16", "--pg"))
-    pooler = None if route is Route.DIRECT else Pooler(PoolerKind.PGBOUNCER, native.resolve_pooler(
-        PoolerKind.PGBOUNCER, parse_spec(bouncer, "--bouncer")))
-    return lab.at(native, pg, pooler, route)
+    return discover_lab(native, route, bouncer)
 
 
 def _collisions(found: object) -> list[str]:

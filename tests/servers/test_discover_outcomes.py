@@ -25,12 +25,12 @@ from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Lost, Trace
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import connect
-from leakcheck.model.target import Driver, Pooler, PoolerKind
+from leakcheck.model.target import Driver
 from leakcheck.model.verdicts import Route
-from leakcheck.model.versions import parse_spec
 from leakcheck.probes.outcomes import WRITES_TABLE
 from leakcheck.probes.witness import open_witness
 from leakcheck.provision.native import NativeBackend
+from tests.support.discover_lab import discover_lab
 
 pytestmark = pytest.mark.servers
 
@@ -47,10 +47,7 @@ def _stop_agents() -> Iterator[None]:
 
 
 def _lab(native: NativeBackend, route: Route, bouncer: str = "1.24") -> lab.Lab:
-    pg = native.resolve_pg(parse_spec("16", "--pg"))
-    pooler = None if route is Route.DIRECT else Pooler(PoolerKind.PGBOUNCER, native.resolve_pooler(
-        PoolerKind.PGBOUNCER, parse_spec(bouncer, "--bouncer")))
-    return lab.at(native, pg, pooler, route)
+    return discover_lab(native, route, bouncer)
 
 
 @pytest.mark.parametrize("bouncer", ["1.24", "1.26"])
