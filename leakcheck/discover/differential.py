@@ -67,7 +67,7 @@ class Differential:
 
     def __init__(self, lab: Lab, driver: Driver, timeout: float = SEQUENCE_TIMEOUT,
                  settings: tuple[Setting, ...] = ()) -> None:
-        self.lab, self.driver, self.timeout, self.settings = lab, driver, timeout, settings
+        self.lab, self.driver, self.timeout, self.settings = lab.for_driver(driver), driver, timeout, settings
         self._seen: dict[Route, set[ServerId]] = {lab.where.route: set(), Route.DIRECT: set()}
         self._witnesses: list[Witness] = []
         self._loop = asyncio.Runner()

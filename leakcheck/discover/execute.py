@@ -26,11 +26,16 @@ from leakcheck.discover.ops import PREPARED, Kind, Op, Who
 from leakcheck.discover.render import CLIENT_KEYS, REPORTED, Via, protocol_select, snapshot_columns, statements
 from leakcheck.discover.trace import SILENT, Event, Failure, Loss, Lost, Proof, Trace
 from leakcheck.drivers.clients import Client, ServerError
-from leakcheck.model.errors import ProbeError
+from leakcheck.model.errors import NotApplicable, ProbeError
+from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.probes.base import Attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Stalled, Write
 from leakcheck.probes.scenario import Scenario
 from leakcheck.probes.witness import Witness
+
+#: A call its driver (or the pooler) refused, closing the client's connection: the application's error, a step like any
+#: other (compare.closes reads "closed").
+REFUSED = "its connection closed: the driver or the pooler refused to go on"
 
 
 def _failure(exc: ServerError) -> Failure:
@@ -112,10 +117,13 @@ class Run:
 
     async def _step(self, index: int, op: Op | None, who: Who) -> Event:
         proven, told = len(self.s.proofs), {w.id for w in self.s.ledger.writes if w.told_committed is not None}
-        if op is None or op.kind is Kind.OBSERVE:
-            event = await self._snapshot(index, who, op)
-        else:
-            event = _event(index, op, await self._call(index, op))
+        try:
+            if op is None or op.kind is Kind.OBSERVE:
+                event = await self._snapshot(index, who, op)
+            else:
+                event = _event(index, op, await self._call(index, op))
+        except NotApplicable as refused:  # the driver refused to go on (pgjdbc on a DateStyle not ISO), or the pooler
+            event = Event(index, who, op, failure=Failure(NO_SQLSTATE, f"{REFUSED}: {refused}"))
         self.trace.proofs += [Proof(index, Who(p.client), p.server) for p in self.s.proofs[proven:]]
         self.told_at.update({w.id: index for w in self.s.ledger.writes
                              if w.told_committed is not None and w.id not in told})

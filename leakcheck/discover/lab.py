@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from leakcheck.config import preflight
@@ -27,7 +27,7 @@ from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
 from leakcheck.run.matrix import MatrixRun
-from leakcheck.run.runner import SESSION_POOL, subject_mode
+from leakcheck.run.runner import SESSION_POOL, ignored_startup, subject_mode
 
 __all__ = ["Endpoint", "Lab", "Where", "at", "cache_dir", "open_lab"]
 
@@ -85,6 +85,15 @@ class Lab:
             return
         with self.backend.pooler(self.where.pg, self.where.pooler, self.where.settings, LANE) as endpoint:
             yield endpoint.as_user(APP_ROLE)
+
+    def for_driver(self, driver: Driver) -> Lab:
+        """This lab with the pooler told to ignore the startup parameters `driver` sends (as the matrix tells it):
+        pgjdbc's extra_float_digits, which PgBouncer refuses otherwise."""
+        settings = self.where.settings
+        if settings is None or not ignored_startup(driver):
+            return self
+        ignored = replace(settings, ignored_startup=ignored_startup(driver))
+        return Lab(self.backend, replace(self.where, settings=ignored))
 
     def direct(self) -> Endpoint:
         """A direct PostgreSQL endpoint (the reference: each client its own session)."""

@@ -176,3 +176,9 @@ def test_a_step_inside_a_transaction_is_covered_by_that_transactions_proven_step
     events = [Event(i, A, op) for i, op in enumerate(ops)]
     got = covered(events, [Proof(3, A, S1)], ops)
     assert [e.proof_at for e in got] == [None, 3, 3, 3, 3, None, None]
+
+
+def test_a_client_whose_connection_closed_before_any_proof_needs_none_on_the_reference() -> None:
+    refused = Failure("?????", "its connection closed: the driver or the pooler refused to go on: DateStyle")
+    events = (Event(0, A, Op(A, Kind.SET, "DateStyle"), failure=refused), Event(1, B, None, proof_at=1))
+    assert list(proof_problems(trace(ONE, *events, route=Route.DIRECT, proofs=(Proof(1, B, S2),)), set())) == []

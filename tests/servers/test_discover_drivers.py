@@ -196,3 +196,18 @@ def test_a_team_agents_driver_setting_reaches_its_driver_and_names_its_cell(nati
     trace = asyncio.run(_trace(native, driver, (Op(A, Kind.OBSERVE),), settings))
     assert all(e.failure is None for e in trace.events)
     assert "1234kB" in str([e.fields for e in trace.events if e.op == Op(A, Kind.OBSERVE)])
+
+
+def test_pgjdbcs_startup_parameters_are_ignored_by_the_pgbouncer_discovery_starts(native: NativeBackend) -> None:
+    # pgjdbc sends extra_float_digits at login, which PgBouncer refuses unless told to ignore it (the matrix does)
+    with Differential(_lab(native, Route.TRANSACTION, "1.24"), Driver("pgjdbc")) as measure:
+        comparison = measure((Op(A, Kind.WRITE), Op(B, Kind.OBSERVE)))
+    # what PgBouncer reports of DateStyle is the startup value pgjdbc sent ('ISO'), where PostgreSQL reports its own
+    # spelling ('ISO, MDY'): a difference before any op, so `leakcheck discover --driver=pgjdbc` stops at its check
+    assert {d.key for d in comparison.diffs} == {"reported:DateStyle"}
+
+
+def test_a_call_the_driver_refuses_to_go_on_after_is_its_clients_closed_connection(native: NativeBackend) -> None:
+    # pgjdbc closes its connection when DateStyle does not begin with ISO (the catalogue's refusal): on both routes
+    with Differential(_lab(native, Route.DIRECT), Driver("pgjdbc")) as measure:
+        assert measure((Op(A, Kind.SET, "DateStyle"), Op(A, Kind.OBSERVE), Op(B, Kind.OBSERVE))).diffs == ()
