@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from leakcheck.discover.compare import Diff
-from leakcheck.discover.ops import PREPARED, SETTING, SETTINGS, Kind, Op, Who
+from leakcheck.discover.ops import PREPARED, SETTING, SETTINGS, Kind, Op, Who, prepares
 from leakcheck.discover.trace import SILENT, Lost
 from leakcheck.model.verdicts import Scope, Verdict
 
@@ -53,7 +53,8 @@ def family(op: Op) -> str:
 
 
 def causes(ops: Iterable[Op]) -> frozenset[str]:
-    return frozenset(family(op) for op in ops if op.kind in STATE_KINDS)
+    """The state-creating families of these ops (a prepared write leaves a prepared statement, as PROTOCOL does)."""
+    return frozenset(family(op) for op in ops if op.kind in STATE_KINDS or prepares(op))
 
 
 def state(fam: str) -> str:
@@ -67,6 +68,8 @@ def state(fam: str) -> str:
         return f"local:{setting}"
     if fam == "temp_table:on_commit_delete_rows":  # a session temp table all the same (its rows go at commit)
         return "temp_table"
+    if fam == "write:prepared":  # the driver's prepared statement it leaves, as a prepared SELECT's
+        return "protocol_prepare"
     return fam
 
 
@@ -105,7 +108,7 @@ PROBE_OF: dict[str, str] = {
     "temp_table": "temp_table", "temp_table:on_commit_delete_rows": "temp_table",
     "temp_table:on_commit_drop": "temp_table_on_commit_drop",
     "nextval": "lastval",
-    "sql_prepare": "sql_prepare", "protocol_prepare": "protocol_prepare",
+    "sql_prepare": "sql_prepare", "protocol_prepare": "protocol_prepare", "write:prepared": "protocol_prepare",
     "cursor:hold": "with_hold_cursor", "cursor": "plain_cursor",
     "advisory_lock": "advisory_lock", "advisory_xact_lock": "advisory_xact_lock",
     "listen": "listen_notify", "notify": "listen_notify",
@@ -156,6 +159,7 @@ OBSERVES: dict[str, frozenset[str]] = {
     "sql_prepare": frozenset({"prepared", "result:prepare", "result:execute", "result:deallocate",
                               "result:deallocate_all"}),
     "protocol_prepare": frozenset({"prepared", "result:protocol", "result:write"}),  # a prepared write collides alike
+    "write": frozenset({"prepared", "result:protocol", "result:write"}),  # write:prepared: protocol_prepare's
     "advisory_lock": frozenset({"locks", "result:lock", "result:xact_lock", "result:unlock", "result:unlock_all"}),
     "advisory_xact_lock": frozenset({"locks", "result:lock", "result:xact_lock", "result:unlock"}),
     "listen": frozenset({"listening", "notifications", "result:listen", "result:unlisten", "result:notify"}),

@@ -240,3 +240,11 @@ def test_a_commit_lost_after_an_error_its_client_saw_is_labelled_by_that_error()
     assert label(ops, [told, refused]) == (("sql_prepare",), ())
     silent = Diff(4, B, "outcome:lost write", "...; no error reached B", "the row is in the database")
     assert label(ops, [silent, refused]) == ((), ("outcome:lost write",))
+
+
+def test_a_prepared_write_leaves_the_drivers_prepared_statement_as_a_prepared_select_does() -> None:
+    ops = (Op(A, Kind.WRITE, "", PREPARED), Op(A, Kind.FREE))
+    freed = Diff(1, A, "result:free", 'error 26000: prepared statement "a1" does not exist', "NULL")
+    assert states(ops) == {"protocol_prepare"}
+    assert label(ops, [freed]) == (("protocol_prepare",), ("effect: prepared statements/free result",))
+    assert causes([Op(A, Kind.WRITE)]) == frozenset()
