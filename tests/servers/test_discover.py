@@ -45,7 +45,8 @@ def test_a_known_leak_replays_as_a_difference_with_proofs(native: NativeBackend)
 def test_the_controls_find_nothing(native: NativeBackend, route: Route) -> None:
     with Differential(_lab(native, route), Driver.PSYCOPG) as measure:
         found = discover(measure, Search(seed=1, budget=20.0, max_examples=40, max_ops=8))
-    assert found.findings == [] and found.stopped == "round 1 found nothing new in 40 sequences"
+    assert found.findings == []
+    assert found.stopped.startswith("round 1 found nothing new in ")  # the distinct ones of 40 draws
 
 
 def test_the_command_prints_each_finding_writes_its_file_and_exits_1_for_new_ones(

@@ -79,7 +79,8 @@ def test_the_controls_find_nothing_with_node_postgres(native: NativeBackend, rou
     with Differential(_lab(native, route), NODE) as measure:
         found = discover(measure, Search(seed=1, budget=20.0, max_examples=40, max_ops=8,
                                          ops=universe(measure.abilities())))
-    assert found.findings == [] and found.stopped == "round 1 found nothing new in 40 sequences"
+    assert found.findings == []
+    assert found.stopped.startswith("round 1 found nothing new in ")  # the distinct ones of 40 draws
 
 
 @pytest.mark.parametrize(("driver", "can"), [(NODE, Abilities(bound=False)),

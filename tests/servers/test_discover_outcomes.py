@@ -85,7 +85,7 @@ def test_the_session_control_finds_nothing_with_pdo(native: NativeBackend) -> No
         found = discover(measure, Search(seed=1, budget=20.0, max_examples=40, max_ops=8,
                                          ops=universe(measure.abilities())))
     assert found.findings == []
-    assert found.stopped == "round 1 found nothing new in 40 sequences"
+    assert found.stopped.startswith("round 1 found nothing new in ")  # the distinct ones of 40 draws
 
 
 def test_a_bind_of_an_sql_prepared_name_disconnects_its_client_and_moves_the_other(native: NativeBackend) -> None:
