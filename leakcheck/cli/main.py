@@ -5,6 +5,7 @@
 `leakcheck fixtures`: the probes' test roles and tables in a running pooler's database (--pooled-dsn).
 `leakcheck discover`: search for session-state leaks no probe lists (hypothesis; see docs/discovery.md).
 `leakcheck docs`: the docs site's generated pages (the options table; a measured matrix, dated).
+`leakcheck sweep`: remove what killed runs left on this machine (also done as every native run starts).
 `leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
 
 Under pytest the matrix is `pytest --pg=16,18 --bouncer=1.24,1.26`.
@@ -34,6 +35,8 @@ from leakcheck.drivers.clients import driver_version
 from leakcheck.model.errors import UsageError, one_line
 from leakcheck.model.redact import redacted
 from leakcheck.model.versions import leakcheck_release
+from leakcheck.provision.host.sweep import sweep
+from leakcheck.provision.host.system import cache_root
 from leakcheck.provision.postgres.fixtures import install
 from leakcheck.provision.running_pooler import check_dsn, connect_timeout, shown_dsn
 from leakcheck.reports.safe_text import terminal_safe
@@ -88,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                                  "new, 1: new findings, 3: could not measure, 4: bad input)")
     discover.add_arguments(discovering)
     cli_images.add_parsers(sub)
+    sub.add_parser("sweep", help="remove what killed leakcheck runs left on this machine: their server processes, "
+                   "folders (with their sockets) and System V shared memory and semaphores; one line each, never "
+                   "a live run's (each native run does this as it starts)")
     args = parser.parse_args(argv)
     with progress.on_stderr():  # "leakcheck: fetching ..." lines; results go to stdout
         if args.command == "merge":
@@ -104,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             return guarded(lambda: docs_cli.main(args))
         if args.command == "fixtures":
             return guarded(lambda: _fixtures(args))
+        if args.command == "sweep":
+            return guarded(_sweep)
         return guarded(lambda: _prepare(args))
 
 
@@ -121,6 +129,16 @@ def _prepare(args: argparse.Namespace) -> int:
             print(terminal_safe(f"  {line}", newlines=False))
     for driver in config.drivers if args.drivers is not None else ():
         print(f"--drivers {driver.value} -> {driver.value} {driver_version(driver) or '(release unknown)'}")
+    return 0
+
+
+def _sweep() -> int:
+    try:
+        cache: Path | None = cache_root()  # unfinished template builds
+    except UsageError:
+        cache = None  # no cache: nothing was built in it
+    if not sweep(cache, say=lambda line: print(terminal_safe(line, newlines=False), flush=True)):
+        print("leakcheck: no killed run left anything here", file=sys.stderr)
     return 0
 
 

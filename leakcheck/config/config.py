@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from leakcheck.drivers.settings import check_axis
 from leakcheck.gate.diff import Cell, parse_cell
 from leakcheck.model.axes import (
     NO_FLEET,
+    PEERING,
     Axis,
     DriverAxis,
     FleetShape,
@@ -32,13 +33,16 @@ from leakcheck.model.axes import (
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode
 from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
+from leakcheck.model.team_settings import TeamSettings
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
 from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
-from leakcheck.provision.pgbouncer.ini import RESERVED
+from leakcheck.provision.odyssey import conf as odyssey_conf
+from leakcheck.provision.pgbouncer import settings as bouncer_settings
+from leakcheck.provision.pgpool import conf as pgpool_conf
 from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.provision.running_pooler import check_dsn, default_name
 
@@ -337,6 +341,19 @@ def _poolers(raw: dict[str, str | None], fleet: FleetShape = NO_FLEET) -> tuple[
     return tuple(found)
 
 
+#: Each product's allow-list: what a team may set (--bouncer-set, --pooler-set, a matrix file's settings).
+TEAM_SETTINGS: dict[PoolerKind, TeamSettings] = {
+    PoolerKind.PGBOUNCER: bouncer_settings.TEAM, PoolerKind.ODYSSEY: odyssey_conf.TEAM,
+    PoolerKind.PGPOOL: pgpool_conf.TEAM,
+}
+
+#: How Odyssey's and pgpool-II's files write a value (a UsageError for one they cannot hold as it is);
+#: PgBouncer's ini takes any value of one line.
+WRITTEN_AS: dict[PoolerKind, Callable[[str], str]] = {
+    PoolerKind.ODYSSEY: odyssey_conf.value_of, PoolerKind.PGPOOL: pgpool_conf.value_of,
+}
+
+
 def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ...]) -> tuple[Axis, ...]:
     """--bouncer-set and --pooler-set, each checked; an axis of a pooler the matrix does not run is an error."""
     axes: list[Axis] = []
@@ -345,9 +362,16 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
         for line in given.split("\n") if given is not None else ():
             if not line.strip():
                 raise UsageError.empty(FLAGS[key], "a setting and its values, e.g. max_prepared_statements=0,200")
-            axis = parse_axis(line, FLAGS[key], kind, RESERVED if kind is PoolerKind.PGBOUNCER else ())
-            if axis.kind is PoolerKind.PGBOUNCER and axis.name in RESERVED:
-                raise UsageError(f"{FLAGS[key]}={line!r}: leakcheck sets {axis.name} itself; leave it out")
+            axis = parse_axis(line, FLAGS[key], kind)
+            refusal = None if (axis.kind, axis.name) == (PoolerKind.PGBOUNCER, PEERING) else (
+                TEAM_SETTINGS[axis.kind].refusal(axis.name))
+            if refusal is not None:
+                raise UsageError(f"{FLAGS[key]}={line!r}: {refusal}")
+            for value in axis.values if axis.kind in WRITTEN_AS else ():
+                try:
+                    WRITTEN_AS[axis.kind](value)  # as its config file will hold it, or a UsageError
+                except UsageError as exc:
+                    raise UsageError(f"{FLAGS[key]}={line!r}: {exc}") from None
             axes.append(axis)
     check_distinct(axes)
     modes = {m.value for m in PoolMode}

@@ -30,7 +30,7 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "backend only", None),
     ("--bouncer-ini", "leakcheck_bouncer_ini", "your own pgbouncer.ini: every setting kept except what leakcheck must "
      "control (listen address and port, the database entry, pool size, auth, log/pid/socket paths; listed in the "
-     "run header)", None),
+     "run header); a key a team may not set is refused (docs/poolers.md)", None),
     ("--pooled-dsn", "leakcheck_pooled_dsn", "measure a pooler that is already running (staging PgBouncer, "
      "Odyssey, PgCat, RDS Proxy...): a postgresql:// URI through it; nothing is started", None),
     ("--direct-dsn", "leakcheck_direct_dsn", "with --pooled-dsn: a postgresql:// URI straight to its PostgreSQL, "
@@ -74,9 +74,10 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
 #: Options given any number of times (each a matrix axis); ini keys take one per line. (flag, ini key, help)
 LIST_OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--bouncer-set", "leakcheck_bouncer_set", "a PgBouncer setting as a matrix axis, NAME=V1,V2 (repeatable; "
-     "values are crossed; quote a value holding a comma), e.g. max_prepared_statements=0,200"),
+     "values are crossed; quote a value holding a comma), e.g. max_prepared_statements=0,200; one a team may set "
+     "(docs/poolers.md)"),
     ("--pooler-set", "leakcheck_pooler_set", "a setting of any pooler as a matrix axis, KIND:NAME=V1,V2 "
-     "(repeatable), e.g. odyssey:pool_reserve_prepared_statement=yes,no"),
+     "(repeatable), e.g. odyssey:pool_reserve_prepared_statement=yes,no; one a team may set (docs/poolers.md)"),
     ("--driver-set", "leakcheck_driver_set", "a driver setting as a matrix axis, DRIVER:NAME=V1,V2 (repeatable; "
      "crossed; the driver's defaults are not written in ids), e.g. pgjdbc:prepareThreshold=0,5 or "
      "psycopg:prepare_threshold=None,5"),

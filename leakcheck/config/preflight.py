@@ -49,7 +49,7 @@ def check(config: Config, backend: str, environ: Mapping[str, str] | None = None
     check_environment(env)
     check_paths(config)
     if config.bouncer_ini is not None:
-        team_ini.load(config.bouncer_ini)  # as PgBouncer would load it, each file one the server user could read
+        team_ini.load(config.bouncer_ini)  # as PgBouncer loads it: files the server user reads, keys a team may set
     expected = expectations.load(config.expect) if config.expect is not None else None
     if config.record is not None:
         record.check_target(config.record)

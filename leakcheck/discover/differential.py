@@ -90,6 +90,8 @@ class Differential:
             raise harness_failed((), exc) from exc
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if signals.received() is not None:  # Ctrl-C: the agents first, so that no client's close waits on a hung one
+            agents.stop_all(hurry=True)
         for witness in self._witnesses:
             with contextlib.suppress(Exception):  # closing at the end: nothing to report
                 witness.close()

@@ -18,13 +18,16 @@ import asyncio
 import dataclasses
 import functools
 import importlib.metadata
-from collections.abc import Awaitable, Callable
+import select
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import asyncpg
 import psycopg
 from psycopg.conninfo import make_conninfo
+from psycopg.copy import AsyncLibpqWriter
 
 from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
 from leakcheck.drivers.cancel import CANCEL_TIMEOUT, send_cancel_request
@@ -60,6 +63,53 @@ class Notification:
 Row = tuple[Any, ...]
 
 
+@dataclass(frozen=True)
+class CopyIn:
+    """What a client sends with COPY ... FROM STDIN (text format): `first`, sent on at once (flushed); then,
+    `pause` seconds later, `rows` `times` times; then the copy's end."""
+
+    sql: str  #: the statement, for a driver whose copy API takes one
+    table: str  #: the table and its columns, for a driver whose copy API writes the statement itself
+    columns: tuple[str, ...]
+    first: str
+    rows: str
+    times: int
+    pause: float = 0.0
+
+
+@dataclass(frozen=True)
+class Piped:
+    """One command of a pipeline (no Sync until its end): `prepare` `name` as `sql`, `close` the statement
+    `name`, or `execute` it."""
+
+    op: str
+    name: str
+    sql: str = ""
+
+
+@dataclass(frozen=True)
+class PipedResult:
+    """What the driver gave back for one command of a pipeline, in its own words: `status` (libpq's
+    ExecStatus name, or `no result`), `value` (the first column of the first row), `error`."""
+
+    status: str
+    value: Any = None
+    error: str | None = None
+
+    def __str__(self) -> str:
+        shown = self.error or (repr(self.value) if self.value is not None else None)
+        return f"{self.status} ({shown})" if shown else self.status
+
+
+@dataclass(frozen=True)
+class Pipelined:
+    """A pipeline's results, one per command, and why the connection could not leave pipeline mode after
+    its Sync, if it could not (libpq still waits for results: the application can only drop it)."""
+
+    results: tuple[PipedResult, ...]
+    stuck: str | None = None
+
+
 class Client(Protocol):
     """One application connection, as a probe sees it."""
 
@@ -93,6 +143,20 @@ class Client(Protocol):
         the driver has no such call."""
         ...
 
+    async def copy_in(self, copy: CopyIn) -> None:
+        """COPY ... FROM STDIN through the driver's copy API (psycopg `cursor.copy`, asyncpg
+        `copy_to_table`, an agent's `copy_in`); NotApplicable where the driver has none."""
+        ...
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        """The commands in one pipeline, one Sync at its end (libpq's pipeline mode): what the driver gave
+        back for each, in order; NotApplicable where the driver cannot send them so."""
+        ...
+
+    def protocol(self) -> str | None:
+        """The protocol version the connection speaks (`3.0`, `3.2`), where the driver tells."""
+        ...
+
     def reported(self, name: str) -> str | None: ...
     def alias(self, label: str) -> Client: ...
     async def close(self) -> None: ...
@@ -111,6 +175,70 @@ def _sqlstate(exc: BaseException) -> str:
     return str(getattr(exc, "sqlstate", None) or NO_SQLSTATE)
 
 
+#: Seconds a pipeline has to bring back its results up to its Sync.
+PIPELINE_BOUND = 10.0
+
+
+def _pipelined(pgconn: Any, commands: tuple[Piped, ...], bound: float) -> Pipelined:
+    """`commands` in one libpq pipeline, then its Sync (blocking: run in a thread, under the connection's
+    lock): libpq's results for each command, in order, and whether the connection is stuck in pipeline
+    mode (libpq still waits for results after the Sync's)."""
+    pq = psycopg.pq
+    pgconn.enter_pipeline_mode()
+    for c in commands:
+        if c.op == "prepare":
+            pgconn.send_prepare(c.name.encode(), c.sql.encode())
+        elif c.op == "close":
+            pgconn.send_close_prepared(c.name.encode())
+        else:
+            pgconn.send_query_prepared(c.name.encode(), [])
+    pgconn.pipeline_sync()
+    deadline = time.monotonic() + bound
+    while pgconn.flush():
+        select.select([], [pgconn.socket], [], max(0.0, deadline - time.monotonic()))
+    per: list[list[Any]] = [[]]
+    while True:
+        if pgconn.is_busy():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return Pipelined(_results(per, commands), f"no Sync came back within {bound:.0f} s")
+            select.select([pgconn.socket], [], [], min(left, 0.1))
+            pgconn.consume_input()
+            continue
+        result = pgconn.get_result()
+        if result is None:
+            per.append([])
+        elif result.status == pq.ExecStatus.PIPELINE_SYNC:
+            break
+        else:
+            per[-1].append(result)
+    try:
+        pgconn.exit_pipeline_mode()
+    except psycopg.Error as exc:
+        return Pipelined(_results(per, commands), f"libpq: {exc}")
+    return Pipelined(_results(per, commands))
+
+
+def _results(per: list[list[Any]], commands: tuple[Piped, ...]) -> tuple[PipedResult, ...]:
+    """Each command's first libpq result, in words (what comes after the last command's is left out)."""
+    out = []
+    for i in range(len(commands)):
+        results = per[i] if i < len(per) else []
+        if not results:
+            out.append(PipedResult("no result"))
+            continue
+        r = results[0]
+        status = psycopg.pq.ExecStatus(r.status).name
+        if r.status == psycopg.pq.ExecStatus.FATAL_ERROR:
+            state = r.error_field(psycopg.pq.DiagnosticField.SQLSTATE) or NO_SQLSTATE.encode()
+            first = (r.error_message or b"").decode(errors="replace").strip().splitlines()[:1]
+            out.append(PipedResult(status, error=f"{state.decode()}: {''.join(first)}"))
+            continue
+        value = r.get_value(0, 0) if r.ntuples and r.nfields else None
+        out.append(PipedResult(status, None if value is None else value.decode()))
+    return tuple(out)
+
+
 @dataclass
 class PsycopgClient:
     label: str
@@ -122,12 +250,17 @@ class PsycopgClient:
 
     @classmethod
     async def connect(cls, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
-                      startup: tuple[str, str] | None = None) -> PsycopgClient:
+                      startup: tuple[str, str] | None = None, protocol: str | None = None) -> PsycopgClient:
         # a startup parameter, libpq's way: the startup packet's `options` (-c name=value)
         conninfo = endpoint.conninfo()
         if startup:
             conninfo = make_conninfo(conninfo, options=f"-c {startup[0]}={startup[1]}")
         timeout = connect_timeout(endpoint.dsn) if endpoint.dsn else CONNECT_TIMEOUT  # a DSN's own, if it says
+        if protocol:  # libpq 18's max_protocol_version: the newest version the connection may negotiate
+            if psycopg.pq.version() < 180000:
+                raise NotApplicable(f"psycopg's libpq {psycopg.pq.version()} cannot ask for protocol {protocol}: "
+                                    "max_protocol_version is libpq 18's")
+            conninfo = make_conninfo(conninfo, max_protocol_version=protocol)
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=timeout)
         for name, value in native_values(Driver.PSYCOPG, settings).items():
             setattr(conn, name, value)  # prepare_threshold, prepared_max: the connection's own attributes
@@ -194,6 +327,34 @@ class PsycopgClient:
                 await call()
         except psycopg.Error as exc:
             raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.closed) from exc
+
+    async def copy_in(self, copy: CopyIn) -> None:
+        async def send() -> None:
+            # flush_threshold=0: every write is flushed to the server before the next (psycopg.copy's own writer,
+            # as an application that streams a file sets it)
+            async with self.conn.cursor() as cur, cur.copy(
+                    copy.sql, writer=AsyncLibpqWriter(cur, flush_threshold=0)) as stream:
+                await stream.write(copy.first.encode())
+                await asyncio.sleep(copy.pause)
+                rows = copy.rows.encode()
+                for _ in range(copy.times):
+                    await stream.write(rows)
+
+        await self._guard(send)
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        # libpq's pipeline mode through psycopg's libpq wrapper (psycopg.pq), as psycopg's own pipeline sends
+        # it; psycopg's high-level pipeline sends a Close only for a statement its cache evicts
+        if any(c.op == "close" for c in commands) and not psycopg.capabilities.has_send_close_prepared():
+            raise NotApplicable(f"psycopg's libpq {psycopg.pq.version()} cannot send a Close message "
+                                "(PQsendClosePrepared is libpq 17's)")
+        async with self.conn.lock:
+            with timed("statements"):
+                return await asyncio.to_thread(_pipelined, self.conn.pgconn, commands, PIPELINE_BOUND)
+
+    def protocol(self) -> str | None:
+        full = int(getattr(self.conn.pgconn, "full_protocol_version", 0) or self.conn.pgconn.protocol_version * 10000)
+        return f"{full // 10000}.{full % 10000}"
 
     def reported(self, name: str) -> str | None:
         return self.conn.info.parameter_status(name)
@@ -310,6 +471,24 @@ class AsyncpgClient:
     async def bind(self, name: str) -> list[Row]:
         raise NotApplicable("asyncpg has no call to execute a statement by name it did not prepare itself")
 
+    async def copy_in(self, copy: CopyIn) -> None:
+        async def rows() -> AsyncIterator[bytes]:
+            yield copy.first.encode()  # asyncpg sends each item as it comes
+            await asyncio.sleep(copy.pause)
+            body = copy.rows.encode()
+            for _ in range(copy.times):
+                yield body
+
+        # copy_to_table writes the COPY statement itself: COPY "table"(columns) FROM STDIN
+        await self._guard(lambda: self.conn.copy_to_table(copy.table, source=rows(), columns=list(copy.columns)))
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        raise NotApplicable("asyncpg has no call that sends Parse and Close messages in one batch: its public API "
+                            "has no pipeline")
+
+    def protocol(self) -> str | None:
+        return None
+
     async def _guard(self, call: Callable[[], Awaitable[Any]]) -> None:
         """The driver's call, its errors as ServerError (asyncpg's guarded methods raise before they await)."""
         try:
@@ -369,18 +548,21 @@ def _shipped(driver: Driver) -> Shipped:
 
 
 async def connect(driver: Driver, label: str, endpoint: Endpoint, settings: tuple[Setting, ...] = (),
-                  startup: tuple[str, str] | None = None) -> Client:
+                  startup: tuple[str, str] | None = None, protocol: str | None = None) -> Client:
     """One application connection of `driver`, with the cell's driver settings (drivers/settings.py);
-    `startup` (name, value) is a setting sent in its startup packet, the driver's way."""
+    `startup` (name, value) is a setting sent in its startup packet, the driver's way; `protocol` the
+    newest protocol version it asks for (NotApplicable where the driver cannot ask)."""
     with timed("connects"):
-        return await _connect(driver, label, endpoint, settings, startup)
+        return await _connect(driver, label, endpoint, settings, startup, protocol)
 
 
 async def _connect(driver: Driver, label: str, endpoint: Endpoint, settings: tuple[Setting, ...],
-                   startup: tuple[str, str] | None) -> Client:
+                   startup: tuple[str, str] | None, protocol: str | None) -> Client:
     if driver == Driver.PSYCOPG:
-        return await PsycopgClient.connect(label, endpoint, settings, startup)
+        return await PsycopgClient.connect(label, endpoint, settings, startup, protocol)
     if driver == Driver.ASYNCPG:
+        if protocol:
+            raise NotApplicable(f"asyncpg speaks protocol 3.0 only: it has no way to ask for {protocol}")
         return await AsyncpgClient.connect(label, endpoint, settings, startup)
     from leakcheck.drivers.agents.client import AgentClient  # agents import this module (ServerError, Notification)
     from leakcheck.drivers.agents.team import registered
@@ -389,6 +571,8 @@ async def _connect(driver: Driver, label: str, endpoint: Endpoint, settings: tup
     found = team.shipped() if team is not None else _shipped(driver)
     start = team.start if team is not None else None
     chosen = found.startup_settings(startup) if startup else None
+    if protocol:
+        raise NotApplicable(f"the {driver.value} agent cannot ask for protocol {protocol}: {found.protocols}")
     if start is not None:
         return await AgentClient.open(found, start, label, endpoint, settings, chosen)
     return await AgentClient.connect(found, label, endpoint, settings, chosen)

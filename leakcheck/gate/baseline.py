@@ -64,7 +64,8 @@ def parse_text(text: str) -> dict[str, Expectation]:
 def _verdict(value: Any, where: str) -> Verdict:
     known = {v.value for v in Verdict}
     if not isinstance(value, str) or value not in known:
-        raise Malformed(f"{where} has the verdict {value!r}, not one of isolated, leaks, lost, breaks, not_applicable")
+        raise Malformed(f"{where} has the verdict {value!r}, not one of isolated, leaks, lost, breaks, loses_writes, "
+                        "not_applicable")
     return Verdict(value)
 
 

@@ -15,8 +15,10 @@ from leakcheck.model.verdicts import Outcome, Route, Verdict
 
 __all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
 
-#: The verdicts a baseline may hold: measurements. An error or a skip measured nothing.
-GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE)
+#: The verdicts a baseline may hold: measurements. An error or a skip measured nothing. A lost write no error
+#: told the application (loses_writes) only by hand, with a reason (`load`): nothing records it by itself.
+GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE,
+                 Verdict.LOSES_WRITES)
 
 #: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>][<settings>]/<probe>; a fleet's pooler
 #: is `pgbouncer1.24x2[...]` (two processes of one release) or `pgbouncer1.24+1.26[...]` (a rolling upgrade)
@@ -68,9 +70,21 @@ def load(path: Path, option: str = "--expect") -> dict[str, Expectation]:
             f"leaks, lost, breaks or not_applicable can be expected: an error never passes a gate; re-record it "
             f"with --record={path}"
         )
+    unexplained = sorted(k for k, e in entries.items() if e.verdict is Verdict.LOSES_WRITES and not e.reason)
+    if unexplained:
+        raise UsageError(
+            f"{option}: {path} expects loses_writes for {unexplained[0]} ({len(unexplained)} such entries) without a "
+            "reason: a lost write no error told the application is accepted only by hand, with a reason "
+            '(TOML: { verdict = "loses_writes", reason = "..." })')
     if not entries:
         raise UsageError(f"{option}: {path} holds no verdicts, so nothing could pass; record them with --record={path}")
     return entries
+
+
+def recordable(verdict: Verdict) -> bool:
+    """A verdict `--record`/`--update` write by themselves: a measurement, but never loses_writes (only a
+    person accepts a lost write, with a reason)."""
+    return gate_value(verdict) and verdict is not Verdict.LOSES_WRITES
 
 
 def read(path: Path, option: str, hint: str) -> dict[str, Expectation]:
@@ -118,5 +132,5 @@ def render(entries: Mapping[str, Expectation], path: Path | None = None) -> str:
 def dump(outcomes: Iterable[Outcome], path: Path | None = None) -> str:
     """The pooled-route verdicts of `outcomes` as a baseline (error and skipped ones left out)."""
     entries = {key(o): Expectation(o.verdict) for o in outcomes
-               if o.route is Route.TRANSACTION and gate_value(o.verdict)}
+               if o.route is Route.TRANSACTION and recordable(o.verdict)}
     return render(entries, path)

@@ -12,6 +12,8 @@
 - Without either: only isolated passes.
 - --update: the baseline is being rewritten, so a difference is recorded, not failed.
 - An error (or a skip) never passes: no rule expects one. Not applicable is shown as a skip.
+- A lost write no error told the application (loses_writes) passes only where a baseline expects exactly
+  that, with a reason a person wrote: never by a policy, never by --update.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ def judge(probe: Probe, outcome: Outcome, policy: Policy) -> Judgement:
             return Judgement(Kind.PASSED)
         if outcome.verdict is Verdict.NOT_APPLICABLE:
             return Judgement(Kind.NOT_APPLICABLE, f"not applicable: {outcome.evidence}")
+        if outcome.verdict is Verdict.LOSES_WRITES:  # no sharing is needed for this: a finding in itself
+            return Judgement(Kind.FAILED, f"LOSES WRITES on the {outcome.route.value} control too, where the clients "
+                             f"share no server connection: the pooler or the driver loses them by itself: "
+                             f"{outcome.evidence}")
         return Judgement(Kind.FAILED, f"control ({outcome.route.value}) must measure {want.value}, measured "
                          f"{outcome.verdict.value}: {outcome.evidence}. This probe cannot be trusted here")
     verdict = outcome.verdict
@@ -71,6 +77,9 @@ def judge(probe: Probe, outcome: Outcome, policy: Policy) -> Judgement:
         difference = _difference(outcome, policy.expected)
         if difference is not None:
             return Judgement(Kind.FAILED, difference)
+    elif verdict is Verdict.LOSES_WRITES:  # no policy accepts it: only a baseline entry with its reason
+        return Judgement(Kind.FAILED, f"LOSES WRITES, which only a baseline entry with a reason accepts: "
+                         f"{outcome.evidence}")
     if required and verdict is not Verdict.ISOLATED:
         return Judgement(Kind.FAILED, f"{probe.id} is required (--require) to be isolated, measured "
                          f"{_said(outcome)}: {outcome.evidence}")

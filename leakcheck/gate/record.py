@@ -61,14 +61,17 @@ def plan(previous: Mapping[str, Expectation], outcomes: Iterable[Outcome]) -> Pl
     unrecorded: dict[str, str] = {}
     reasons_dropped: list[str] = []
     for k, verdicts in by_key.items():
-        failed = [v for v in verdicts if not expectations.gate_value(v)]
+        failed = [v for v in verdicts if not expectations.recordable(v)]
         distinct = list(dict.fromkeys(verdicts))
-        if failed:
-            unrecorded[k] = failed[0].value
+        old = previous.get(k)
+        if distinct == [Verdict.LOSES_WRITES] and old is not None and old.verdict is Verdict.LOSES_WRITES:
+            measured[k] = old  # accepted by hand, with its reason: kept while it is measured again
+        elif failed:
+            unrecorded[k] = failed[0].value + (" (accepted only by hand, with a reason)"
+                                               if failed[0] is Verdict.LOSES_WRITES else "")
         elif len(distinct) > 1:  # two patch releases of one key disagree: the key cannot hold both
             unrecorded[k] = "measured differently: " + "/".join(v.value for v in distinct)
         else:
-            old = previous.get(k)
             if old is not None and old.reason and old.verdict is not distinct[0]:
                 reasons_dropped.append(k)
             keep = old.reason if old is not None and old.verdict is distinct[0] else ""

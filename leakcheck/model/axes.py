@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
@@ -67,8 +67,9 @@ def parse_poolers(raw: str, option: str = "--pooler") -> tuple[tuple[PoolerKind,
     return tuple(out)
 
 
-def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterable[str] = ()) -> Axis:
-    """`NAME=V1,V2` (kind given: --bouncer-set) or `KIND:NAME=V1,V2` (--pooler-set)."""
+def parse_axis(raw: str, option: str, kind: PoolerKind | None) -> Axis:
+    """`NAME=V1,V2` (kind given: --bouncer-set) or `KIND:NAME=V1,V2` (--pooler-set). Which names a team may
+    give is each product's allow-list (config checks it)."""
     text = raw.strip()
     shape = "NAME=V1,V2" if kind is not None else "KIND:NAME=V1,V2 (e.g. odyssey:pool_discard=yes,no)"
     if kind is None:
@@ -80,9 +81,6 @@ def parse_axis(raw: str, option: str, kind: PoolerKind | None, reserved: Iterabl
     name = name.strip().lower() if kind is PoolerKind.PGBOUNCER else name.strip()
     if not eq or not _NAME.fullmatch(name):
         raise UsageError.bad_value(option, raw, f"{shape}: a setting name, '=', then its values")
-    if name in set(reserved):
-        raise UsageError(f"{option}={raw!r}: leakcheck sets {name} itself (see docs/poolers.md, the list of the "
-                         "settings leakcheck controls); leave it out")
     return Axis(kind, name, _values(values_text, option, raw, shape))
 
 

@@ -13,6 +13,7 @@ from leakcheck.probes import (
     locks,
     objects,
     prepared,
+    protocol,
     security,
     settings,
     startup,
@@ -24,7 +25,7 @@ from leakcheck.probes.scenario import Scenario
 PROBES: tuple[Probe, ...] = (
     settings.PROBES + locks.PROBES + listen.PROBES + objects.PROBES + prepared.PROBES + cleanup.PROBES
     + startup.PROBES + security.PROBES + cancel.PROBES + handover.PROBES + discovered.PROBES + fleet.PROBES
-    + transactions.PROBES
+    + transactions.PROBES + protocol.PROBES
 )
 
 __all__ = ["PROBES", "Probe", "Scenario", "select"]

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from leakcheck.drivers.clients import Client, Notification, Row, ServerError
+from leakcheck.drivers.clients import Client, CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
 from leakcheck.model.faults import NO_SQLSTATE, machine_fault
 from leakcheck.model.target import Setting
@@ -111,6 +111,15 @@ class NotYet:
     async def bind(self, name: str) -> list[Row]:
         raise self._early()
 
+    async def copy_in(self, copy: CopyIn) -> None:
+        raise self._early()
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        raise self._early()
+
+    def protocol(self) -> str | None:
+        raise self._early()
+
     def reported(self, name: str) -> str | None:
         raise self._early()
 
@@ -151,15 +160,19 @@ class Probe:
     #: about a fleet itself (--bouncer-fleet): in the default selection only when the matrix has a fleet, and
     #: A and B both on its first process (other probes put B on the second, see runner.py)
     fleet: bool = False
+    #: the newest protocol version A asks for at connect (libpq 18's max_protocol_version): the runner connects
+    #: A so, each driver its own way; a driver that cannot ask, or a pooler refusing the connect, is not applicable
+    protocol: str | None = None
 
 
 def probe(
     id: str, state: str, *, scope: Scope = Scope.SESSION, pool_size: int = 1, security: bool = False,
     login: str = Login.APP, fixtures: bool = False, handover: bool = False,
-    startup: tuple[str, str] | None = None, fleet: bool = False,
+    startup: tuple[str, str] | None = None, fleet: bool = False, protocol: str | None = None,
 ) -> Callable[[ProbeBody], Probe]:
     def wrap(body: ProbeBody) -> Probe:
         return Probe(id=id, state=state, body=body, scope=scope, pool_size=pool_size, security=security,
-                     login=login, fixtures=fixtures, handover=handover, startup=startup, fleet=fleet)
+                     login=login, fixtures=fixtures, handover=handover, startup=startup, fleet=fleet,
+                     protocol=protocol)
 
     return wrap

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from leakcheck.drivers.clients import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.verdicts import Observation, Scope
-from leakcheck.probes.base import Attempt, Probe, attempt, probe
+from leakcheck.probes.base import Attempt, Probe, attempt, probe, said
 from leakcheck.probes.scenario import Scenario
 
 #: Seconds the long statement has to be seen running (C polls pg_stat_activity).
@@ -167,6 +167,22 @@ async def _settled(s: Scenario, cancelling: asyncio.Task[Attempt]) -> str | None
 
 @probe("cancel_own", "cancel request (does A's driver cancel A's own running statement?)", scope=Scope.TRANSACTION)
 async def cancel_own(s: Scenario) -> Observation:
+    return await _cancel_own(s)
+
+
+@probe("cancel_own_protocol_32", "cancel request with protocol 3.2's longer key (A asks for 3.2 at connect, libpq "
+       "18's max_protocol_version): does A's driver still cancel A's own statement?", scope=Scope.TRANSACTION,
+       protocol="3.2")
+async def cancel_own_protocol_32(s: Scenario) -> Observation:
+    # A: connected asking for protocol 3.2 (the runner); PostgreSQL 18 gives it 3.2 and a 256-bit cancel key, a
+    # server or pooler that speaks only 3.0 answers with NegotiateProtocolVersion and a 32-bit key.
+    spoken = s.a.protocol()
+    seen = await _cancel_own(s)
+    return replace(seen, evidence=f"A asked for protocol 3.2 and speaks {said(spoken)}. {seen.evidence}",
+                   details=(*seen.details, ("protocol", str(spoken))))
+
+
+async def _cancel_own(s: Scenario) -> Observation:
     # B: takes its proof first (in a pool of one, the server A is about to use); a driver may close
     # the connection it cancelled on (pgx), which on the shared control is B's too.
     await s.observe(s.b, "before A's statement", "1")
@@ -205,4 +221,4 @@ async def cancel_late(s: Scenario) -> Observation:
     )
 
 
-PROBES: tuple[Probe, ...] = (cancel_own, cancel_late)
+PROBES: tuple[Probe, ...] = (cancel_own, cancel_late, cancel_own_protocol_32)

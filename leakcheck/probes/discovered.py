@@ -18,7 +18,7 @@ async def temp_buffers_blocked(s: Scenario) -> Observation:
     # A: uses a temp table; from then on its session refuses a temp_buffers change (22023).
     await s.change(s.a, "CREATE TEMP TABLE", f"CREATE TEMP TABLE {table} AS SELECT 1 AS v")
     made = await s.run(s.a, "read it", f"SELECT count(*) FROM {table}")
-    if made.failed and not s.resets_after_transaction:
+    if made.failed and not made.state("42P01"):  # gone: a pooler's reset between A's statements (lost, below)
         raise ProbeError(f"A could not read its temp table ({made}); nothing was exercised")
     # B: never touched a temp table, so its change must work and read back as B set it.
     tried = await s.run(s.b, "SET temp_buffers", f"SET temp_buffers = '{WANTED}'")

@@ -14,6 +14,7 @@ import zlib
 
 from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Probe, probe, said
+from leakcheck.probes.listen import sentinel
 from leakcheck.probes.scenario import Scenario
 from leakcheck.probes.settings import setting
 
@@ -21,7 +22,9 @@ from leakcheck.probes.settings import setting
 async def _left(s: Scenario, what: str, statement: str, check: str, expected: object) -> bool:
     """A changes its session (one autocommit statement, as an application does), reads the change back in
     its next statement, and leaves for B. Whether A still had it then is returned (False: the pooler
-    cleaned it between A's statements, e.g. its reset after each transaction: A's state was lost)."""
+    cleaned it between A's statements, e.g. its reset after each transaction). Only a LISTEN's loss is a
+    fact of its probe: for the others what B is handed is the question (custom_setting and its kin measure
+    what A keeps); the evidence says it all the same."""
     await s.change(s.a, what, statement)
     mine = await s.observe(s.a, f"read back {what}", check)
     await s.hand_over()
@@ -38,7 +41,7 @@ async def handover_setting(s: Scenario) -> Observation:
     kept = await _left(s, "SET work_mem", "SET work_mem = '1234kB'", setting("work_mem"), "1234kB")
     seen = await s.observe(s.b, "read work_mem", setting("work_mem"))
     return Observation(evidence=f"A: SET work_mem='1234kB'{_gone(kept)}, left. B, the next client, read {said(seen)}",
-                       leaked=seen == "1234kB", lost=not kept)
+                       leaked=seen == "1234kB")
 
 
 @probe("handover_temp_table", "a temporary table the previous client left", handover=True)
@@ -49,7 +52,7 @@ async def handover_temp_table(s: Scenario) -> Observation:
     kept = await _left(s, "CREATE TEMP TABLE", f"CREATE TEMP TABLE {table} (v int)", f"{regclass} IS NOT NULL", True)
     seen = await s.observe(s.b, "to_regclass", regclass)
     return Observation(evidence=f"A: CREATE TEMP TABLE {table}{_gone(kept)}, left. B resolved it as {said(seen)}",
-                       leaked=seen is not None, lost=not kept)
+                       leaked=seen is not None)
 
 
 @probe("handover_advisory_lock", "a session advisory lock the previous client left", handover=True)
@@ -63,7 +66,7 @@ async def handover_advisory_lock(s: Scenario) -> Observation:
     if int(held):
         await s.run(s.b, "unlock all", "SELECT pg_advisory_unlock_all()")
     return Observation(evidence=f"A: pg_advisory_lock({key}){_gone(kept)}, left. B's own session holds it {held} "
-                       "time(s)", leaked=int(held) > 0, lost=not kept)
+                       "time(s)", leaked=int(held) > 0)
 
 
 @probe("handover_prepare", "an SQL prepared statement the previous client left", handover=True)
@@ -76,7 +79,7 @@ async def handover_prepare(s: Scenario) -> Observation:
     ran = await s.run(s.b, "EXECUTE", f"EXECUTE {stmt}") if int(seen) else None
     return Observation(evidence=f"A: PREPARE {stmt}{_gone(kept)}, left. B's pg_prepared_statements lists {seen}"
                        + (f"; B's EXECUTE gave {ran}" if ran is not None else ""),
-                       leaked=int(seen) > 0, lost=not kept)
+                       leaked=int(seen) > 0)
 
 
 @probe("handover_listen", "a LISTEN the previous client left (is B notified?)", handover=True)
@@ -89,9 +92,7 @@ async def handover_listen(s: Scenario) -> Observation:
     b_listens = await s.observe(s.b, "read pg_listening_channels", listed)
     c = await s.c()
     await c.execute(f"NOTIFY {channel}, 'from_c'")
-    await s.change(s.b, "sentinel LISTEN", f"LISTEN {mark}")
-    await s.change(s.b, "sentinel NOTIFY", f"NOTIFY {mark}, 'sentinel'")
-    if not any(n.channel == mark for n in s.b.notifications):
+    if not await sentinel(s, s.b, mark):
         return Observation(evidence="B's own sentinel notification did not arrive",
                            broke="LISTEN/NOTIFY did not deliver a client's own notification")
     got = sum(n.channel == channel for n in s.b.notifications)
@@ -109,7 +110,7 @@ async def handover_role(s: Scenario) -> Observation:
     kept = await _left(s, "SET ROLE", "SET ROLE leakcheck_other", "current_user", "leakcheck_other")
     seen = await s.observe(s.b, "read current_user", "current_user")
     return Observation(evidence=f"A: SET ROLE leakcheck_other{_gone(kept)}, left. B's current_user is {said(seen)}",
-                       leaked=seen == "leakcheck_other", lost=not kept)
+                       leaked=seen == "leakcheck_other")
 
 
 PROBES: tuple[Probe, ...] = (

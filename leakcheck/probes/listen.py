@@ -7,15 +7,23 @@ once a client has its own later sentinel, an earlier notification it lacks will 
 from __future__ import annotations
 
 from leakcheck.drivers.clients import Client
+from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Probe, probe
 from leakcheck.probes.scenario import Scenario
 
 
-async def _sentinel(s: Scenario, client: Client, channel: str) -> bool:
-    """The client notifies itself on its own channel; True when that arrived (by the NOTIFY's end)."""
-    await s.change(client, "sentinel LISTEN", f"LISTEN {channel}")
-    await s.change(client, "sentinel NOTIFY", f"NOTIFY {channel}, 'sentinel'")
+async def sentinel(s: Scenario, client: Client, channel: str) -> bool:
+    """The client notifies itself on its own channel, in one SQL transaction block (the harness's proof of
+    absence, no application's call: a pooler's reset between two statements must not eat it, and the
+    driver's own transaction statements must not collide with another client's: pgjdbc's COMMIT is a
+    named statement of its own past its prepareThreshold); True when that arrived (by its COMMIT's end)."""
+    for step, sql in (("sentinel", "BEGIN"), ("sentinel", f"LISTEN {channel}"),
+                      ("sentinel", f"NOTIFY {channel}, 'sentinel'"), ("sentinel", "COMMIT")):
+        done = await s.run(client, step, sql)
+        if done.failed:
+            await s.run(client, step, "ROLLBACK")
+            raise ProbeError(f"{client.label} could not notify itself ({sql}): {done}")
     return any(n.channel == channel for n in client.notifications)
 
 
@@ -31,8 +39,8 @@ async def listen_notify(s: Scenario) -> Observation:
     await c.execute(f"NOTIFY {channel}, 'from_c'")
     await s.commit(s.b, "holds the server")
     # B, then A: each takes a sentinel, which arrives after C's notification would have.
-    b_sentinel = await _sentinel(s, s.b, b_mark)
-    a_sentinel = await _sentinel(s, s.a, a_mark)
+    b_sentinel = await sentinel(s, s.b, b_mark)
+    a_sentinel = await sentinel(s, s.a, a_mark)
     if not (a_sentinel and b_sentinel):
         return Observation(evidence=f"a sentinel notification did not arrive (A: {a_sentinel}, B: {b_sentinel})",
                            broke="LISTEN/NOTIFY did not deliver a client's own notification")

@@ -177,4 +177,51 @@ async def prepared_disclosure(s: Scenario) -> Observation:
     )
 
 
-PROBES: tuple[Probe, ...] = (protocol_prepare, protocol_prepare_moved, prepared_disclosure)
+async def _cached_plan(s: Scenario, b_change: tuple[str, ...], what: str) -> Observation:
+    """A's prepared statement reads an unqualified table; B changes its own session so that name means
+    another table, with another column type; A runs its statement again. On one server connection PostgreSQL
+    re-plans it and refuses the new result type (0A000, "cached plan must not change result type")."""
+    # A: its application's statement, unqualified, prepared its driver's way: NULL (lc_audit.note is text, and no
+    # row of it is B's or lc_plan's).
+    select = f"(SELECT note FROM lc_audit WHERE who IN ('{s.token}', 'lc_plan') LIMIT 1)"
+    await s.observe(s.a, "connected", "1")
+    first = await s.prepared(s.a, "prepared run", select)
+    if not first.failed:
+        first = await s.prepared(s.a, "prepared run again", select)
+    if first.failed:
+        return first_failed(first)
+    # B: a session-level change of its own (another application on the server A used).
+    for sql in b_change:
+        await s.change(s.b, what, sql.format(token=s.token))
+    await s.observe(s.b, f"after {what}", "1")
+    # A: its statement again, as its next request; once more if that failed (a driver's recovery).
+    again = await s.prepared(s.a, "prepared run after B", select)
+    retry = await s.prepared(s.a, "prepared run after B, retried", select) if again.failed else None
+    runs = [r for r in (again, retry) if r is not None and not r.failed and r.value is not None]
+    for run in runs:  # A read B's table (or lc_plan's) through its own statement
+        s.ledger.other_result(s.a.label, "prepared run after B", run.value, None)
+    return Observation(
+        evidence=f"A prepared and ran {select}: {first}. B: {what}. A's next run gave {again}"
+        + (f", and the one after {retry}" if retry is not None else ""),
+        leaked=again.state("0A000") or bool(runs),
+        broke=str(again) if again.failed and not again.state("0A000") else None,
+        recovered=f"A's next run worked after {again}" if retry is not None and not retry.failed else None,
+    )
+
+
+@probe("cached_plan_temp_table", "a cached plan after another client's DDL: B creates a temp table named like the "
+       "table A's prepared statement reads, with another column type (cached plan must not change result type)",
+       fixtures=True)
+async def cached_plan_temp_table(s: Scenario) -> Observation:
+    return await _cached_plan(s, ("CREATE TEMP TABLE lc_audit (note int, who text)",
+                                  "INSERT INTO lc_audit VALUES (42, '{token}')"), "CREATE TEMP TABLE lc_audit")
+
+
+@probe("cached_plan_search_path", "a cached plan after another client's search_path: B's path finds a table named "
+       "like the one A's prepared statement reads, with another column type, in another schema", fixtures=True)
+async def cached_plan_search_path(s: Scenario) -> Observation:
+    return await _cached_plan(s, ("SET search_path = lc_plan, public",), "SET search_path = lc_plan, public")
+
+
+PROBES: tuple[Probe, ...] = (protocol_prepare, protocol_prepare_moved, prepared_disclosure, cached_plan_temp_table,
+                             cached_plan_search_path)

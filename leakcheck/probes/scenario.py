@@ -26,13 +26,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import Client, Row
 from leakcheck.model.errors import NotApplicable, ProbeError
-from leakcheck.model.faults import Kind, kind, machine_fault
+from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write, write_statement
-from leakcheck.probes.witness import Witness, tag
+from leakcheck.probes.witness import Witness, is_reset, tag
 from leakcheck.provision.base import Endpoint
 
 T = TypeVar("T")
@@ -74,9 +75,11 @@ class Scenario:
     #: O, the harness's observer through the pooler, where connected clients share server connections
     #: (transaction or statement mode); None elsewhere: a client's own connection observes for it
     observer: Callable[[], Awaitable[Client]] | None = None
-    #: the pooler runs its own statement on a server after each transaction (server_reset_query_always):
-    #: session state cannot be read after an autocommit step, which probes say instead of guessing
-    resets_after_transaction: bool = False
+    #: the pooler is configured to run its own statement on a server after each transaction
+    #: (server_reset_query_always): session state cannot be read after an autocommit step
+    resets_configured: bool = False
+    #: the reset statement the witness saw the pooler run after a client's step (Odyssey's pool_discard...)
+    pooler_resets: str | None = None
     #: the clients are processes of their own (agents): without a witness their word proves nothing
     clients_are_agents: bool = False
     #: a session ended under a client is what the application saw at any step, never a machine fault
@@ -93,6 +96,12 @@ class Scenario:
     _in_transaction: set[str] = field(default_factory=set)
     _writes: int = 0
     _last_prepared: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def resets_after_transaction(self) -> bool:
+        """No session state survives between a client's statements here: configured so, or seen by the witness
+        (probes say so instead of taking a read-back that never had a chance for a harness failure)."""
+        return self.resets_configured or self.pooler_resets is not None
 
     def name(self, stem: str) -> str:
         """A name unique to this run (for tables, cursors, channels, statements)."""
@@ -138,8 +147,17 @@ class Scenario:
         seen = self.witness.look(tag(self.token, client.label))
         if seen is None:
             if said_server is None:
-                return False  # the step never reached PostgreSQL, or a statement ran on its server after it
-            if not self.witness.confirms(said_server):
+                # the step never reached PostgreSQL, or a statement ran on its server after it: the pooler's
+                # own reset, on the server the client was last seen on?
+                last = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
+                ran = self.witness.confirms(last) if last is not None else None
+                if ran is not None and is_reset(ran):
+                    self.pooler_resets = ran.strip()
+                return False
+            ran = self.witness.confirms(said_server)
+            if ran is not None and is_reset(ran):
+                self.pooler_resets = ran.strip()  # the pooler's own statement followed the client's
+            if ran is None:
                 raise ProbeError(f"{client.label} reported server connection {said_server} (started "
                                  f"{said_server.started}) at {step!r}, but the server shows no such backend running "
                                  "that step: a proof is never taken on a client's word")
@@ -179,11 +197,8 @@ class Scenario:
 
     def _connected(self, client: Client, got: Attempt) -> bool:
         """Whether the client may still be asked something after this step: not closed under it, and not in a
-        transaction the step's failure aborted. An agent's error says a session end by its SQLSTATE (class 08) alone."""
-        if got.error is None:
-            return True
-        ended = got.error.closed or kind(got.error.sqlstate)[0] is Kind.SESSION_END
-        return not (ended or client.label in self._in_transaction)
+        transaction the step's failure aborted."""
+        return got.error is None or not (got.error.closed or client.label in self._in_transaction)
 
     # --- the clients' steps -------------------------------------------------------------------------
 
@@ -238,9 +253,12 @@ class Scenario:
         bound parameter): proven as `run` proves, its first column of its first row, or its error."""
         got = await self._step(client, step, sent, may_disconnect=may_disconnect,
                                session_end_observed=session_end_observed)
-        if not self._prove(client, step, None, silent=not got.failed) and self._connected(client, got):
+        ended = (may_disconnect or self.session_ends_observed) and got.error is not None and machine_fault(
+            got.error.sqlstate, closed=got.error.closed, session_end_observed=False) is not None
+        if not self._prove(client, step, None, silent=not got.failed) and self._connected(client, got) and not ended:
             # not seen: the driver ran a statement of its own after it (PDO reads a column's type), or the
-            # pooler its reset: the client's next statement, a read of its own, tells where it is
+            # pooler its reset: the client's next statement, a read of its own, tells where it is (not after a
+            # session end the step may cause: an agent's error does not say its connection closed)
             await self.observe(client, f"{step}: where", "1")
         if got.failed:
             return got
@@ -289,8 +307,10 @@ class Scenario:
         got = await self._step(client, f"{step}: commit", client.commit())
         if got.failed and self._connected(client, Attempt()):
             # as an application does after a failed commit (a framework's rollback): a transaction left open
-            # would hold the pool's only server connection, and the next client would wait for ever
-            await attempt(client.rollback(), session_end_observed=True)
+            # would hold the pool's only server connection, and the next client would wait for ever (a driver
+            # that ended its transaction itself refuses a second end: nothing is left open then)
+            with contextlib.suppress(AgentRefused):
+                await attempt(client.rollback(), session_end_observed=True)
         self._in_transaction.discard(client.label)
         self.ledger.ended(client.label, committed=not got.failed, error=str(got.error) if got.failed else None)
         return got
@@ -377,9 +397,14 @@ class Scenario:
         slot = self._slot.get(of.label, Slot.HOME)
         self._slot[self._o.label] = slot
         try:
-            return await self.observe(self._o, f"{step} (for {of.label})", expr)
+            value = await self.observe(self._o, f"{step} (for {of.label})", expr)
         finally:
             self._slot.pop(self._o.label, None)
+        theirs = next((p.server for p in reversed(self.proofs) if p.client == of.label and p.slot is slot), None)
+        if theirs is not None and self.proofs[-1].server != theirs:
+            raise ProbeError(f"the observer read {of.label}'s server at {step!r} on {self.proofs[-1].server}, but "
+                             f"{of.label} was on {theirs}: the clients did not share the server as the probe requires")
+        return value
 
     async def read_array(self, of: Client, step: str, expr: str) -> list[Any]:
         value = await self.read(of, step, expr)

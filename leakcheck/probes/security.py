@@ -45,7 +45,7 @@ async def set_role_privileged(s: Scenario) -> Observation:
     # A: takes on a role that may read lc_secret, and reads it.
     await s.change(s.a, "SET ROLE", "SET ROLE leakcheck_priv")
     mine = await s.run(s.a, "read lc_secret", "SELECT string_agg(secret, ',') FROM lc_secret")
-    if mine.failed and not s.resets_after_transaction:
+    if mine.failed and not mine.state("42501"):  # refused: its role was gone when it ran again (lost)
         raise ProbeError(f"A could not read lc_secret as leakcheck_priv ({mine}); nothing was exercised")
     # B: never changed role; lc_secret must be out of its reach (42501).
     read = await s.run(s.b, "read lc_secret", "SELECT string_agg(secret, ',') FROM lc_secret")
@@ -69,9 +69,7 @@ _ROWS = "ARRAY(SELECT secret FROM lc_tenant_rows ORDER BY secret)"
 async def rls_tenant(s: Scenario) -> Observation:
     # A: picks its tenant for the session; the policy on lc_tenant_rows shows A only its rows.
     await s.change(s.a, "set_config", "SELECT set_config('app.tenant', 'tenant_a', false)")
-    mine = await s.observe_array(s.a, "read its rows", _ROWS)
-    if not mine and not s.resets_after_transaction:
-        raise ProbeError("A saw no rows of tenant_a in lc_tenant_rows; nothing was exercised")
+    mine = await s.observe_array(s.a, "read its rows", _ROWS)  # none: its tenant was gone already (lost)
     # B: set no tenant, so the policy must show it nothing.
     seen = await s.observe_array(s.b, "read lc_tenant_rows", _ROWS)
     again = await s.observe_array(s.a, "read its rows", _ROWS)
@@ -79,7 +77,7 @@ async def rls_tenant(s: Scenario) -> Observation:
         evidence=f"A: set_config('app.tenant','tenant_a',false), saw rows {mine}. B (no tenant) saw {seen}. "
         f"A then saw {again}",
         leaked=bool(seen),
-        lost=again != mine,
+        lost=again != mine or not mine,
     )
 
 
@@ -238,7 +236,9 @@ async def _idle_in_a_block(s: Scenario) -> Attempt:
     began = await attempt(s.b.begin(), session_end_observed=ended)
     # On a loaded machine B may be ended before its first statement in the block: that is the
     # effect itself, not a harness failure (B's proof above still holds).
-    proven = await attempt(s.observe(s.b, "began", "1"), session_end_observed=ended) if not began.failed else began
+    # (no proof here: B's read above proved its server; a backend the timeout ends right after this step
+    # could not be confirmed by the witness any more)
+    proven = await attempt(s.b.query("SELECT 1"), session_end_observed=ended) if not began.failed else began
     if proven.failed:
         went_on = proven
     else:

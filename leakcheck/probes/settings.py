@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from leakcheck.drivers.clients import Client
 from leakcheck.model.errors import ProbeError
+from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Scope
 from leakcheck.probes.base import Attempt, Probe, probe, said
+from leakcheck.probes.outcomes import WRITES_TABLE
+from leakcheck.probes.prepared import fails
 from leakcheck.probes.scenario import Scenario
 
 
@@ -173,7 +177,115 @@ async def timezone_moved(s: Scenario) -> Observation:
     return await _moved(s, "TimeZone", "'Pacific/Chatham'")
 
 
+async def _set_undone(s: Scenario, savepoint: bool) -> Observation:
+    """A tracked parameter set inside A's transaction, then undone by ROLLBACK (or ROLLBACK TO SAVEPOINT and
+    COMMIT): PostgreSQL restores the value and reports it again (ParameterStatus); does the pooler's cache of
+    the clients' parameters restore it too?"""
+    name, b_value, a_value = "TimeZone", "'Asia/Tokyo'", "'Pacific/Chatham'"
+    # B: a value of its own first, so a value the pooler puts back wrongly has somewhere to show.
+    await s.change(s.b, f"SET {name}", f"SET {name} = {b_value}")
+    b_own = await s.observe(s.b, f"read {name}", setting(name))
+    a_own = await s.observe(s.a, f"read {name}", setting(name))
+    a_set = await s.spell(name, a_value)
+    if a_set is None or a_set in (a_own, b_own):
+        raise ProbeError(f"A's {name} ({said(a_set)}) cannot be told apart from the values before it")
+    # A: BEGIN through its driver; [SAVEPOINT;] SET; the SET undone: ROLLBACK TO SAVEPOINT and COMMIT, or ROLLBACK.
+    began = await s.begin(s.a, "transaction")
+    if began.failed:
+        raise ProbeError(f"A's BEGIN failed: {began}")
+    if savepoint:
+        await s.change(s.a, "SAVEPOINT", "SAVEPOINT lc_before_set")
+    await s.change(s.a, f"SET {name}", f"SET {name} = {a_value}")
+    inside = await s.observe(s.a, f"read {name} inside", setting(name))
+    if savepoint:
+        await s.change(s.a, "ROLLBACK TO SAVEPOINT", "ROLLBACK TO SAVEPOINT lc_before_set")
+        ended = await s.commit(s.a, "transaction")
+    else:
+        ended = await s.rollback(s.a, "transaction")
+    if inside != a_set or ended.failed:
+        raise ProbeError(f"A's SET {name} read {said(inside)} inside its transaction, which then ended with {ended}: "
+                         "nothing was exercised")
+    # A: its value after the transaction; B: its own, on the server A used; A again after B.
+    a_after = await s.observe(s.a, f"read {name} after", setting(name))
+    b_seen = await s.observe(s.b, f"read {name} after A", setting(name))
+    b_told = s.b.reported(name)
+    a_again = await s.observe(s.a, f"read {name} again", setting(name))
+    a_told = s.a.reported(name)
+    undone = "ROLLBACK TO SAVEPOINT, COMMIT" if savepoint else "ROLLBACK"
+    told = [f"{who}'s driver was told {t!r}, the server had {said(v)}"
+            for who, t, v in (("A", a_told, a_again), ("B", b_told, b_seen)) if t is not None and t != v]
+    return Observation(
+        evidence=f"B: SET {name}={said(b_own)}. A (read {said(a_own)}): BEGIN; "
+        + ("SAVEPOINT; " if savepoint else "") + f"SET {name}={said(a_set)}; {undone}. A then read {said(a_after)}, "
+        f"B read {said(b_seen)}, A read {said(a_again)}" + (f"; {'; '.join(told)}" if told else ""),
+        leaked=a_set in (a_after, a_again, b_seen) or b_seen != b_own,
+        lost=a_own not in (a_after, a_again) or a_after != a_again,
+        misreported=bool(told),
+    )
+
+
+@probe("set_rollback", "SET of a tracked parameter (TimeZone) rolled back: does the pooler's parameter cache "
+       "put the rolled-back value back, for A or for B?", scope=Scope.TRANSACTION)
+async def set_rollback(s: Scenario) -> Observation:
+    return await _set_undone(s, savepoint=False)
+
+
+@probe("set_rollback_savepoint", "SET of a tracked parameter (TimeZone) undone by ROLLBACK TO SAVEPOINT, then COMMIT",
+       scope=Scope.TRANSACTION)
+async def set_rollback_savepoint(s: Scenario) -> Observation:
+    return await _set_undone(s, savepoint=True)
+
+
+def _ended(got: Attempt) -> bool:
+    """The step's error ended its client's session (faults.py: a connection exception, or a closed connection):
+    the ledger has it as a disconnect (an agent's error does not say whether its connection closed)."""
+    return got.error is not None and machine_fault(got.error.sqlstate, closed=got.error.closed,
+                                                   session_end_observed=False) is not None
+
+
+@probe("search_path_emptied", "search_path emptied by a dump or restore session (pg_dump's preamble, "
+       "set_config('search_path', '', false)): does B's unqualified table still resolve?", fixtures=True)
+async def search_path_emptied(s: Scenario) -> Observation:
+    path = f"SELECT {setting('search_path')}"
+    table = f"SELECT count(*)::int FROM {WRITES_TABLE} WHERE id = '{s.token}'"  # unqualified, as applications write
+    # B: its application's unqualified query works.
+    before = await s.run(s.b, "unqualified SELECT", table)
+    if before.failed:
+        raise ProbeError(f"B's unqualified SELECT failed before A did anything: {before}")
+    # A: the first statement of every pg_dump output (a restore through the pool runs it too).
+    await s.change(s.a, "pg_dump's preamble", "SELECT pg_catalog.set_config('search_path', '', false)")
+    # B: its search_path and its unqualified query; A: still its empty path; B again after A. Each may end the
+    # client's connection (a pooler that cannot restore the empty value), which is then an outcome.
+    closed: set[str] = set()
+
+    async def step(client: Client, name: str, sql: str) -> Attempt:
+        if client.label in closed:
+            return Attempt(value="not run: its connection was closed")
+        got = await s.run(client, name, sql, may_disconnect=True)
+        if _ended(got):
+            closed.add(client.label)
+        return got
+
+    b_path = await step(s.b, "read search_path", path)
+    b_told = s.b.reported("search_path")
+    b_read = await step(s.b, "unqualified SELECT again", table)
+    a_path = await step(s.a, "read search_path", path)
+    b_after = await step(s.b, "read search_path after A", path)
+    steps = (("B's read", b_path), ("B's SELECT", b_read), ("A's read", a_path), ("B's read after A", b_after))
+    misreported = b_told is not None and not b_path.failed and b_told != b_path.value
+    failures = [(what, got) for what, got in steps if got.failed and not got.state("42P01") and not _ended(got)]
+    return Observation(
+        evidence=f"A: set_config('search_path', '', false). B read {b_path} (its driver was told {said(b_told)}), its "
+        f"unqualified SELECT gave {b_read}; A read {a_path}; B then read {b_after}",
+        leaked=b_path.value == "" or b_read.state("42P01") or b_after.value == "",
+        lost=not a_path.failed and a_path.value != "",
+        misreported=misreported,
+        broke=fails(*failures),
+    )
+
+
 PROBES: tuple[Probe, ...] = (
     statement_timeout, set_local, search_path, timezone, datestyle, intervalstyle,
     application_name, application_name_empty, custom_setting, set_role, custom_setting_moved, timezone_moved,
+    set_rollback, set_rollback_savepoint, search_path_emptied,
 )

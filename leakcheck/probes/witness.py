@@ -27,6 +27,18 @@ from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import ServerId
 from leakcheck.provision.base import Endpoint
 
+#: Statements a pooler runs on a server connection of its own accord after a transaction (PgBouncer's
+#: server_reset_query_always, Odyssey's pool_discard): seen after a client's step, they mean no session state
+#: survives between a client's statements there.
+RESETS = ("DISCARD ", "RESET ALL", "DEALLOCATE ALL", "UNLISTEN *", "SET SESSION AUTHORIZATION DEFAULT")
+
+
+def is_reset(statement: str) -> bool:
+    """A statement that resets session state and is no client's (it carries no leakcheck tag): Odyssey's is
+    `SET SESSION AUTHORIZATION DEFAULT;RESET ALL;CLOSE ALL;UNLISTEN *;...;DISCARD TEMP;`."""
+    text = statement.upper()
+    return "/* LEAKCHECK " not in text and any(word in text for word in RESETS)
+
 #: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
 _IDENTITY = "pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text"
 
@@ -99,6 +111,13 @@ class Witness:
             "AND pid = ANY(%s)", ([s.pid for s in servers],)).fetchall()
         return [(server, str(r[2])) for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
 
+    def idle(self, servers: set[ServerId]) -> list[ServerId]:
+        """Which of these backends sit idle: no statement running, no transaction open (a client that waits for
+        one of them then waits for the pooler, not for PostgreSQL)."""
+        rows = self.conn.execute(f"SELECT {_IDENTITY} FROM pg_stat_activity WHERE state = 'idle' AND pid = ANY(%s)",
+                                 ([s.pid for s in servers],)).fetchall()
+        return [server for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
+
     def terminate(self, server: ServerId) -> None:
         """End that backend (the harness's own clean-up of a stalled pool: the probe has measured already)."""
         self.conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",
@@ -111,14 +130,15 @@ class Witness:
             (server.pid, server.started)).fetchone()
         return bool(row and row[0])
 
-    def confirms(self, server: ServerId) -> bool:
+    def confirms(self, server: ServerId) -> str | None:
         """A client's word about the step `look` just found no sighting for: that backend exists with that start
         time and ran a statement since the step began (a statement of the pooler's, or of the driver's own
-        after the client's: PDO reads a column's table after a query)."""
+        after the client's: PDO reads a column's table after a query). That statement's text, or None when
+        the server shows no such backend."""
         row = self.conn.execute(
-            f"SELECT count(*) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) "
-            "AND query_start > %s::timestamptz", (server.pid, server.started, self._since)).fetchone()
-        return bool(row and row[0])
+            f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND query_start > %s::timestamptz",
+            (server.pid, server.started, self._since)).fetchone()
+        return None if row is None else str(row[0] or "")
 
     def spell(self, name: str, value: str) -> str | None:
         """How the server spells `SET name = value` (a value as written after `=`), read in the witness's own

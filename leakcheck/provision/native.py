@@ -75,6 +75,8 @@ class NativeBackend:
         self._binaries: dict[tuple[PoolerKind, Version], Binary] = {}
         self._servers: dict[Version, PgServer] = {}
         self._poolers: dict[PoolerKey, Running] = {}
+        #: A pooler that failed to start in warm(): its first use says why, instead of starting it again.
+        self._unstarted: dict[PoolerKey, StartError] = {}
         self._lock = threading.RLock()  # lanes run in threads; servers start from the main thread
         self._stack = contextlib.ExitStack()
         self._user: ServerUser | None = None
@@ -163,8 +165,10 @@ class NativeBackend:
 
     def warm(self, pgs: Sequence[Version], poolers: Sequence[PoolerKey]) -> None:
         """Start these servers together, from the main thread: the PostgreSQL data copies in threads,
-        then every PgBouncer spawned before any is waited for. Anything that fails here is left for
-        `postgres()`/`bouncer()` to start again and report, so this only saves time."""
+        then every pooler spawned before any is waited for. A PostgreSQL that fails here is left for
+        `postgres()` to start again and report; a pooler that fails to start (e.g. it was stopped or killed
+        while it got ready) is that pooler's error, reported by its first use: never started again over
+        what it left."""
         with self._lock:
             staged: list[PgServer] = []
             for pg in dict.fromkeys(pgs):
@@ -192,8 +196,12 @@ class NativeBackend:
                     process.spawn()
                     spawned.append((key, process))
             for key, process in spawned:
-                with contextlib.suppress(Exception):
-                    process.finish()
+                with contextlib.suppress(Exception):  # another failure: pooler() starts it again
+                    try:
+                        process.finish()
+                    except StartError as exc:
+                        self._unstarted[key] = exc
+                        raise
                     self._poolers[key] = process
 
     @contextlib.contextmanager
@@ -202,6 +210,9 @@ class NativeBackend:
         self.postgres(pg)  # the server behind it still runs
         with self._lock:
             process = self._poolers.get(key)
+            unstarted = self._unstarted.pop(key, None)
+            if unstarted is not None:
+                raise unstarted
             if process is None:
                 server = self._server(pg)
                 process = self._process(pooler, settings, server)
@@ -256,7 +267,7 @@ class NativeBackend:
         how = process.ended()
         if how is None:
             return None
-        if how == STOPPED:
+        if how.startswith(STOPPED):  # (pgpool-II: or one of its children)
             return f"{what} at {process.host}:{process.port}: {how}"
         tail = "\n".join(process.log_text().strip().splitlines()[-10:])
         return f"{what} exited during the run ({how}); its log ends:\n{tail}"

@@ -217,6 +217,23 @@ def temp_shadow(o: Outcome, c: Cell) -> str:
             "public, pg_temp`); create temp tables `ON COMMIT DROP` so none outlives its transaction.")
 
 
+def search_path_emptied(o: Outcome, c: Cell) -> str:
+    if Fact.DISCONNECTED in o.facts and c.is_bouncer:
+        return (f"{c.named} cannot put back an empty search_path for the client that set it (the connection is "
+                "closed, \"invalid server parameter\"): run dumps and restores (pg_dump, pg_restore, psql -f of a "
+                "dump) straight to PostgreSQL or through a session-mode pool, not through a transaction pool.")
+    return ("Run dumps and restores straight to PostgreSQL or through a session-mode pool: pg_dump's first "
+            "statement, `set_config('search_path', '', false)`, empties the path for whoever gets the server "
+            "connection next. Schema-qualify the application's tables (`public.orders`) meanwhile.")
+
+
+def cached_plan(o: Outcome, c: Cell) -> str:
+    return ("Schema-qualify the tables prepared statements read (`public.orders`), and keep other clients' "
+            "session-level changes (`SET search_path`, temp tables named like real ones) off a transaction pool: "
+            "a prepared statement re-planned on a shared server connection fails with 0A000 (cached plan must not "
+            "change result type), or reads another table.")
+
+
 def lastval(o: Outcome, c: Cell) -> str:
     return ("Read generated ids in the statement that makes them (`INSERT ... RETURNING id`) instead of "
             "`lastval()`/`currval()` in a later transaction.")
@@ -316,6 +333,9 @@ RULES: dict[str, Rule] = {
     "client_encoding": client_encoding,
     "temp_buffers_blocked": temp_buffers_blocked,
     "custom_setting_placeholder": custom_setting_placeholder,
+    "search_path_emptied": search_path_emptied,
+    "cached_plan_temp_table": cached_plan,
+    "cached_plan_search_path": cached_plan,
     **{p: handover for p in ("handover_setting", "handover_temp_table", "handover_advisory_lock", "handover_prepare",
                              "handover_listen", "handover_role")},
 }

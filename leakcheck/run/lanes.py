@@ -28,12 +28,14 @@ LaneKey = tuple[object, ...]
 CLOSE_GRACE = 2.0
 Work = tuple[Probe, Target]
 
-#: The most probe runs one matrix may collect (the full native matrix is 1,728): more is a usage
-#: error that says to split the matrix, never a run that starts without a word.
-MAX_RUNS = 5000
+#: The most probe runs one matrix may collect (the README's native matrix is 3,024; one PostgreSQL of the driver
+#: gate about 2,500 per six drivers): more is a usage error that says to split the matrix, never a run that
+#: starts without a word.
+MAX_RUNS = 10000
 #: The most pooler processes one run starts for one PostgreSQL version. Every lane's pooler starts
-#: up front and runs to the end, each with server connections of that PostgreSQL's 100
-#: (max_connections, pg_server.py); the full native matrix starts 42 per version.
+#: up front and runs to the end, each keeping up to two of that PostgreSQL's 300 connections
+#: (max_connections, postgres/server.py; each lane's witness takes one more); the driver gate starts
+#: 54 per version.
 MAX_POOLERS_PER_PG = 64
 _SPLIT = ("split it: fewer --pg, pooler versions, settings axes or drivers per run (or one matrix file "
           "per pooler), and join the runs' --results with `leakcheck merge`")

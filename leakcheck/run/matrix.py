@@ -30,8 +30,9 @@ from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
 from leakcheck.provision.host.timing import timed
 from leakcheck.provision.pgbouncer import team_ini
-from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS
+from leakcheck.provision.pgbouncer.settings import header_keys
 from leakcheck.provision.postgres.fixtures import refuse_older
+from leakcheck.run import signals
 from leakcheck.run.failfast import FailFast
 from leakcheck.run.lanes import Lanes, check_capacity, default_jobs
 from leakcheck.run.runner import run_probe
@@ -157,7 +158,8 @@ class MatrixRun:
                     self._lanes.close()
             finally:
                 try:
-                    agents.stop_all()  # the driver agents the lanes reused
+                    # the driver agents the lanes reused, all at once; interrupted, without waiting for them to end
+                    agents.stop_all(hurry=signals.received() is not None)
                     witnesses.close_all()  # the lanes' own sessions on PostgreSQL (probes/witness.py)
                 finally:
                     self._stack.close()
@@ -259,7 +261,10 @@ class MatrixRun:
         if self.config.bouncer_ini is None:
             return []
         team = team_ini.load(self.config.bouncer_ini)
-        said = team_ini.overrides(team, HARNESS_KEYS, DROPPED_KEYS)
+        tables = self.config.pooler_tables
+        fleet = self.config.fleet.is_fleet or any(t.fleet.is_fleet for t in tables)
+        peering = any(a.name == PEERING and "yes" in a.values for t in tables for a in t.axes)
+        said = team_ini.overrides(team, *header_keys(fleet, peering))
         return [f"--bouncer-ini {self.config.bouncer_ini}: kept as written except:", *(f"  {line}" for line in said)]
 
 

@@ -41,6 +41,9 @@ PROBE_TIMEOUT = 30.0
 #: How PgBouncer's refusal of a startup parameter reads ("unsupported startup parameter: search_path",
 #: "unsupported options startup parameter: parameter cannot be changed").
 STARTUP_REFUSAL = "startup parameter"
+#: How a pooler's refusal of a newer protocol version reads (PgBouncer before 1.23: "bad packet header:
+#: '0000002f00030002'", the 3.2 startup packet it cannot read).
+PROTOCOL_REFUSAL = ("bad packet header", "protocol")
 #: Pool size for the session-mode control (two clients each keep a server).
 SESSION_POOL = 2
 
@@ -116,9 +119,20 @@ def is_running_pooler(target: Target) -> bool:
 
 
 async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
-    """A, with the probe's startup parameter if it has one. A pooler refusing that parameter at
-    connect (PgBouncer: "unsupported startup parameter") is measured, in the pooler's own words: the
-    setting cannot be sent there (not applicable). Any other connect failure stays an error."""
+    """A, with the probe's startup parameter or protocol version if it has one. A pooler refusing that
+    parameter at connect (PgBouncer: "unsupported startup parameter"), or that version, is measured, in
+    the pooler's own words: it cannot be sent there (not applicable). Any other connect failure stays an
+    error."""
+    if probe.protocol is not None:
+        try:
+            return await connect(target.driver, "A", where, target.driver_settings, protocol=probe.protocol)
+        except NotApplicable:
+            raise
+        except Exception as exc:
+            words = one_line(exc, 200)
+            if not any(w in words for w in PROTOCOL_REFUSAL):
+                raise
+            raise NotApplicable(f"A's connect asking for protocol {probe.protocol} was refused: {words}") from exc
     if probe.startup is None:
         return await connect(target.driver, "A", where, target.driver_settings)
     name, value = probe.startup
@@ -172,7 +186,7 @@ async def _measure(
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
-                        resets_after_transaction=resets_after_transaction(target),
+                        resets_configured=resets_after_transaction(target),
                         clients_are_agents=not target.driver.native)
     try:
         try:

@@ -10,11 +10,16 @@ next safe point, `check()` (each discover measurement, each matrix test, before 
 
 Only a server's fork holds a stop signal back (provision/host/forks.py), for milliseconds: while servers
 get ready, a stop signal acts at once.
+
+Once stopped, asyncio's reports of what the stop left behind ("Task exception was never retrieved" for a
+probe's task whose agent was stopped under it, "Task was destroyed but it is pending!") are not printed:
+they would come as tracebacks after the run said "interrupted", about work the stop itself abandoned.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import termios
@@ -29,12 +34,25 @@ _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | N
 
 #: The stop signal this run received (None: none yet); cleared when the handlers are restored.
 _received: list[signal.Signals] = []
+#: Whether this process was ever stopped by one (never cleared: what the stop abandoned is collected later).
+_stopped: list[bool] = []
+
+
+class _AbandonedByTheStop(logging.Filter):
+    """On asyncio's logger: nothing once the process was stopped (see the module's docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _stopped
+
+
+logging.getLogger("asyncio").addFilter(_AbandonedByTheStop())
 
 
 def raise_interrupt(signum: int, frame: FrameType | None) -> NoReturn:
     """A signal handler: stop the way Ctrl-C does (and remember it: see check)."""
     if not _received:
         _received.append(signal.Signals(signum))
+    _stopped[:] = [True]
     if signum == signal.SIGHUP:
         _detach_from_hung_up_terminal()
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")

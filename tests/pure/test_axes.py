@@ -70,11 +70,6 @@ def test_a_malformed_axis_is_one_line(raw: str) -> None:
     assert "\n" not in str(caught.value)
 
 
-def test_a_setting_leakcheck_controls_cannot_be_an_axis() -> None:
-    with pytest.raises(UsageError, match="leakcheck sets listen_port itself"):
-        parse_axis("listen_port=1,2", "--bouncer-set", BOUNCER, reserved={"listen_port"})
-
-
 def test_one_setting_given_twice_is_refused() -> None:
     with pytest.raises(UsageError, match="twice"):
         check_distinct([Axis(BOUNCER, "a", ("1",)), Axis(BOUNCER, "a", ("2",))])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.drivers.clients import CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import Route
 from leakcheck.probes import PROBES
@@ -66,6 +66,15 @@ class Answering:
 
     async def bind(self, name: str) -> list[Row]:
         return await self.query(f"EXECUTE {name}")
+
+    async def copy_in(self, copy: CopyIn) -> None:
+        return None
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        return Pipelined(())
+
+    def protocol(self) -> str | None:
+        return None
 
     def reported(self, name: str) -> str | None:
         return None

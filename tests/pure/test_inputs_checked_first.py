@@ -82,7 +82,7 @@ def test_a_path_to_a_postgresql_older_than_16_is_one_line_and_exit_4(
 
 
 @pytest.mark.parametrize(("argv", "said"), [
-    (["--probes=serach_path,timezone"], "--probes: unknown probe id(s) serach_path (did you mean search_path?);"),
+    (["--probes=serach_path,timezone"], "--probes: unknown probe id(s) serach_path (did you mean search_path or search_path_emptied?);"),
     (["--require=securty"], "--require: unknown probe id(s) securty (did you mean security?);"),
 ], ids=["probes", "require"])
 def test_a_probe_id_typo_is_one_short_line_with_the_closest_ids_not_every_id(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -61,3 +62,33 @@ def test_restoring_the_handlers_forgets_the_signal() -> None:
     restore()
     signals.check()
     assert signals.received() is None
+
+
+#: A command interrupted while a task it started had failed unseen (as a probe's task whose agent was
+#: stopped): Python reports such a task when it is collected, after the command said "interrupted".
+_LEFT_BEHIND = """
+import asyncio, os, signal, sys, time
+from leakcheck.cli.exits import guarded
+
+def body():
+    loop = asyncio.new_event_loop()
+
+    async def fails():
+        raise RuntimeError("the agent was stopped")
+
+    task = loop.create_task(fails())
+    loop.run_until_complete(asyncio.sleep(0.01))  # it failed; nobody asks it
+    loop.close()
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+    return 0
+
+sys.exit(guarded(body))
+"""
+
+
+def test_nothing_but_interrupted_is_said_of_tasks_a_ctrl_c_left_behind() -> None:
+    done = subprocess.run([sys.executable, "-c", _LEFT_BEHIND], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 130
+    assert done.stderr == "leakcheck: interrupted\n"

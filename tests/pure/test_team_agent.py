@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 import os
 import stat
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,35 +19,21 @@ from leakcheck.drivers.clients import driver_version
 from leakcheck.drivers.settings import cell_settings
 from leakcheck.model.errors import UsageError
 from leakcheck.provision.host.system import server_user
-
-HELLO = '{"id": 1, "ok": true, "protocol": %s, "driver": "%s", "release": "1.2.0", "runtime": "python"}'
+from tests.support.agents import HELLO, agent_folder, hello, write_agent
 
 
 @pytest.fixture
 def folder() -> Iterator[Path]:
     """A folder the servers' user can read (pytest's tmp_path is root's own, 0700)."""
-    made = Path(tempfile.mkdtemp(prefix="leakcheck-team-agent-"))
-    made.chmod(0o755)
-    yield made
-    for child in made.iterdir():
-        child.unlink()
-    made.rmdir()
-
-
-#: The interpreter the agents' #! names: the real one, not the venv's link, which may sit in a folder
-#: the servers' user cannot enter (a clone in a 0700 temp folder, as CI's may be).
-PYTHON = os.path.realpath(sys.executable)
+    yield from agent_folder()
 
 
 def _agent(folder: Path, body: str, name: str = "agent", mode: int = 0o755) -> Path:
-    path = folder / name
-    path.write_text(f"#!{PYTHON}\nimport sys, os\n{body}\n")
-    path.chmod(mode)
-    return path
+    return write_agent(folder, body, name, mode)
 
 
 def _hello(protocol: int = 1, driver: str = "myorm", then: str = "") -> str:
-    return f"line = sys.stdin.readline()\nprint({HELLO % (protocol, driver)!r}, flush=True)\n{then}\nsys.stdin.read()"
+    return hello(str(protocol), driver, then)
 
 
 def test_a_team_agent_that_says_hello_gets_a_prefixed_id_with_its_release(folder: Path) -> None:

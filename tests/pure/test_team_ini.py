@@ -12,7 +12,8 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.provision.host.system import server_user
 from leakcheck.provision.pgbouncer import team_ini
-from leakcheck.provision.pgbouncer.ini import DROPPED_KEYS, HARNESS_KEYS, BouncerLayout, render_ini
+from leakcheck.provision.pgbouncer.ini import BouncerLayout, render_ini
+from leakcheck.provision.pgbouncer.settings import HARNESS_KEYS, header_keys
 
 
 @pytest.fixture
@@ -98,11 +99,45 @@ def test_the_settings_axes_win_over_the_team_ini(tmp_path: Path) -> None:
 
 
 def test_every_override_is_listed(tmp_path: Path) -> None:
-    lines = team_ini.overrides(team(tmp_path), HARNESS_KEYS, DROPPED_KEYS)
+    lines = team_ini.overrides(team(tmp_path), *header_keys(fleet=True, peering=True))
     assert "listen_addr: '*' overridden (leakcheck listens on 127.0.0.1 only)" in lines
     assert any(line.startswith("auth_user: 'pgbouncer_auth' dropped") for line in lines)
     assert any(line.startswith("[databases]: its 2 entries replaced") for line in lines)
     assert len(lines) == len(HARNESS_KEYS) + 4  # auth_hba_file, auth_user, user, [databases]
+
+
+def test_the_run_header_of_one_pgbouncer_does_not_list_a_fleets_keys_as_set(tmp_path: Path) -> None:
+    lines = team_ini.overrides(team(tmp_path), *header_keys(fleet=False, peering=False))
+    assert not any(line.startswith(("so_reuseport", "peer_id")) for line in lines)
+    assert len(lines) == len(HARNESS_KEYS) - 2 + 4
+    fleet_unpeered = team_ini.overrides(team(tmp_path), *header_keys(fleet=True, peering=False))
+    assert any(line.startswith("so_reuseport: set by leakcheck") for line in fleet_unpeered)
+    assert not any(line.startswith("peer_id") for line in fleet_unpeered)
+
+
+def test_a_teams_fleet_keys_never_reach_one_pgbouncer_and_the_header_says_they_are_dropped(tmp_path: Path) -> None:
+    mine = load(tmp_path, "[pgbouncer]\nso_reuseport = 1\npeer_id = 7\nunix_socket_mode = 0777\n")
+    written = settings(render_ini(PoolSettings(), LAYOUT, team=mine), "pgbouncer")
+    assert not {"so_reuseport", "peer_id", "unix_socket_mode"} & set(written)
+    lines = team_ini.overrides(mine, *header_keys(fleet=False, peering=False))
+    assert "so_reuseport: '1' dropped (a fleet's processes share one port (set in a fleet only))" in lines
+    assert any(line.startswith("unix_socket_mode: '0777' dropped") for line in lines)
+
+
+@pytest.mark.parametrize("text", ["[pgbouncer]\nunix_socket_perms = 0777\n", "[pgbouncer]\n%include {inc}\n"])
+def test_a_key_outside_pgbouncers_allow_list_is_refused_with_its_place(tmp_path: Path, text: str) -> None:
+    (tmp_path / "inc.ini").write_text("max_client_conn = 9\nunix_socket_perms = 0777\n")
+    said = refusal(tmp_path, text.format(inc=tmp_path / "inc.ini"))
+    assert "unix_socket_perms" in said and "PgBouncer" in said and "docs/poolers.md" in said
+    assert ("inc.ini:2" if "include" in text else "team.ini:2") in said
+
+
+def test_a_users_entry_that_sets_a_pool_size_is_dropped_and_listed(tmp_path: Path) -> None:
+    mine = load(tmp_path, "[users]\nleakcheck_app = pool_mode=session pool_size=5\n"
+                          "leakcheck = reserve_pool_size=2\nreporting = pool_mode=session\n")
+    assert settings(render_ini(PoolSettings(), LAYOUT, team=mine), "users") == {"reporting": "pool_mode=session"}
+    lines = team_ini.overrides(mine, *header_keys(fleet=False, peering=False))
+    assert "[users] leakcheck_app: dropped (it sets pool_size, which leakcheck controls: a pool of one)" in lines
 
 
 @pytest.mark.parametrize("name", ["missing.ini", "."])
@@ -189,15 +224,16 @@ def test_whatever_the_team_wrote_the_written_ini_has_leakcheck_values(tmp_path: 
 
 
 def test_the_run_header_lists_what_leakcheck_neutralised(tmp_path: Path) -> None:
-    lines = team_ini.overrides(load(tmp_path, OPEN_DOOR), HARNESS_KEYS, DROPPED_KEYS)
+    lines = team_ini.overrides(load(tmp_path, OPEN_DOOR), *header_keys(fleet=False, peering=False))
     assert any(line.startswith("[pgbouncer] at ") and "a section header, then a comment" in line for line in lines)
     assert any(line.startswith("[pgbouncer] appears 2 times") for line in lines)
     assert "listen_addr: '0.0.0.0' overridden (leakcheck listens on 127.0.0.1 only)" in lines
 
 
 def test_a_key_keeps_its_case_as_pgbouncer_compares_keys_exactly(tmp_path: Path) -> None:
-    team = load(tmp_path, "[pgbouncer]\nListen_Addr = *\n")
-    assert team.value("Listen_Addr") == "*" and team.value("listen_addr") is None
+    # PgBouncer would refuse Listen_Addr as an unknown parameter; leakcheck refuses it first, by its name.
+    said = refusal(tmp_path, "[pgbouncer]\nListen_Addr = *\n")
+    assert "Listen_Addr" in said and "keys are case-sensitive" in said
 
 
 def test_a_comment_sign_after_a_value_is_part_of_the_value(tmp_path: Path) -> None:
@@ -284,3 +320,32 @@ def test_an_ini_the_server_user_could_not_read_is_refused(tmp_path: Path) -> Non
     team_ini.load.cache_clear()
     with pytest.raises(UsageError, match="^--bouncer-ini: the server user .* cannot read "):
         team_ini.load(str(tmp_path / "team.ini"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="servers run as another user only when leakcheck runs as root")
+def test_an_include_swapped_for_a_readable_file_after_it_was_opened_is_refused_not_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The include is a file only root reads when leakcheck opens it; right after, someone puts a
+    # readable file in its place. What leakcheck copies must be a file the server user could read.
+    secret, decoy = tmp_path / "secret.ini", tmp_path / "decoy.ini"
+    secret.write_text("max_client_conn = 4242\n")
+    secret.chmod(0o600)
+    decoy.write_text("max_client_conn = 1\n")
+    real_open = os.open
+
+    def open_then_swap(name: str, *args: int) -> int:
+        fd = real_open(name, *args)
+        if str(name) == str(secret):
+            os.rename(decoy, secret)  # the path now names a readable file; fd is still the private one
+        return fd
+
+    monkeypatch.setattr(team_ini.os, "open", open_then_swap)
+    said = refusal(tmp_path, f"[pgbouncer]\n%include {secret}\n")
+    assert f"{secret}" in said and "4242" not in said
+
+
+def test_a_byte_order_mark_is_named_as_pgbouncer_refuses_it(tmp_path: Path) -> None:
+    # PgBouncer 1.18, 1.24 and 1.26 stop at it: "syntax error in configuration (team.ini:1)".
+    said = refusal(tmp_path, "\ufeff[pgbouncer]\nmax_client_conn = 7\n")
+    assert "byte order mark" in said and "PgBouncer" in said

@@ -7,6 +7,7 @@ bounds: a few times the bounds the README states (console 5 s, connect 3 s, prob
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from leakcheck.provision.native import NativeBackend
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.run.failfast import FailFast
 from leakcheck.run.runner import PROBE_TIMEOUT, pool_settings, pooler_lane, run_probe
+from tests.support.agents import agent_folder, hello, recorded, running, write_agent
 from tests.support.processes import cmdline, server_on
 
 pytestmark = pytest.mark.servers
@@ -226,3 +228,119 @@ def test_a_pgbouncer_that_dies_in_its_reset_is_named_as_exited_with_its_log_not_
     outcome = cell.probe()
     assert outcome.verdict is Verdict.ERROR
     assert "exited during the run" in outcome.evidence and "its log ends" in outcome.evidence, outcome.evidence
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    yield from agent_folder()
+
+
+_CELL = ("--pg=16", "--bouncer=1.24")
+
+#: A team agent that answers hello, then never answers `connect`, and ignores SIGTERM, SIGINT and the end of its
+#: input; it starts a helper that closed its stdio, and records both.
+_STUBBORN_AGENT = """
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+record(os.getpid())
+helper = subprocess.Popen(['sleep', '300'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+record(helper.pid)
+""" + hello(driver="stubborn", then="time.sleep(600)")
+
+
+@contextlib.contextmanager
+def _leakcheck(cwd: Path, *argv: str) -> Iterator[subprocess.Popen[str]]:
+    """A `leakcheck` command in a session of its own, SIGKILLed with all in it if it is still there at the end."""
+    with subprocess.Popen([sys.executable, "-m", "leakcheck.cli.main", *argv], cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, start_new_session=True, text=True) as proc:
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _output_within(proc: subprocess.Popen[str], seconds: float, what: str) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{what} within {seconds:.0f} s")
+
+
+def test_ctrl_c_while_agents_ignore_every_signal_ends_the_run_within_seconds_without_a_traceback_or_a_process_left(
+    tmp_path: Path, folder: Path
+) -> None:
+    path = write_agent(folder, _STUBBORN_AGENT, "stubborn")
+    with _leakcheck(tmp_path, "run", *_CELL, f"--drivers=cmd:{path}", "--probes=timezone", "--controls=yes") as proc:
+        checked = recorded(path, at_least=2, within=60)  # the preflight's hello check, stopped
+        assert len(checked) == 2
+        started = recorded(path, at_least=6, within=60)  # then the lanes' A agents, hanging in connect
+        assert len(started) >= 6, "the lanes' agents did not start"
+        assert running(checked) == [], "the preflight left its agent running"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        # the lanes' 2 s, the agents' 1 s (together), the servers' stop
+        _, err = _output_within(proc, 12, "Ctrl-C did not end a run whose agents ignore every signal")
+    assert proc.returncode == 130, err
+    assert err.rstrip().endswith("leakcheck: interrupted"), err  # no traceback after it
+    assert "Traceback" not in err and "exception" not in err, err
+    assert running(recorded(path, at_least=0)) == [], "agents or their helpers outlived the run"
+
+
+#: A team agent that, once asked to connect, starts a child that keeps its stdout and stderr open, answers every
+#: request after `hello` with `unsupported`, and ends at the end of its input.
+_PIPE_HOLDER = hello(driver="piped", then="""
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "connect" and not os.path.exists(os.path.join(HERE, "piped.pids")):
+        record(subprocess.Popen(['sleep', '300']).pid)
+    answer = {"id": request["id"], "ok": False, "error": {"class": "unsupported", "sqlstate": "", "message": "no"}}
+    print(json.dumps(answer), flush=True)
+""")
+
+
+def test_a_run_whose_agent_left_a_child_holding_its_stdout_ends_and_the_child_with_it(
+    tmp_path: Path, folder: Path
+) -> None:
+    # Before: the end of the run waited for ever on the agent's stdout, PostgreSQL and PgBouncer left running.
+    path = write_agent(folder, _PIPE_HOLDER, "piped")
+    with _leakcheck(tmp_path, "run", *_CELL, f"--drivers=cmd:{path}", "--probes=timezone", "--controls=no") as proc:
+        out, err = _output_within(proc, 120, "the run did not end")
+    assert proc.returncode == 1, err  # the probe is an error: the agent refused to connect
+    assert "refused 'connect' (unsupported)" in out, out
+    child = recorded(path, at_least=1)
+    assert child and running(child) == [], "the agent's child outlived the run"
+
+
+#: A team agent that answers hello, connect and close, hangs on its first statement (recording it), and ignores
+#: SIGTERM, SIGINT and the end of its input.
+_HANGS_ON_A_STATEMENT = """
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+record(os.getpid())
+""" + hello(driver="hangs", then="""
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] not in ("connect", "close"):
+        record(os.getpid(), "hung")
+        break
+    print(json.dumps({"id": request["id"], "ok": True}), flush=True)
+time.sleep(600)
+""")
+
+
+def test_ctrl_c_while_discover_waits_on_a_hung_agent_ends_within_seconds_and_leaves_nothing(
+    tmp_path: Path, folder: Path
+) -> None:
+    # Before: the closing event loop let each client's close wait 5 s on the hung agent, then stopped it.
+    path = write_agent(folder, _HANGS_ON_A_STATEMENT, "hangs")
+    with _leakcheck(tmp_path, "discover", *_CELL, f"--driver=cmd:{path}", "--budget=2m", "--database=none",
+                    "--out=none") as proc:
+        assert recorded(path, "hung", within=120), "the agent was never asked a statement"
+        proc.send_signal(signal.SIGINT)
+        _, err = _output_within(proc, 8, "Ctrl-C did not end discover waiting on a hung agent")  # agents' 1 s, servers
+    assert proc.returncode == 130, err
+    assert err.rstrip().endswith("leakcheck: interrupted") and "Traceback" not in err, err
+    assert running(recorded(path, at_least=0)) == [], "an agent outlived discover"

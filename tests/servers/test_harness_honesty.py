@@ -42,11 +42,18 @@ class NoPooler:
 def test_without_a_shared_server_a_probe_is_an_error_never_isolated(
     native: NativeBackend, measure: Measure, probe: Probe, driver: Driver
 ) -> None:
+    if (probe.id, driver.value) in DRIVER_LACKS:
+        pytest.skip(f"{driver} has no call {probe.id} needs: not applicable before anything is measured")
     pg = measure.pg(TEST_PG[0])
     fake = cast(Backend, NoPooler(native))
     outcome = run_probe(fake, probe, Target(pg, Pooler(PoolerKind.PGBOUNCER, pg), Route.TRANSACTION, driver))
     assert outcome.verdict is Verdict.ERROR, outcome.evidence
     assert "did not share the server" in outcome.evidence
+
+
+#: Probes a native driver cannot run at all (its API lacks the call, in its words: not applicable before any
+#: step), so the fake pooler cannot exercise them through it: psycopg runs each of them.
+DRIVER_LACKS = {("bind_unprepared", "asyncpg"), ("parse_close_batch", "asyncpg"), ("cancel_own_protocol_32", "asyncpg")}
 
 
 #: One probe per probe module, i.e. per way of observing state; the matrix's own controls

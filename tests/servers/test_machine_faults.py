@@ -28,7 +28,8 @@ async def temp_space_runs_out(s: Scenario) -> Observation:
     # A: a custom setting; B: reads it (a leak through a pool of one), then sorts on a tiny temp limit.
     await s.change(s.a, "SET leakcheck.tenant", "SET leakcheck.tenant = 'tenant_a'")
     seen = await s.observe(s.b, "read leakcheck.tenant", setting("leakcheck.tenant"))
-    sorted_ = await s.run(s.b, "sort", "SET LOCAL work_mem = '64kB'", "SET LOCAL temp_file_limit = '64kB'", _SORT)
+    sorted_ = await s.transaction(s.b, "sort", "SET LOCAL work_mem = '64kB'", "SET LOCAL temp_file_limit = '64kB'",
+                                  _SORT)
     return Observation(evidence=f"B read {seen!r}; its sort gave {sorted_}", leaked=seen == "tenant_a",
                        broke=str(sorted_) if sorted_.failed else None)
 

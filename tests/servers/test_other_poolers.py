@@ -44,8 +44,9 @@ def test_pgpool_says_per_probe_that_it_shares_no_server_between_connected_client
     assert measured[("direct", "-", "temp_table")] == "isolated"
 
 
-def test_an_odyssey_setting_it_does_not_know_is_its_own_error_in_one_line(pytester: pytest.Pytester) -> None:
+def test_an_odyssey_value_it_refuses_is_its_own_error_in_one_line(pytester: pytest.Pytester) -> None:
+    # A name a team may set (an unknown one is refused before any server starts: test_pooler_doors.py).
     result = pytester.runpytest_inprocess("--pg=16", "--pooler=odyssey:1.5", "--drivers=psycopg", "--controls=no",
-                                          "--probes=timezone", "--pooler-set=odyssey:no_such_setting=1")
+                                          "--probes=timezone", "--pooler-set=odyssey:workers=many")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*Odyssey 1.5.* did not start: *unknown parameter*"])
+    result.stdout.fnmatch_lines(["*Odyssey 1.5.* did not start: *(Odyssey counts lines from 0: `workers \"many\"`)*"])

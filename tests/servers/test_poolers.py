@@ -303,5 +303,5 @@ def test_poolers_of_a_killed_run_die_with_it_and_the_next_run_sweeps_their_folde
         time.sleep(0.05)
     ipc = [line.split() for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
     assert not [row for row in ipc if int(row[4]) in watched]  # pgpool-II removed its segments (SIGINT)
-    assert sweep(tmp=run_tmp) == 2
+    assert len(sweep(tmp=run_tmp)) == 2
     assert list(run_tmp.iterdir()) == []

@@ -33,6 +33,14 @@ PGX_BUILD = (
 )
 
 
+#: A driver that speaks protocol 3.0 only (its startup packet asks for 3.0, with no setting for another).
+_V3_ONLY = "{} speaks protocol 3.0 only: it has no setting to ask for 3.2"
+#: A driver that links Debian bookworm's libpq 15.
+_LIBPQ_15 = "{} links Debian's libpq 15, which speaks protocol 3.0 only (max_protocol_version is libpq 18's)"
+#: A driver whose public API sends no Close message of a statement inside a batch without a Sync.
+_NO_PIPELINE = "{} has no public call that sends Parse and Close messages in one batch without a Sync"
+
+
 @dataclass(frozen=True)
 class Shipped:
     """One agent of the catalogue."""
@@ -51,6 +59,13 @@ class Shipped:
     #: the driver names statements from a counter of the whole process (pgx's lrupsc_N_M), not per
     #: connection: its agents serve one probe each (client.py), so A's and B's histories are equal
     names_per_process: bool = False
+    #: why the driver cannot ask for a newer protocol than 3.0 (PostgreSQL 18's 3.2): agent protocol 1's
+    #: connect has no field for it, and no shipped driver here could
+    protocols: str = "agent protocol 1's connect has no way to ask for a protocol version"
+    #: why the agent offers no `copy_in` (where it offers it, its hello lists the op)
+    copy: str = "its hello does not offer the op (docs/agent-protocol.md)"
+    #: why the agent sends no pipeline of Parse and Close messages
+    pipeline: str = "agent protocol 1 has no op that sends Parse and Close messages in one batch"
 
     def startup_settings(self, startup: tuple[str, str]) -> dict[str, str]:
         """The connect request's settings that make the driver send `startup` (name, value) at connect."""
@@ -63,11 +78,14 @@ class Shipped:
 CATALOGUE: tuple[Shipped, ...] = (
     # node-postgres: a query config with `name` (the agent names them stmt_1, stmt_2... per connection)
     Shipped(AgentSpec("node-postgres", "node", ("agent.js",), npm=("pg@8",), run=_NODE, settings=(("options", ""),)),
-            "name LIKE 'stmt\\_%'", ("options", "-c {name}={value}")),
+            "name LIKE 'stmt\\_%'", ("options", "-c {name}={value}"), protocols=_V3_ONLY.format("pg 8"),
+            copy="pg 8 has no COPY FROM STDIN of its own (pg-copy-streams is another package)",
+            pipeline=_NO_PIPELINE.format("pg 8")),
     # postgres.js: prepares every query by default, named by a random per-connection prefix and a counter
     Shipped(AgentSpec("postgres-js", "node", ("agent.js",), npm=("postgres@3",), run=_NODE,
                       settings=(("prepare", "true"),)),
-            "name ~ '^[0-9a-z]+$'"),
+            "name ~ '^[0-9a-z]+$'", protocols=_V3_ONLY.format("postgres.js 3"),
+            pipeline=_NO_PIPELINE.format("postgres.js 3")),
     # pgjdbc: a cached PreparedStatement, named S_n by the server-side prepare past prepareThreshold
     Shipped(
         AgentSpec(
@@ -94,6 +112,8 @@ CATALOGUE: tuple[Shipped, ...] = (
         "name LIKE 'S\\_%'",
         ("options", "-c {name}={value}"),  # pgjdbc's own for search_path is currentSchema, also a startup parameter
         prepared_times=5,
+        protocols=_V3_ONLY.format("pgjdbc 42.5"),
+        pipeline=_NO_PIPELINE.format("pgjdbc 42.5"),
         refusals=(
             ("The server's client_encoding parameter was changed", "pgjdbc closes its connection when "
              "client_encoding is not UTF8"),
@@ -112,6 +132,9 @@ CATALOGUE: tuple[Shipped, ...] = (
             settings=(("ATTR_EMULATE_PREPARES", "false"), ("PGSQL_ATTR_DISABLE_PREPARES", "false")),
         ),
         "name LIKE 'pdo\\_stmt\\_%'",
+        protocols=_LIBPQ_15.format("pdo_pgsql"),
+        copy="PDO's pgsqlCopyFromArray sends every row in one call: no first row on its own, the rest later",
+        pipeline=_NO_PIPELINE.format("PDO"),
     ),
     # ruby-pg: prepare('a1', ...) + exec_prepared, Rails' names a1, a2... per connection
     Shipped(
@@ -125,6 +148,9 @@ CATALOGUE: tuple[Shipped, ...] = (
         ),
         "name ~ '^a[0-9]+$'",
         ("options", "-c {name}={value}"),
+        protocols=_LIBPQ_15.format("ruby-pg"),
+        pipeline="ruby-pg's pipeline mode has no Close of a statement with Debian's libpq 15 "
+        "(PQsendClosePrepared is libpq 17's)",
     ),
     # pgx v4: its statement cache (default mode prepare), named lrupsc_N_M
     Shipped(
@@ -148,6 +174,8 @@ CATALOGUE: tuple[Shipped, ...] = (
         refusals=(("simple protocol queries must be run with client_encoding=UTF8",
                    "pgx runs no simple-protocol query unless client_encoding is UTF8"),),
         names_per_process=True,  # N in lrupsc_N_M counts the process's statement caches (one per connection)
+        protocols=_V3_ONLY.format("pgx v4"),
+        pipeline="pgx v4's batch (pgconn.Batch) has no Close message",
     ),
 )
 

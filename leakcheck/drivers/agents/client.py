@@ -6,8 +6,9 @@ exclusive, so two clients never share an agent process. A driver whose statement
 the whole process (catalogue `names_per_process`) would carry its history from probe to probe (on
 the shared route only A's agent connects): its agents serve one probe each (`next_probe()`, called
 by the runner as each probe starts, ends the lane thread's earlier ones), so every probe measures
-two identical processes started together. `stop_all()` ends every agent at the end of the run; an
-agent also ends when its stdin closes (when leakcheck itself ends).
+two identical processes started together. `stop_all()` ends every agent at the end of the run, all at
+once (process.py: each with everything it started); an agent also ends when its stdin closes (when
+leakcheck itself ends).
 """
 
 from __future__ import annotations
@@ -22,9 +23,16 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
-from leakcheck.drivers.agents.process import AgentFault, AgentProcess, AgentRefused
+from leakcheck.drivers.agents.process import (
+    STOP_TIMEOUT,
+    AgentFault,
+    AgentProcess,
+    AgentRefused,
+    stop_every,
+    stop_together,
+)
 from leakcheck.drivers.cancel import int32
-from leakcheck.drivers.clients import Notification, Row, ServerError
+from leakcheck.drivers.clients import CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
@@ -39,7 +47,6 @@ Slot = tuple[str, str, str, int | None]
 
 _lock = threading.Lock()
 _idle: dict[Slot, list[AgentProcess]] = {}
-_started: list[AgentProcess] = []
 _probes = threading.local()  # .count: the probes this thread has started
 
 
@@ -50,9 +57,7 @@ def next_probe() -> None:
     with _lock:
         done = [slot for slot in _idle if slot[1] == thread and slot[3] is not None]
         ended = [agent for slot in done for agent in _idle.pop(slot)]
-        _started[:] = [agent for agent in _started if agent not in ended]
-    for agent in ended:
-        agent.stop()
+    stop_together(ended)
 
 
 def _slot(shipped: Shipped, label: str) -> Slot:
@@ -67,10 +72,7 @@ def _lease(start: Callable[[], AgentProcess], slot: Slot) -> AgentProcess:
             agent = idle.pop()
             if agent.alive:
                 return agent
-    agent = start()
-    with _lock:
-        _started.append(agent)
-    return agent
+    return start()
 
 
 def _give_back(slot: Slot, agent: AgentProcess) -> None:
@@ -78,14 +80,12 @@ def _give_back(slot: Slot, agent: AgentProcess) -> None:
         _idle.setdefault(slot, []).append(agent)
 
 
-def stop_all() -> None:
-    """End every agent this process started (the end of a run, or Ctrl-C)."""
+def stop_all(hurry: bool = False) -> None:
+    """End every agent this process started, together (the end of a run); `hurry` (Ctrl-C): each gets
+    SIGTERM at once with the end of its input, not STOP_TIMEOUT seconds later (process.py's stop)."""
     with _lock:
-        agents = list(_started)
-        _started.clear()
         _idle.clear()
-    for agent in agents:
-        agent.stop()
+    stop_every(0 if hurry else STOP_TIMEOUT)
 
 
 def _where(endpoint: Endpoint) -> dict[str, Any]:
@@ -151,13 +151,13 @@ class AgentClient:
         return self._lease.agent.pid
 
     async def _call(self, op: str, **fields: Any) -> dict[str, Any]:
-        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, op, **fields))
+        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, op, by=self.label, **fields))
         if answer.get("ok"):
             return answer
         error = answer.get("error") or {}
         kind, message = str(error.get("class", "")), str(error.get("message", ""))
         if kind in ("usage", "unsupported"):
-            raise AgentRefused(f"the {self._lease.agent.driver} agent refused {op!r} ({kind}): {message}", kind)
+            raise AgentRefused(f"{self._lease.agent.about} refused {op!r} ({kind}): {message}", kind)
         refusal = next((why for start, why in self._shipped.refusals if message.startswith(start)), None)
         if refusal is not None:
             raise NotApplicable(f"{self.label}'s driver refused to go on: {message} ({refusal})")
@@ -175,7 +175,7 @@ class AgentClient:
     async def _rows(self, op: str, sql: str, **fields: Any) -> list[Row]:
         rows = (await self._call(op, sql=sql, **fields)).get("rows") or []
         if not isinstance(rows, list) or not all(isinstance(row, list) and all(map(_shaped, row)) for row in rows):
-            raise AgentFault(f"the {self._lease.agent.driver} agent answered {op!r} with rows of a shape protocol "
+            raise AgentFault(f"{self._lease.agent.about} answered {op!r} with rows of a shape protocol "
                              f"1 does not have (lists of null, booleans, numbers, text and arrays): {rows!r:.200}")
         return [tuple(row) for row in rows]
 
@@ -225,6 +225,22 @@ class AgentClient:
         with timed("statements"):
             return await self._rows("bind", "", name=name)
 
+    async def copy_in(self, copy: CopyIn) -> None:
+        """The optional `copy_in` op (hello's `ops`): COPY ... FROM STDIN through the driver's copy API;
+        NotApplicable, in words, where the agent does not offer it."""
+        agent = self._lease.agent
+        if "copy_in" not in (agent.hello.get("ops") or ()):
+            raise NotApplicable(f"the {agent.driver} agent does not answer copy_in: {self._shipped.copy}")
+        with timed("statements"):
+            await self._call("copy_in", sql=copy.sql, table=copy.table, columns=list(copy.columns),
+                             first=copy.first, rows=copy.rows, times=copy.times, pause_ms=round(copy.pause * 1000))
+
+    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
+        raise NotApplicable(f"the {self._lease.agent.driver} agent sends no pipeline: {self._shipped.pipeline}")
+
+    def protocol(self) -> str | None:
+        return None
+
     def reported(self, name: str) -> str | None:
         return self._parameters.get(name)
 
@@ -236,13 +252,13 @@ class AgentClient:
         cancel connection was closed by the peer before the agent answered."""
         never = self._lease.agent.hello.get("no_cancel")
         if never:
-            raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {never}")
-        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, "cancel"))
+            raise NotApplicable(f"{self._lease.agent.about} cannot cancel: {never}")
+        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, "cancel", by=self.label))
         if answer.get("ok"):
             return answer.get("closed") is True
         error = answer.get("error") or {}
         if error.get("class") == "unsupported":
-            raise NotApplicable(f"the {self._lease.agent.driver} agent cannot cancel: {error.get('message', '')}")
+            raise NotApplicable(f"{self._lease.agent.about} cannot cancel: {error.get('message', '')}")
         message = f"{error.get('message', '')} ({error.get('class')})"
         raise ServerError(str(error.get("sqlstate") or NO_SQLSTATE), message)
 
@@ -252,17 +268,17 @@ class AgentClient:
         so, where it does not or answers `unsupported`."""
         agent = self._lease.agent
         if "cancel_key" not in (agent.hello.get("ops") or ()):
-            raise NotApplicable(f"the {agent.driver} agent does not answer cancel_key (its hello does not offer "
+            raise NotApplicable(f"{agent.about} does not answer cancel_key (its hello does not offer "
                                 "it: docs/agent-protocol.md), so the key its login was given is not known")
         try:
             answer = await self._call("cancel_key")
         except AgentRefused as exc:
             if exc.kind != "unsupported":
                 raise
-            raise NotApplicable(f"the {agent.driver} agent cannot tell its cancel key: {exc}") from None
+            raise NotApplicable(f"{agent.about} cannot tell its cancel key: {exc}") from None
         pid, key = answer.get("pid"), answer.get("secret_key")
         if not all(isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**32 for v in (pid, key)):
-            raise AgentFault(f"the {agent.driver} agent answered cancel_key without a 32-bit pid and secret_key: "
+            raise AgentFault(f"{agent.about} answered cancel_key without a 32-bit pid and secret_key: "
                              f"{answer!r:.200}")
         assert isinstance(pid, int) and isinstance(key, int)
         return int32(pid), int32(key)  # pgx answers them unsigned
@@ -276,7 +292,7 @@ class AgentClient:
             return
         lease.returned = True
         try:
-            await asyncio.to_thread(lease.agent.request, "close", CLOSE_TIMEOUT)
+            await asyncio.to_thread(lease.agent.request, "close", CLOSE_TIMEOUT, by=self.label)
         except AgentFault:
             return  # already stopped: the next probe of this slot starts a fresh agent
         _give_back(lease.slot, lease.agent)

@@ -3,26 +3,31 @@ against the agent protocol (docs/agent-protocol.md) around their ORM, pool or fr
 
 PATH is one executable, started with no arguments and no shell (an interpreted agent starts with a
 `#!` line), in its own folder. It is checked before any server starts: it exists, is an executable
-file, and answers `hello` with protocol 1 and a driver name within HELLO_TIMEOUT; otherwise one
-line says which. Its id in cells is `cmd-` and the name its hello gives, so it never collides with a
-shipped id (`cmd-myorm`, shown with its release as `cmd-myorm1.2.0`).
+file (not a folder, not a symlink loop), its `#!` interpreter exists, and it answers `hello` with
+protocol 1 and a driver name within HELLO_TIMEOUT; otherwise one line says which. Its id in cells
+is `cmd-` and the name its hello gives, so it never collides with a shipped id (`cmd-myorm`, shown
+with its release as `cmd-myorm1.2.0`).
 
 It is data, not authority: an agent is a client application and needs no privilege, so when
 leakcheck runs as root the team's program runs as the unprivileged user that runs the servers
 (provision/host/system.py `server_user`, LEAKCHECK_RUN_AS), never as root; otherwise as the
-invoking user. That user must be able to read and run PATH.
+invoking user. That user must be able to read and run PATH, and it gets a small environment
+(process.py `environment`: PATH, locale, TZ, TMPDIR and its own HOME), not root's.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.drivers.agents.catalogue import Shipped
-from leakcheck.drivers.agents.process import HELLO_TIMEOUT, AgentFault, AgentProcess
+from leakcheck.drivers.agents.process import HELLO_TIMEOUT, AgentFault, AgentProcess, environment
 from leakcheck.drivers.agents.spec import AgentSpec
 from leakcheck.model.errors import UsageError, one_line
 from leakcheck.model.target import Driver
@@ -56,7 +61,8 @@ class TeamAgent:
 
     def start(self, hello_timeout: float = HELLO_TIMEOUT) -> AgentProcess:
         return AgentProcess(self.driver.value.removeprefix(PREFIX), [str(self.path)], self.path.parent,
-                            user=self.user, hello_timeout=hello_timeout)
+                            user=self.user, hello_timeout=hello_timeout,
+                            about=f"the {self.driver.value} agent ({self.path})")
 
 
 _lock = threading.Lock()
@@ -89,14 +95,14 @@ def team_driver(text: str, option: str = "--drivers", timeout: float = HELLO_TIM
         if path in _checked:
             return _checked[path].driver
     user = server_user()  # as root the servers' unprivileged user, else the invoking user
-    if not path.is_file():
-        raise UsageError(f"{option}: {text}: no such file (the agent program to run)")
-    if not os.access(path, os.X_OK):
-        raise UsageError(f"{option}: {text}: not executable (chmod +x it, with a #! line for a script)")
+    problem = _not_a_program(path, user)
+    if problem is not None:
+        raise UsageError(f"{option}: {text}: {problem}")
     if unreadable_by(user, [str(path.parent), str(path)]):
         raise UsageError(f"{option}: {text}: the user {user.name}, who runs team agents, cannot read and run it")
     try:
-        agent = AgentProcess(path.name, [str(path)], path.parent, user=user, hello_timeout=timeout, named=False)
+        agent = AgentProcess(path.name, [str(path)], path.parent, user=user, hello_timeout=timeout, named=False,
+                             about="the agent")
     except AgentFault as exc:
         raise UsageError(f"{option}: {text}: no protocol 1 hello: {one_line(exc)}") from None
     hello = agent.hello
@@ -115,6 +121,51 @@ def team_driver(text: str, option: str = "--drivers", timeout: float = HELLO_TIM
             raise UsageError(f"{option}: {text} and cmd:{other.path} both call themselves {name!r} in their hello")
         _checked[path] = found
     return found.driver
+
+
+def _not_a_program(path: Path, user: ServerUser) -> str | None:
+    """Why PATH cannot be started as an agent program (None: it can), in words that say what to fix."""
+    try:
+        found = path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop (a link that leads back to itself): give the agent program's own path"
+        if path.is_symlink():
+            return f"a symlink to {os.readlink(path)}, which does not exist (the agent program to run)"
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "no such file (the agent program to run)"
+        return f"cannot be looked at ({exc.strerror or exc})"
+    if stat.S_ISDIR(found.st_mode):
+        return "a folder, not a program: give the agent's executable file (cmd:FOLDER/agent)"
+    if not stat.S_ISREG(found.st_mode):
+        return "not a regular file: give the agent's executable file"
+    if not os.access(path, os.X_OK):
+        return "not executable (chmod +x it, with a #! line for a script)"
+    return _interpreter_problem(path, user)
+
+
+def _interpreter_problem(path: Path, user: ServerUser) -> str | None:
+    """A script's `#!` interpreter that does not exist, or `#!/usr/bin/env NAME` with no NAME on the PATH
+    the agent gets (the kernel's error would name the script itself)."""
+    try:
+        with path.open("rb") as program:
+            first = program.read(256).split(b"\n", 1)[0]
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if not words:
+        return "its #! line names no interpreter"
+    interpreter = Path(words[0])
+    if not interpreter.is_file() or not os.access(interpreter, os.X_OK):
+        return f"its #! interpreter {interpreter} does not exist" + (
+            "" if not interpreter.exists() else " as an executable file")
+    if interpreter.name == "env" and len(words) > 1 and not words[1].startswith("-"):
+        search = environment(user, "")["PATH"]
+        if shutil.which(words[1], path=search) is None:
+            return f"its #! line runs env {words[1]}, and no {words[1]} is on the PATH it gets ({search})"
+    return None
 
 
 def _settings(given: object, where: str) -> tuple[tuple[str, str], ...]:

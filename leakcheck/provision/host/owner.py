@@ -52,6 +52,13 @@ def start_time(pid: int) -> int | None:
     return None if state in ("Z", "X") else int(start)
 
 
+def started_at(start: int) -> float:
+    """A start time in clock ticks since boot (start_time) as seconds since the epoch."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    boot = next(int(line.split()[1]) for line in lines if line.startswith("btime "))
+    return boot + start / os.sysconf("SC_CLK_TCK")
+
+
 def mark(directory: Path) -> None:
     """Record this process as the owner of `directory` (written whole: a marker is complete or absent)."""
     me = Owner.me()

@@ -24,9 +24,16 @@ from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.owner import create, fresh_name
-from leakcheck.provision.host.process import ServerProcess, exit_reason, wait_until
+from leakcheck.provision.host.proc_sockets import beyond, listening
+from leakcheck.provision.host.process import STOPPED, ServerProcess, wait_until
 from leakcheck.provision.host.strays import stop_servers_in
-from leakcheck.provision.host.system import PortClash, ServerUser, free_port, start_retrying_port_clash
+from leakcheck.provision.host.system import (
+    PortClash,
+    ServerUser,
+    free_port,
+    open_files_as,
+    start_retrying_port_clash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +88,9 @@ class PoolerProcess(SpawnThenFinish):
     config: ClassVar[str]  # its main config file, for messages
     stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
     death_signal: ClassVar[signal.Signals] = signal.SIGKILL
+    #: Whether it forks processes of its own (pgpool-II's children): what they listen on is checked too, and
+    #: what they leave when its main process ends uncleanly is removed (ServerProcess's `forks`).
+    forks: ClassVar[bool] = False
     ready_timeout: ClassVar[float] = 15.0
     stop_timeout: ClassVar[float] = 3.0
     host = HOST
@@ -148,14 +158,17 @@ class PoolerProcess(SpawnThenFinish):
         return self.tmpdir
 
     def finish(self) -> None:
-        """Wait until the spawned pooler answers (a lost port is retried on another), then whatever the
-        pooler needs before its first use. On failure it is stopped, its temp dir kept for __exit__."""
+        """Wait until the spawned pooler answers (a lost port is retried on another), check what it listens
+        on, then whatever the pooler needs before its first use (each pooler checks there that it runs
+        with leakcheck's settings, by its own SHOW commands). On failure it is stopped, its temp dir kept
+        for __exit__."""
         try:
             try:
                 self._wait()
             except PortClash:
                 self._stop()
                 start_retrying_port_clash(self._start_on_new_port, self._stop, PORT_ATTEMPTS - 1)
+            self._check_listening()
             self._after_start()
         except BaseException:
             self._stop()
@@ -211,6 +224,7 @@ class PoolerProcess(SpawnThenFinish):
         self._process = ServerProcess(
             self.what, [*self.binary.argv, *tail], self.user, self.tmpdir, self.tmpdir / f"{self.name}.out",
             stop_signal=self._stop_signal(), stop_timeout=self.stop_timeout, death_signal=self.death_signal,
+            forks=self.forks,
         )
         self._process.spawn()
 
@@ -219,11 +233,13 @@ class PoolerProcess(SpawnThenFinish):
         assert process is not None
 
         def gone() -> str | None:
-            code = process.exit_code()
-            if code is None:
+            how = process.ended()  # exited, or stopped (SIGSTOP): it would never answer
+            if how is None:
                 return self._failing(process.recent_log())
+            if how == STOPPED:
+                return how
             own = self._start_error(process.recent_log())
-            return exit_reason(code) + (f": {own}" if own else "")
+            return how + (f": {own}" if own else "")
 
         try:
             wait_until(self.what, self._ready, gone, self.ready_timeout, process.recent_log, self._hint())
@@ -254,6 +270,32 @@ class PoolerProcess(SpawnThenFinish):
         except PortClash:
             self._stop()
             start_retrying_port_clash(self._on_spawner(self._start_on_new_port), self._stop, PORT_ATTEMPTS - 1)
+        try:
+            self._check_listening()
+        except StartError:
+            self._stop()
+            raise
+
+    def _check_listening(self) -> None:
+        """What its processes listen on (read from /proc) is 127.0.0.1 and Unix sockets in its own folder
+        only, else a one-line StartError (the caller stops it): whatever its config came to, nothing it
+        runs with may be reached from beyond the machine or from another user's folder."""
+        pid = self._alive().pid
+        assert pid is not None and self.tmpdir is not None
+        try:
+            found = listening(pid, self.forks, lambda pids: open_files_as(self.user, pids))
+        except OSError as exc:
+            found, why = [], f" ({exc})"
+        else:
+            why = ""
+        if not any(s.proto == "tcp" and s.port == self.port for s in found):  # the proof that it looked
+            raise StartError(f"{self.what}: leakcheck could not see what it listens on (not even its own port "
+                             f"{self.port}{why}), so it is not used: stopped it")
+        outside = beyond(found, [str(self.tmpdir)])
+        if outside:
+            raise StartError(f"{self.what} listens on {', '.join(map(str, outside))}, beyond {HOST} and its own "
+                             f"folder {self.tmpdir}: stopped it; a setting reached it that leakcheck did not write, "
+                             "report this")
 
     def _on_spawner(self, step: Callable[[], None]) -> Callable[[], None]:
         spawner = self._spawner

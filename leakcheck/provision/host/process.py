@@ -4,7 +4,15 @@ A `ServerProcess` starts as the unprivileged server user, in its own session (Ct
 leakcheck, which stops it), with PDEATHSIG (it dies with leakcheck), output to a log file;
 `stop()` sends the program's shutdown signal (and SIGCONT: a stopped program acts on it), then
 SIGKILL to its process group after its stop timeout, and is safe at any point. `wait_until` is the
-one readiness loop, for processes and containers alike.
+one readiness loop, for processes and containers alike: a server that exits or is stopped (SIGSTOP)
+while it gets ready fails its start at once.
+
+A server whose main process forks others (PostgreSQL, pgpool-II: `forks=True`) is written into its
+folder's ledger as it starts (ledger.py). When its main process ends without its own clean shutdown
+(killed, crashed, or stopped and then killed by stop()), what that shutdown would have removed is
+removed as soon as leakcheck sees the end: the server processes still running from its folder
+(pgpool-II's children outlive their main process) and the System V objects its processes created
+(sysv.py), never another's.
 """
 
 from __future__ import annotations
@@ -14,13 +22,16 @@ import functools
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from leakcheck.model.errors import StartError
-from leakcheck.provision.host import forks
-from leakcheck.provision.host.strays import stop_servers_in
+from leakcheck.provision.host import forks, ledger, sysv
+from leakcheck.provision.host.owner import start_time, started_at
+from leakcheck.provision.host.proc_sockets import children_of
+from leakcheck.provision.host.strays import servers_in, stop_servers_in
 from leakcheck.provision.host.system import PortClash, ServerUser, die_with_parent
 
 #: How a server that lost a race for its port says so; such a start is retried on another port.
@@ -79,15 +90,18 @@ class ServerProcess:
     def __init__(
         self, what: str, argv: Sequence[str], user: ServerUser, cwd: Path, log: Path, *,
         env: Mapping[str, str] | None = None, stop_signal: signal.Signals = signal.SIGTERM,
-        stop_timeout: float = 5.0, death_signal: signal.Signals = signal.SIGKILL,
+        stop_timeout: float = 5.0, death_signal: signal.Signals = signal.SIGKILL, forks: bool = False,
     ) -> None:
         self.what, self.argv, self.user, self.cwd, self.log = what, tuple(argv), user, cwd, log
         self.env = dict(env) if env is not None else None
         self.stop_signal, self.stop_timeout = stop_signal, stop_timeout
         self.death_signal = death_signal  # what it gets when leakcheck dies (PDEATHSIG)
+        self.forks = forks  # its main process forks others, which may outlive it (see the module's doc)
         self._proc: subprocess.Popen[bytes] | None = None
         self._spawning = False  # a signal inside Popen can leave a server we have no handle on
         self._log_start = 0
+        self._started: ledger.Started | None = None  # its main process, once spawned (forks=True)
+        self._clearing = threading.Lock()  # the watcher's thread and the main thread may both see the end
 
     @property
     def pid(self) -> int | None:
@@ -111,15 +125,16 @@ class ServerProcess:
                 preexec_fn=functools.partial(die_with_parent, self.death_signal),  # noqa: PLW1509 (see ServerProcess.spawn)
                 start_new_session=True,
             )
+            if self.forks:  # before it can create anything: a run killed now is swept by this line
+                start = start_time(self._proc.pid)
+                if start is not None:
+                    self._started = ledger.Started(self._proc.pid, start)
+                    ledger.record_process(self.cwd, self._proc.pid, start)
         self._spawning = False
 
     def wait(self, ready: Callable[[], str | None], timeout: float, hint: str = "", late: str = "") -> None:
         """Until `ready()` says so; StartError (PortClash for a lost port) when it exits or times out."""
-        wait_until(self.what, ready, self._exited, timeout, self.recent_log, hint, late=late)
-
-    def _exited(self) -> str | None:
-        code = self.exit_code()
-        return None if code is None else exit_reason(code)
+        wait_until(self.what, ready, self.ended, timeout, self.recent_log, hint, late=late)
 
     def exit_code(self) -> int | None:
         """Its exit code once it ended (negative: the signal that ended it), else None."""
@@ -136,8 +151,34 @@ class ServerProcess:
             return None
         code = proc.poll()
         if code is not None:
+            self.clear_leftovers()
             return exit_reason(code)
         return STOPPED if stopped(proc.pid) else None
+
+    def record_objects(self) -> None:
+        """Write the System V objects its processes (main and children) created so far into its folder's
+        ledger: a child that created one may be gone when they are looked for (forks=True)."""
+        started = self._started
+        if started is None or self.exit_code() is not None:
+            return
+        pids = {started.pid, *children_of(started.pid)}
+        ledger.record_objects(self.cwd, sysv.created_by(pids, self.user.uid, started_at(started.start)))
+
+    def clear_leftovers(self) -> None:
+        """Once its main process ended without its own clean shutdown (forks=True): stop the server
+        processes still running from its folder, then remove the System V objects its processes created
+        (found by creator, and those its folder's ledger names). Once; safe from any thread."""
+        started = self._started
+        if started is None:
+            return
+        with self._clearing:
+            if self._started is None:
+                return
+            self._started = None
+            stragglers = stop_servers_in(self.cwd)
+            _, recorded = ledger.read(self.cwd)
+            mine = sysv.created_by({started.pid, *stragglers}, self.user.uid, started_at(started.start))
+            sysv.remove([*recorded, *mine])
 
     def stop(self, sig: signal.Signals | None = None) -> None:
         """Its shutdown signal (or `sig`) and SIGCONT, up to stop_timeout, then SIGKILL to its process group."""
@@ -147,12 +188,17 @@ class ServerProcess:
                 self._spawning = False
                 stop_servers_in(self.cwd)
             return
+        clean = False  # it shut down by itself, on its shutdown signal: it removed what it made
         try:
             if proc.poll() is None:
                 proc.send_signal(sig or self.stop_signal)
                 with contextlib.suppress(ProcessLookupError):  # one stopped (SIGSTOP) acts on it only now
                     os.killpg(proc.pid, signal.SIGCONT)
-                proc.wait(self.stop_timeout)
+                if self.forks:  # PostgreSQL's backends lead sessions of their own: one stopped holds its shutdown
+                    for pid in servers_in(self.cwd):
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGCONT)
+                clean = proc.wait(self.stop_timeout) == 0 and sig is None
         except subprocess.TimeoutExpired:
             pass
         finally:
@@ -160,6 +206,8 @@ class ServerProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            if not clean:
+                self.clear_leftovers()
 
     def log_text(self) -> str:
         try:

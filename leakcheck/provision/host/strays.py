@@ -71,16 +71,21 @@ def servers_in(folder: Path) -> list[int]:
     return [pid for pid in pids if pid != os.getpid() and _runs_from(pid, folders, uid)]
 
 
-def stop_servers_in(folder: Path) -> int:
-    """SIGKILL every server process running from `folder` and wait until they are gone; how many."""
+def stop_servers_in(folder: Path) -> list[int]:
+    """SIGKILL every server process running from `folder` and wait until they are gone; their pids."""
     pids = servers_in(folder)
+    kill_all(pids)
+    return pids
+
+
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL `pids` and wait until they are gone (GONE_TIMEOUT seconds at most: the exit takes a moment)."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + GONE_TIMEOUT
     while any(start_time(pid) is not None for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return len(pids)
 
 
 def remove_folder(folder: Path) -> None:

@@ -262,6 +262,54 @@ def unreadable_by(user: ServerUser, paths: list[str], execute: bool = True) -> l
     return [line for line in done.stdout.splitlines() if line]
 
 
+#: Seconds the server user's open of a file may take (a FIFO put in a file's place blocks it).
+OPEN_TIMEOUT = 10.0
+
+
+def opened_by(user: ServerUser, path: str) -> tuple[int, int] | None:
+    """The (device, inode) of the file `user` gets when it opens `path` for reading itself (the
+    kernel decides: modes, ACLs, every folder above), or None when it cannot open it. Compared with
+    an open file's fstat, it says whether `user` could read *that* file, with no window between a
+    check by name and the read (the caller keeps its file open, so its inode is not reused)."""
+    script = 'stat -L -c "%d %i" /dev/stdin < "$1" 2>/dev/null || echo refused'
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", os.path.abspath(path)], user=uid, group=gid, extra_groups=groups, cwd="/",
+            env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=OPEN_TIMEOUT, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"the server user {user.name} could not open {path} within {OPEN_TIMEOUT:g} s (a FIFO "
+                         "or a device in its place?); give a regular file") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"cannot run a check as the server user {user.name} ({exc}); set LEAKCHECK_RUN_AS") from None
+    words = done.stdout.split()
+    if words == ["refused"]:
+        return None
+    if done.returncode != 0 or len(words) != 2 or not all(w.isdigit() for w in words):
+        raise UsageError(f"cannot run a check as the server user {user.name} (exit {done.returncode}: "
+                         f"{' '.join((done.stdout + done.stderr).split())[:160]}); set LEAKCHECK_RUN_AS")
+    return int(words[0]), int(words[1])
+
+
+def open_files_as(user: ServerUser, pids: list[int]) -> list[str]:
+    """What the open files of `pids` (processes of `user`) are, as `user` itself reads /proc/<pid>/fd:
+    root without CAP_SYS_PTRACE (a container's default) may not read another user's. [] when it could
+    not read them either (the caller's proof then fails)."""
+    script = 'for p do for f in /proc/"$p"/fd/*; do readlink "$f"; done; done'
+    uid, gid, groups = user.popen_ids()
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", *map(str, pids)], user=uid, group=gid, extra_groups=groups, cwd="/",
+            env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return done.stdout.split()
+
+
 def server_user() -> ServerUser:
     """$LEAKCHECK_RUN_AS, else `postgres`, else `nobody` when root; else the current user.
 

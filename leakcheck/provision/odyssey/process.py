@@ -44,6 +44,17 @@ def console_answers(endpoint: Endpoint) -> str | None:
     return None if version.startswith("odyssey") else f"SHOW VERSION answered {version!r}"
 
 
+def listens_otherwise(endpoint: Endpoint, host: str, port: int) -> str | None:
+    """What Odyssey's own SHOW LISTEN says it listens on, on one line, when that is not `host`:`port` alone
+    (1.5.2 answers one row per listen block: host, port, tls...), else None."""
+    with console(endpoint) as conn:
+        rows = console_rows(conn, "SHOW LISTEN")
+    found = [(row.get("host", ""), row.get("port", "")) for row in rows]
+    if found == [(host, str(port))]:
+        return None
+    return f"Odyssey's SHOW LISTEN answered {', '.join(f'{h}:{p}' for h, p in found) or 'nothing'}, not {host}:{port}"
+
+
 class OdysseyProcess(PoolerProcess):
     """An Odyssey (own temp dir, config, port) for as long as the `with` lasts; `reset()` restarts it
     so the next user starts from fresh server connections.
@@ -73,6 +84,16 @@ class OdysseyProcess(PoolerProcess):
 
     def _ready(self) -> str | None:
         return console_answers(self.endpoint())
+
+    def _after_start(self) -> None:
+        """It listens where leakcheck wrote, by its own SHOW LISTEN (else finish() stops it)."""
+        try:
+            otherwise = listens_otherwise(self.endpoint(), self.host, self.port)
+        except psycopg.Error as exc:
+            otherwise = f"its console did not answer SHOW LISTEN ({one_line(exc, 160)})"
+        if otherwise is not None:
+            raise StartError(f"{self.what}: {otherwise}: stopped it; a setting reached it that leakcheck did not "
+                             f"write, report this. {self._hint()}")
 
     def _start_error(self, log: str) -> str | None:
         assert self.tmpdir is not None

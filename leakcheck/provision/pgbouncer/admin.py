@@ -85,15 +85,17 @@ def show_config(conn: psycopg.Connection[Any]) -> dict[str, str]:
     return {row["key"]: row["value"] for row in execute(conn, "SHOW CONFIG")}
 
 
-def check_config(endpoint: Endpoint, expected: dict[str, str], ini: str) -> None:
-    """SHOW CONFIG shows each of `expected` (leakcheck's HARNESS_KEYS values), else a one-line
-    StartError naming the first key that differs: the caller stops that PgBouncer."""
+def check_config(endpoint: Endpoint, expected: dict[str, str], ini: str, unset: dict[str, str] | None = None) -> None:
+    """SHOW CONFIG shows each of `expected` (leakcheck's HARNESS_KEYS values) and, where it shows them, each
+    of `unset` (the keys leakcheck leaves unset, at their defaults), else a one-line StartError naming the
+    first key that differs: the caller stops that PgBouncer."""
     try:
         with connect(endpoint) as conn:
             shown = show_config(conn)
     except psycopg.Error as exc:
         raise StartError(f"could not read SHOW CONFIG of PgBouncer at port {endpoint.port} ({one_line(exc, 160)})"
                          ) from None
+    expected = expected | {key: want for key, want in (unset or {}).items() if key in shown}
     for key, want in expected.items():
         if shown.get(key) != want:
             raise StartError(

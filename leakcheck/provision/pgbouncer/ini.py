@@ -3,8 +3,8 @@
 The ini is the team's own (`--bouncer-ini`, parsed by team_ini.py) or an empty one, plus the
 settings axes of the cell (`--bouncer-set`), with only what the harness must control set by
 leakcheck: where it listens, the one database entry pointing at the test server, the pool mode
-and size, auth for the run's roles, log/pid/socket paths (`HARNESS_KEYS`). Every other setting
-stays at the team's value, else the version's default.
+and size, auth for the run's roles, log/pid/socket paths (settings.py's `HARNESS_KEYS`; its
+`DROPPED_KEYS` are left out). Every other setting stays at the team's value, else the version's default.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
+from leakcheck.provision.pgbouncer.settings import DROPPED_KEYS, HARNESS_KEYS
 from leakcheck.provision.pgbouncer.team_ini import Item, Section, TeamIni, line_of
 
 
@@ -41,37 +42,6 @@ class BouncerLayout:
     peers: tuple[tuple[int, str], ...] = ()
 
 
-#: [pgbouncer] keys leakcheck sets itself, whatever the team's ini or --bouncer-set say (each says why).
-HARNESS_KEYS: dict[str, str] = {
-    "listen_addr": "leakcheck listens on 127.0.0.1 only",
-    "listen_port": "a free port of this run",
-    "unix_socket_dir": "no Unix socket outside the run's folder",
-    "auth_type": "the run's roles log in with per-run passwords",
-    "auth_file": "the run's roles and passwords",
-    "admin_users": "the run's superuser resets the pool between probes",
-    "logfile": "the run's folder",
-    "pidfile": "the run's folder",
-    "pool_mode": "transaction for the probes (unless set), session for the control",
-    "default_pool_size": "a pool of one makes both clients share a server (two for the *_moved probes)",
-    "min_pool_size": "no server connection opened ahead of a client",
-    "reserve_pool_size": "no extra server connection",
-    "so_reuseport": "a fleet's processes share one port (set in a fleet only)",
-    "peer_id": "a fleet's peering (set in a fleet with peering=yes only)",
-}
-#: [pgbouncer] keys dropped from a team's ini: they would send logins, auth or the process elsewhere.
-DROPPED_KEYS: dict[str, str] = {
-    "auth_hba_file": "auth is the run's passwords",
-    "auth_ident_file": "auth is the run's passwords",
-    "auth_user": "auth is the run's passwords (no auth_query against the test server)",
-    "auth_query": "auth is the run's passwords",
-    "auth_dbname": "auth is the run's passwords",
-    "user": "PgBouncer runs as leakcheck's server user",
-    "server_tls_sslmode": "the test server speaks no TLS",
-}
-#: Keys a user may not make matrix axes (`--bouncer-set`) because leakcheck sets or drops them.
-RESERVED = frozenset(HARNESS_KEYS) - {"pool_mode"} | frozenset(DROPPED_KEYS)
-
-
 def harness_values(settings: PoolSettings, layout: BouncerLayout) -> dict[str, str]:
     """leakcheck's value of each HARNESS_KEYS key: what the ini says and SHOW CONFIG must show."""
     if settings.pool_size < 1:
@@ -93,6 +63,18 @@ def harness_values(settings: PoolSettings, layout: BouncerLayout) -> dict[str, s
         {"peer_id": str(layout.peer_id)} if layout.peer_id else {})
 
 
+#: Keys leakcheck leaves unset (DROPPED_KEYS, and what it writes in a fleet only), at the value PgBouncer's
+#: SHOW CONFIG gives them unset (1.18, 1.24, 1.26; a version without the key does not show it).
+UNSET_SHOWN = {"auth_hba_file": "", "auth_ident_file": "", "auth_user": "", "auth_dbname": "", "auth_ldap_options": "",
+               "user": "", "unix_socket_group": "", "unix_socket_mode": "511"}
+
+
+def unset_values(layout: BouncerLayout) -> dict[str, str]:
+    """What SHOW CONFIG must show for the keys leakcheck leaves unset in this PgBouncer (where it shows them)."""
+    return UNSET_SHOWN | ({} if layout.so_reuseport else {"so_reuseport": "0"}) | (
+        {} if layout.peer_id else {"peer_id": "0"})
+
+
 def render_ini(
     settings: PoolSettings, layout: BouncerLayout, extra: Sequence[Setting] = (), team: TeamIni | None = None
 ) -> str:
@@ -102,7 +84,8 @@ def render_ini(
     digits and _.-*, values hold no newline)."""
     harness = harness_values(settings, layout)
     axes = [(k, v) for k, v in extra if k != "pool_mode"]  # the mode reaches us as settings.mode
-    controlled = set(harness) | set(DROPPED_KEYS) | {k for k, _ in axes}
+    # every harness key, also those this PgBouncer runs without (a fleet's so_reuseport, peer_id): never the team's
+    controlled = set(HARNESS_KEYS) | set(DROPPED_KEYS) | {k for k, _ in axes}
     team_keys: list[Item] = [(k, v) for k, v in (team.section("pgbouncer") if team else ()) if k not in controlled]
     if "max_client_conn" not in {k for k, _ in [*team_keys, *axes]}:
         team_keys.append(("max_client_conn", "100"))

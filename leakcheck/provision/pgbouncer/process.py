@@ -17,7 +17,13 @@ from leakcheck.provision.base import DBNAME, USER, Binary, Endpoint
 from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.system import ServerUser
 from leakcheck.provision.pgbouncer import admin
-from leakcheck.provision.pgbouncer.ini import BouncerLayout, harness_values, render_auth_file, render_ini
+from leakcheck.provision.pgbouncer.ini import (
+    BouncerLayout,
+    harness_values,
+    render_auth_file,
+    render_ini,
+    unset_values,
+)
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
 HOST = "127.0.0.1"
@@ -107,7 +113,8 @@ class BouncerProcess(PoolerProcess):
         """Every key leakcheck must control has leakcheck's value in SHOW CONFIG (else finish() stops it)."""
         assert self._layout is not None and self.tmpdir is not None
         ini = f"{self.tmpdir / self.config}" + (f" (from --bouncer-ini {self.team.path})" if self.team else "")
-        admin.check_config(self.endpoint(), harness_values(self.settings, self._layout), ini)
+        layout = self._layout
+        admin.check_config(self.endpoint(), harness_values(self.settings, layout), ini, unset_values(layout))
 
     def _stop(self) -> None:
         """Immediate shutdown; SIGKILL after STOP_TIMEOUT. Safe to call at any point, more than once."""

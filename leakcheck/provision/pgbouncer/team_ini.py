@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
-from leakcheck.provision.host.system import server_user, unreadable_by
+from leakcheck.provision.host.system import opened_by, server_user
 from leakcheck.provision.pgbouncer.ini_syntax import Assign, Header, parse
+from leakcheck.provision.pgbouncer.settings import DROPPED_KEYS, HARNESS_KEYS, TEAM, USER_HARNESS_KEYS
 
 #: Sections leakcheck replaces or drops; every other section ([users], ...) is kept.
 REPLACED_SECTIONS = {"databases": "one entry, the test database on leakcheck's server",
@@ -33,6 +35,8 @@ NO_DEFAULT = frozenset({"auth_dbname", "auth_file", "auth_ident_file", "auth_use
 #: The ini and all its %include files together, read at most (a team's ini is a few kB).
 MAX_BYTES = 1024 * 1024
 
+#: A UTF-8 byte order mark, as Python decodes it.
+BOM = "\ufeff"
 #: (key, value), as PgBouncer receives them.
 Item = tuple[str, str]
 
@@ -97,10 +101,39 @@ def load(path: str) -> TeamIni:
         if current is None:
             raise UsageError(f"--bouncer-ini: {event.key} = ... at {event.where} comes before any [section] header "
                              "(PgBouncer refuses it); put it under [pgbouncer]")
+        if current == "pgbouncer":
+            _check_allowed(event)
         (main if current == "pgbouncer" else others[current]).append((event.key, event.value))
     notes += [_repeated(name, found, reset) for name, found in headers.items() if len(found) > 1]
+    if "users" in others:
+        others["users"] = _users_kept(others["users"], notes)
     sections = (Section("pgbouncer", tuple(main)), *(Section(n, tuple(items)) for n, items in others.items()))
     return TeamIni(path, sections, tuple(files.read), tuple(notes))
+
+
+def _check_allowed(setting: Assign) -> None:
+    """A [pgbouncer] key is one a team may set, or one leakcheck sets or drops itself; else one line."""
+    key = setting.key
+    if key in TEAM.allowed or key in HARNESS_KEYS or key in DROPPED_KEYS:
+        return
+    known = TEAM.allowed | set(HARNESS_KEYS) | set(DROPPED_KEYS)
+    case = f" (keys are case-sensitive: PgBouncer knows {key.lower()})" if key.lower() in known else ""
+    raise UsageError(f"--bouncer-ini: {key} at {setting.where}{case}: {TEAM.refusal(key)}; remove that line")
+
+
+_USER_HARNESS = re.compile(r"(?:^|\s)(" + "|".join(USER_HARNESS_KEYS) + r")\s*=")
+
+
+def _users_kept(entries: list[Item], notes: list[str]) -> list[Item]:
+    """[users] entries, without those that set a pool size for their user (each dropped entry noted)."""
+    kept = []
+    for user, value in entries:
+        found = _USER_HARNESS.search(value)
+        if found is None:
+            kept.append((user, value))
+        else:
+            notes.append(f"[users] {user}: dropped (it sets {found.group(1)}, which leakcheck controls: a pool of one)")
+    return kept
 
 
 def _after_header(header: Header) -> str:
@@ -134,15 +167,11 @@ class _Files:
         except OSError as exc:
             raise UsageError(f"{via}: cannot open {name} ({exc.strerror or exc}); {fix}") from None
         try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise UsageError(f"{via}: {name} is {_kind(mode)}, not a regular file (leakcheck reads only "
+            found = os.fstat(fd)
+            if not stat.S_ISREG(found.st_mode):
+                raise UsageError(f"{via}: {name} is {_kind(found.st_mode)}, not a regular file (leakcheck reads only "
                                  f"regular files); {fix}")
-            if unreadable_by(server_user(), [os.path.abspath(name)], execute=False):
-                raise UsageError(
-                    f"{via}: the server user {server_user().name} (PgBouncer runs as it) cannot read {name}, and "
-                    "leakcheck copies what it reads into the ini PgBouncer reads: make the file readable for that "
-                    f"user (and its folders enterable), or use another file")
+            self._check_the_server_user_reads(name, found, via)
             data = _read_at_most(fd, MAX_BYTES - self.total)
         except OSError as exc:
             raise UsageError(f"{via}: cannot read {name} ({exc.strerror or exc}); {fix}") from None
@@ -158,8 +187,29 @@ class _Files:
             raise UsageError(f"{via}: {name} is not UTF-8 text; make it a readable UTF-8 file") from None
         if "\0" in text:
             raise UsageError(f"{via}: {name} holds a NUL byte (PgBouncer stops reading at it); remove it")
+        if text.startswith(BOM):
+            raise UsageError(f"{via}: {name} starts with a UTF-8 byte order mark (BOM), which PgBouncer refuses "
+                             "(\"syntax error in configuration\" at its line 1, seen on 1.18, 1.24 and 1.26); save it "
+                             "without the BOM")
         self.read.append(os.path.abspath(name))
         return text
+
+    @staticmethod
+    def _check_the_server_user_reads(name: str, found: os.stat_result, via: str) -> None:
+        """The file leakcheck opened (`found`, its fstat) is the very file the server user gets when it
+        opens `name` itself: checked on the open file, so nothing put in its place after the check is read."""
+        user = server_user()
+        if user.is_self:
+            return  # leakcheck's own open was the server user's
+        theirs = opened_by(user, name)
+        if theirs is None:
+            raise UsageError(
+                f"{via}: the server user {user.name} (PgBouncer runs as it) cannot read {name}, and "
+                "leakcheck copies what it reads into the ini PgBouncer reads: make the file readable for that "
+                f"user (and its folders enterable), or use another file")
+        if theirs != (found.st_dev, found.st_ino):
+            raise UsageError(f"{via}: {name} was replaced while leakcheck read it (the server user {user.name} opened "
+                             "another file there than leakcheck did), so it is not copied; run again once it stays put")
 
 
 def _read_at_most(fd: int, limit: int) -> bytes | None:

@@ -16,6 +16,10 @@ restarted.
 pgpool-II keeps System V shared memory and semaphores that only its own shutdown removes, and
 its children outlive a main process ended by SIGKILL. So it stops with SIGINT (fast shutdown: it
 ends its children and removes them), and gets SIGINT, not SIGKILL, when leakcheck dies (PDEATHSIG).
+When its main process ends otherwise (killed, or SIGINT while it starts, before it handles it), its
+children are stopped and its objects removed by the run as soon as it sees the end, or by the sweep
+of a killed run (ServerProcess's `forks`: the main process is in its folder's ledger from its start,
+the objects once it answers).
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ import psycopg
 from leakcheck.model.errors import StartError, one_line
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.host.owner import start_time
 from leakcheck.provision.host.pooler_process import PoolerProcess, Settings
-from leakcheck.provision.host.proc_sockets import idle_children
+from leakcheck.provision.host.proc_sockets import children_of, idle_children
+from leakcheck.provision.host.process import STOPPED, stopped
 from leakcheck.provision.pgbouncer.admin import execute
-from leakcheck.provision.pgpool.conf import PgpoolLayout, bind_failure, render_files, start_error
+from leakcheck.provision.pgpool.conf import PgpoolLayout, bind_failure, render_files, shown, start_error
 
 RESET_TIMEOUT = 5.0
 
@@ -79,6 +85,21 @@ def refused_setting(endpoint: Endpoint, extra: Settings) -> str | None:
     return None
 
 
+def runs_otherwise(endpoint: Endpoint, expected: dict[str, str]) -> str | None:
+    """The first of leakcheck's settings (`expected`: conf.shown) that pgpool-II runs with another value
+    of, by its own `PGPOOL SHOW name`, on one line; None when it runs with each as written."""
+    with _connect(endpoint) as conn:
+        for name, want in expected.items():
+            rows = execute(conn, f"PGPOOL SHOW {name}", "pgpool-II")
+            # one column, or (item, value, description) rows when the name has per-backend forms
+            found = [row.get("value", "") for row in rows if row.get("item") == name] or [
+                next(iter(row.values()), "") for row in rows if len(row) == 1]
+            if found != [want]:
+                return (f"pgpool-II runs with {name} = {found[0] if len(found) == 1 else found!r} (PGPOOL SHOW "
+                        f"{name}), not leakcheck's {want!r}")
+    return None
+
+
 class PgpoolProcess(PoolerProcess):
     """A pgpool-II (own temp dir, config files, port) for as long as the `with` lasts; `reset()`
     closes every cached backend so the next user starts from fresh server connections.
@@ -93,6 +114,10 @@ class PgpoolProcess(PoolerProcess):
     config = "pgpool.conf"
     stop_signal = signal.SIGINT
     death_signal = signal.SIGINT
+    forks = True
+    _layout: PgpoolLayout | None = None
+    #: Its children once reset, (pid, start): the one that serves a client is watched too (ended()).
+    _children: tuple[tuple[int, int], ...] = ()
 
     def reset(self) -> None:
         """SIGKILL every connection child once idle; wait until as many new ones wait for clients."""
@@ -103,7 +128,17 @@ class PgpoolProcess(PoolerProcess):
         for pid in idle:
             os.kill(pid, signal.SIGKILL)
         self._until(lambda: [pid for pid in idle_children(main) if pid not in idle], wanted, "new children")
+        self._children = tuple((pid, start) for pid in children_of(main) if (start := start_time(pid)) is not None)
 
+    def ended(self) -> str | None:
+        """As for every pooler, or that a child of it is stopped (SIGSTOP): its client would wait for ever."""
+        how = super().ended()
+        if how is not None:
+            return how
+        for pid, start in self._children:
+            if stopped(pid) and start_time(pid) == start:
+                return f"{STOPPED} (its child process {pid})"
+        return None
 
     def _until(self, found: Callable[[], list[int]], wanted: int, what: str) -> list[int]:
         deadline = time.monotonic() + RESET_TIMEOUT
@@ -111,10 +146,11 @@ class PgpoolProcess(PoolerProcess):
             pids = found()
             if len(pids) >= wanted:
                 return pids
-            if time.monotonic() > deadline or not self.running():
+            ended = self.ended()  # gone, or stopped (SIGSTOP): no child will come
+            if ended is not None or time.monotonic() > deadline:
                 raise StartError(
                     f"could not reset pgpool-II {self.version}'s cached backends at port {self.port}: "
-                    f"{len(pids)} of {wanted} {what} after {RESET_TIMEOUT:g} s"
+                    + (ended or f"{len(pids)} of {wanted} {what} after {RESET_TIMEOUT:g} s")
                 )
             time.sleep(0.001)
 
@@ -122,12 +158,18 @@ class PgpoolProcess(PoolerProcess):
         return answers_port(self.endpoint(), self.port)
 
     def _after_start(self) -> None:
-        """Ask about each extra setting (see refused_setting), then drop the backend that readiness and
-        that check left in its cache."""
+        """Ask about each extra setting (see refused_setting) and check that it runs with leakcheck's own
+        (runs_otherwise; a difference stops it), then drop the backend those checks left in its cache."""
+        assert self._layout is not None
         refused = refused_setting(self.endpoint(), self.extra)
         if refused is not None:
             raise StartError.with_log(self.what, refused, self._alive().recent_log(), self._hint())
+        otherwise = runs_otherwise(self.endpoint(), shown(self.settings, self.extra, self._layout))
+        if otherwise is not None:
+            raise StartError(f"{self.what}: {otherwise}: stopped it; a setting reached it that leakcheck did not "
+                             f"write, report this. {self._hint()}")
         self.reset()
+        self._alive().record_objects()  # its children's too (the PCP child makes its own segment)
 
     def _start_error(self, log: str) -> str | None:
         return start_error(log)
@@ -140,6 +182,7 @@ class PgpoolProcess(PoolerProcess):
             version=self.version, port=self.port, run_dir=str(tmp), pool_passwd=str(tmp / "pool_passwd"),
             server_host=self.server_host, server_port=self.server_port,
         )
+        self._layout = layout
         admin = self.endpoint()
         files = render_files(self.settings, self.extra, layout, self.credentials, (admin.user, admin.password))
         for name in ("pgpool.pid", "pgpool_status"):

@@ -66,6 +66,12 @@ STATEMENTS: tuple[str, ...] = (
     # the outcome oracles (probes/outcomes.py): every row a client writes, read back after the run
     "CREATE TABLE lc_writes (id text PRIMARY KEY, who text NOT NULL)",
     f"GRANT SELECT, INSERT, UPDATE ON lc_writes TO {APP_ROLE}",
+    # cached_plan_search_path: a table named like lc_audit in a schema of its own, its note an int
+    "CREATE SCHEMA lc_plan",
+    "CREATE TABLE lc_plan.lc_audit (note int, who text)",
+    "INSERT INTO lc_plan.lc_audit VALUES (7, 'lc_plan')",
+    f"GRANT USAGE ON SCHEMA lc_plan TO {APP_ROLE}",
+    f"GRANT SELECT ON lc_plan.lc_audit TO {APP_ROLE}",
 )
 
 #: An SQL expression: true when a database has these roles and objects (a running pooler's, --pooled-dsn).
@@ -75,7 +81,8 @@ PRESENT = ("(CASE WHEN (SELECT count(*) FROM pg_roles WHERE rolname IN ('leakche
            "pg_has_role(session_user, 'leakcheck_priv', 'MEMBER') ELSE false END "
            "AND to_regclass('public.lc_secret') IS NOT NULL AND to_regclass('public.lc_tenant_rows') IS NOT NULL "
            "AND to_regclass('public.lc_audit') IS NOT NULL AND to_regclass('public.lc_child') IS NOT NULL "
-           "AND to_regclass('public.lc_seq') IS NOT NULL AND to_regclass('public.lc_writes') IS NOT NULL)")
+           "AND to_regclass('public.lc_seq') IS NOT NULL AND to_regclass('public.lc_writes') IS NOT NULL "
+           "AND to_regclass('lc_plan.lc_audit') IS NOT NULL)")
 
 
 def grants_for(role: str) -> tuple[str, ...]:
@@ -113,6 +120,7 @@ def apply(conn: psycopg.Connection[Any]) -> None:
 DROP = (
     "DROP TABLE IF EXISTS lc_secret, lc_tenant_rows, lc_audit, lc_child, lc_parent, lc_writes",
     "DROP SEQUENCE IF EXISTS lc_seq",
+    "DROP SCHEMA IF EXISTS lc_plan CASCADE",
 )
 
 

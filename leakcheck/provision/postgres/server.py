@@ -49,7 +49,7 @@ _TEMPLATE_ID = hashlib.sha256(" ".join((*_INITDB, fixtures.FINGERPRINT)).encode(
 #: dynamic_shared_memory_type=mmap: parallel query's shared memory lives in the data dir (pg_dynshmem),
 #: removed with it, instead of /dev/shm/PostgreSQL.* segments a killed server would leave behind.
 _SETTINGS = (
-    "fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=100",
+    "fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=300",
     "dynamic_shared_memory_type=mmap",
 )
 
@@ -92,9 +92,9 @@ class _Postmaster:
                 "-c", f"listen_addresses={HOST}", "-k", str(self.rundir / "sock")]
         for setting in _SETTINGS:
             argv += ["-c", setting]
-        # SIGINT: PostgreSQL's fast shutdown.
+        # SIGINT: PostgreSQL's fast shutdown. Its backends and its segment outlive a killed postmaster.
         self._process = ServerProcess(self.what, argv, self.user, self.rundir, self.log, env=_child_env(),
-                                      stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT)
+                                      stop_signal=signal.SIGINT, stop_timeout=STOP_TIMEOUT, forks=True)
         self._process.start(self._answers, READY_TIMEOUT, late="Is the machine overloaded?")
 
     def bad_setting(self) -> str | None:

@@ -2,7 +2,7 @@
 //
 // query = a plain Statement with its prepareThreshold at 0; prepared = one cached PreparedStatement per SQL text (pgjdbc names it
 // S_n on the server from its prepareThreshold-th execution); cancel = Statement.cancel() from the
-// stdin reader thread while the worker runs the request before it.
+// stdin reader thread while the worker runs the request before it; copy_in = the CopyManager's CopyIn.
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -28,6 +28,7 @@ import org.postgresql.PGConnection;
 import org.postgresql.PGNotification;
 import org.postgresql.PGProperty;
 import org.postgresql.PGStatement;
+import org.postgresql.copy.CopyIn;
 
 public final class Agent {
     private static final PrintStream OUT = new PrintStream(System.out, true, StandardCharsets.UTF_8);
@@ -141,6 +142,7 @@ public final class Agent {
                 answer.put("driver", "pgjdbc");
                 answer.put("release", release != null ? release : org.postgresql.util.DriverInfo.DRIVER_VERSION);
                 answer.put("runtime", "java " + System.getProperty("java.version"));
+                answer.put("ops", List.of("copy_in"));
                 return;
             case "connect":
                 connect(request);
@@ -182,6 +184,9 @@ public final class Agent {
                 if (statement != null) statement.close();
                 return;
             }
+            case "copy_in":
+                copyIn(sql, request);
+                return;
             case "begin":
                 conn.setAutoCommit(false);
                 return;
@@ -195,6 +200,32 @@ public final class Agent {
                 return;
             default:
                 throw new Usage("unknown op " + op);
+        }
+    }
+
+    /** COPY ... FROM STDIN: the first chunk flushed at once, the rest after the pause, then the copy's end; on
+     *  an error the copy is cancelled (CopyFail), as CopyManager.copyIn(sql, stream) does. */
+    private void copyIn(String sql, Map<String, Object> request) throws SQLException, Usage {
+        CopyIn copy = conn.unwrap(PGConnection.class).getCopyAPI().copyIn(sql);
+        try {
+            byte[] first = text(request, "first").getBytes(StandardCharsets.UTF_8);
+            copy.writeToCopy(first, 0, first.length);
+            copy.flushCopy();
+            Thread.sleep(((Number) request.get("pause_ms")).longValue());
+            byte[] rows = text(request, "rows").getBytes(StandardCharsets.UTF_8);
+            int times = ((Number) request.get("times")).intValue();
+            for (int i = 0; i < times; i++) copy.writeToCopy(rows, 0, rows.length);
+            copy.endCopy();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new SQLException("interrupted during COPY");
+        } finally {
+            if (copy.isActive()) {
+                try {
+                    copy.cancelCopy();
+                } catch (SQLException ignored) { // the copy's own error is what the caller gets
+                }
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 // protocol); prepared = Query in pgx's default mode, whose statement cache prepares named
 // statements lrupsc_N_M; cancel = cancelling the running request's context, which is pgx v4's
 // way (pgconn sends a cancel request and closes the connection); cancel_key = PgConn().PID() and
-// SecretKey(), the BackendKeyData pgconn holds.
+// SecretKey(), the BackendKeyData pgconn holds; copy_in = PgConn().CopyFrom with a reader of the rows.
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -37,7 +38,8 @@ var settings = map[string]bool{"statement_cache_mode": true, "statement_cache_ca
 // reported are the ParameterStatus names PostgreSQL sends; pgconn answers one name at a time.
 var reported = []string{"application_name", "client_encoding", "DateStyle", "default_transaction_read_only",
 	"in_hot_standby", "integer_datetimes", "IntervalStyle", "is_superuser", "scram_iterations", "search_path",
-	"server_encoding", "server_version", "session_authorization", "standard_conforming_strings", "TimeZone"}
+	"server_encoding", "server_version", "session_authorization", "standard_conforming_strings", "TimeZone",
+	"pgbouncer.version", "pgbouncer.pool_mode", "pgbouncer.max_prepared_statements"}
 
 type request struct {
 	ID       any               `json:"id"`
@@ -51,6 +53,9 @@ type request struct {
 	Password string            `json:"password"`
 	DBName   string            `json:"dbname"`
 	Settings map[string]string `json:"settings"`
+	First    string            `json:"first"`
+	Rows     string            `json:"rows"`
+	PauseMS  int               `json:"pause_ms"`
 }
 
 type answer map[string]any
@@ -157,7 +162,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	switch r.Op {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx", release, "go "+strings.TrimPrefix(runtime.Version(), "go")
-		ans["ops"] = []string{"cancel_key", "bind"}
+		ans["ops"] = []string{"cancel_key", "bind", "copy_in"}
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -185,6 +190,12 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	case "cancel_key":
 		// The BackendKeyData pgconn keeps (what its CancelRequest sends): through a pooler, the pooler's own.
 		ans["pid"], ans["secret_key"] = a.conn.PgConn().PID(), a.conn.PgConn().SecretKey()
+	case "copy_in":
+		chunks := [][]byte{[]byte(r.First)}
+		for i := 0; i < r.Times; i++ {
+			chunks = append(chunks, []byte(r.Rows))
+		}
+		_, err = a.conn.PgConn().CopyFrom(ctx, &copySource{chunks: chunks, pause: time.Duration(r.PauseMS) * time.Millisecond}, r.SQL)
 	case "free":
 		err = usage{"unsupported", "pgx v4's statement cache drops no single statement (StatementCache offers only Clear)"}
 	case "bind":
@@ -226,6 +237,32 @@ func texts(rows [][][]byte) [][]any {
 		all = append(all, row)
 	}
 	return all
+}
+
+// copySource is what CopyFrom reads: its first chunk at once (pgconn writes each read as one CopyData), the
+// rest after the pause, then the end.
+type copySource struct {
+	chunks [][]byte
+	pause  time.Duration
+	i      int
+	paused bool
+}
+
+func (c *copySource) Read(p []byte) (int, error) {
+	if c.i >= len(c.chunks) {
+		return 0, io.EOF
+	}
+	if c.i == 1 && !c.paused {
+		time.Sleep(c.pause)
+		c.paused = true
+	}
+	n := copy(p, c.chunks[c.i])
+	if n < len(c.chunks[c.i]) {
+		c.chunks[c.i] = c.chunks[c.i][n:]
+	} else {
+		c.i++
+	}
+	return n, nil
 }
 
 func quote(value string) string {

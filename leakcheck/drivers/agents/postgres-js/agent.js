@@ -90,7 +90,8 @@ async function close() {
 }
 
 const ops = {
-  hello: async () => ({ protocol: 1, driver: 'postgres-js', release: RELEASE, runtime: `node ${process.versions.node}` }),
+  hello: async () => ({ protocol: 1, driver: 'postgres-js', release: RELEASE, runtime: `node ${process.versions.node}`,
+    ops: ['copy_in'] }),
   connect: async (req) => { await connect(req); return {} },
   // The harness way: unsafe() without values runs the simple query protocol, nothing prepared.
   query: async (req) => ({ rows: rowsOf(await run(usable().unsafe(req.sql).values())) }),
@@ -102,6 +103,18 @@ const ops = {
       result = await run(usable().unsafe(req.sql, [], { prepare: true, simple: false }).values())
     }
     return { rows: rowsOf(result) }
+  },
+  // COPY ... FROM STDIN through postgres.js's writable(): the first chunk, the rest after the pause, then end().
+  copy_in: async (req) => {
+    const stream = await run(usable().unsafe(req.sql).writable())
+    const done = new Promise((resolve, reject) => { stream.on('finish', resolve); stream.on('error', reject) })
+    done.catch(() => {})
+    stream.write(req.first)
+    await new Promise((resolve) => setTimeout(resolve, req.pause_ms))
+    for (let i = 0; i < req.times && !stream.destroyed; i++) stream.write(req.rows)
+    if (!stream.destroyed) stream.end()
+    await done
+    return {}
   },
   free: async () => { throw Object.assign(new Error('postgres.js has no API to free a prepared statement'), { unsupported: true }) },
   begin: async () => { await run(usable().unsafe('BEGIN')); return {} },

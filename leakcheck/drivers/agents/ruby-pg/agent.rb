@@ -3,7 +3,7 @@
 # query = exec_params (the unnamed statement); execute = exec (the simple query protocol);
 # prepared = prepare("a#{n}") per SQL text, Rails' names a1, a2... per connection, + exec_prepared;
 # free = DEALLOCATE by name, as Rails' statement pool does; cancel = conn.cancel from the stdin
-# reader thread while the worker runs the request before it.
+# reader thread while the worker runs the request before it; copy_in = copy_data with put_copy_data.
 
 require "json"
 require "pg"
@@ -19,7 +19,8 @@ class Agent
   # ParameterStatus names PostgreSQL reports; ruby-pg answers them one name at a time.
   REPORTED = %w[application_name client_encoding DateStyle default_transaction_read_only in_hot_standby
                 integer_datetimes IntervalStyle is_superuser scram_iterations search_path server_encoding
-                server_version session_authorization standard_conforming_strings TimeZone].freeze
+                server_version session_authorization standard_conforming_strings TimeZone
+                pgbouncer.version pgbouncer.pool_mode pgbouncer.max_prepared_statements].freeze
   SETTINGS = PG::Connection.conndefaults.map { |d| d[:keyword] } - %w[host hostaddr port user password dbname]
   INTEGERS = [20, 21, 23].freeze # int8, int2, int4
   FLOATS = [700, 701].freeze # float4, float8
@@ -68,8 +69,9 @@ class Agent
   def run(op, request, answer)
     case op
     when "hello"
-      answer.merge!("protocol" => 1, "driver" => "ruby-pg", "release" => PG::VERSION, "ops" => ["bind"],
-                    "runtime" => "ruby #{RUBY_VERSION} libpq #{PG.library_version.divmod(10_000).join('.')}")
+      answer.merge!("protocol" => 1, "driver" => "ruby-pg", "release" => PG::VERSION,
+                    "runtime" => "ruby #{RUBY_VERSION} libpq #{PG.library_version.divmod(10_000).join('.')}",
+                    "ops" => ["bind", "copy_in"])
       return
     when "connect" then return connect(request)
     when "close" then return close
@@ -90,6 +92,7 @@ class Agent
       name = @names.delete(sql)
       @conn.exec("DEALLOCATE #{name}") if name
     when "bind" then answer["rows"] = rows(@conn.exec_prepared(request["name"].to_s, []))
+    when "copy_in" then copy_in(sql, request)
     when "begin" then @conn.exec("BEGIN")
     when "commit" then @conn.exec("COMMIT")
     when "rollback" then @conn.exec("ROLLBACK")
@@ -107,6 +110,18 @@ class Agent
       params[name.to_sym] = value
     end
     @conn = PG.connect(params)
+  end
+
+  # COPY ... FROM STDIN: the first chunk sent on at once, the rest after the pause, then the copy's end
+  # (copy_data's put_copy_end; its error raised from get_last_result).
+  def copy_in(sql, request)
+    @conn.copy_data(sql) do
+      @conn.put_copy_data(request["first"].to_s)
+      @conn.flush
+      sleep(request["pause_ms"].to_i / 1000.0)
+      rows = request["rows"].to_s
+      request["times"].to_i.times { @conn.put_copy_data(rows) }
+    end
   end
 
   def rows(result)
