@@ -1,4 +1,5 @@
-"""Normalize two traces of one sequence, compare them, and check their proofs (pure).
+"""Normalize two traces of one sequence, compare them and what their applications lost, and check their
+proofs (pure).
 
 What is normalized away, because it legitimately differs between a route and the reference:
 - server identities (pid, backend_start): they are proofs, checked here, never compared;
@@ -10,20 +11,27 @@ What is normalized away, because it legitimately differs between a route and the
   names are the client's own and are kept;
 - error messages (they quote those names and pids): errors compare by SQLSTATE; messages are shown.
 Left out: a statement refused on one side only because its transaction had already failed there
-(25P02), and every later step of a client whose connection closed (SQLSTATE class 08, "connection
-is closed"): they follow from the earlier step that failed, which is a difference of its own.
-Everything else compares as read, including NULL versus '' and the order of notifications.
+(25P02), every later step of a client whose connection closed (SQLSTATE class 08, "connection
+is closed"), and every step from one where the pool stalled on: they follow from the earlier step
+that failed, which is a difference of its own. Everything else compares as read, including NULL
+versus '' and the order of notifications.
+
+What each application lost (`outcomes`) compares too, per step and client, in words that do not
+depend on the run: a write reported committed and not in the database, a prepared call's value that is
+not the client's own, a connection closed, a client gone on on another server connection (its
+ordinal among its client's connections, by the proofs), a stalled pool. Such a difference comes first
+at its step and stands for that step's own result (`outcome:<what>`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from leakcheck.discover.ops import Who
+from leakcheck.discover.ops import DRIVER_CALLS, Kind, Who
 from leakcheck.discover.render import DISPLAY, Names
-from leakcheck.discover.trace import Event, Failure, Trace
+from leakcheck.discover.trace import Event, Failure, Loss, Lost, Trace
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import Route, ServerId
 
@@ -120,26 +128,95 @@ def ordinals(trace: Trace) -> dict[int, int]:
     return out
 
 
+def outcomes(trace: Trace) -> list[Loss]:
+    """What the applications lost in this run: the trace's own (writes read back, a stall) and what its
+    events show: a client's first closing failure (disconnected), a prepared call's value not its own
+    (another client's result), a client's first step on a further server connection of its own (moved:
+    the one it shared ended, and its session state with it)."""
+    out = [replace(x, shown=x.shown.replace(trace.names.prefix, DISPLAY.prefix)) for x in trace.losses]
+    closed: set[Who] = set()
+    on = ordinals(trace)
+    moved: set[Who] = set()
+    for event in trace.events:
+        if not event.ran:
+            continue
+        if closes(event.failure) and event.who not in closed:
+            closed.add(event.who)
+            shown = str(event.failure).replace(trace.names.prefix, DISPLAY.prefix)
+            out.append(Loss(event.index, event.who, Lost.DISCONNECTED, "its connection was closed",
+                            f"its connection was closed: {shown}"))
+        if event.op is not None and event.op.kind is Kind.PROTOCOL and event.failure is None:
+            own = trace.names.value(event.who, event.op.arg)
+            if event.value != own:
+                got = canon(event.value, trace.names)
+                out.append(Loss(event.index, event.who, Lost.OTHER_RESULT, got,
+                                f"returned {got}, not its own {canon(own, trace.names)}"))
+        if on.get(event.index, 1) > 1 and event.who not in moved:
+            moved.add(event.who)
+            told = "an error" if event.failure is not None else "no error"
+            out.append(Loss(event.index, event.who, Lost.MOVED, "on another server connection",
+                            f"on server connection #{on[event.index]}, after the one it shared ended: its session "
+                            f"state stayed behind ({told} told {event.who})"))
+    return out
+
+
+#: How a step reads where its run lost nothing of that kind.
+_KEPT = {Lost.WRITE: "the row is in the database", Lost.MOVED: "on its own server connection throughout",
+         Lost.STALLED: "did not wait"}
+
+
+def _outcome_diffs(subject: Trace, reference: Trace) -> list[Diff]:
+    """What the route's applications lost that the reference's did not lose alike. A loss of the reference's alone
+    (a write rolled back after an error that the route never raised, because another client's state was
+    there) is no loss of the route's: the state that differed is that difference."""
+    mine = {(x.index, x.who, x.what): x for x in outcomes(subject)}
+    theirs = {(x.index, x.who, x.what): x for x in outcomes(reference)}
+    diffs = []
+    for key in sorted(mine, key=lambda k: (k[0], str(k[1]), str(k[2]))):
+        g, w = mine[key], theirs.get(key)
+        if g.compared == (w.compared if w else None):
+            continue
+        index, who, what = key
+        kept = _result(reference, index) if what in (Lost.DISCONNECTED, Lost.OTHER_RESULT) else _KEPT[what]
+        diffs.append(Diff(index, who, f"outcome:{what}", g.shown, w.shown if w else kept))
+    return diffs
+
+
+def said(event: Event, names: Names) -> str:
+    """What a step returned to its client, as a script says it: `success`, a value, an error, `read`."""
+    if not event.ran:
+        return "never ran"
+    if event.failure is None and (event.is_snapshot or event.value is None):
+        return "read" if event.is_snapshot else "success"
+    return next(iter(observed(event, names).values()))[1]
+
+
+def _result(trace: Trace, index: int) -> str:
+    """A step's own result as shown (where it lost nothing)."""
+    return said(trace.events[index], trace.names)
+
+
 def compare(subject: Trace, reference: Trace) -> list[Diff]:
-    """Every difference, in step order. Both traces ran the same ops, so events pair up one to one.
-    Which server connection of its client a step ran on is an observation too (`server connection`:
-    a pooler that closes the shared one moves the client to another, with none of its state)."""
+    """Every difference, in step order, what a client lost first at its step. Both traces ran the same
+    ops, so events pair up one to one."""
     if len(subject.events) != len(reference.events):
         raise ValueError("the traces ran different sequences")
-    diffs = []
-    on, on_ref = ordinals(subject), ordinals(reference)
+    lost = _outcome_diffs(subject, reference)
+    stands_for = {(d.index, d.who) for d in lost if d.key in (f"outcome:{Lost.DISCONNECTED}",
+                                                                f"outcome:{Lost.OTHER_RESULT}")}
     closed = [_closed_at(subject), _closed_at(reference)]
     gone = {who: min(c[who] for c in closed if who in c) for who in Who if any(who in c for c in closed)}
+    diffs = []
     for mine, theirs in zip(subject.events, reference.events, strict=True):
-        if mine.index > gone.get(mine.who, mine.index):
-            continue  # the client's connection closed earlier on one side: that step was the difference
+        diffs += [d for d in lost if d.index == mine.index]
+        if mine.index > gone.get(mine.who, mine.index) or not (mine.ran and theirs.ran):
+            continue  # the client's connection closed earlier on one side, or the pool stalled: that was the difference
+        if (mine.index, mine.who) in stands_for:
+            continue
         got, want = observed(mine, subject.names), observed(theirs, reference.names)
         if mine.is_snapshot and (mine.failure is None) != (theirs.failure is None):
             read = ("read", "read")  # a snapshot failed on one side only: one difference, not one per column
             got, want = {"observe": got.get("observe", read)}, {"observe": want.get("observe", read)}
-        here, there = on.get(mine.index), on_ref.get(theirs.index)
-        if here is not None and there is not None and here != there:
-            diffs.append(Diff(mine.index, mine.who, "server connection", f"#{here}", f"#{there}"))
         for key in dict.fromkeys([*got, *want]):
             g, w = got.get(key, ("-", "-")), want.get(key, ("-", "-"))
             if g[0] != w[0] and ABORTED not in (g[0], w[0]):
@@ -149,11 +226,18 @@ def compare(subject: Trace, reference: Trace) -> list[Diff]:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A sequence's differences, and where each route's clients ran (for the report)."""
+    """A sequence's differences, where each route's clients ran, and what each op's call returned through
+    the route (for the report: `commit (returned success)`)."""
 
     diffs: tuple[Diff, ...]
     subject_servers: str = ""  # e.g. "A and B on pid 4242"
     reference_servers: str = ""  # e.g. "A on pid 4243, B on pid 4244"
+    results: tuple[str, ...] = ()  # per op, through the route: "success", "'lc_A_p1'", "error 26000: ..."
+
+
+def results(trace: Trace, ops: int) -> tuple[str, ...]:
+    """What each of the first `ops` steps returned to its client (shown as the script says it)."""
+    return tuple(said(event, trace.names) for event in trace.events[:ops])
 
 
 def servers_text(trace: Trace) -> str:
@@ -169,14 +253,17 @@ def _servers(trace: Trace, who: Who) -> str:
 
 def proof_problems(trace: Trace, earlier: set[ServerId]) -> Iterator[str]:
     """Why this trace does not prove what its route needs (nothing: it does). Every step carries a
-    proof, except those of a client whose connection had closed (they reached no server). Transaction
+    proof, except those of a client whose connection had closed (they reached no server), those that never
+    ran (the pool stalled), and a driver call that sends only the driver's own statement (ops.DRIVER_CALLS:
+    no tag finds it), which is proven where its transaction's other steps are (execute.covered). Transaction
     mode with a pool of one: A and B on one server connection throughout, or on a fresh one only
     right after a failure closed a connection (the pooler dropped the shared one). Session mode and
     direct sessions: each client on its own one throughout. Never a server connection an earlier
     sequence used (every sequence starts from fresh server connections)."""
     gone: set[Who] = set()
     for event in trace.events:
-        if event.proof_at is None and event.who not in gone and not closes(event.failure):
+        exempt = not event.ran or (event.op is not None and event.op.kind in DRIVER_CALLS)
+        if event.proof_at is None and event.who not in gone and not closes(event.failure) and not exempt:
             what = str(event.op) if event.op else "final snapshot"
             yield f"step {event.index + 1} ({event.who}: {what}) carries no proof of its server connection"
         if closes(event.failure):
@@ -185,7 +272,7 @@ def proof_problems(trace: Trace, earlier: set[ServerId]) -> Iterator[str]:
     where = f"A on {_servers(trace, Who.A)}; B on {_servers(trace, Who.B)}"
     if trace.route is Route.TRANSACTION:
         yield from _shared(trace, where)
-    elif len(a) != 1 or len(b) != 1 or a == b:
+    elif len(a) > 1 or len(b) > 1 or (a and a == b):  # a client closed before any proof was on none
         yield f"A and B did not each keep a server connection of their own ({where})"
     reused = sorted(str(s) for s in (a | b) & earlier)
     if reused:

@@ -1,9 +1,10 @@
 """One sequence through the route under test and through two direct sessions, compared.
 
 Both runs use fresh connections (and, through the pooler, a pool just emptied by KILL/RESUME),
-their own names, and run at the same time (nothing global is shared: channels, lock keys and
-object names carry each run's token). A run whose proofs do not show what its route needs, or
-that meets a server connection an earlier sequence used, stops discovery (`Abort`).
+their own names, and run at the same time (nothing global is shared: channels, lock keys, object
+names, rows and the witness's tags carry each run's token), each with a witness of its own (the
+witness's marks are one run's). A run whose proofs do not show what its route needs, or that meets
+a server connection an earlier sequence used, stops discovery (`Abort`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import asyncio
 import contextlib
 from types import TracebackType
 
-from leakcheck.discover.compare import Comparison, compare, proof_problems, servers_text
+from leakcheck.discover.compare import Comparison, compare, proof_problems, results, servers_text
 from leakcheck.discover.driver_api import abilities
-from leakcheck.discover.execute import run_sequence
+from leakcheck.discover.execute import Run
 from leakcheck.discover.lab import Endpoint, Lab
 from leakcheck.discover.ops import Abilities, Op
 from leakcheck.discover.render import fresh_names
@@ -23,6 +24,7 @@ from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import Client, connect
 from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver, Route, ServerId
+from leakcheck.probes.witness import Witness, open_witness
 from leakcheck.run import signals
 
 #: Seconds one sequence may take on both routes, connections included.
@@ -36,10 +38,11 @@ async def _close(*clients: Client) -> None:
 
 
 async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops: tuple[Op, ...],
-                 settings: tuple[Setting, ...] = ()) -> Trace:
+                 witness: Witness, settings: tuple[Setting, ...] = ()) -> Trace:
     """The sequence with two fresh clients of one driver (with its --driver-set `settings`), each its
-    own application. A driver that names statements per process (pgx) gets fresh agents for each
-    sequence, as a probe does, so no sequence depends on the ones before it."""
+    own application, seen by `witness`; the rows they wrote read back once they closed. A driver that
+    names statements per process (pgx) gets fresh agents for each sequence, as a probe does, so no
+    sequence depends on the ones before it."""
     agents.next_probe()
     a = await connect(driver, "A", endpoint, settings)
     try:
@@ -48,13 +51,15 @@ async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops
     except BaseException:
         await _close(a)
         raise
+    run = Run(a, b, Trace(route, fresh_names()), witness)
     try:
-        trace = await run_sequence(a, b, ops, Trace(route, fresh_names()))
+        await run.play(ops)
         if route is not Route.DIRECT:
             await lab.done(a, b)
-        return trace
     finally:
         await _close(a, b)
+    run.read_back()
+    return run.trace
 
 
 class Differential:
@@ -62,9 +67,16 @@ class Differential:
 
     def __init__(self, lab: Lab, driver: Driver, timeout: float = SEQUENCE_TIMEOUT,
                  settings: tuple[Setting, ...] = ()) -> None:
-        self.lab, self.driver, self.timeout, self.settings = lab, driver, timeout, settings
+        self.lab, self.driver, self.timeout, self.settings = lab.for_driver(driver), driver, timeout, settings
         self._seen: dict[Route, set[ServerId]] = {lab.where.route: set(), Route.DIRECT: set()}
+        self._witnesses: list[Witness] = []
         self._loop = asyncio.Runner()
+
+    def _witness(self, n: int) -> Witness:
+        """The n-th run's witness (0: the route's, 1: the reference's), connected on first use."""
+        while len(self._witnesses) <= n:
+            self._witnesses.append(open_witness(self.lab.superuser()))
+        return self._witnesses[n]
 
     def __enter__(self) -> Differential:
         return self
@@ -80,12 +92,16 @@ class Differential:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if signals.received() is not None:  # Ctrl-C: the agents first, so that no client's close waits on a hung one
             agents.stop_all(hurry=True)
+        for witness in self._witnesses:
+            with contextlib.suppress(Exception):  # closing at the end: nothing to report
+                witness.close()
         self._loop.close()
 
     async def _both(self, ops: tuple[Op, ...], subject: Endpoint) -> tuple[Trace, Trace]:
         route, direct = self.lab.where.route, self.lab.direct()
-        got = await asyncio.gather(run_on(self.lab, self.driver, subject, route, ops, self.settings),
-                                   run_on(self.lab, self.driver, direct, Route.DIRECT, ops, self.settings))
+        mine, theirs = self._witness(0), self._witness(1)
+        got = await asyncio.gather(run_on(self.lab, self.driver, subject, route, ops, mine, self.settings),
+                                   run_on(self.lab, self.driver, direct, Route.DIRECT, ops, theirs, self.settings))
         return got[0], got[1]
 
     def __call__(self, ops: tuple[Op, ...]) -> Comparison:
@@ -112,4 +128,5 @@ class Differential:
         if not self.lab.running_pooler:  # a running pooler keeps its server connections (cleaned, not new)
             self._seen[mine.route] |= mine.servers()
         self._seen[Route.DIRECT] |= reference.servers()
-        return Comparison(tuple(compare(mine, reference)), servers_text(mine), servers_text(reference))
+        return Comparison(tuple(compare(mine, reference)), servers_text(mine), servers_text(reference),
+                          results(mine, len(ops)))

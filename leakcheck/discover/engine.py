@@ -38,6 +38,7 @@ from leakcheck.discover.findings import (
     Search,
     changed,
     first_unexplained,
+    is_outcome,
     size,
     unexplained,
 )
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 Measure = Callable[[tuple[Op, ...]], Comparison]
 
 #: Bump when ops, rendering or signatures change meaning: examples saved before are keyed apart.
-MODEL_VERSION = "discover-3"
+MODEL_VERSION = "discover-4"
 
 
 class Difference(Exception):
@@ -91,6 +92,21 @@ def measured(measure: Measure, ops: tuple[Op, ...]) -> Comparison:
         raise harness_failed(ops, exc) from exc
 
 
+class Remembered:
+    """A search's measurements, each sequence measured once: hypothesis reaches one repaired sequence by many
+    draws (repair and the op limit fold them together), above all while it shrinks, and each measurement
+    is a real run of both routes. Confirmations (`confirm`) measure again, for real."""
+
+    def __init__(self, measure: Measure) -> None:
+        self.measure = measure
+        self.seen: dict[tuple[Op, ...], Comparison] = {}
+
+    def __call__(self, ops: tuple[Op, ...]) -> Comparison:
+        if ops not in self.seen:
+            self.seen[ops] = measured(self.measure, ops)
+        return self.seen[ops]
+
+
 def run_round(measure: Measure, search: Search, number: int, deadline: float,
               explained: Sequence[Candidate] = ()) -> Round:
     """One hypothesis run: the smallest example seen per signature no earlier candidate explains."""
@@ -102,7 +118,7 @@ def run_round(measure: Measure, search: Search, number: int, deadline: float,
     def test(ops: tuple[Op, ...]) -> None:
         if time.monotonic() >= deadline:
             raise _OutOfTime
-        found.examples += 1
+        found.examples += int(not isinstance(measure, Remembered) or ops not in measure.seen)
         comparison = measured(measure, ops)
         sig = first_unexplained(comparison.diffs, ops, explained)
         if sig is not None:
@@ -188,13 +204,16 @@ def mapped(c: Candidate) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def merge(candidates: Iterable[Candidate], labeller: Labeller = mapped) -> list[Finding]:
-    """One finding per set of changed states and label (known or new): the earliest round's smallest
+    """One finding per set of changed states, label (known or new) and loss: the earliest round's smallest
     example, with the others (other signatures of the same states) as `also`. A new effect of a
-    state is never hidden under a known finding of that state."""
-    groups: dict[tuple[frozenset[str], bool], list[tuple[Candidate, tuple[tuple[str, ...], tuple[str, ...]]]]] = {}
+    state is never hidden under a known finding of that state, and what an application lost never
+    under a difference of state (each loss is a finding of its own)."""
+    Group = tuple[frozenset[str], bool, str]
+    groups: dict[Group, list[tuple[Candidate, tuple[tuple[str, ...], tuple[str, ...]]]]] = {}
     for c in candidates:
         probes, unlisted = labeller(c)
-        groups.setdefault((changed(c.ops), bool(probes) and not unlisted), []).append((c, (probes, unlisted)))
+        lost = c.signature if is_outcome(c.signature) else ""
+        groups.setdefault((changed(c.ops), bool(probes) and not unlisted, lost), []).append((c, (probes, unlisted)))
     findings = []
     for group in groups.values():
         group.sort(key=lambda item: (item[0].round, size(item[0].ops)))
@@ -207,6 +226,7 @@ def merge(candidates: Iterable[Candidate], labeller: Labeller = mapped) -> list[
 
 def discover(measure: Measure, search: Search) -> Discovery:
     """Rounds until one finds nothing new or the budget is spent."""
+    measure = Remembered(measure)
     deadline = time.monotonic() + search.budget
     explained: list[Candidate] = []
     rounds: list[Round] = []

@@ -54,8 +54,16 @@ def unexplained(diffs: Iterable[Diff], ops: Sequence[Op], explained: Sequence[Ca
 
 
 def first_unexplained(diffs: Iterable[Diff], ops: Sequence[Op], explained: Sequence[Candidate]) -> str | None:
-    """The signature of the first difference no earlier candidate explains."""
-    return next(iter(unexplained(diffs, ops, explained)), None)
+    """The signature of the first difference no earlier candidate explains, what an application lost
+    (`outcome:...`) before any difference of state: a sequence that lost a commit is searched and shrunk
+    for that, even where another client's setting showed a step earlier."""
+    sigs = unexplained(diffs, ops, explained)
+    return next((sig for sig in sigs if is_outcome(sig)), next(iter(sigs), None))
+
+
+def is_outcome(sig: str) -> bool:
+    """The signature is what an application lost (compare.outcomes), not a difference of state."""
+    return sig.startswith("outcome:")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,15 @@
 """Which existing probe explains a finding: a small explicit mapping from op families to probe ids (pure).
 
 An op's family names the state it creates ('set:work_mem', 'sql_prepare', 'cursor:hold') or, for
-ops that only read, remove or end state ('execute', 'discard:ALL', 'commit'), what it does. A
-finding's causes are the state-creating families in its shrunk reproduction (every op there is
+ops that only read, remove or end state ('execute', 'discard:ALL', 'commit', 'free'), what it does.
+A finding's causes are the state-creating families in its shrunk reproduction (every op there is
 needed). It is *known* when every cause is state a probe exercises (`PROBE_OF`), with those probes'
-ids; otherwise it is *new*, and the states no probe lists are named (`session:work_mem`).
+ids; otherwise it is *new*, and the states no probe lists are named (`session:work_mem`). A finding
+whose first difference is what an application lost (`outcome:...`, compare.outcomes) is known by the
+probe that measures that loss in that shape (`outcome_probe`: a commit lost after a free inside its
+transaction is tx_free_before_commit's; a disconnect at a bind, and the other client's move after it,
+bind_unprepared's); a write lost after an error reached its client is labelled by the difference that
+error is; else it is new by that outcome (`outcome:lost write`).
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from leakcheck.discover.compare import Diff
-from leakcheck.discover.ops import SETTING, SETTINGS, Kind, Op, Who
+from leakcheck.discover.ops import PREPARED, SETTING, SETTINGS, Kind, Op, Who, prepares
+from leakcheck.discover.trace import SILENT, Lost
 from leakcheck.model.verdicts import Scope, Verdict
 
 #: Kinds whose op creates or changes session state: a finding's possible causes.
@@ -40,12 +46,15 @@ def family(op: Op) -> str:
         return "cursor:hold" if op.variant == "hold" else "cursor"
     if k is Kind.DISCARD:
         return f"discard:{op.arg}"
+    if k is Kind.WRITE:
+        return "write:prepared" if op.variant == PREPARED else "write"
     return {Kind.PREPARE: "sql_prepare", Kind.PROTOCOL: "protocol_prepare", Kind.LOCK: "advisory_lock",
             Kind.XACT_LOCK: "advisory_xact_lock"}.get(k, str(k))
 
 
 def causes(ops: Iterable[Op]) -> frozenset[str]:
-    return frozenset(family(op) for op in ops if op.kind in STATE_KINDS)
+    """The state-creating families of these ops (a prepared write leaves a prepared statement, as PROTOCOL does)."""
+    return frozenset(family(op) for op in ops if op.kind in STATE_KINDS or prepares(op))
 
 
 def state(fam: str) -> str:
@@ -59,6 +68,8 @@ def state(fam: str) -> str:
         return f"local:{setting}"
     if fam == "temp_table:on_commit_delete_rows":  # a session temp table all the same (its rows go at commit)
         return "temp_table"
+    if fam == "write:prepared":  # the driver's prepared statement it leaves, as a prepared SELECT's
+        return "protocol_prepare"
     return fam
 
 
@@ -97,7 +108,7 @@ PROBE_OF: dict[str, str] = {
     "temp_table": "temp_table", "temp_table:on_commit_delete_rows": "temp_table",
     "temp_table:on_commit_drop": "temp_table_on_commit_drop",
     "nextval": "lastval",
-    "sql_prepare": "sql_prepare", "protocol_prepare": "protocol_prepare",
+    "sql_prepare": "sql_prepare", "protocol_prepare": "protocol_prepare", "write:prepared": "protocol_prepare",
     "cursor:hold": "with_hold_cursor", "cursor": "plain_cursor",
     "advisory_lock": "advisory_lock", "advisory_xact_lock": "advisory_xact_lock",
     "listen": "listen_notify", "notify": "listen_notify",
@@ -107,13 +118,15 @@ PROBE_OF: dict[str, str] = {
 #: Observations (snapshot keys and op kinds) that are about one kind of state.
 EFFECTS: dict[str, frozenset[str]] = {
     "prepared statements": frozenset({"prepared", "prepare", "execute", "deallocate", "deallocate_all", "protocol",
-                                      "free"}),
+                                      "free", "bind"}),
     "cursors": frozenset({"cursors", "declare", "fetch", "close"}),
     "temp tables": frozenset({"temp", "create_temp", "read_temp", "drop_temp"}),
     "advisory locks": frozenset({"locks", "lock", "xact_lock", "unlock", "unlock_all"}),
     "listen/notify": frozenset({"listening", "notifications", "listen", "unlisten", "notify"}),
     "role": frozenset({"current_user", "session_user", "set_role", "reset_role"}),
     "sequences": frozenset({"nextval", "lastval"}),
+    "writes": frozenset({"write"}),
+    "transactions": frozenset({"begin", "commit", "rollback"}),
 }
 _SETTING_KINDS = frozenset({Kind.SET, Kind.SET_LOCAL, Kind.RESET, Kind.SET_CONFIG})
 _STATEMENT_ERRORS = ("error 42P05", "error 26000")  # duplicate / undefined prepared statement
@@ -122,8 +135,11 @@ _STATEMENT_ERRORS = ("error 42P05", "error 26000")  # duplicate / undefined prep
 def signature(diff: Diff, ops: Sequence[Op]) -> str:
     """What a difference is about: the state its observation reads (a setting by name, else the kind
     of state), and for an op's result also the op (`setting:temp_buffers/set result`: B's SET failed,
-    which differs from B reading another client's value, `setting:temp_buffers`)."""
+    which differs from B reading another client's value, `setting:temp_buffers`). What an application
+    lost is its own signature (`outcome:lost write`, `outcome:disconnected`)."""
     key = diff.key
+    if key.startswith("outcome:"):
+        return key
     if key.startswith(("setting:", "reported:")):
         return "setting:" + key.split(":", 1)[1]
     what = key.removeprefix("result:")
@@ -142,7 +158,8 @@ OBSERVES: dict[str, frozenset[str]] = {
     "cursor": frozenset({"cursors", "result:declare", "result:fetch", "result:close"}),
     "sql_prepare": frozenset({"prepared", "result:prepare", "result:execute", "result:deallocate",
                               "result:deallocate_all"}),
-    "protocol_prepare": frozenset({"prepared", "result:protocol"}),
+    "protocol_prepare": frozenset({"prepared", "result:protocol", "result:write"}),  # a prepared write collides alike
+    "write": frozenset({"prepared", "result:protocol", "result:write"}),  # write:prepared: protocol_prepare's
     "advisory_lock": frozenset({"locks", "result:lock", "result:xact_lock", "result:unlock", "result:unlock_all"}),
     "advisory_xact_lock": frozenset({"locks", "result:lock", "result:xact_lock", "result:unlock"}),
     "listen": frozenset({"listening", "notifications", "result:listen", "result:unlisten", "result:notify"}),
@@ -189,6 +206,25 @@ def explains(cause: str, diff: Diff, ops: Sequence[Op]) -> bool:
 
 #: The probes written from earlier discoveries (probes/discovered.py).
 DISCOVERED = frozenset({"custom_setting_placeholder", "temp_buffers_blocked"})
+#: The probes that measure what an application loses in a statement's lifecycle (probes/transactions.py).
+OUTCOME_PROBES = frozenset({"tx_free_before_commit", "bind_unprepared"})
+
+
+def outcome_probe(ops: Sequence[Op], first: Diff) -> str | None:
+    """The probe that measures the loss this first difference shows, in the shape these ops have: a write lost
+    at a commit after its client freed a statement inside that transaction (tx_free_before_commit); a client
+    disconnected by its bind of a name, or moved after the other client's bind (bind_unprepared)."""
+    what = first.key.removeprefix("outcome:")
+    before = ops[:first.index]
+    if what == Lost.WRITE:
+        began = max((i for i, op in enumerate(before) if op.who is first.who and op.kind is Kind.BEGIN), default=None)
+        freed = began is not None and any(op.who is first.who and op.kind is Kind.FREE for op in before[began:])
+        return "tx_free_before_commit" if freed else None
+    if what == Lost.DISCONNECTED and first.index < len(ops) and ops[first.index].kind is Kind.BIND:
+        return "bind_unprepared"
+    if what == Lost.MOVED and any(op.who is not first.who and op.kind is Kind.BIND for op in before):
+        return "bind_unprepared"
+    return None
 
 
 def _discovered(ops: Sequence[Op], first: Diff) -> str | None:
@@ -221,6 +257,15 @@ def label(ops: Iterable[Op], diffs: Sequence[Diff] = ()) -> tuple[tuple[str, ...
     lists are named (`session:work_mem`), after the effect when no cause's own observation shows the
     first difference (`effect: setting:temp_buffers/set_config result`)."""
     ops = tuple(ops)
+    if diffs and diffs[0].key.startswith("outcome:"):
+        lost = outcome_probe(ops, diffs[0])
+        if lost is not None:
+            return (lost,), ()
+        if diffs[0].key == f"outcome:{Lost.WRITE}" and SILENT not in diffs[0].subject and len(diffs) > 1:
+            # an error reached the application first (B's PREPARE of a name A's leaked PREPARE holds): that
+            # error is the difference, and the commit its transaction lost follows from it
+            return label(ops, diffs[1:])
+        return (), (diffs[0].key,)
     found = sorted(causes(ops))
     unlisted = tuple(sorted({state(c) for c in found if c not in PROBE_OF}))
     written = _discovered(ops, diffs[0]) if diffs and not unlisted else None
@@ -247,12 +292,13 @@ def confirmed(ops: Iterable[Op], probes: Sequence[str], unlisted: Sequence[str],
     """What no probe lists, now that the probes `label` gave were measured on this cell. A finding
     whose every cause has a probe stays known only where those probes show it: each session-scoped
     cause needs one of its probes to report a problem on the cell, and some cause must (a probe
-    written from an earlier discovery stands alone). A transaction-scoped cause (B's
-    pg_try_advisory_xact_lock of a lock A's session holds) may be just how the leak of another one
-    is seen; alone, with its probe isolated, the finding is new."""
+    written from an earlier discovery, or one that measures what an application loses, stands
+    alone). A transaction-scoped cause (B's pg_try_advisory_xact_lock of a lock A's session holds)
+    may be just how the leak of another one is seen; alone, with its probe isolated, the finding is
+    new."""
     if unlisted:
         return tuple(unlisted)
-    if len(probes) == 1 and probes[0] in DISCOVERED:
+    if len(probes) == 1 and probes[0] in DISCOVERED | OUTCOME_PROBES:
         shown = verdicts.get(probes[0], Verdict.SKIPPED)
         return () if shown.is_problem else (f"{probes[0]}: its probe measured {shown} here",)
     found = sorted(causes(ops))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from leakcheck.config import preflight
@@ -23,11 +23,11 @@ from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Driver, Route, Target, Verdict
 from leakcheck.model.versions import Spec, Version
-from leakcheck.provision.base import Backend, Endpoint
+from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
 from leakcheck.run.matrix import MatrixRun
-from leakcheck.run.runner import SESSION_POOL, subject_mode
+from leakcheck.run.runner import SESSION_POOL, ignored_startup, subject_mode
 
 __all__ = ["Endpoint", "Lab", "Where", "at", "cache_dir", "open_lab"]
 
@@ -86,9 +86,22 @@ class Lab:
         with self.backend.pooler(self.where.pg, self.where.pooler, self.where.settings, LANE) as endpoint:
             yield endpoint.as_user(APP_ROLE)
 
+    def for_driver(self, driver: Driver) -> Lab:
+        """This lab with the pooler told to ignore the startup parameters `driver` sends (as the matrix tells it):
+        pgjdbc's extra_float_digits, which PgBouncer refuses otherwise."""
+        settings = self.where.settings
+        if settings is None or not ignored_startup(driver):
+            return self
+        ignored = replace(settings, ignored_startup=ignored_startup(driver))
+        return Lab(self.backend, replace(self.where, settings=ignored))
+
     def direct(self) -> Endpoint:
         """A direct PostgreSQL endpoint (the reference: each client its own session)."""
         return self.backend.postgres(self.where.pg).as_user(APP_ROLE)
+
+    def superuser(self) -> Endpoint:
+        """The direct endpoint as the run's superuser, for the witness (a --direct-dsn's own user)."""
+        return self.backend.postgres(self.where.pg).as_user(USER)
 
     async def clients(self, a: Client, connect_b: Callable[[], Awaitable[Client]]) -> Client:
         """B, for a sequence that A starts: through a running pooler, A's server cleaned first and B

@@ -1,14 +1,15 @@
-"""The operations discovery generates: session-state changes and observations by client A or B (pure).
+"""The operations discovery generates: calls an application makes through its driver, by client A or B (pure).
 
 An `Op` is data: who runs it, its kind, an argument (a setting, a slot such as `s1`, a role) and a
-variant. `UNIVERSE` is every op discovery may generate; `repair` turns any list of them into a
-sequence that can run through a pool of one (while a client holds a transaction, the other waits,
-so the other's next op first commits it) and means the same in autocommit as in the proven
-transaction block the executor wraps it in.
-
-Besides SQL, ops go through the driver's own API: its prepared path (PROTOCOL), freeing that
-statement (FREE), and its transaction API (BEGIN, COMMIT, ROLLBACK with the variant `driver`).
-A driver lacking one of them (`Abilities`, measured for agents) never draws those ops: `universe`.
+variant. Each op is one call of the application's driver, in autocommit or inside the transaction
+the client began through the driver's transaction API (BEGIN, COMMIT, ROLLBACK): a statement of
+SQL, the driver's prepared path (PROTOCOL), a row written (WRITE, plainly or the prepared way),
+freeing the statement the client's last prepared call made (FREE: the driver's own call), executing
+a statement by name without preparing it (BIND: the driver's call for an SQL PREPAREd name).
+`UNIVERSE` is every op discovery may generate; `repair` turns any list of them into a sequence that
+can run through a pool of one (while a client holds a transaction, the other waits, so the other's
+next op first commits it). A driver lacking a call (`Abilities`, asked of agents) never draws its
+ops: `universe`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ class Kind(StrEnum):
     DEALLOCATE = "deallocate"
     DEALLOCATE_ALL = "deallocate_all"
     PROTOCOL = "protocol"  #: the driver's protocol-level prepared statement (Client.prepared)
-    FREE = "free"  #: the driver frees the statement PROTOCOL prepared for that slot (its own API)
+    FREE = "free"  #: the driver frees the statement the client's last prepared call made (Client.free)
+    BIND = "bind"  #: the driver executes an SQL-PREPAREd slot by name, with no Parse (Client.bind)
+    WRITE = "write"  #: one row of the client's own into lc_writes; variant `prepared`: the driver's prepared path
     DECLARE = "declare"  #: DECLARE slot CURSOR [WITH HOLD]; without HOLD inside a transaction only
     FETCH = "fetch"
     CLOSE = "close"
@@ -57,8 +60,8 @@ class Kind(StrEnum):
     LISTEN = "listen"
     UNLISTEN = "unlisten"  #: a channel, or * (all)
     NOTIFY = "notify"
-    BEGIN = "begin"  #: variant `driver`: the driver's transaction API (psycopg transaction(), an agent's begin)
-    COMMIT = "commit"  #: variant `driver`: the driver's commit (always that of the BEGIN it ends: `repair`)
+    BEGIN = "begin"  #: the driver's transaction API (psycopg transaction(), asyncpg Transaction, an agent's begin)
+    COMMIT = "commit"  #: the driver's commit: its writes since BEGIN are then reported committed
     ROLLBACK = "rollback"
     DISCARD = "discard"  #: DISCARD ALL / TEMP / SEQUENCES / PLANS
 
@@ -123,8 +126,8 @@ TEMP_VARIANTS = ("", "on commit drop", "on commit delete rows")
 DISCARDS = ("ALL", "TEMP", "SEQUENCES", "PLANS")
 TEMP_SLOTS, PREPARED_SLOTS, PROTOCOL_SLOTS, CURSOR_SLOTS = ("t1", "t2"), ("s1", "s2"), ("p1", "p2"), ("c1", "c2")
 LOCK_SLOTS, CHANNELS = ("1", "2"), ("ch1", "ch2")
-#: The variant of BEGIN / COMMIT / ROLLBACK sent through the driver's transaction API, not as SQL.
-DRIVER = "driver"
+#: The variant of WRITE and of nothing else: the row goes the driver's prepared way.
+PREPARED = "prepared"
 
 
 @dataclass(frozen=True, order=True)
@@ -141,9 +144,13 @@ class Op:
         return f"{self.who}:{self.kind}" + (f"({extra})" if extra else "")
 
 
-#: Kinds that only mean something inside the client's own transaction (outside it, autocommit would
-#: warn or fail where the executor's proven block would not: repair drops them there).
+#: Kinds that only mean something inside the client's own transaction (outside it, autocommit warns or
+#: fails on both routes alike: repair drops them there).
 TXN_ONLY = frozenset({Kind.SET_LOCAL})
+
+
+#: Calls that send only the driver's own statement (or none at once: pgjdbc's begin), so no tag finds them.
+DRIVER_CALLS = frozenset({Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK, Kind.FREE, Kind.BIND})
 
 
 def txn_only(op: Op) -> bool:
@@ -165,8 +172,10 @@ def _client_ops(who: Who) -> list[Op]:
     ops += [Op(who, Kind.NEXTVAL), Op(who, Kind.LASTVAL)]
     for s_ in PREPARED_SLOTS:
         ops += [Op(who, Kind.PREPARE, s_), Op(who, Kind.EXECUTE, s_), Op(who, Kind.DEALLOCATE, s_)]
+    ops += [Op(who, Kind.BIND, s_) for s_ in PREPARED_SLOTS]
     ops += [Op(who, Kind.DEALLOCATE_ALL)]
-    ops += [Op(who, k, p) for p in PROTOCOL_SLOTS for k in (Kind.PROTOCOL, Kind.FREE)]
+    ops += [Op(who, Kind.PROTOCOL, p) for p in PROTOCOL_SLOTS] + [Op(who, Kind.FREE)]
+    ops += [Op(who, Kind.WRITE), Op(who, Kind.WRITE, "", PREPARED)]
     for c in CURSOR_SLOTS:
         ops += [Op(who, Kind.DECLARE, c, "hold"), Op(who, Kind.DECLARE, c), Op(who, Kind.FETCH, c),
                 Op(who, Kind.CLOSE, c)]
@@ -176,7 +185,7 @@ def _client_ops(who: Who) -> list[Op]:
     for ch in CHANNELS:
         ops += [Op(who, Kind.LISTEN, ch), Op(who, Kind.UNLISTEN, ch), Op(who, Kind.NOTIFY, ch)]
     ops += [Op(who, Kind.UNLISTEN, "*")]
-    ops += [Op(who, k, "", v) for v in ("", DRIVER) for k in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK)]
+    ops += [Op(who, k) for k in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK)]
     ops += [Op(who, Kind.DISCARD, d) for d in DISCARDS]
     return ops
 
@@ -192,39 +201,48 @@ class Abilities:
     bound: bool = True  #: a statement with a bound parameter, the driver's default way (set_config ... bound)
     free: bool = False  #: freeing one prepared statement (psycopg and asyncpg have no public API for it)
     prepared: bool = True  #: its prepared path (none where its settings never prepare: Django's defaults)
+    bind: bool = False  #: executing a statement by a name it did not prepare (libpq's PQexecPrepared...)
 
 
 def universe(can: Abilities) -> tuple[Op, ...]:
     """The ops a driver with these abilities can run, in UNIVERSE's order."""
     return tuple(op for op in UNIVERSE if (can.free or op.kind is not Kind.FREE)
-                 and (can.prepared or op.kind is not Kind.PROTOCOL) and (can.bound or "bound" not in op.variant))
+                 and (can.prepared or not prepares(op)) and (can.bind or op.kind is not Kind.BIND)
+                 and (can.bound or "bound" not in op.variant))
+
+
+def prepares(op: Op) -> bool:
+    """The op makes a statement through the driver's prepared path (what a later FREE of its client frees)."""
+    return op.kind is Kind.PROTOCOL or (op.kind is Kind.WRITE and op.variant == PREPARED)
 
 
 def repair(raw: Iterable[Op]) -> tuple[Op, ...]:
-    """The sequence that runs: BEGIN inside a transaction, COMMIT/ROLLBACK outside one and
-    transaction-only ops outside one are dropped; an op of the other client while one holds a
-    transaction first commits it (in a pool of one the other would wait for it forever); a
-    transaction still open at the end is committed."""
+    """The sequence that runs: BEGIN inside a transaction, COMMIT/ROLLBACK outside one, transaction-only
+    ops outside one and a FREE before its client prepared anything are dropped; an op of the other client
+    while one holds a transaction first commits it (in a pool of one the other would wait for it
+    forever); a transaction still open at the end is committed."""
     out: list[Op] = []
     holder: Who | None = None
-    via = ""  # how the holder's transaction began: SQL, or the driver's API (its end goes the same way)
+    prepared: set[Who] = set()
     for op in raw:
         if holder is not None and op.who is not holder:
-            out.append(Op(holder, Kind.COMMIT, "", via))
+            out.append(Op(holder, Kind.COMMIT))
             holder = None
         if op.kind is Kind.BEGIN:
             if holder is not None:
                 continue
-            holder, via = op.who, op.variant
+            holder = op.who
         elif op.kind in (Kind.COMMIT, Kind.ROLLBACK):
             if holder is None:
                 continue
-            op, holder = Op(op.who, op.kind, "", via), None
-        elif txn_only(op) and holder is None:
+            holder = None
+        elif (txn_only(op) and holder is None) or (op.kind is Kind.FREE and op.who not in prepared):
             continue
+        if prepares(op):
+            prepared.add(op.who)
         out.append(op)
     if holder is not None:
-        out.append(Op(holder, Kind.COMMIT, "", via))
+        out.append(Op(holder, Kind.COMMIT))
     return tuple(out)
 
 

@@ -12,7 +12,8 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from leakcheck.discover.ops import DRIVER, SETTING, Kind, Op, Who, quote
+from leakcheck.discover.ops import PREPARED, SETTING, Kind, Op, Who, quote
+from leakcheck.probes.outcomes import write_statement
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class Names:
     def sequence(self, who: Who) -> str:
         return f"{self.prefix}seq_{who.lower()}"
 
+    def row(self, who: Who, step: int) -> str:
+        """A row's id in a printed script (a run's rows are the scenario's own: probes/outcomes.py)."""
+        return f"{self.prefix}{who}_row{step}"
+
 
 DISPLAY = Names("", 4242)
 
@@ -45,13 +50,14 @@ def fresh_names() -> Names:
 
 
 class Via(StrEnum):
-    """How the executor sends a statement."""
+    """Which call of the driver sends a statement."""
 
     SIMPLE = "simple"  #: Client.query (psycopg prepare=False; asyncpg unnamed)
-    PROTOCOL = "protocol"  #: Client.prepared: the driver's named prepared statement; the proof is appended
+    PROTOCOL = "protocol"  #: Client.prepared: the driver's named prepared statement
     BOUND = "bound"  #: the driver's default way with one bound parameter ($1)
-    FREE = "free"  #: the driver frees its statement of this text (the PROTOCOL one: same text, proof appended)
-    DRIVER = "driver"  #: the driver's transaction API; the SQL is what it sends (BEGIN, COMMIT, ROLLBACK)
+    FREE = "free"  #: Client.free of the statement the client's last prepared call made (no SQL of ours)
+    BIND = "bind"  #: Client.bind: Bind/Execute of the statement named `sql`, no Parse
+    DRIVER = "driver"  #: the driver's transaction API; the SQL is what it stands for (BEGIN, COMMIT, ROLLBACK)
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,13 @@ def _one(sql: str, via: Via = Via.SIMPLE, params: tuple[str, ...] = ()) -> tuple
     return (Statement(sql, via, params),)
 
 
-def statements(op: Op, n: Names) -> tuple[Statement, ...]:
-    """What the op sends, in order (not for OBSERVE: see `snapshot_sql`)."""
+def protocol_select(op: Op, n: Names) -> str:
+    """The SELECT list a PROTOCOL op prepares: the client's own value, which only it may get back."""
+    return f"{quote(n.value(op.who, op.arg))}::text AS v"
+
+
+def statements(op: Op, n: Names, step: int = 0) -> tuple[Statement, ...]:
+    """What the op sends, in order (not for OBSERVE: see `snapshot_sql`); `step` numbers a WRITE's row."""
     k, w, arg = op.kind, op.who, op.arg
     if k in (Kind.SET, Kind.SET_LOCAL):
         local = " LOCAL" if k is Kind.SET_LOCAL else ""
@@ -87,9 +98,15 @@ def statements(op: Op, n: Names) -> tuple[Statement, ...]:
                 Statement(f"SELECT nextval({quote(n.sequence(w))})"))
     if k is Kind.PREPARE:
         return _one(f"PREPARE {n.obj(arg)} AS SELECT {quote(n.value(w, arg))}::text")
-    if k in (Kind.PROTOCOL, Kind.FREE):
-        return _one(f"SELECT {quote(n.value(w, arg))}::text AS v", Via.PROTOCOL if k is Kind.PROTOCOL else Via.FREE)
-    if k in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK) and op.variant == DRIVER:
+    if k is Kind.PROTOCOL:
+        return _one(f"SELECT {protocol_select(op, n)}", Via.PROTOCOL)
+    if k is Kind.FREE:
+        return _one("", Via.FREE)
+    if k is Kind.BIND:
+        return _one(n.obj(arg), Via.BIND)
+    if k is Kind.WRITE:
+        return _one(write_statement(n.row(w, step), w), Via.PROTOCOL if op.variant == PREPARED else Via.SIMPLE)
+    if k in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK):
         return _one(k.upper(), Via.DRIVER)
     if k is Kind.DECLARE:
         hold = " WITH HOLD" if op.variant == "hold" else ""
@@ -116,7 +133,6 @@ def _plain(op: Op, n: Names) -> str:
         Kind.LASTVAL: "SELECT lastval()", Kind.EXECUTE: f"EXECUTE {obj}", Kind.DEALLOCATE: f"DEALLOCATE {obj}",
         Kind.DEALLOCATE_ALL: "DEALLOCATE ALL", Kind.FETCH: f"FETCH NEXT FROM {obj}", Kind.CLOSE: f"CLOSE {obj}",
         Kind.UNLOCK_ALL: "SELECT pg_advisory_unlock_all()", Kind.LISTEN: f"LISTEN {obj}",
-        Kind.BEGIN: "BEGIN", Kind.COMMIT: "COMMIT", Kind.ROLLBACK: "ROLLBACK",
     }.get(op.kind)
     if sql is None:
         raise ValueError(f"no SQL for {op}")

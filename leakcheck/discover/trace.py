@@ -1,8 +1,10 @@
-"""What one run of a sequence on one route recorded: each step's result, and every proof (pure data)."""
+"""What one run of a sequence on one route recorded: each step's result, every proof, and what the
+applications lost that only the run can tell (pure data)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from leakcheck.discover.ops import Op, Who
@@ -37,6 +39,7 @@ class Event:
     fields: tuple[tuple[str, Any], ...] = ()
     failure: Failure | None = None
     proof_at: int | None = None  # the index of the step whose proof covers this one (None: unproven)
+    ran: bool = True  # False: the run ended before this step (the pool stalled)
 
     @property
     def is_snapshot(self) -> bool:
@@ -52,14 +55,42 @@ class Proof:
     server: ServerId
 
 
+#: How a lost write says that nothing told its client (compare and known read it).
+SILENT = "no error reached"
+
+
+class Lost(StrEnum):
+    """What an application lost, as the outcome oracles see it (probes/outcomes.py): a difference of its own kind."""
+
+    WRITE = "lost write"  #: a row its client was told is committed is not in the database ("a commit was lost")
+    OTHER_RESULT = "other result"  #: a call returned a value that is not its own ("B got A's result")
+    DISCONNECTED = "disconnected"  #: the client's connection was closed under it
+    MOVED = "moved"  #: the client went on on another server connection, its session state left behind
+    STALLED = "stalled"  #: a call waited for a server connection another client's open transaction held
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One thing a client lost at a step: `compared` in words that do not depend on the run (no ids, no pids),
+    `shown` with what a reader needs (the error, the value)."""
+
+    index: int
+    who: Who
+    what: Lost
+    compared: str
+    shown: str
+
+
 @dataclass
 class Trace:
-    """A route's run of one sequence: events in order (the ops, then A's and B's final snapshot)."""
+    """A route's run of one sequence: events in order (the ops, then A's and B's final snapshot), and the
+    losses the run alone can tell (writes read back, a stall); compare.outcomes adds what events show."""
 
     route: Route
     names: Names
     events: list[Event] = field(default_factory=list)
     proofs: list[Proof] = field(default_factory=list)
+    losses: list[Loss] = field(default_factory=list)
 
     def servers(self, who: Who | None = None) -> set[ServerId]:
         return {p.server for p in self.proofs if who is None or p.who is who}

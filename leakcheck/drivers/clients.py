@@ -293,8 +293,9 @@ class PsycopgClient:
 
     async def begin(self) -> None:
         # psycopg's transaction(), entered here and left by commit/rollback (psycopg.Rollback to roll back)
-        self._tx = self.conn.transaction()
-        await self._guard(lambda: self._tx.__aenter__())
+        tx = self.conn.transaction()
+        await self._guard(lambda: tx.__aenter__())
+        self._tx = tx  # only once entered: a context that failed to enter cannot be left (its generator is done)
 
     async def commit(self) -> None:
         tx, self._tx = self._tx, None
@@ -313,7 +314,10 @@ class PsycopgClient:
     async def bind(self, name: str) -> list[Row]:
         # libpq's PQexecPrepared, psycopg's pq API: Bind/Execute of a statement by name, no Parse.
         async with self.conn.lock:
-            res = await asyncio.to_thread(self.conn.pgconn.exec_prepared, name.encode(), [])
+            try:
+                res = await asyncio.to_thread(self.conn.pgconn.exec_prepared, name.encode(), [])
+            except psycopg.Error as exc:  # libpq could not send it: the connection is gone (an earlier bind closed it)
+                raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.pgconn.status != 0) from exc
         if res.status in (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK):
             cells = ((res.get_value(r, c) for c in range(res.nfields)) for r in range(res.ntuples))
             return [tuple(None if v is None else v.decode() for v in row) for row in cells]
@@ -454,8 +458,9 @@ class AsyncpgClient:
         return [tuple(r) for r in await self._call("fetch", sql)]
 
     async def begin(self) -> None:
-        self._tx = self.conn.transaction()
-        await self._guard(lambda: self._tx.start())
+        tx = self.conn.transaction()
+        await self._guard(lambda: tx.start())
+        self._tx = tx  # only once started: the commit or rollback of a failed start is the plain statement's
 
     async def commit(self) -> None:
         tx, self._tx = self._tx, None

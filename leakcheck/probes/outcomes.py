@@ -25,6 +25,12 @@ from leakcheck.model.verdicts import Observation, ServerId
 WRITES_TABLE = "lc_writes"
 
 
+def write_statement(row: str, who: str) -> str:
+    """The INSERT of one write (`Scenario.write`, and discovery's scripts): idempotent, since a driver's prepared
+    path may run a statement several times (pgjdbc's prepareThreshold)."""
+    return f"INSERT INTO {WRITES_TABLE} (id, who) VALUES ('{row}', '{who}') ON CONFLICT (id) DO NOTHING"
+
+
 class Stalled(Exception):  # noqa: N818 - an outcome, not an error: what the application saw
     """A client's call waited past its bound for a server connection another client's unfinished transaction
     held: the pool stalled. The probe ends there; what was seen is its outcome (Fact.STALLED)."""

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from leakcheck.drivers.agents.process import AgentRefused
-from leakcheck.drivers.clients import Client
+from leakcheck.drivers.clients import Client, Row
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
-from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write
+from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write, write_statement
 from leakcheck.probes.witness import Witness, is_reset, tag
 from leakcheck.provision.base import Endpoint
 
@@ -82,6 +82,9 @@ class Scenario:
     pooler_resets: str | None = None
     #: the clients are processes of their own (agents): without a witness their word proves nothing
     clients_are_agents: bool = False
+    #: a session ended under a client is what the application saw at any step, never a machine fault
+    #: (discovery: a pooler that closes a connection is a finding; its later calls fail as the application's do)
+    session_ends_observed: bool = False
     ledger: Ledger = field(default_factory=Ledger)
     _c: Client | None = None
     _h: Client | None = None
@@ -201,6 +204,7 @@ class Scenario:
 
     async def _step(self, client: Client, step: str, call: Awaitable[Any], *, may_disconnect: bool = False,
                     session_end_observed: bool = False) -> Attempt:
+        may_disconnect = may_disconnect or self.session_ends_observed
         got = await self._bounded(client, step,
                                   attempt(call, session_end_observed=session_end_observed or may_disconnect))
         if got.error is not None:
@@ -213,12 +217,17 @@ class Scenario:
     async def observe(self, client: Client, step: str, expr: str, *, own: Any = None) -> Any:
         """The value of one SQL expression, read in the same statement as the client's own word on its server
         identity (checked against the witness). `own`: the value only this client may get back."""
-        rows = await self._bounded(client, step, client.query(self.tagged(client, f"SELECT ({expr}), {IDENTITY}")))
-        value, pid, started = rows[0]
-        self._prove(client, step, (pid, started))
+        value, = await self.observe_row(client, step, f"({expr})")
         if own is not None and value != own:
             self.ledger.other_result(client.label, step, value, own)
         return value
+
+    async def observe_row(self, client: Client, step: str, columns: str) -> tuple[Any, ...]:
+        """`observe` of several columns at once (`columns`: a SELECT list), without the identity columns."""
+        rows = await self._bounded(client, step, client.query(self.tagged(client, f"SELECT {columns}, {IDENTITY}")))
+        *values, pid, started = rows[0]
+        self._prove(client, step, (pid, started))
+        return tuple(values)
 
     async def observe_array(self, client: Client, step: str, expr: str) -> list[Any]:
         """`observe` of an array expression (ARRAY(SELECT ...)): a value of another shape (an
@@ -235,9 +244,16 @@ class Scenario:
         """One statement, as the application sends it (autocommit, or inside the transaction it opened): its
         first column of its first row, or its error. `may_disconnect`: the step may end the client's
         connection, which is then an outcome (Fact.DISCONNECTED), not a machine fault."""
-        got = await self._step(client, step, client.query(self.tagged(client, sql)), may_disconnect=may_disconnect,
+        return await self.call(client, step, client.query(self.tagged(client, sql)), may_disconnect=may_disconnect,
                                session_end_observed=session_end_observed)
-        ended = may_disconnect and got.error is not None and machine_fault(
+
+    async def call(self, client: Client, step: str, sent: Awaitable[list[Row]], *, may_disconnect: bool = False,
+                   session_end_observed: bool = False) -> Attempt:
+        """`run` of a driver call that sends one tagged statement its own way (discovery's statement with a
+        bound parameter): proven as `run` proves, its first column of its first row, or its error."""
+        got = await self._step(client, step, sent, may_disconnect=may_disconnect,
+                               session_end_observed=session_end_observed)
+        ended = (may_disconnect or self.session_ends_observed) and got.error is not None and machine_fault(
             got.error.sqlstate, closed=got.error.closed, session_end_observed=False) is not None
         if not self._prove(client, step, None, silent=not got.failed) and self._connected(client, got) and not ended:
             # not seen: the driver ran a statement of its own after it (PDO reads a column's type), or the
@@ -308,7 +324,8 @@ class Scenario:
     async def prepared(self, client: Client, step: str, select: str, *, own: Any = None) -> Attempt:
         """The client's driver runs `SELECT <select>` its prepared way; the statement itself carries the
         identity columns. The value is the first column; `own`: the value only this client may get back."""
-        got = await self._step(client, step, client.prepared(self.tagged(client, f"SELECT {select}, {IDENTITY}")))
+        self._last_prepared[client.label] = self.prepared_text(client, select)
+        got = await self._step(client, step, client.prepared(self._last_prepared[client.label]))
         if got.failed:
             self._prove(client, step, None)
             return got
@@ -331,7 +348,7 @@ class Scenario:
             return None
 
     async def free_last(self, client: Client, step: str) -> Attempt | None:
-        """`free` of the statement the client's last prepared `write` made."""
+        """`free` of the statement the client's last prepared call (`prepared`, a prepared `write`) made."""
         return await self.free(client, step, self._last_prepared[client.label])
 
     async def write(self, client: Client, step: str, *, prepared: bool = False) -> Attempt:
@@ -341,8 +358,7 @@ class Scenario:
         self._writes += 1
         row = f"{self.token}-{client.label}-{self._writes}"
         # idempotent: a driver's prepared path may run a statement several times (pgjdbc's prepareThreshold)
-        sql = self.tagged(client, f"INSERT INTO {WRITES_TABLE} (id, who) VALUES ('{row}', '{client.label}') "
-                                  "ON CONFLICT (id) DO NOTHING")
+        sql = self.tagged(client, write_statement(row, client.label))
         if prepared:
             self._last_prepared[client.label] = sql
         got = await self._step(client, step, client.prepared(sql) if prepared else client.query(sql))

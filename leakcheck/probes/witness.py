@@ -171,13 +171,19 @@ def witness_for(endpoint: Endpoint) -> Witness:
     found = by.get(key)
     if found is not None and not found.conn.closed:
         return found
-    conn = psycopg.connect(endpoint.conninfo(), autocommit=True, connect_timeout=10,
-                           application_name="leakcheck witness")
-    made = Witness(conn)
+    made = open_witness(endpoint)
     by[key] = made
     with _lock:
         _all.append(made)
     return made
+
+
+def open_witness(endpoint: Endpoint) -> Witness:
+    """A witness of its own on that PostgreSQL, which the caller closes (discovery runs a sequence through
+    the pooler and its reference side by side on one thread: each needs its own marks)."""
+    conn = psycopg.connect(endpoint.conninfo(), autocommit=True, connect_timeout=10,
+                           application_name="leakcheck witness")
+    return Witness(conn)
 
 
 def close_all() -> None:

@@ -84,15 +84,15 @@ def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
         # In session mode a pool of one makes B wait for A to leave: give each client its own place
         # (a hand-over's B connects once A has left: a pool of one makes the pooler hand it A's server).
         size = probe.pool_size if mode is not PoolMode.SESSION or probe.handover else max(SESSION_POOL, probe.pool_size)
-        return PoolSettings(mode, size, _ignored_startup(target))
+        return PoolSettings(mode, size, ignored_startup(target.driver))
     if target.route is Route.SESSION:
-        return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size), _ignored_startup(target))
+        return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size), ignored_startup(target.driver))
     return None
 
 
-def _ignored_startup(target: Target) -> tuple[str, ...]:
-    """The startup parameters the target's driver sends that PgBouncer must be told to ignore."""
-    agent = shipped(target.driver.value)
+def ignored_startup(driver: Driver) -> tuple[str, ...]:
+    """The startup parameters the driver sends that PgBouncer must be told to ignore (pgjdbc's extra_float_digits)."""
+    agent = shipped(driver.value)
     return agent.spec.ignored_startup if agent is not None else ()
 
 

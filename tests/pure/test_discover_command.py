@@ -32,6 +32,9 @@ class BrokenLab:
         self.where = lab.Where(Version.parse("16"), None, Route.DIRECT)
         self.running_pooler = False
 
+    def for_driver(self, driver: Driver) -> BrokenLab:
+        return self
+
     @contextlib.contextmanager
     def subject(self) -> Iterator[object]:
         raise self.error

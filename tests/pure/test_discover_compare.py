@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from leakcheck.discover.compare import canon, compare, observed, proof_problems
-from leakcheck.discover.ops import Kind, Op, Who
+from leakcheck.discover.compare import canon, compare, observed, outcomes, proof_problems, results
+from leakcheck.discover.execute import covered
+from leakcheck.discover.ops import PREPARED, Kind, Op, Who
 from leakcheck.discover.render import Names
-from leakcheck.discover.trace import Event, Failure, Proof, Trace
+from leakcheck.discover.trace import Event, Failure, Loss, Lost, Proof, Trace
 from leakcheck.model.verdicts import Route, ServerId
 
 A, B = Who.A, Who.B
@@ -88,8 +89,9 @@ def test_a_fresh_server_connection_right_after_a_closed_connection_is_proven_and
     assert list(proof_problems(moved, set())) == []
     still = trace(TWO, *events[:2], Event(2, A, None, proof_at=2), events[3], route=Route.DIRECT,
                   proofs=(Proof(0, A, S1), Proof(2, A, S1)))
-    assert [(d.index, d.key, d.subject, d.reference) for d in compare(moved, still) if d.key == "server connection"] \
-        == [(2, "server connection", "#2", "#1")]
+    assert [(d.index, d.key, d.reference) for d in compare(moved, still)] == [
+        (2, "outcome:moved", "on its own server connection throughout")]
+    assert compare(moved, still)[0].subject.startswith("on server connection #2, after the one it shared ended")
 
 
 def test_a_new_server_connection_without_a_closed_connection_before_it_is_a_problem() -> None:
@@ -99,10 +101,12 @@ def test_a_new_server_connection_without_a_closed_connection_before_it_is_a_prob
 
 
 def test_a_snapshot_that_failed_on_one_side_is_one_difference_not_one_per_column() -> None:
-    failed = trace(ONE, Event(0, B, None, failure=Failure("?????", "connection is closed")))
+    failed = trace(ONE, Event(0, B, None, failure=Failure("57014", "canceling statement due to statement timeout")))
     read = trace(TWO, Event(0, B, None, fields=(("setting:work_mem", "4MB"), ("temp", []))))
     assert [(d.key, d.subject, d.reference) for d in compare(failed, read)] == [
-        ("observe", "error ?????: connection is closed", "read")]
+        ("observe", "error 57014: canceling statement due to statement timeout", "read")]
+    closed = trace(ONE, Event(0, B, None, failure=Failure("?????", "connection is closed")))
+    assert [(d.key, d.reference) for d in compare(closed, read)] == [("outcome:disconnected", "read")]
 
 
 def test_the_steps_after_a_client_lost_its_connection_are_left_out_but_the_step_that_lost_it_stays() -> None:
@@ -112,4 +116,69 @@ def test_the_steps_after_a_client_lost_its_connection_are_left_out_but_the_step_
     mine = trace(ONE, Event(0, A, Op(A, Kind.PROTOCOL, "p1"), failure=gone), Event(1, A, op, failure=later))
     theirs = trace(TWO, Event(0, A, Op(A, Kind.PROTOCOL, "p1"), failure=Failure("26000", "does not exist")),
                    Event(1, A, op))
-    assert [(d.index, d.key) for d in compare(mine, theirs)] == [(0, "result:protocol")]
+    assert [(d.index, d.key) for d in compare(mine, theirs)] == [(0, "outcome:disconnected")]
+
+
+def _lost_commit(names: Names, lost: bool) -> Trace:
+    ops = (Op(A, Kind.BEGIN), Op(A, Kind.WRITE, "", PREPARED), Op(A, Kind.FREE), Op(A, Kind.COMMIT))
+    run = trace(names, *(Event(i, A, op, proof_at=1) for i, op in enumerate(ops)), proofs=(Proof(1, A, S1),))
+    if lost:
+        run.losses.append(Loss(3, A, Lost.WRITE, "lost, and no error reached A", "its commit returned success, ..."))
+    return run
+
+
+def test_a_commit_lost_through_the_route_only_is_a_difference_at_the_commit() -> None:
+    (diff,) = compare(_lost_commit(ONE, True), _lost_commit(TWO, False))
+    assert (diff.index, diff.who, diff.key) == (3, A, "outcome:lost write")
+    assert diff.reference == "the row is in the database"
+    assert compare(_lost_commit(ONE, True), _lost_commit(TWO, True)) == []
+    # lost on the reference alone (after an error the route never raised): the state behind it is the difference
+    assert compare(_lost_commit(ONE, False), _lost_commit(TWO, True)) == []
+    assert results(_lost_commit(ONE, True), 4) == ("success",) * 4
+
+
+def test_a_prepared_call_returning_another_clients_value_is_that_outcome_and_stands_for_its_result() -> None:
+    op = Op(B, Kind.PROTOCOL, "p1")
+    mine = trace(ONE, Event(0, B, op, value="lcaaaa1111_A_p1", proof_at=0))
+    (diff,) = compare(mine, trace(TWO, Event(0, B, op, value="lcbbbb2222_B_p1", proof_at=0)))
+    assert (diff.key, diff.subject, diff.reference) == (
+        "outcome:other result", "returned 'lc_A_p1', not its own 'lc_B_p1'", "'lc_B_p1'")
+    assert outcomes(trace(TWO, Event(0, B, op, value="lcbbbb2222_B_p1"))) == []
+
+
+def test_a_client_disconnected_through_the_route_only_is_that_outcome_at_its_step() -> None:
+    op = Op(A, Kind.BIND, "s1")
+    gone = trace(ONE, Event(0, A, op, failure=Failure("08P01", "prepared statement did not exist")))
+    (diff,) = compare(gone, trace(TWO, Event(0, A, op, value="lcbbbb2222_A_s1")))
+    assert (diff.key, diff.reference) == ("outcome:disconnected", "'lc_A_s1'")
+    assert diff.subject == "its connection was closed: error 08P01 prepared statement did not exist"
+
+
+def test_a_stalled_pool_is_one_difference_and_the_steps_it_kept_from_running_are_left_out() -> None:
+    ops = (Op(A, Kind.BEGIN), Op(B, Kind.SET, "work_mem"))
+    stalled = trace(ONE, Event(0, A, ops[0]), Event(1, B, ops[1], ran=False), Event(2, A, None, ran=False))
+    stalled.losses.append(Loss(1, B, Lost.STALLED, "waited", "B's step waited 10 s: the pool stalled"))
+    ran = trace(TWO, Event(0, A, ops[0]), Event(1, B, ops[1]), Event(2, A, None, fields=(("temp", []),)))
+    assert [(d.index, d.key) for d in compare(stalled, ran)] == [(1, "outcome:stalled")]
+    assert list(proof_problems(stalled, set())) == []
+
+
+def test_a_driver_call_that_sends_only_the_drivers_own_statement_needs_no_proof_of_its_own() -> None:
+    events = (Event(0, A, Op(A, Kind.PROTOCOL, "p1"), proof_at=0), Event(1, A, Op(A, Kind.FREE)),
+              Event(2, A, None, proof_at=2), Event(3, B, None, proof_at=3))
+    assert list(proof_problems(trace(ONE, *events, proofs=(Proof(0, A, S1), Proof(2, A, S1), Proof(3, B, S1))),
+                               set())) == []
+
+
+def test_a_step_inside_a_transaction_is_covered_by_that_transactions_proven_step_and_nothing_else() -> None:
+    ops = (Op(A, Kind.FREE), Op(A, Kind.BEGIN), Op(A, Kind.FREE), Op(A, Kind.WRITE), Op(A, Kind.COMMIT),
+           Op(A, Kind.BEGIN), Op(A, Kind.COMMIT))
+    events = [Event(i, A, op) for i, op in enumerate(ops)]
+    got = covered(events, [Proof(3, A, S1)], ops)
+    assert [e.proof_at for e in got] == [None, 3, 3, 3, 3, None, None]
+
+
+def test_a_client_whose_connection_closed_before_any_proof_needs_none_on_the_reference() -> None:
+    refused = Failure("?????", "its connection closed: the driver or the pooler refused to go on: DateStyle")
+    events = (Event(0, A, Op(A, Kind.SET, "DateStyle"), failure=refused), Event(1, B, None, proof_at=1))
+    assert list(proof_problems(trace(ONE, *events, route=Route.DIRECT, proofs=(Proof(1, B, S2),)), set())) == []

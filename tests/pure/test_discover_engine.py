@@ -32,8 +32,9 @@ SEARCH = Search(seed=7, budget=60.0, max_examples=1000, max_ops=6)
 
 
 def test_discovery_shrinks_each_leak_to_its_one_op_and_stops_when_a_round_finds_nothing() -> None:
-    # 3000 sequences a round: A's SET work_mem is one op of about a thousand a draw can give
-    found = discover(leaky, replace(SEARCH, max_examples=3000))
+    # 1000 sequences a round: A's SET work_mem is one op of about a thousand a draw can give, yet a sequence
+    # draws up to 6 (and units of work hold ops of any kind too)
+    found = discover(leaky, replace(SEARCH, max_examples=1000))
     assert sorted((len(f.ops), f.ops[0].kind) for f in found.findings) == [(1, Kind.PREPARE), (1, Kind.SET)]
     assert {f.ops[0].arg for f in found.findings if f.ops[0].kind is Kind.SET} == {"work_mem"}
     assert all(f.shrunk for f in found.findings)
@@ -94,6 +95,34 @@ def test_candidates_that_change_the_same_states_merge_into_the_earliest_smallest
     later = Candidate((Op(B, Kind.PREPARE, "s2"),), Comparison(()), "y", round=2)
     (finding,) = merge([later, big, small])
     assert finding.ops == small.ops and finding.also == (big, later)
+
+
+def test_a_lost_commit_is_a_finding_of_its_own_never_an_also_of_a_state_with_the_same_ops() -> None:
+    ops = (Op(A, Kind.BEGIN), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.WRITE), Op(A, Kind.FREE), Op(A, Kind.COMMIT))
+    state = Candidate(ops, Comparison((Diff(6, B, "prepared", "['<protocol>=lc_A_p1']", "[]"),)), "prepared statements")
+    lost = Candidate(ops, Comparison((Diff(4, A, "outcome:lost write", "lost", "kept"),)), "outcome:lost write")
+    findings = merge([state, lost])
+    assert [f.signature for f in findings] == ["prepared statements", "outcome:lost write"]
+    assert findings[1].probes == ("tx_free_before_commit",)
+
+
+def test_what_an_application_lost_comes_before_an_earlier_difference_of_state() -> None:
+    ops = (Op(A, Kind.SET, "work_mem"), Op(B, Kind.BEGIN), Op(B, Kind.WRITE), Op(B, Kind.COMMIT))
+    diffs = [Diff(1, B, "result:begin", "x", "y"), Diff(3, B, "outcome:lost write", "lost", "kept")]
+    assert first_unexplained(diffs, ops, []) == "outcome:lost write"
+    assert first_unexplained(diffs[:1], ops, []) == "transactions/begin result"
+
+
+def test_a_search_measures_each_sequence_once_however_often_hypothesis_reaches_it() -> None:
+    seen: list[tuple[Op, ...]] = []
+
+    def counted(ops: tuple[Op, ...]) -> Comparison:
+        seen.append(ops)
+        return leaky(ops)
+
+    found = discover(counted, replace(SEARCH, max_examples=300))
+    assert len(seen) == len(set(seen))
+    assert sum(r.examples for r in found.rounds) <= len(seen)  # the rounds' own; reducing candidates measures too
 
 
 def test_the_example_database_keeps_each_configuration_apart() -> None:

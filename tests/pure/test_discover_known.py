@@ -5,8 +5,18 @@ from __future__ import annotations
 import pytest
 
 from leakcheck.discover.compare import Diff
-from leakcheck.discover.known import DISCOVERED, PROBE_OF, causes, confirmed, label, signature, state, states
-from leakcheck.discover.ops import UNIVERSE, Kind, Op, Who
+from leakcheck.discover.known import (
+    DISCOVERED,
+    OUTCOME_PROBES,
+    PROBE_OF,
+    causes,
+    confirmed,
+    label,
+    signature,
+    state,
+    states,
+)
+from leakcheck.discover.ops import PREPARED, UNIVERSE, Kind, Op, Who
 from leakcheck.model.verdicts import Verdict
 from leakcheck.probes import PROBES
 
@@ -19,7 +29,7 @@ def end(key: str, subject: str, reference: str, ops: int = 1, who: Who = B) -> D
 
 
 def test_every_mapped_probe_exists() -> None:
-    assert set(PROBE_OF.values()) <= {p.id for p in PROBES}
+    assert set(PROBE_OF.values()) | OUTCOME_PROBES <= {p.id for p in PROBES}
 
 
 def test_the_probes_written_from_discoveries_are_the_ones_known_labels_them_by() -> None:
@@ -192,3 +202,49 @@ def test_a_client_reading_its_own_value_where_the_other_set_one_is_not_a_leak_of
     assert label(ops, diffs)[1] == ("effect: setting:statement_timeout",)
     leaked = [end("setting:statement_timeout", "'111s'", "'222s'", ops=2)]
     assert label(ops, leaked) == (("statement_timeout",), ())
+
+
+LOST_COMMIT = (Op(A, Kind.BEGIN), Op(A, Kind.WRITE, "", PREPARED), Op(A, Kind.FREE), Op(A, Kind.COMMIT))
+
+
+def test_a_commit_lost_after_a_free_in_its_transaction_is_tx_free_before_commits_where_that_probe_loses_it() -> None:
+    diffs = [Diff(3, A, "outcome:lost write", "its commit returned success, ...", "the row is in the database")]
+    assert signature(diffs[0], LOST_COMMIT) == "outcome:lost write"
+    got = label(LOST_COMMIT, diffs)
+    assert got == (("tx_free_before_commit",), ())
+    assert confirmed(LOST_COMMIT, *got, {"tx_free_before_commit": Verdict.LOSES_WRITES}) == ()
+    assert confirmed(LOST_COMMIT, *got, {"tx_free_before_commit": Verdict.ISOLATED}) == (
+        "tx_free_before_commit: its probe measured isolated here",)
+
+
+def test_a_commit_lost_without_a_free_in_its_transaction_is_new_by_its_outcome() -> None:
+    ops = (Op(A, Kind.WRITE, "", PREPARED), Op(A, Kind.FREE), Op(A, Kind.BEGIN), Op(A, Kind.WRITE), Op(A, Kind.COMMIT))
+    assert label(ops, [Diff(4, A, "outcome:lost write", "x", "y")]) == ((), ("outcome:lost write",))
+
+
+def test_a_disconnect_at_a_bind_and_the_other_clients_move_after_it_are_bind_unprepareds() -> None:
+    ops = (Op(A, Kind.PREPARE, "s1"), Op(A, Kind.BIND, "s1"), Op(B, Kind.OBSERVE))
+    assert label(ops, [Diff(1, A, "outcome:disconnected", "x", "y")]) == (("bind_unprepared",), ())
+    assert label(ops, [Diff(2, B, "outcome:moved", "x", "y")]) == (("bind_unprepared",), ())
+    assert label(ops, [Diff(2, A, "outcome:moved", "x", "y")]) == ((), ("outcome:moved",))
+    protocol = (Op(A, Kind.DISCARD, "ALL"), Op(A, Kind.PROTOCOL, "p1"))
+    assert label(protocol, [Diff(1, A, "outcome:disconnected", "x", "y")]) == ((), ("outcome:disconnected",))
+
+
+def test_a_commit_lost_after_an_error_its_client_saw_is_labelled_by_that_error() -> None:
+    ops = (Op(A, Kind.PREPARE, "s1"), Op(B, Kind.BEGIN), Op(B, Kind.WRITE), Op(B, Kind.PREPARE, "s1"),
+           Op(B, Kind.COMMIT))
+    told = Diff(4, B, "outcome:lost write", "its commit returned success, and B's row of step 3 is not in the "
+                "database (an error reached B before: 42P05: ...)", "the row is in the database")
+    refused = Diff(3, B, "result:prepare", 'error 42P05: prepared statement "lc_s1" already exists', "NULL")
+    assert label(ops, [told, refused]) == (("sql_prepare",), ())
+    silent = Diff(4, B, "outcome:lost write", "...; no error reached B", "the row is in the database")
+    assert label(ops, [silent, refused]) == ((), ("outcome:lost write",))
+
+
+def test_a_prepared_write_leaves_the_drivers_prepared_statement_as_a_prepared_select_does() -> None:
+    ops = (Op(A, Kind.WRITE, "", PREPARED), Op(A, Kind.FREE))
+    freed = Diff(1, A, "result:free", 'error 26000: prepared statement "a1" does not exist', "NULL")
+    assert states(ops) == {"protocol_prepare"}
+    assert label(ops, [freed]) == (("protocol_prepare",), ("effect: prepared statements/free result",))
+    assert causes([Op(A, Kind.WRITE)]) == frozenset()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from leakcheck.discover.ops import (
-    DRIVER,
+    PREPARED,
     SETTINGS,
     UNIVERSE,
     Abilities,
@@ -84,19 +84,13 @@ def test_generated_sequences_are_repaired_and_never_interleave_an_open_transacti
     assert holder is None
 
 
-def test_a_driver_draws_free_only_where_it_can_and_an_agent_no_bound_parameter() -> None:
-    native, agent = universe(Abilities()), universe(Abilities(bound=False, free=True))
+def test_a_driver_draws_free_and_bind_only_where_it_can_and_an_agent_no_bound_parameter() -> None:
+    native, agent = universe(Abilities(bind=True)), universe(Abilities(bound=False, free=True))
     assert not any(op.kind is Kind.FREE for op in native) and any("bound" in op.variant for op in native)
+    assert any(op.kind is Kind.BIND for op in native)
+    assert not any(op.kind is Kind.BIND for op in agent)
     assert any(op.kind is Kind.FREE for op in agent) and not any("bound" in op.variant for op in agent)
-    assert {op.variant for op in native if op.kind is Kind.BEGIN} == {"", DRIVER}
-
-
-def test_a_transaction_ends_the_way_it_began() -> None:
-    drawn = [Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT), Op(A, Kind.BEGIN), Op(A, Kind.ROLLBACK, "", DRIVER),
-             Op(A, Kind.BEGIN, "", DRIVER), Op(B, Kind.OBSERVE)]
-    assert repair(drawn) == (Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT, "", DRIVER), Op(A, Kind.BEGIN),
-                             Op(A, Kind.ROLLBACK), Op(A, Kind.BEGIN, "", DRIVER), Op(A, Kind.COMMIT, "", DRIVER),
-                             Op(B, Kind.OBSERVE))
+    assert {op.variant for op in native if op.kind is Kind.WRITE} == {"", PREPARED}
 
 
 def test_a_driver_whose_settings_never_prepare_draws_no_protocol_op() -> None:
@@ -104,3 +98,40 @@ def test_a_driver_whose_settings_never_prepare_draws_no_protocol_op() -> None:
     ops = universe(Abilities(bound=False, free=False, prepared=False))
     assert ops and not any(op.kind in (Kind.PROTOCOL, Kind.FREE) for op in ops)
     assert any(op.kind is Kind.PROTOCOL for op in universe(Abilities(bound=False)))
+
+
+def test_repair_drops_a_free_before_its_client_prepared_anything() -> None:
+    drawn = [Op(A, Kind.FREE), Op(B, Kind.PROTOCOL, "p1"), Op(A, Kind.FREE), Op(A, Kind.WRITE, "", PREPARED),
+             Op(A, Kind.FREE)]
+    assert repair(drawn) == (Op(B, Kind.PROTOCOL, "p1"), Op(A, Kind.WRITE, "", PREPARED), Op(A, Kind.FREE))
+
+
+def _frees_a_write_in_its_transaction(ops: tuple[Op, ...]) -> bool:
+    """A client's transaction writes a row, then frees a prepared statement, then commits."""
+    wrote: dict[Who, bool] = {}
+    for op in ops:
+        if op.kind is Kind.BEGIN:
+            wrote[op.who] = False
+        elif op.kind is Kind.WRITE and op.who in wrote:
+            wrote[op.who] = True
+        elif op.kind is Kind.FREE and wrote.get(op.who):
+            return any(o.kind is Kind.COMMIT and o.who is op.who for o in ops[ops.index(op):])
+        elif op.kind in (Kind.COMMIT, Kind.ROLLBACK):
+            wrote.pop(op.who, None)
+    return False
+
+
+def test_a_short_statement_lifecycle_in_a_transaction_is_drawn_often() -> None:
+    # begin, a write, a free, commit: what loses PDO's commit through PgBouncer 1.24. Drawn by groups alone it
+    # came once in about 5000 sequences; as a unit of work it comes in about one of fifteen.
+    drawn: list[bool] = []
+
+    @seed(1)
+    @settings(max_examples=600, deadline=None, database=None, phases=(Phase.generate,),
+              suppress_health_check=list(HealthCheck))
+    @given(sequences(universe(Abilities(bound=False, free=True)), 8))
+    def draw(ops: tuple[Op, ...]) -> None:
+        drawn.append(_frees_a_write_in_its_transaction(ops))
+
+    draw()
+    assert sum(drawn) >= len(drawn) / 30, f"{sum(drawn)} of {len(drawn)}"

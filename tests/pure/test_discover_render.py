@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck.discover.ops import UNIVERSE, Kind, Op, Who
+from leakcheck.discover.ops import PREPARED, UNIVERSE, Kind, Op, Who
 from leakcheck.discover.render import (
     CLIENT_KEYS,
     DISPLAY,
@@ -72,3 +72,18 @@ def test_a_column_reads_alone_as_a_person_would_type_it() -> None:
     assert column_sql("setting:work_mem", DISPLAY) == "SELECT current_setting('work_mem', true)"
     assert column_sql("current_user", DISPLAY) == "SELECT current_user::text"
     assert all(column_sql(key, DISPLAY) is None for key in CLIENT_KEYS)
+
+
+def test_a_write_inserts_a_row_of_its_client_plainly_or_the_drivers_prepared_way() -> None:
+    (plain,), (prepared,) = statements(Op(A, Kind.WRITE), DISPLAY, 2), statements(Op(B, Kind.WRITE, "", PREPARED),
+                                                                                     DISPLAY, 3)
+    assert plain == Statement("INSERT INTO lc_writes (id, who) VALUES ('lc_A_row2', 'A') ON CONFLICT (id) DO NOTHING")
+    assert prepared.via is Via.PROTOCOL
+    assert "('lc_B_row3', 'B')" in prepared.sql
+
+
+def test_free_bind_and_the_transaction_api_are_driver_calls_not_sql_of_ours() -> None:
+    assert statements(Op(A, Kind.FREE), RUN) == (Statement("", Via.FREE),)
+    assert statements(Op(A, Kind.BIND, "s2"), RUN) == (Statement("lc0badcafe_s2", Via.BIND),)
+    assert [statements(Op(A, k), RUN) for k in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK)] == [
+        (Statement("BEGIN", Via.DRIVER),), (Statement("COMMIT", Via.DRIVER),), (Statement("ROLLBACK", Via.DRIVER),)]

@@ -9,9 +9,10 @@ import pytest
 from leakcheck.discover import command
 from leakcheck.discover.compare import Comparison, Diff
 from leakcheck.discover.findings import Finding
+from leakcheck.discover.ops import PREPARED as PREPARED_WAY
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import parse_budget
-from leakcheck.discover.report import DriverNames, script, slug, summary
+from leakcheck.discover.report import DriverNames, headline, script, slug, summary
 from leakcheck.model.errors import UsageError
 from leakcheck.model.verdicts import Driver
 
@@ -34,19 +35,21 @@ EXPECTED = """\
 -- leakcheck discover, finding 1 of 2: known: sql_prepare
 -- PostgreSQL 16.14, PgBouncer 1.24.1; driver psycopg; found in round 1 after 0.0 s, reproduced 3 of 3 runs
 -- through the pooler A and B on pid 10; directly A on pid 11, B on pid 12
--- Replay: two psql sessions, A and B, connected through the pooler; run the steps in order.
--- Outside BEGIN ... COMMIT each step ran in its own transaction block that began with the proof
--- (SELECT pg_backend_pid(), backend_start), which changes nothing for these statements.
--- Under a step: what that client observed through the pooler and directly (two sessions).
+-- Each step is one call of A's or B's driver, as an application makes it: in autocommit, or inside the
+-- transaction it began through the driver's transaction API. Under it, what the call sent, as two psql 18
+-- sessions through the pooler replay it (\\parse, \\bind_named, \\close_prepared or DEALLOCATE stand for
+-- the driver's prepared path under a stand-in name), and what the client got through the pooler and
+-- directly (two sessions). The harness opened no transaction of its own: a session of its own saw each
+-- step on the server (pg_stat_activity), and read the rows written back after the run.
 
--- 1. A
+-- 1. A: query
 PREPARE lc_s1 AS SELECT 'lc_A_s1'::text;
 
--- 2. B
+-- 2. B: query
 EXECUTE lc_s1;
 --   through the pooler: 'lc_A_s1'  |  direct: error 26000: prepared statement "lc_s1" does not exist
 
--- 3. B
+-- 3. B: prepared SELECT (the driver's prepared path)
 SELECT 'lc_B_p1'::text AS v, pg_backend_pid() \\parse _pg3_0
 \\bind_named _pg3_0 \\g
 
@@ -136,11 +139,50 @@ def test_options_read_every_flag() -> None:
             opts.database) == ("session", "asyncpg", 120.0, 5, 9, 4, None, None)
 
 
-def test_an_agents_free_and_its_transaction_api_print_as_psql_steps_that_say_so() -> None:
-    ops = (Op(A, Kind.BEGIN, "", "driver"), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.FREE, "p1"),
-           Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.COMMIT, "", "driver"))
+def test_an_agents_free_and_its_transaction_api_print_as_the_driver_calls_they_are() -> None:
+    ops = (Op(A, Kind.BEGIN), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.FREE), Op(A, Kind.PROTOCOL, "p1"),
+           Op(A, Kind.COMMIT))
     text = script(finding(ops, ()), "PostgreSQL 16.14, PgBouncer 1.18.0", Driver("node-postgres"))
-    assert "BEGIN;  -- through the driver's transaction API" in text
-    assert "\\close_prepared stmt_1  -- the driver frees its statement" in text
+    assert "-- 1. A: begin (the driver's transaction API)\nBEGIN;\n" in text
+    assert "-- 3. A: free (the driver's own call, for its statement of step 2)\n\\close_prepared stmt_1\n" in text
     assert text.count("\\parse stmt_") == 2  # freed: its next use prepares it again
-    assert "COMMIT;  -- through the driver's transaction API" in text
+    assert "-- 5. A: commit (the driver's transaction API)\nCOMMIT;\n" in text
+
+
+LOST = Finding(
+    (Op(A, Kind.BEGIN), Op(A, Kind.WRITE, "", PREPARED_WAY), Op(A, Kind.FREE), Op(A, Kind.COMMIT)),
+    Comparison((Diff(3, A, "outcome:lost write", "its commit returned success, and A's row of step 2 is not in the "
+                     "database; no error reached A", "the row is in the database"),),
+               "A and B on pid 10", "A on pid 11, B on pid 12", ("success",) * 4),
+    "outcome:lost write", 1, True, ("tx_free_before_commit",), (), reproduced=(3, 3))
+
+
+def test_a_lost_commit_prints_as_the_driver_calls_that_lost_it_with_what_each_returned() -> None:
+    text = script(LOST, "PostgreSQL 16.14, PgBouncer 1.24.1", Driver("pdo"))
+    assert text.startswith("-- leakcheck discover, finding 1 of 1: known: tx_free_before_commit\n"
+                           "-- What the application lost: a commit was lost: its commit returned success, and A's row "
+                           "of step 2 is not in the database; no error reached A\n")
+    assert ("-- 2. A: prepared INSERT (the driver's prepared path; returned success)\n"
+            "INSERT INTO lc_writes (id, who) VALUES ('lc_A_row2', 'A') ON CONFLICT (id) DO NOTHING "
+            "\\parse pdo_stmt_00000001\n\\bind_named pdo_stmt_00000001 \\g\n") in text
+    assert ("-- 3. A: free (the driver's own call, for its statement of step 2; returned success)\n"
+            "DEALLOCATE pdo_stmt_00000001;\n") in text
+    assert ("-- 4. A: commit (the driver's transaction API; returned success)\nCOMMIT;\n"
+            "--   through the pooler: its commit returned success, and A's row of step 2 is not in the database; "
+            "no error reached A  |  direct: the row is in the database\n") in text
+    assert slug(LOST) == "known-tx_free_before_commit"
+
+
+def test_another_clients_result_and_a_disconnect_at_a_bind_are_named_in_the_headline() -> None:
+    other = Finding((Op(B, Kind.PROTOCOL, "p1"),), Comparison((Diff(
+        0, B, "outcome:other result", "returned 'lc_A_p1', not its own 'lc_B_p1'", "'lc_B_p1'"),)),
+        "outcome:other result", 1, True, (), ("outcome:other result",))
+    assert headline(other) == "B got A's result: returned 'lc_A_p1', not its own 'lc_B_p1'"
+    gone = Finding((Op(A, Kind.PREPARE, "s1"), Op(A, Kind.BIND, "s1")), Comparison((Diff(
+        1, A, "outcome:disconnected", "its connection was closed: error 08P01 x", "'lc_A_s1'"),), results=(
+        "success", "error 08P01: x")), "outcome:disconnected", 1, True, ("bind_unprepared",), ())
+    assert headline(gone) == "A was disconnected: its connection was closed: error 08P01 x"
+    text = script(gone, "here", Driver.PSYCOPG)
+    assert "-- 2. A: bind (the driver executes lc_s1 by name, without preparing it; error 08P01: x)\n" \
+        "\\bind_named lc_s1 \\g\n" in text
+    assert headline(PREPARED) is None

@@ -15,19 +15,15 @@ from leakcheck.discover.differential import Differential
 from leakcheck.discover.engine import Search, discover
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
-from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.verdicts import Driver, Route
-from leakcheck.model.versions import parse_spec
 from leakcheck.provision.native import NativeBackend
+from tests.support.discover_lab import discover_lab
 
 pytestmark = pytest.mark.servers
 
 
 def _lab(native: NativeBackend, route: Route) -> lab.Lab:
-    pg = native.resolve_pg(parse_spec("16", "--pg"))
-    pooler = None if route is Route.DIRECT else Pooler(PoolerKind.PGBOUNCER, native.resolve_pooler(
-        PoolerKind.PGBOUNCER, parse_spec("1.24", "--bouncer")))
-    return lab.at(native, pg, pooler, route)
+    return discover_lab(native, route, "1.24")
 
 
 def test_discovery_finds_a_leak_through_the_pooler_within_seconds(native: NativeBackend) -> None:
@@ -49,7 +45,8 @@ def test_a_known_leak_replays_as_a_difference_with_proofs(native: NativeBackend)
 def test_the_controls_find_nothing(native: NativeBackend, route: Route) -> None:
     with Differential(_lab(native, route), Driver.PSYCOPG) as measure:
         found = discover(measure, Search(seed=1, budget=20.0, max_examples=40, max_ops=8))
-    assert found.findings == [] and found.stopped == "round 1 found nothing new in 40 sequences"
+    assert found.findings == []
+    assert found.stopped.startswith("round 1 found nothing new in ")  # the distinct ones of 40 draws
 
 
 def test_the_command_prints_each_finding_writes_its_file_and_exits_1_for_new_ones(

@@ -261,6 +261,8 @@ CATALOGUE: tuple[Shipped, ...] = (
                    "pgx runs no simple-protocol query unless client_encoding is UTF8"),
                   ("simple protocol queries must be run with standard_conforming_strings=on",
                    "pgx runs no simple-protocol query unless standard_conforming_strings is on")),
+        protocols="the pgx-v5 agent gives pgconn no protocol setting: it asks for 3.0, pgconn's default",
+        pipeline="the pgx-v5 agent sends no pgconn Pipeline (SendPrepare, SendDeallocate) of its own",
     ),
     # sqlx 0.9 (crates.io, Cargo.lock): `query(text)` is persistent by default, its statement cache names
     # the statements sqlx_s_N per connection
@@ -270,6 +272,8 @@ CATALOGUE: tuple[Shipped, ...] = (
                 ignored_startup=("extra_float_digits",)),  # sqlx sends extra_float_digits=3 at every connect
         "name LIKE 'sqlx\\_s\\_%'",
         ("options", "-c {name}={value}"),
+        protocols=_V3_ONLY.format("sqlx 0.9"),
+        pipeline=_NO_PIPELINE.format("sqlx 0.9"),
     ),
     # tokio-postgres 0.7 (crates.io, Cargo.lock): Client::prepare names statements s0, s1... from a counter
     # of the whole process, not of the connection
@@ -278,6 +282,8 @@ CATALOGUE: tuple[Shipped, ...] = (
         "name ~ '^s[0-9]+$'",
         ("options", "-c {name}={value}"),
         names_per_process=True,
+        protocols=_V3_ONLY.format("tokio-postgres 0.7"),
+        pipeline=_NO_PIPELINE.format("tokio-postgres 0.7"),
     ),
     # pgjdbc from Maven Central beside Debian's: the same Agent.java with the jar pom.xml names, resolved by
     # Maven into a repository of the agent's cache folder (never ~/.m2)
@@ -292,6 +298,8 @@ CATALOGUE: tuple[Shipped, ...] = (
             run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                  "-cp", f"{{dir}}:{{dir}}/lib/*:{JUNIXSOCKET_JAR}", "Agent", "pgjdbc-maven"),
         ),
+        protocols="the pgjdbc-maven agent asks pgjdbc for no protocol version but its 3.0",
+        pipeline=_NO_PIPELINE.format("pgjdbc"),
     ),
     # Django's ORM (psycopg 3 backend): raw SQL through connection.cursor(), prepared by psycopg (_pg3_N) only
     # with OPTIONS server_side_binding and a prepare_threshold, both off by Django's default
@@ -315,6 +323,8 @@ CATALOGUE: tuple[Shipped, ...] = (
         ("options", "-c {name}={value}"),
         refusals=(("Django never prepares", "a Django client-side binding cursor, or psycopg with no "
                    "prepare_threshold, never prepares a statement: protocol-level prepares do not happen"),),
+        protocols="the django agent passes psycopg no max_protocol_version (Django has no setting for it)",
+        pipeline="Django has no public call that sends Parse and Close messages in one batch",
     ),
     # SQLAlchemy 2 over its psycopg 3 dialect: session.execute(text(sql)), prepared by psycopg's threshold (_pg3_N)
     Shipped(
@@ -330,6 +340,8 @@ CATALOGUE: tuple[Shipped, ...] = (
         ),
         "name LIKE '\\_pg3\\_%'",
         ("options", "-c {name}={value}"),
+        protocols="the sqlalchemy agent passes psycopg no max_protocol_version (a dialect setting it leaves out)",
+        pipeline="SQLAlchemy has no public call that sends Parse and Close messages in one batch",
     ),
     # Rails' ActiveRecord (Debian's 6.1) with its pg adapter: a bound query through its statement pool, a1, a2...
     Shipped(
@@ -343,6 +355,8 @@ CATALOGUE: tuple[Shipped, ...] = (
         ),
         "name ~ '^a[0-9]+$'",
         ("options", "-c {name}={value}"),
+        protocols=_LIBPQ_15.format("ActiveRecord's pg adapter"),
+        pipeline=_NO_PIPELINE.format("ActiveRecord"),
     ),
     # Prisma ORM 7 (npm): PrismaClient over @prisma/adapter-pg (node-postgres), Prisma 7's only way to
     # PostgreSQL; it names statements only through a statementNameGenerator (prisma_<hash of the text> here)
@@ -359,6 +373,8 @@ CATALOGUE: tuple[Shipped, ...] = (
         ),
         "name ~ '^prisma_[0-9a-f]{16}$'",
         ("options", "-c {name}={value}"),
+        protocols=_V3_ONLY.format("Prisma 7 over pg 8"),
+        pipeline=_NO_PIPELINE.format("Prisma 7"),
     ),
     # Spring Boot 4 + Hibernate ORM 7 + HikariCP + pgjdbc (Maven Central: pom.xml names Spring Boot's parent,
     # which manages the others' versions). A Hibernate native query is a PreparedStatement pgjdbc names S_n
@@ -378,6 +394,8 @@ CATALOGUE: tuple[Shipped, ...] = (
             build_timeout=900.0,  # a first resolve fetches about 40 MB of jars; javac took 40 s on 2 busy cores
             run=(*HIBERNATE_JAVA, "-XX:SharedArchiveFile={dir}/agent.jsa", "HibernateAgent"),
         ),
+        protocols="the hibernate agent asks pgjdbc for no protocol version but its 3.0",
+        pipeline=_NO_PIPELINE.format("Hibernate"),
     ),
 )
 
