@@ -3,6 +3,7 @@ baselines, results files, merge, the diff and the reports; single-driver cells k
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -11,6 +12,9 @@ import pytest
 from leakcheck.cli.main import main
 from leakcheck.config.config import Config
 from leakcheck.config.matrix_file import parse as parse_matrix
+from leakcheck.discover import command
+from leakcheck.discover.ops import Who
+from leakcheck.discover.report import DriverNames
 from leakcheck.gate.baseline import parse_text, render_toml
 from leakcheck.gate.diff import compare, parse_cell, render_markdown
 from leakcheck.gate.expectations import _KEY, Expectation, any_driver_version, key, lookup
@@ -237,3 +241,38 @@ def test_the_terminal_matrix_shows_a_pair_in_a_column_of_its_own() -> None:
                     verdict=Verdict.ISOLATED)
     text = render_matrix([alone, outcome(pair(PGJDBC, PSYCOPG))], width=400)
     assert "(1) pgbouncer1.24.1/pgjdbc42.5.5\n" in text and "(2) pgbouncer1.24.1/pgjdbc42.5.5+psycopg3.3.9\n" in text
+
+
+# --- discovery ------------------------------------------------------------------------------------
+
+
+def _discover(*given: str) -> command.o.Options:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return command.options(parser.parse_args(["--pg=16", "--bouncer=1.24", "--database=none", "--out=none", *given]))
+
+
+def test_discover_takes_one_pair_with_each_sides_settings() -> None:
+    opts = _discover("--pair=prisma[pgbouncer=true]+node-postgres")
+    assert (opts.driver, opts.driver_settings, opts.b) == (
+        Driver("prisma"), (("pgbouncer", "true"),), Application(Driver("node-postgres")))
+    assert opts.client == "prisma[pgbouncer=true]+node-postgres"
+    assert _discover("--driver=pgjdbc").b is None
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    (("--pair=psycopg+asyncpg", "--driver=pgjdbc"), "leave out --driver"),
+    (("--pair=psycopg+asyncpg", "--driver-set=psycopg:prepare_threshold=None"), "leave out --driver-set"),
+    (("--pair=psycopg+asyncpg,pgjdbc+pdo",), "one pair A+B"),
+    (("--pair=psycopg",), "is not two drivers joined by '+'"),
+    (("--pair=psycopg+asyncpg[nosuch=1]",), "asyncpg has no setting 'nosuch'"),
+])
+def test_a_pair_discover_cannot_search_is_one_line_before_any_server_starts(given: tuple[str, ...], said: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        _discover(*given)
+    assert "\n" not in str(caught.value) and said in str(caught.value) and "--pair" in str(caught.value)
+
+
+def test_a_discovery_script_names_each_clients_statements_as_its_own_driver_does() -> None:
+    names = DriverNames(Driver.PSYCOPG, Driver("pdo"))
+    assert names.name(Who.A, "SELECT 1")[0] == "_pg3_0" and names.name(Who.B, "SELECT 1")[0] == "pdo_stmt_00000001"
