@@ -21,6 +21,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.regex.Pattern;
 
 import javax.sql.DataSource;
 
@@ -54,6 +55,8 @@ import org.springframework.transaction.support.TransactionTemplate;
 @ImportAutoConfiguration(HibernateJpaAutoConfiguration.class) // what @SpringBootApplication applies for JPA; none else
 @EntityScan("leakcheck.agent.entities") // none: the agent runs SQL only (the default package would scan everything)
 public class HibernateAgent {
+    private static final Pattern RETURNING = Pattern.compile("\\breturning\\b", Pattern.CASE_INSENSITIVE);
+
     /** The DataSource the application boots with; `connect` points it at the slot's own pool (none before). */
     private static final DelegatingDataSource SOURCE = new DelegatingDataSource() {
         @Override
@@ -195,9 +198,13 @@ public class HibernateAgent {
                 int times = request.get("times") == null ? 1 : ((Number) request.get("times")).intValue();
                 List<?> result = List.of();
                 boolean reads = sql.strip().toLowerCase().startsWith("select");
+                boolean returns = RETURNING.matcher(sql).find();  // a write with a result: read as a query
                 for (int i = 0; i < times; i++) {
-                    if (reads) {
+                    if (reads || (returns && open != null)) {
                         result = entities.createNativeQuery(sql).getResultList();
+                    } else if (returns) {
+                        result = new TransactionTemplate(transactions).execute(
+                                status -> entities.createNativeQuery(sql).getResultList());
                     } else if (open != null) {  // a write inside the transaction begin opened
                         entities.createNativeQuery(sql).executeUpdate();
                     } else {  // a write outside one: JPA wants a transaction, a @Transactional method's own
