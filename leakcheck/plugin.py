@@ -18,12 +18,12 @@ from leakcheck.gate import expectations, record
 from leakcheck.gate.diff import run_diff_lines
 from leakcheck.gate.judge import Kind
 from leakcheck.model.errors import LeakcheckError
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.verdicts import Route, Target, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.host.system import cache_path
 from leakcheck.provision.host.timing import mark
 from leakcheck.reports.about import About
-from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_legend, render_matrix
 from leakcheck.results import gather, outputs, results
 from leakcheck.run import progress, signals

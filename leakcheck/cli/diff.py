@@ -21,8 +21,8 @@ from leakcheck.drivers.agents.team import PREFIX, is_team, registered, spelled, 
 from leakcheck.gate import record
 from leakcheck.gate.diff import Cell, compare, parse_cell, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.model.errors import UsageError
+from leakcheck.model.safe_text import encodable, terminal_safe
 from leakcheck.model.verdicts import Driver, Outcome, Verdict
-from leakcheck.reports.safe_text import encodable, terminal_safe
 from leakcheck.results.results import combine, load
 from leakcheck.run.matrix import MatrixRun
 

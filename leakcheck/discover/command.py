@@ -25,9 +25,9 @@ from leakcheck.drivers.agents.team import is_team, spelled, team_driver
 from leakcheck.drivers.settings import cell_settings, check_axis
 from leakcheck.model.axes import parse_driver_axis
 from leakcheck.model.errors import UsageError
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.target import Setting
 from leakcheck.model.verdicts import Driver, Route
-from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.run import signals
 
 if TYPE_CHECKING:

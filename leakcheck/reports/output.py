@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from leakcheck.gate.record import check_writable, write_atomic
+from leakcheck.model.safe_text import encodable
 from leakcheck.model.verdicts import Outcome
 from leakcheck.reports.about import About
 from leakcheck.reports.html import render_html
 from leakcheck.reports.markdown import render_markdown
-from leakcheck.reports.safe_text import encodable
 
 HTML_OPTION, MD_OPTION = "--report-html", "--report-md"
 _EXAMPLES = {HTML_OPTION: "leakcheck.html", MD_OPTION: "leakcheck.md"}
