@@ -17,8 +17,8 @@ from pathlib import Path
 from leakcheck.cli.run import measure
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
+from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.drivers.agents.team import PREFIX, is_team, registered, spelled, team_driver
-from leakcheck.gate import record
 from leakcheck.gate.diff import Cell, compare, parse_cell, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import encodable, terminal_safe
@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
     before, after = parse_cell(args.before, "FROM"), parse_cell(args.after, "TO")
     saved = combine([(str(p), load(p, "--results")) for p in args.results]).outcomes if args.results else ()
     if args.md is not None:
-        record.check_writable(args.md, "--md", "diff.md")
+        check_writable(args.md, "--md", "diff.md")
     outcomes: list[Outcome] = list(saved)
     for cell in sides_measured(outcomes, [before, after]):
         outcomes += _run(cell, args)
@@ -62,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     notes = settings_notes(outcomes, before, after)
     print(terminal_safe(render_text(changes, same, before, after, notes)), end="")
     if args.md is not None:
-        record.write_atomic(args.md, encodable(render_markdown(changes, same, before, after, notes)))
+        write_atomic(args.md, encodable(render_markdown(changes, same, before, after, notes)))
         print(f"leakcheck: wrote the diff to {args.md}")
     errors = [o for o in outcomes if o.verdict is Verdict.ERROR and (before.matches(o) or after.matches(o))]
     if errors:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.config.config import Config
+from leakcheck.config.output_files import check_writable
 from leakcheck.gate import expectations, record
 from leakcheck.gate.expectations import Expectation
 from leakcheck.model.errors import UsageError
@@ -106,7 +107,7 @@ def check_environment(env: Mapping[str, str]) -> None:
         check_url_template(url)
     timings = _blank_is_unset(env, "LEAKCHECK_TIMINGS")
     if timings is not None:  # written at exit (provision/host/timing.py): a bad path must not wait for then
-        record.check_writable(Path(timings), "LEAKCHECK_TIMINGS", "timings.json")
+        check_writable(Path(timings), "LEAKCHECK_TIMINGS", "timings.json")
     image = _blank_is_unset(env, BASE_IMAGE_ENV)
     if image is not None and any(ch.isspace() for ch in image):
         raise UsageError.bad_value(BASE_IMAGE_ENV, image, "an image name such as debian:bookworm-slim")

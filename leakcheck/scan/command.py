@@ -23,7 +23,7 @@ from leakcheck.config import matrix_file
 from leakcheck.config.config import Config
 from leakcheck.config.distinct_paths import check_own_files
 from leakcheck.config.options import FLAGS, LIST_OPTIONS, MATRIX_SWITCHES, OPTIONS
-from leakcheck.gate.record import check_writable, write_atomic
+from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import encodable, terminal_safe
 from leakcheck.model.target import PoolerKind
