@@ -19,7 +19,6 @@ from leakcheck.model.verdicts import (
     Outcome,
     Proof,
     Route,
-    Scope,
     ServerId,
     Target,
     Verdict,
@@ -46,14 +45,6 @@ STARTUP_REFUSAL = "startup parameter"
 PROTOCOL_REFUSAL = ("bad packet header", "protocol")
 #: Pool size for the session-mode control (two clients each keep a server).
 SESSION_POOL = 2
-
-
-def control_expectation(probe: Probe, route: Route) -> Verdict:
-    """What a control route must measure for this probe: the negative controls (direct sessions,
-    session mode) isolated; the positive control (one shared session) leaks for session state."""
-    if route is Route.SHARED and probe.scope is Scope.SESSION:
-        return Verdict.LEAKS
-    return Verdict.ISOLATED
 
 
 def subject_mode(pooler: Pooler | None) -> PoolMode:
