@@ -15,7 +15,6 @@ from leakcheck.config import preflight
 from leakcheck.config.config import Config, matrix_asked
 from leakcheck.config.options import add_options
 from leakcheck.gate import expectations, record
-from leakcheck.gate.diff import run_diff_lines
 from leakcheck.gate.judge import Kind
 from leakcheck.model.errors import LeakcheckError
 from leakcheck.model.safe_text import terminal_safe
@@ -24,6 +23,7 @@ from leakcheck.probes.base import Probe
 from leakcheck.provision.host.system import cache_path
 from leakcheck.provision.host.timing import mark
 from leakcheck.reports.about import About
+from leakcheck.reports.diff import run_diff_lines
 from leakcheck.reports.terminal import render_legend, render_matrix
 from leakcheck.results import gather, outputs, results
 from leakcheck.run import progress, signals

@@ -17,12 +17,13 @@ from pathlib import Path
 from leakcheck.cli.run import measure
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
+from leakcheck.config.diff_sides import DiffSide, parse_side
 from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.drivers.agents.team import PREFIX, is_team, registered, spelled, team_driver
-from leakcheck.gate.diff import Cell, compare, parse_cell, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import encodable, terminal_safe
 from leakcheck.model.verdicts import Driver, Outcome, Verdict
+from leakcheck.reports.diff import compare, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.results.results import combine, load
 from leakcheck.run.matrix import MatrixRun
 
@@ -48,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     for name in args.drivers.split(","):  # a team agent's hello first: a cell's settings meet its defaults
         if is_team(name.strip()):
             team_driver(name.strip(), "--drivers")
-    before, after = parse_cell(args.before, "FROM"), parse_cell(args.after, "TO")
+    before, after = parse_side(args.before, "FROM"), parse_side(args.after, "TO")
     saved = combine([(str(p), load(p, "--results")) for p in args.results]).outcomes if args.results else ()
     if args.md is not None:
         check_writable(args.md, "--md", "diff.md")
@@ -71,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
-def _run(cell: Cell, args: argparse.Namespace) -> list[Outcome]:
+def _run(cell: DiffSide, args: argparse.Namespace) -> list[Outcome]:
     """One side, measured now: its PostgreSQL, its pooler with its settings, its driver with its
     settings (else --drivers)."""
     axes = "\n".join(f"{cell.kind.value}:{name}={value}" for name, value in cell.settings) or None

@@ -21,10 +21,10 @@ from leakcheck.cli import merge
 from leakcheck.config import preflight
 from leakcheck.config.config import Config, repeated
 from leakcheck.config.options import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
-from leakcheck.gate.diff import run_diff_lines
 from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.verdicts import Outcome, Target
 from leakcheck.reports.about import About
+from leakcheck.reports.diff import run_diff_lines
 from leakcheck.reports.terminal import render_counts, use_color
 from leakcheck.results import outputs
 from leakcheck.results.results import Results, canonical

@@ -1,83 +1,23 @@
 """The upgrade diff: what changes for each probe and driver from one cell to another (pure).
 
-A cell is written as in gate keys and ids: `pg16/pgbouncer1.24`, `pg18.4/pgbouncer1.26.1`,
-`pg18/pgbouncer1.24[max_prepared_statements=0]`, `pg16/odyssey1.5`, and may end with a driver and
-its settings (`--driver-set`): `pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]`. A cell without a
-driver means each driver with its defaults; `pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]..
+Each side is a DiffSide (config/diff_sides.py: `pg16/pgbouncer1.24`, `pg16/odyssey1.5`,
+`pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]`); `pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]..
 pg16/pgbouncer1.24/pgjdbc` says whether that workaround is still needed there. Only what changes
 is shown, with both sides' evidence and the advice for the side you move to.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from leakcheck.drivers.settings import cell_settings
-from leakcheck.model.axes import KIND_NAMES
-from leakcheck.model.errors import UsageError
-from leakcheck.model.target import DRIVER_ID, Driver, PoolerKind, Route, Setting, config_stem
+from leakcheck.config.diff_sides import DiffSide
+from leakcheck.model.target import Driver
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.reports.advice import advice
 from leakcheck.reports.markdown import md_advice, md_text
 from leakcheck.reports.workarounds import workarounds
-
-_CELL = re.compile(r"pg([0-9]+(?:\.[0-9]+)*)/([a-z-]+?)([0-9]+(?:\.[0-9]+)*)(?:\[(.*)\])?")
-_DRIVER = re.compile(rf"({DRIVER_ID})(?:-?[0-9]+(?:\.[0-9]+)*)?(?:\[([^\]/]*)\])?")
-_SHAPE = ("a cell such as pg16/pgbouncer1.24, pg18/pgbouncer1.26[max_prepared_statements=0] or "
-          "pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]")
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One side of a diff: versions as prefixes (16 matches 16.14), settings as given."""
-
-    raw: str
-    pg: Version
-    kind: PoolerKind
-    version: Version
-    settings: tuple[Setting, ...] = ()
-    config: str = ""  #: the stem of a team ini (`ini=prod` in the brackets)
-    driver: str = ""  #: the driver the cell names ("": every driver)
-    driver_settings: tuple[Setting, ...] = ()  #: its settings that differ from its defaults (none: the defaults)
-
-    def matches(self, outcome: Outcome) -> bool:
-        pooler = outcome.pooler
-        if outcome.route is not Route.TRANSACTION or pooler is None or pooler.kind is not self.kind:
-            return False
-        if self.driver and outcome.driver.value != self.driver:
-            return False
-        return (self.pg.matches(outcome.pg) and pooler.version is not None and self.version.matches(pooler.version)
-                and sorted(pooler.settings) == sorted(self.settings)
-                and sorted(outcome.target.driver_settings) == sorted(self.driver_settings)
-                and (config_stem(pooler.config) if pooler.config else "") == self.config)
-
-
-def parse_cell(text: str, option: str = "leakcheck diff") -> Cell:
-    head, slash, tail = text.strip().rpartition("/")
-    driver = _DRIVER.fullmatch(tail) if slash and _CELL.fullmatch(head) else None
-    found = _CELL.fullmatch(head if driver else text.strip())
-    kind = KIND_NAMES.get(found.group(2)) if found else None
-    if found is None or kind is None:
-        raise UsageError.bad_value(option, text, _SHAPE)
-    settings = _pairs(found.group(4), option, text)
-    config = dict(settings).get("ini", "")
-    return Cell(text.strip(), Version.parse(found.group(1)), kind, Version.parse(found.group(3)),
-                tuple(kv for kv in settings if kv[0] != "ini"), config,
-                driver.group(1) if driver else "",
-                cell_settings(driver.group(1), _pairs(driver.group(2), option, text)) if driver else ())
-
-
-def _pairs(text: str | None, option: str, raw: str) -> tuple[Setting, ...]:
-    out: list[Setting] = []
-    for item in filter(None, (text or "").split(",")):
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise UsageError.bad_value(option, raw, f"{_SHAPE} (settings as name=value, comma separated)")
-        out.append((name.strip(), value.strip()))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -96,7 +36,7 @@ def _said(outcome: Outcome | None) -> str:
     return "not measured" if outcome is None else "+".join([outcome.verdict.value, *outcome.other_facts])
 
 
-def compare(outcomes: Iterable[Outcome], before: Cell, after: Cell) -> tuple[list[Change], int]:
+def compare(outcomes: Iterable[Outcome], before: DiffSide, after: DiffSide) -> tuple[list[Change], int]:
     """The changes (a verdict or a fact differs, or one side did not measure it) and how many
     (probe, driver) pairs stayed the same. Where a prefix matches several releases, the newest counts."""
     if bool(before.driver) != bool(after.driver):  # one side names a driver: the other means that driver too
@@ -122,12 +62,12 @@ def _newer(a: Outcome, b: Outcome) -> bool:
     return release(a) > release(b)
 
 
-def sides_measured(outcomes: Sequence[Outcome], cells: Sequence[Cell]) -> list[Cell]:
+def sides_measured(outcomes: Sequence[Outcome], cells: Sequence[DiffSide]) -> list[DiffSide]:
     """The cells no outcome matches (they must be run)."""
     return [c for c in cells if not any(c.matches(o) for o in outcomes)]
 
 
-def run_diff_lines(outcomes: Sequence[Outcome], before: Cell, after: Cell) -> list[str]:
+def run_diff_lines(outcomes: Sequence[Outcome], before: DiffSide, after: DiffSide) -> list[str]:
     """What a run with --diff=BEFORE..AFTER prints after its matrix: the diff, and each side it missed."""
     changes, same = compare(outcomes, before, after)
     lines = render_text(changes, same, before, after, settings_notes(outcomes, before, after)).splitlines()
@@ -135,7 +75,7 @@ def run_diff_lines(outcomes: Sequence[Outcome], before: Cell, after: Cell) -> li
                     for cell in sides_measured(outcomes, [before, after])]
 
 
-def settings_notes(outcomes: Iterable[Outcome], before: Cell, after: Cell) -> list[str]:
+def settings_notes(outcomes: Iterable[Outcome], before: DiffSide, after: DiffSide) -> list[str]:
     """What the two sides say of the driver settings they differ by: needed, or no longer needed
     (reports/workarounds.py); nothing when they name no driver settings."""
     if not (before.driver_settings or after.driver_settings):
@@ -153,7 +93,8 @@ def grouped(changes: Sequence[Change]) -> list[tuple[Change, list[Driver]]]:
     return list(out.values())
 
 
-def render_text(changes: Sequence[Change], same: int, before: Cell, after: Cell, notes: Sequence[str] = ()) -> str:
+def render_text(changes: Sequence[Change], same: int, before: DiffSide, after: DiffSide,
+                notes: Sequence[str] = ()) -> str:
     """The terminal form: one block per change (drivers that agree together), both sides' evidence,
     the advice for `after`; then `notes` (settings_notes)."""
     lines = [f"leakcheck diff {before.raw} -> {after.raw}: {len(changes)} changed, {same} the same", ""]
@@ -175,7 +116,7 @@ def render_text(changes: Sequence[Change], same: int, before: Cell, after: Cell,
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render_markdown(changes: Sequence[Change], same: int, before: Cell, after: Cell,
+def render_markdown(changes: Sequence[Change], same: int, before: DiffSide, after: DiffSide,
                     notes: Sequence[str] = ()) -> str:
     """A pull-request comment: a table of what changes, evidence and advice folded per change; then
     `notes` (settings_notes)."""
