@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from leakcheck.config.config import Config
+from leakcheck.gate import expectations
 from leakcheck.gate.expectations import Expectation, gate_value, key, lookup
 from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes.base import Probe
@@ -51,6 +53,13 @@ class Policy:
     expected: Mapping[str, Expectation] | None = None  #: --expect's baseline
     required: frozenset[str] | None = None  #: --require's probe ids (None: no policy)
     update: bool = False  #: --update: differences are recorded, not failed
+
+
+def policy_of(config: Config) -> Policy:
+    """The run's policy, read before any server starts: the --expect baseline (a one-line UsageError for a
+    file that is none), --require and --update."""
+    expected = expectations.load(config.expect) if config.expect is not None else None
+    return Policy(expected=expected, required=config.require, update=config.update)
 
 
 def judge(probe: Probe, outcome: Outcome, policy: Policy) -> Judgement:
