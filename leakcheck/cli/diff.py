@@ -22,6 +22,7 @@ from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.drivers.agents.team import PREFIX, is_team, registered, spelled, team_driver
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import encodable, terminal_safe
+from leakcheck.model.target import PAIR_JOIN, settings_label
 from leakcheck.model.verdicts import Driver, Outcome, Verdict
 from leakcheck.reports.diff import compare, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.results.results import combine, load
@@ -74,17 +75,23 @@ def main(args: argparse.Namespace) -> int:
 
 def _run(cell: DiffSide, args: argparse.Namespace) -> list[Outcome]:
     """One side, measured now: its PostgreSQL, its pooler with its settings, its driver with its
-    settings (else --drivers)."""
+    settings, or its mixed pair (else --drivers)."""
     axes = "\n".join(f"{cell.kind.value}:{name}={value}" for name, value in cell.settings) or None
     if cell.config and not args.bouncer_ini:
         raise UsageError(f"{cell.raw} names a team ini ({cell.config}): give its path with --bouncer-ini")
-    if cell.driver.startswith(PREFIX) and registered(cell.driver) is None:
-        raise UsageError(f"{cell.raw} names a team agent ({cell.driver}): give its path with --drivers=cmd:PATH")
+    for driver in (cell.driver, cell.driver_b):
+        if driver.startswith(PREFIX) and registered(driver) is None:
+            raise UsageError(f"{cell.raw} names a team agent ({driver}): give its path with --drivers=cmd:PATH")
     driver_axes = "\n".join(f"{cell.driver}:{name}={value}" for name, value in cell.driver_settings) or None
     drivers = spelled(Driver(cell.driver)) if cell.driver else args.drivers  # a team agent by its cmd:PATH
+    pairs = None
+    if cell.driver_b:  # a mixed pair: its two sides, each with its settings in brackets (--pairs)
+        pairs = PAIR_JOIN.join(spelled(Driver(d)) + settings_label(s) for d, s in (
+            (cell.driver, cell.driver_settings), (cell.driver_b, cell.driver_b_settings)))
+        drivers = driver_axes = None
     config = Config.from_strings({
         "leakcheck_pg": str(cell.pg), "leakcheck_pooler": f"{cell.kind.value}:{cell.version}",
-        "leakcheck_pooler_set": axes, "leakcheck_drivers": drivers,
+        "leakcheck_pooler_set": axes, "leakcheck_drivers": drivers, "leakcheck_pairs": pairs,
         "leakcheck_driver_set": driver_axes, "leakcheck_probes": args.probes,
         "leakcheck_controls": args.controls, "leakcheck_backend": args.backend,
         "leakcheck_bouncer_ini": args.bouncer_ini if cell.config else None,

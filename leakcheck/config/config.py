@@ -16,23 +16,26 @@ from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
 from leakcheck.drivers.agents.catalogue import known_drivers
 from leakcheck.drivers.agents.team import is_team, registered, team_driver
-from leakcheck.drivers.settings import check_axis
+from leakcheck.drivers.settings import cell_settings, check_axis
 from leakcheck.model.axes import (
     NO_FLEET,
+    PAIRS_SHAPE,
     PEERING,
     Axis,
     DriverAxis,
     FleetShape,
+    PairSide,
     check_distinct,
     check_peering,
     parse_axis,
     parse_driver_axis,
     parse_fleet,
+    parse_pairs,
     parse_poolers,
 )
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode
-from leakcheck.model.target import NATIVE_DRIVERS, PoolerKind
+from leakcheck.model.target import NATIVE_DRIVERS, Application, PoolerKind
 from leakcheck.model.team_settings import TeamSettings
 from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
@@ -136,6 +139,8 @@ class Config:
     tables: tuple[PoolerTable, ...] = ()
     fleet: FleetShape = NO_FLEET  #: --bouncer-fleet: each PgBouncer cell a fleet of processes on one port
     driver_axes: tuple[DriverAxis, ...] = ()  #: --driver-set: driver settings crossed into the matrix
+    #: --pairs: mixed applications, (A's, B's), each without its release (resolved with the targets)
+    pairs: tuple[tuple[Application, Application], ...] = ()
 
     @property
     def pooler_tables(self) -> tuple[PoolerTable, ...]:
@@ -243,7 +248,10 @@ class Config:
         any_fleet = fleet.is_fleet or any(t.fleet.is_fleet for t in tables)
         probes = _probes(get("leakcheck_probes", "probe ids separated by commas, or all"), any_fleet)
         poolers = _poolers(raw, fleet) if pooled is None else ()
-        drivers = _drivers(get("leakcheck_drivers", "driver ids such as psycopg,asyncpg"))
+        pairs = _pairs(raw)
+        named = _given(raw, "leakcheck_drivers", "driver ids such as psycopg,asyncpg")
+        # --pairs alone runs its pairs only; with --drivers, both
+        drivers = () if named is None and pairs else _drivers(get("leakcheck_drivers", "driver ids such as psycopg"))
         if diff is not None and pooled is None:
             _diff_in_matrix(diff, _pg_specs(pg), poolers)
         images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
@@ -279,7 +287,8 @@ class Config:
             pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
             tables=tables,
             fleet=fleet,
-            driver_axes=_driver_axes(raw.get("leakcheck_driver_set"), drivers),
+            driver_axes=_driver_axes(raw.get("leakcheck_driver_set"), drivers, pairs),
+            pairs=pairs,
         )
 
 
@@ -385,9 +394,11 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
     return tuple(axes)
 
 
-def _driver_axes(given: str | None, drivers: Sequence[Driver]) -> tuple[DriverAxis, ...]:
+def _driver_axes(given: str | None, drivers: Sequence[Driver],
+                 pairs: Sequence[tuple[Application, Application]] = ()) -> tuple[DriverAxis, ...]:
     """--driver-set, each checked against its driver's known settings; a driver the run does not drive,
-    or a setting given twice, is an error."""
+    or a setting given twice, is an error (a pair's settings are in its brackets: --driver-set crosses
+    --drivers' cells only)."""
     axes: list[DriverAxis] = []
     for line in given.split("\n") if given is not None else ():
         if not line.strip():
@@ -397,8 +408,11 @@ def _driver_axes(given: str | None, drivers: Sequence[Driver]) -> tuple[DriverAx
             raise UsageError.bad_value("--driver-set", line, f"a driver among {', '.join(known_drivers())}, or a "
                                        "team agent's id as its cells show it (cmd-NAME, the name its hello gives)")
         if axis.driver not in drivers:
+            paired = any(axis.driver in (a.driver, b.driver) for a, b in pairs)
             raise UsageError(f"--driver-set={line}: {axis.driver} is not among --drivers "
-                             f"({','.join(drivers)}): add it there")
+                             f"({','.join(drivers) or 'none'}): add it there" + (
+                                 f" (a pair's settings go in its brackets: --pairs={axis.driver}[{axis.name}="
+                                 f"{axis.values[0]}]+...)" if paired else ""))
         check_axis(axis)
         if any((a.driver, a.name) == (axis.driver, axis.name) for a in axes):
             raise UsageError(f"the {axis.driver} setting {axis.name} is given as an axis twice; give its values "
@@ -523,6 +537,42 @@ def _probes(raw: str, fleet: bool = False) -> tuple[Probe, ...]:
     names = _items(raw, "--probes", "probe ids separated by commas, or all")
     _known_probes(names, "--probes")
     return select(",".join(names))
+
+
+def _pairs(raw: dict[str, str | None]) -> tuple[tuple[Application, Application], ...]:
+    """--pairs, each side's driver and settings checked as --drivers and --driver-set check theirs; a pair
+    with one application on both sides is the single-driver cell, given with --drivers."""
+    given = _given(raw, "leakcheck_pairs", PAIRS_SHAPE)
+    return () if given is None else checked_pairs(given)
+
+
+def checked_pairs(given: str, option: str = "--pairs") -> tuple[tuple[Application, Application], ...]:
+    """`given`'s pairs (`A+B,...`), each side's driver and settings checked (discover's --pair too)."""
+    out: list[tuple[Application, Application]] = []
+    for a, b in parse_pairs(given, option):
+        pair = (_application(a, given, option), _application(b, given, option))
+        if pair[0] == pair[1]:
+            raise UsageError(f"{option}={given}: {pair[0].label}+{pair[1].label} runs one application on both "
+                             f"sides, which is the single-driver cell: give it with --drivers={a.driver}"
+                             + (" (and --driver-set for its settings)" if pair[0].settings else ""))
+        if pair not in out:
+            out.append(pair)
+    return tuple(out)
+
+
+def _application(side: PairSide, given: str, option: str) -> Application:
+    """A pair's side: its driver as --drivers takes it, its settings as --driver-set checks them (those that
+    differ from the driver's defaults kept, as a cell's)."""
+    if is_team(side.driver):
+        driver = team_driver(side.driver, option)
+    elif side.driver in known_drivers():
+        driver = Driver(side.driver)
+    else:
+        raise UsageError.bad_value(option, given, f"{PAIRS_SHAPE}; {side.driver!r} is no driver: each side is one "
+                                   f"of {', '.join(known_drivers())} or cmd:PATH (a team's agent)")
+    for name, value in side.settings:
+        check_axis(DriverAxis(driver.value, name, (value,)), option)
+    return Application(driver, None, cell_settings(driver.value, side.settings))
 
 
 def _drivers(raw: str) -> tuple[Driver, ...]:

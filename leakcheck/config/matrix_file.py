@@ -1,7 +1,8 @@
 """A matrix file (`--matrix=matrices/upgrade-16-to-18.toml`): what a team runs, in one reviewed file.
 
     pg = ["16", "18"]
-    drivers = ["psycopg", "asyncpg"]     # optional (default both)
+    drivers = ["psycopg", "asyncpg"]     # optional (default both; none when only pairs are given)
+    pairs = ["pgjdbc+psycopg", "prisma[pgbouncer=true]+node-postgres"]   # optional (--pairs)
     probes = ["all"]                     # optional
     controls = true                      # optional
     expect = "prod.toml"                 # optional; paths are relative to this file
@@ -40,11 +41,13 @@ from leakcheck.model.errors import UsageError
 
 OPTION = "--matrix"
 #: Top-level keys and the option each becomes.
-_SCALARS = {"pg": "leakcheck_pg", "drivers": "leakcheck_drivers", "probes": "leakcheck_probes",
-            "controls": "leakcheck_controls", "expect": "leakcheck_expect", "record": "leakcheck_record",
-            "require": "leakcheck_require", "backend": "leakcheck_backend", "results": "leakcheck_results",
-            "jobs": "leakcheck_jobs"}
+_SCALARS = {"pg": "leakcheck_pg", "drivers": "leakcheck_drivers", "pairs": "leakcheck_pairs",
+            "probes": "leakcheck_probes", "controls": "leakcheck_controls", "expect": "leakcheck_expect",
+            "record": "leakcheck_record", "require": "leakcheck_require", "backend": "leakcheck_backend",
+            "results": "leakcheck_results", "jobs": "leakcheck_jobs"}
 _PATHS = {"expect", "record", "results"}
+#: Lists whose items hold commas of their own (a pair's settings), joined as they are, not as CSV.
+_JOINED = {"pairs"}
 _POOLER_KEYS = {"kind", "versions", "ini", "settings", "fleet"}
 #: The raw key that carries the [[pooler]] tables, each on its own (JSON; no option of its own).
 TABLES = "leakcheck_pooler_tables"
@@ -78,7 +81,8 @@ def parse(data: dict[str, Any], folder: Path, where: str) -> dict[str, str]:
     raw: dict[str, str] = {}
     for name, key in _SCALARS.items():
         if name in data:
-            value = _text(data[name], f"{where}: {name}")
+            items = data[name] if name in _JOINED and isinstance(data[name], list) and data[name] else [data[name]]
+            value = ",".join(_text(item, f"{where}: {name}") for item in items)
             raw[key] = str(folder / value) if name in _PATHS and not Path(value).is_absolute() else value
     tables = _poolers(data.get("pooler", []), folder, where)
     if tables:

@@ -40,7 +40,10 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--drivers", "leakcheck_drivers", "drivers to run: psycopg, asyncpg, the shipped agents node-postgres, "
      "postgres-js, pgjdbc, pdo, ruby-pg, pgx, the ORMs django, sqlalchemy, activerecord, or cmd:PATH, a team's "
      "own agent (docs/agent-protocol.md) "
-     "(default psycopg,asyncpg)", "psycopg,asyncpg"),
+     "(default psycopg,asyncpg; none when --pairs is given without it)", "psycopg,asyncpg"),
+    ("--pairs", "leakcheck_pairs", "mixed applications on one pool, A+B, comma separated: A's driver and B's, each "
+     "as --drivers names it with its own settings in brackets, one value each, e.g. pgjdbc+psycopg,"
+     "prisma[pgbouncer=true]+node-postgres (docs/drivers.md: mixed applications)", None),
     ("--probes", "leakcheck_probes", "probe ids to run, comma separated (default all)", "all"),
     ("--controls", "leakcheck_controls", "also run every probe on the direct and session-mode controls: "
      "yes or no (default yes)", "yes"),

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from leakcheck.config.config import checked_pairs
 from leakcheck.config.options import FLAGS, LIST_OPTIONS, OPTIONS
 from leakcheck.discover import accept, results_file
 from leakcheck.discover import options as o
@@ -26,7 +27,7 @@ from leakcheck.drivers.settings import cell_settings, check_axis
 from leakcheck.model.axes import parse_driver_axis
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import terminal_safe
-from leakcheck.model.target import Setting
+from leakcheck.model.target import PAIR_JOIN, Application, Setting, settings_label
 from leakcheck.model.verdicts import Driver, Route
 from leakcheck.run import signals
 
@@ -56,8 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag in CELL_LISTS:
         ini, text = lists[flag]
         parser.add_argument(flag, dest=ini, action="append", help=f"{text} (one value each: one cell)")
-    parser.add_argument("--driver", default="psycopg", help="the driver of both clients: psycopg, asyncpg, a shipped "
+    parser.add_argument("--driver", help="the driver of both clients: psycopg, asyncpg, a shipped "
                         "agent (node-postgres, pgjdbc, ...) or cmd:PATH, a team's own agent (default psycopg)")
+    parser.add_argument("--pair", help="mixed applications instead of --driver: A's driver and B's, each with its "
+                        "settings in brackets, one value each, as --pairs names one (e.g. "
+                        "prisma[pgbouncer=true]+node-postgres)")
     parser.add_argument("--driver-set", action="append", metavar="DRIVER:NAME=V",
                         help="a setting of --driver's driver, as the matrix's --driver-set names it "
                         "(pgjdbc:prepareThreshold=0, cmd-myorm:pool=off); one value each: discover searches one "
@@ -85,9 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options(args: argparse.Namespace) -> o.Options:
     route = Route(o.parse_choice(args.route, "--route", tuple(r.value for r in o.ROUTES)))
-    driver = (team_driver(args.driver, "--driver") if is_team(args.driver)
-              else Driver(o.parse_choice(args.driver, "--driver", (*known_drivers(), "cmd:PATH"))))
-    settings = driver_settings(args.driver_set or [], driver)
+    b = None
+    if args.pair is not None:
+        driver, settings, b = _pair(args)
+    else:
+        given = "psycopg" if args.driver is None else args.driver
+        driver = (team_driver(given, "--driver") if is_team(given)
+                  else Driver(o.parse_choice(given, "--driver", (*known_drivers(), "cmd:PATH"))))
+        settings = driver_settings(args.driver_set or [], driver)
     cell: dict[str, str] = {}
     for flag in (*CELL_OPTIONS, *CELL_LISTS):
         ini = FLAGS_BY_NAME[flag]
@@ -127,8 +136,22 @@ def options(args: argparse.Namespace) -> o.Options:
         cell=tuple(cell.items()), route=route, driver=driver, budget=budget, seed=seed,
         max_examples=max_examples, max_ops=max_ops,
         out=parse_out(args.out), results=results, database=database, fail_on=fail_on, accepted=tuple(accepted.items()),
-        driver_settings=settings,
+        driver_settings=settings, b=b,
     )
+
+
+def _pair(args: argparse.Namespace) -> tuple[Driver, tuple[Setting, ...], Application]:
+    """--pair: one pair, each side checked as the matrix's --pairs checks it; --driver and --driver-set are the
+    one-driver way, so neither goes with it."""
+    given = [flag for flag, value in (("--driver", args.driver), ("--driver-set", args.driver_set)) if value]
+    if given:
+        raise UsageError(f"--pair={args.pair} names both drivers with their settings: leave out {', '.join(given)} "
+                         "(a side's settings go in its brackets, e.g. prisma[pgbouncer=true]+node-postgres)")
+    pairs = checked_pairs(args.pair, "--pair")
+    if len(pairs) != 1:
+        raise UsageError.bad_value("--pair", args.pair, "one pair A+B (discover measures one cell: run it per pair)")
+    (a, b), = pairs
+    return a.driver, a.settings, b
 
 
 def driver_settings(given: list[str], driver: Driver) -> tuple[Setting, ...]:
@@ -160,7 +183,7 @@ def _checked(lab: Lab, found: Discovery, opts: o.Options) -> list[Finding]:
         return found.findings
     log.info("discover: running the probe(s) the findings map to: %s", ", ".join(sorted(ids)))
     try:
-        verdicts = lab.probe_verdicts(ids, opts.driver, opts.driver_settings)
+        verdicts = lab.probe_verdicts(ids, opts.driver, opts.driver_settings, opts.b)
     except Exception as exc:  # noqa: BLE001 - a harness failure: exit 3, like the searches'
         from leakcheck.discover.trace import Abort
         from leakcheck.model.errors import one_line
@@ -189,12 +212,15 @@ def run(opts: o.Options) -> int:
     seed = opts.seed if opts.seed is not None else secrets.randbelow(2**32)
     database = DirectoryBasedExampleDatabase(opts.database) if opts.database is not None else None
     started = time.monotonic()
-    with open_lab({**dict(opts.cell), "leakcheck_drivers": spelled(opts.driver)}, opts.route) as lab:
+    sides = ((opts.driver, opts.driver_settings), *(((opts.b.driver, opts.b.settings),) if opts.b else ()))
+    clients = ({"leakcheck_drivers": spelled(opts.driver)} if opts.b is None else
+               {"leakcheck_pairs": PAIR_JOIN.join(spelled(d) + settings_label(s) for d, s in sides)})
+    with open_lab({**dict(opts.cell), **clients}, opts.route) as lab:
         where, stem = lab.where.describe(), _stem(lab, opts)
         log.info("discover: %s, %s; budget %.0f s, seed %d (repeat with --seed=%d)", where, opts.client, opts.budget,
                  seed, seed)
         try:
-            with Differential(lab, opts.driver, settings=opts.driver_settings) as measure:
+            with Differential(lab, opts.driver, settings=opts.driver_settings, b=opts.b) as measure:
                 ops = universe(measure.abilities())
                 baseline = measure(())
                 if baseline.diffs:
@@ -208,7 +234,8 @@ def run(opts: o.Options) -> int:
             print(terminal_safe(f"leakcheck: error: discovery could not measure: {exc}"), file=sys.stderr)
             return EXIT_UNMEASURED
     signals.check()  # never print or write --out after a Ctrl-C, even one something swallowed
-    scripts = [(report.slug(f), report.script(f, where, opts.driver, n, len(findings), opts.client))
+    scripts = [(report.slug(f), report.script(f, where, opts.driver, n, len(findings), opts.client,
+                                              opts.b.driver if opts.b is not None else None))
                for n, f in enumerate(findings, 1)]
     for _, text in scripts:  # the files keep the server's text as it was; the terminal sees it made inert
         print(terminal_safe(text))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import fields
 from types import TracebackType
 
 from leakcheck.discover.compare import Comparison, compare, proof_problems, results, servers_text
@@ -22,7 +23,7 @@ from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Abort, Trace, harness_failed
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import Client, connect
-from leakcheck.model.target import Setting
+from leakcheck.model.target import Application, Setting
 from leakcheck.model.verdicts import Driver, Route, ServerId
 from leakcheck.probes.witness import Witness, open_witness
 from leakcheck.run import signals
@@ -38,16 +39,17 @@ async def _close(*clients: Client) -> None:
 
 
 async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops: tuple[Op, ...],
-                 witness: Witness, settings: tuple[Setting, ...] = ()) -> Trace:
-    """The sequence with two fresh clients of one driver (with its --driver-set `settings`), each its
-    own application, seen by `witness`; the rows they wrote read back once they closed. A driver that
-    names statements per process (pgx) gets fresh agents for each sequence, as a probe does, so no
-    sequence depends on the ones before it."""
+                 witness: Witness, settings: tuple[Setting, ...] = (), b_app: Application | None = None) -> Trace:
+    """The sequence with two fresh clients of one driver (with its --driver-set `settings`; B of its own
+    `b_app` in a mixed pair), each its own application, seen by `witness`; the rows they wrote read back once
+    they closed. A driver that names statements per process (pgx) gets fresh agents for each sequence, as a
+    probe does, so no sequence depends on the ones before it."""
     agents.next_probe()
+    b_driver, b_settings = (b_app.driver, b_app.settings) if b_app is not None else (driver, settings)
     a = await connect(driver, "A", endpoint, settings)
     try:
-        b = await (lab.clients(a, lambda: connect(driver, "B", endpoint, settings)) if route is not Route.DIRECT
-                   else connect(driver, "B", endpoint, settings))
+        b = await (lab.clients(a, lambda: connect(b_driver, "B", endpoint, b_settings)) if route is not Route.DIRECT
+                   else connect(b_driver, "B", endpoint, b_settings))
     except BaseException:
         await _close(a)
         raise
@@ -63,11 +65,13 @@ async def run_on(lab: Lab, driver: Driver, endpoint: Endpoint, route: Route, ops
 
 
 class Differential:
-    """Measures sequences on one lab with one driver; a context manager owning its event loop."""
+    """Measures sequences on one lab with one driver (or a mixed pair: B's own application `b`); a context
+    manager owning its event loop."""
 
     def __init__(self, lab: Lab, driver: Driver, timeout: float = SEQUENCE_TIMEOUT,
-                 settings: tuple[Setting, ...] = ()) -> None:
-        self.lab, self.driver, self.timeout, self.settings = lab.for_driver(driver), driver, timeout, settings
+                 settings: tuple[Setting, ...] = (), b: Application | None = None) -> None:
+        self.lab = lab.for_driver(driver, *((b.driver,) if b is not None else ()))
+        self.driver, self.timeout, self.settings, self.b = driver, timeout, settings, b
         self._seen: dict[Route, set[ServerId]] = {lab.where.route: set(), Route.DIRECT: set()}
         self._witnesses: list[Witness] = []
         self._loop = asyncio.Runner()
@@ -82,10 +86,16 @@ class Differential:
         return self
 
     def abilities(self) -> Abilities:
-        """What the driver's API offers beyond SQL (an agent is asked, on a direct connection)."""
+        """What the driver's API offers beyond SQL (an agent is asked, on a direct connection); a pair's, what
+        both drivers offer (an op is drawn for either client)."""
         try:
             asked = abilities(self.driver, self.lab.direct(), self.settings)
-            return self._loop.run(asyncio.wait_for(asked, self.timeout))
+            mine = self._loop.run(asyncio.wait_for(asked, self.timeout))
+            if self.b is None:
+                return mine
+            theirs = self._loop.run(asyncio.wait_for(abilities(self.b.driver, self.lab.direct(), self.b.settings),
+                                                     self.timeout))
+            return Abilities(**{f.name: getattr(mine, f.name) and getattr(theirs, f.name) for f in fields(Abilities)})
         except Exception as exc:  # noqa: BLE001 - Abort is a BaseException and passes through
             raise harness_failed((), exc) from exc
 
@@ -100,8 +110,9 @@ class Differential:
     async def _both(self, ops: tuple[Op, ...], subject: Endpoint) -> tuple[Trace, Trace]:
         route, direct = self.lab.where.route, self.lab.direct()
         mine, theirs = self._witness(0), self._witness(1)
-        got = await asyncio.gather(run_on(self.lab, self.driver, subject, route, ops, mine, self.settings),
-                                   run_on(self.lab, self.driver, direct, Route.DIRECT, ops, theirs, self.settings))
+        got = await asyncio.gather(run_on(self.lab, self.driver, subject, route, ops, mine, self.settings, self.b),
+                                   run_on(self.lab, self.driver, direct, Route.DIRECT, ops, theirs, self.settings,
+                                          self.b))
         return got[0], got[1]
 
     def __call__(self, ops: tuple[Op, ...]) -> Comparison:

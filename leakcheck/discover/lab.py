@@ -20,7 +20,7 @@ from leakcheck.config.config import Config
 from leakcheck.drivers.clients import Client, driver_version
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Pooler, PoolerKind, Setting
+from leakcheck.model.target import Application, Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Driver, Route, Target, Verdict
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import USER, Backend, Endpoint
@@ -86,13 +86,13 @@ class Lab:
         with self.backend.pooler(self.where.pg, self.where.pooler, self.where.settings, LANE) as endpoint:
             yield endpoint.as_user(APP_ROLE)
 
-    def for_driver(self, driver: Driver) -> Lab:
-        """This lab with the pooler told to ignore the startup parameters `driver` sends (as the matrix tells it):
-        pgjdbc's extra_float_digits, which PgBouncer refuses otherwise."""
+    def for_driver(self, *drivers: Driver) -> Lab:
+        """This lab with the pooler told to ignore the startup parameters the drivers send (as the matrix tells
+        it; a pair's both): pgjdbc's extra_float_digits, which PgBouncer refuses otherwise."""
         settings = self.where.settings
-        if settings is None or not ignored_startup(driver):
+        if settings is None or not ignored_startup(*drivers):
             return self
-        ignored = replace(settings, ignored_startup=ignored_startup(driver))
+        ignored = replace(settings, ignored_startup=ignored_startup(*drivers))
         return Lab(self.backend, replace(self.where, settings=ignored))
 
     def direct(self) -> Endpoint:
@@ -120,15 +120,17 @@ class Lab:
     def describe(self) -> list[str]:
         return list(self.backend.describe())
 
-    def probe_verdicts(self, ids: Iterable[str], driver: Driver,
-                       settings: tuple[Setting, ...] = ()) -> dict[str, Verdict]:
-        """What these probes measure on this cell (route, versions, driver and its settings): a finding
-        is *known* only where the probe it maps to really reports a problem here."""
+    def probe_verdicts(self, ids: Iterable[str], driver: Driver, settings: tuple[Setting, ...] = (),
+                       b: Application | None = None) -> dict[str, Verdict]:
+        """What these probes measure on this cell (route, versions, driver and its settings, a pair's B): a
+        finding is *known* only where the probe it maps to really reports a problem here."""
         from leakcheck.probes import PROBES
         from leakcheck.run.runner import run_probe
 
         wanted = set(ids)
-        target = Target(self.where.pg, self.where.pooler, self.where.route, driver, driver_version(driver), settings)
+        b = replace(b, version=driver_version(b.driver)) if b is not None else None
+        target = Target(self.where.pg, self.where.pooler, self.where.route, driver, driver_version(driver), settings,
+                        b)
         return {p.id: run_probe(self.backend, p, target).verdict for p in PROBES if p.id in wanted}
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import Setting, settings_label
+from leakcheck.model.target import PAIR_JOIN, Application, Setting, settings_label
 from leakcheck.model.verdicts import Driver, Route
 
 DEFAULT_BUDGET = "60s"
@@ -56,7 +56,8 @@ def parse_database(text: str) -> Path | None:
 
 @dataclass(frozen=True)
 class Options:
-    """One discovery run: one PostgreSQL, one pooler (none on the direct route), one driver. The cell
+    """One discovery run: one PostgreSQL, one pooler (none on the direct route), one driver (or a mixed
+    pair: A's driver and settings here, B's in `b`). The cell
     is given as the matrix's options (ini-key names to values: leakcheck_pg, leakcheck_bouncer,
     leakcheck_pooler, leakcheck_bouncer_set, leakcheck_backend, leakcheck_pooled_dsn, ...)."""
 
@@ -74,8 +75,12 @@ class Options:
     accepted: tuple[tuple[str, str], ...] = ()  # --accept: (signature, reason) a team accepted
     #: --driver-set DRIVER:NAME=V, one value each: those that differ from the driver's defaults
     driver_settings: tuple[Setting, ...] = ()
+    #: --pair: B's own application (None: B runs A's driver and settings)
+    b: Application | None = None
 
     @property
     def client(self) -> str:
-        """The driver and its settings as the matrix's ids show them: `pgjdbc[prepareThreshold=0]`."""
-        return f"{self.driver}{settings_label(self.driver_settings)}"
+        """The driver and its settings as the matrix's ids show them: `pgjdbc[prepareThreshold=0]`; a pair's
+        both, `prisma[pgbouncer=true]+node-postgres`."""
+        return f"{self.driver}{settings_label(self.driver_settings)}" + (
+            f"{PAIR_JOIN}{self.b.label}" if self.b is not None else "")

@@ -56,10 +56,11 @@ class DriverNames:
     """The names the driver gives its protocol-level statements, per client: psycopg `_pg3_N` and
     asyncpg `__asyncpg_stmt_N__` (numbered per connection), one per distinct query text; an agent's
     are shown as PDO and ruby-pg name them (`pdo_stmt_0000000N`, `aN`) or else as node-postgres does
-    (`stmt_N`), a stand-in with the same per-connection count."""
+    (`stmt_N`), a stand-in with the same per-connection count. `b`: B's own driver in a mixed pair."""
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: Driver, b: Driver | None = None) -> None:
         self.driver = driver
+        self.drivers = {Who.A: driver, Who.B: b or driver}
         self._names: dict[tuple[Who, str], str] = {}
         self._count: dict[Who, int] = {}
 
@@ -67,11 +68,11 @@ class DriverNames:
         """(the statement's name, whether this use prepares it)."""
         if (who, sql) in self._names:
             return self._names[(who, sql)], False
-        n = self._count.get(who, 0)
+        n, driver = self._count.get(who, 0), self.drivers[who]
         self._count[who] = n + 1
-        name = (f"_pg3_{n}" if self.driver == Driver.PSYCOPG else f"__asyncpg_stmt_{n + 1:x}__"
-                if self.driver == Driver.ASYNCPG else f"pdo_stmt_{n + 1:08x}" if self.driver.value == "pdo"
-                else f"a{n + 1}" if self.driver.value == "ruby-pg" else f"stmt_{n + 1}")
+        name = (f"_pg3_{n}" if driver == Driver.PSYCOPG else f"__asyncpg_stmt_{n + 1:x}__"
+                if driver == Driver.ASYNCPG else f"pdo_stmt_{n + 1:08x}" if driver.value == "pdo"
+                else f"a{n + 1}" if driver.value == "ruby-pg" else f"stmt_{n + 1}")
         self._names[(who, sql)] = name
         return name, True
 
@@ -94,11 +95,12 @@ def _lines(op: Op, st: Statement, names: DriverNames, last: dict[Who, str]) -> l
     as \\bind_named of the SQL-prepared name; the transaction API as the SQL it stands for. `last`: each
     client's last prepared statement (what its FREE frees)."""
     values = "".join(f" {quote(p)}" for p in st.params)
-    if st.via is Via.BOUND and names.driver == Driver.PSYCOPG:
+    driver = names.drivers[op.who]
+    if st.via is Via.BOUND and driver == Driver.PSYCOPG:
         return [f"{st.sql} \\bind{values} \\g"]
     if st.via is Via.FREE and op.who in last:
         name = names.freed(op.who, last[op.who])
-        return [f"DEALLOCATE {name};" if names.driver.value in DEALLOCATES else f"\\close_prepared {name}"]
+        return [f"DEALLOCATE {name};" if driver.value in DEALLOCATES else f"\\close_prepared {name}"]
     if st.via is Via.FREE:
         return []
     if st.via is Via.BIND:
@@ -163,13 +165,15 @@ def _observation(diff: Diff) -> list[str]:
     return [f"-- {what}:", _shown(diff)]
 
 
-def _steps(ops: Sequence[Op], diffs: Sequence[Diff], driver: Driver, results: Sequence[str] = ()) -> list[str]:
+def _steps(ops: Sequence[Op], diffs: Sequence[Diff], driver: Driver, results: Sequence[str] = (),
+           b: Driver | None = None) -> list[str]:
     """The interleaved driver calls, each one's differences right below it; the final snapshots only where
-    something differed, numbered on. `results`: what each call returned through the pooler."""
+    something differed, numbered on. `results`: what each call returned through the pooler; `b`: B's own
+    driver in a mixed pair."""
     by_step: dict[int, list[Diff]] = {}
     for d in diffs:
         by_step.setdefault(d.index, []).append(d)
-    names = DriverNames(driver)
+    names = DriverNames(driver, b)
     last: dict[Who, str] = {}
     prepared_at: dict[Who, int] = {}
     out: list[str] = []
@@ -196,9 +200,11 @@ def _steps(ops: Sequence[Op], diffs: Sequence[Diff], driver: Driver, results: Se
     return out
 
 
-def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int = 1, client: str = "") -> str:
+def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int = 1, client: str = "",
+           b: Driver | None = None) -> str:
     """The finding as a script of driver calls, interleaved as they ran; then any other effect of the same
-    state. `client`: the driver with its --driver-set settings as ids show it (default: the driver alone)."""
+    state. `client`: the driver with its --driver-set settings as ids show it (default: the driver alone);
+    `b`: B's own driver in a mixed pair (--pair)."""
     shrunk = "" if f.shrunk else " (the budget ended shrinking early: it may hold steps it does not need)"
     lost = headline(f)
     out = [
@@ -213,12 +219,12 @@ def script(f: Finding, where: str, driver: Driver, number: int = 1, total: int =
         "-- the driver's prepared path under a stand-in name), and what the client got through the pooler and",
         "-- directly (two sessions). The harness opened no transaction of its own: a session of its own saw each",
         "-- step on the server (pg_stat_activity), and read the rows written back after the run.",
-        *_steps(f.ops, f.diffs, driver, f.comparison.results),
+        *_steps(f.ops, f.diffs, driver, f.comparison.results, b),
     ]
     for other in f.also:
         out += ["", f"-- Also, the same state shows as {other.signature} (through the pooler "
                 f"{other.comparison.subject_servers}):",
-                *_steps(other.ops, other.comparison.diffs, driver, other.comparison.results)]
+                *_steps(other.ops, other.comparison.diffs, driver, other.comparison.results, b)]
     return "\n".join(out) + "\n"
 
 

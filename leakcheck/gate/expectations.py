@@ -9,8 +9,9 @@ from pathlib import Path
 
 from leakcheck.config import inputs
 from leakcheck.gate.baseline import Expectation, Malformed, parse_text, render_json, render_toml
+from leakcheck.model.axes import outside_brackets
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import DRIVER_ID, driver_label, settings_label
+from leakcheck.model.target import DRIVER_ID, PAIR_JOIN, Application, driver_label, settings_label
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 
 __all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
@@ -20,31 +21,45 @@ __all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
 GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE,
                  Verdict.LOSES_WRITES)
 
-#: pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>][<settings>]/<probe>; a fleet's pooler
-#: is `pgbouncer1.24x2[...]` (two processes of one release) or `pgbouncer1.24+1.26[...]` (a rolling upgrade)
+#: One application in a key: <driver>[<major.minor>][<settings>].
+_APP = rf"{DRIVER_ID}(?:-?[0-9]+\.[0-9]+)?(?:\[[^\]/]*\])?"
+#: pg<major>/<pooler><major.minor>[<settings>]/<application>[+<application>]/<probe>: a mixed pair's A, then its
+#: B (`pgjdbc42.5+psycopg3.3`); a fleet's pooler is `pgbouncer1.24x2[...]` (two processes of one release) or
+#: `pgbouncer1.24+1.26[...]` (a rolling upgrade)
 _KEY = re.compile(r"pg[0-9]+/(?:[a-z]+[0-9]+\.[0-9]+(?:x[0-9]+|(?:\+[0-9]+\.[0-9]+)+)?(?:\[[^\]]*\])?|dsn-[^/]+)"
-                  rf"/{DRIVER_ID}(?:-?[0-9]+\.[0-9]+)?(?:\[[^\]/]*\])?/[A-Za-z0-9_.-]+")
+                  rf"/{_APP}(?:\{PAIR_JOIN}{_APP})?/[A-Za-z0-9_.-]+")
 _DRIVER = re.compile(rf"({DRIVER_ID})(?:-?[0-9]+(?:\.[0-9]+)*)?(\[.*\])?")
 _LAYOUT = 'format = 2, then tables such as ["pg16/pgbouncer1.24"."psycopg3.3"] with timezone = "isolated"'
 
 
+def _app_key(app: Application) -> str:
+    """An application as keys write it: the driver's major.minor and its settings axes."""
+    version = app.version.prefix(2) if app.version is not None else None
+    return f"{driver_label(app.driver.value, version)}{settings_label(app.settings)}"
+
+
 def key(outcome: Outcome) -> str:
     """The cell's gate key: the PostgreSQL major, the pooler's major.minor and its settings axes,
-    the driver's major.minor and its settings axes, the probe. Patch releases share expectations."""
+    the driver's major.minor and its settings axes (a mixed pair's A's, `+`, then B's), the probe.
+    Patch releases share expectations."""
     pooler = outcome.pooler.label(2) if outcome.pooler is not None else "-"
-    version = outcome.target.driver_version
-    driver = (f"{driver_label(outcome.driver.value, version.prefix(2) if version is not None else None)}"
-              f"{settings_label(outcome.target.driver_settings)}")
+    target = outcome.target
+    driver = _app_key(target.a_app) + (f"{PAIR_JOIN}{_app_key(target.b)}" if target.b is not None else "")
     return f"pg{outcome.pg.prefix(1)}/{pooler}/{driver}/{outcome.probe}"
 
 
 def any_driver_version(k: str) -> str:
     """The key for every release of the key's driver (its settings kept): `.../psycopg3.3/probe` ->
-    `.../psycopg/probe`, `.../pgjdbc42.5[prepareThreshold=0]/probe` -> `.../pgjdbc[prepareThreshold=0]/probe`."""
-    head, driver, probe = k.rsplit("/", 2)
+    `.../psycopg/probe`, `.../pgjdbc42.5[prepareThreshold=0]/probe` -> `.../pgjdbc[prepareThreshold=0]/probe`;
+    a pair's both: `.../pgjdbc42.5+psycopg3.3/probe` -> `.../pgjdbc+psycopg/probe`."""
+    head, drivers, probe = k.rsplit("/", 2)
+    return f"{head}/{PAIR_JOIN.join(_any_release(d) for d in outside_brackets(drivers, PAIR_JOIN))}/{probe}"
+
+
+def _any_release(driver: str) -> str:
     name, bracket, settings = driver.partition("[")
     found = _DRIVER.fullmatch(driver)  # pgx-v5-5.13 -> pgx-v5
-    return f"{head}/{found.group(1) if found else name.rstrip('0123456789.')}{bracket}{settings}/{probe}"
+    return f"{found.group(1) if found else name.rstrip('0123456789.')}{bracket}{settings}"
 
 
 def lookup(outcome: Outcome, expected: Mapping[str, Expectation]) -> Expectation | None:
@@ -118,7 +133,8 @@ def parse(text: str, where: str, hint: str) -> dict[str, Expectation]:
     for k in entries:
         if not _KEY.fullmatch(k):
             raise UsageError(f"{where} is not a leakcheck baseline (the key {k!r} is not "
-                             f"pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]/<probe>); {hint}")
+                             f"pg<major>/<pooler><major.minor>[<settings>]/<driver>[<major.minor>]/<probe>, a pair's "
+                             f"<driver>+<driver>); {hint}")
     return entries
 
 

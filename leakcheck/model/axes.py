@@ -8,6 +8,8 @@
 - `--driver-set DRIVER:NAME=V1,V2` (repeatable): a setting of a driver as an axis, crossed the same
   way (`pgjdbc:prepareThreshold=0,5`); which names a driver takes is the driver's business
   (drivers/clients.known_settings).
+- `--pairs=A+B,...`: mixed applications, A's driver and B's, each with its own settings in brackets,
+  one value each (`prisma[pgbouncer=true]+node-postgres`); config checks the names.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import PoolerKind, Setting
+from leakcheck.model.target import PAIR_JOIN, PoolerKind, Setting
 from leakcheck.model.versions import Spec, parse_spec, parse_spec_list
 
 #: How users may name each pooler kind (a running pooler is given with --pooled-dsn, not here).
@@ -125,6 +127,65 @@ def parse_driver_axis(raw: str, option: str = "--driver-set") -> DriverAxis:
         raise UsageError.bad_value(option, raw, f"values without '/', '[', ']' or ',' (ids and gate keys show "
                                    f"them; {bad[0]!r} has one)")
     return DriverAxis(driver.strip(), name.strip(), values)
+
+
+@dataclass(frozen=True)
+class PairSide:
+    """One side of a pair as written: the driver as --drivers takes it (an id or cmd:PATH) and its settings."""
+
+    driver: str
+    settings: tuple[Setting, ...] = ()
+
+
+PAIRS_SHAPE = ("A+B pairs, comma separated, each side a driver with optional settings in brackets, e.g. "
+               "pgjdbc+psycopg,prisma[pgbouncer=true]+node-postgres")
+_SIDE = re.compile(r"([^\[\]+,\s]+)(?:\[([^\[\]]*)\])?")
+
+
+def outside_brackets(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` outside brackets (a side's settings hold commas; a key's may hold `+`)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth = max(0, depth + (ch == "[") - (ch == "]"))
+        if ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
+
+
+def parse_pairs(raw: str, option: str = "--pairs") -> tuple[tuple[PairSide, PairSide], ...]:
+    """`pgjdbc+psycopg,prisma[pgbouncer=true]+node-postgres` -> each pair's sides, in the order given,
+    duplicates dropped. A setting is NAME=VALUE, one value (list a pair again for another value); a value
+    holds no '/', '[', ']', ',' or '+' (ids and gate keys show it)."""
+    if _CONTROL.search(raw):
+        raise UsageError.bad_value(option, raw, f"{PAIRS_SHAPE}, on one line")
+    out: list[tuple[PairSide, PairSide]] = []
+    for item in outside_brackets(raw, ","):
+        sides = outside_brackets(item.strip(), PAIR_JOIN)
+        if len(sides) != 2:
+            raise UsageError.bad_value(option, raw, f"{PAIRS_SHAPE} ({item.strip() or 'an empty item'!r} is not "
+                                       "two drivers joined by '+')")
+        pair = (_side(sides[0], option, raw), _side(sides[1], option, raw))
+        if pair not in out:
+            out.append(pair)
+    return tuple(out)
+
+
+def _side(text: str, option: str, raw: str) -> PairSide:
+    found = _SIDE.fullmatch(text.strip())
+    if found is None:
+        raise UsageError.bad_value(option, raw, f"{PAIRS_SHAPE} ({text.strip() or 'an empty side'!r} is not a "
+                                   "driver with optional [NAME=VALUE,...])")
+    settings: list[Setting] = []
+    for item in (found.group(2) or "").split(",") if found.group(2) is not None else ():
+        name, eq, value = item.partition("=")
+        if not eq or not _NAME.fullmatch(name.strip()) or not value.strip() or "+" in value or "/" in value:
+            raise UsageError.bad_value(option, raw, f"{PAIRS_SHAPE} (a setting is NAME=VALUE, one value without "
+                                       f"'/', '+' or ','; {item.strip()!r} is not)")
+        if any(n == name.strip() for n, _ in settings):
+            raise UsageError.bad_value(option, raw, f"{PAIRS_SHAPE} ({name.strip()} is given twice on one side)")
+        settings.append((name.strip(), value.strip()))
+    return PairSide(found.group(1), tuple(settings))
 
 
 def driver_combinations(axes: Sequence[DriverAxis], driver: str) -> list[tuple[Setting, ...]]:

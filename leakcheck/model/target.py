@@ -1,6 +1,6 @@
 """Where a probe runs, typed from end to end: a PostgreSQL, a pooler with its settings, a route,
-a driver at its version. Test ids, gate keys and reports read these fields; nothing parses them
-back out of strings (except `results`, which reads its own files)."""
+a driver at its version (and, in a mixed pair, B's own driver). Test ids, gate keys and reports read
+these fields; nothing parses them back out of strings (except `results`, which reads its own files)."""
 
 from __future__ import annotations
 
@@ -132,10 +132,32 @@ def config_stem(path: str) -> str:
 
 
 @dataclass(frozen=True)
+class Application:
+    """One client's application: its driver, the driver's release (None when unknown) and its settings
+    that differ from the driver's defaults. A mixed pair (`--pairs=A+B`) gives B one of its own."""
+
+    driver: Driver
+    version: Version | None = None
+    settings: tuple[Setting, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """As ids show it: `pgjdbc42.5.5[prepareThreshold=0]`."""
+        return f"{driver_label(self.driver.value, self.version)}{settings_label(self.settings)}"
+
+
+#: How ids, keys and columns join a mixed pair's two applications: A's first (`pgjdbc42.5.5+psycopg3.3.9`).
+#: No driver id, release or setting value holds it outside a setting's brackets.
+PAIR_JOIN = "+"
+
+
+@dataclass(frozen=True)
 class Target:
     """Where a probe runs: a PostgreSQL, a pooler (none on the direct and shared routes), a route,
     a driver, the driver's version (None when unknown, e.g. read from an older results file) and the
-    driver's settings axes (`--driver-set`; only the values that differ from the driver's defaults)."""
+    driver's settings axes (`--driver-set`; only the values that differ from the driver's defaults).
+    These are A's (and every client's but B's); `b` is B's own application in a mixed pair (`--pairs`),
+    None when B runs A's driver as it always did."""
 
     pg: Version
     pooler: Pooler | None
@@ -143,11 +165,28 @@ class Target:
     driver: Driver
     driver_version: Version | None = field(default=None)
     driver_settings: tuple[Setting, ...] = ()
+    b: Application | None = None
+
+    @property
+    def a_app(self) -> Application:
+        """A's application (every client's but B's in a pair)."""
+        return Application(self.driver, self.driver_version, self.driver_settings)
+
+    @property
+    def b_app(self) -> Application:
+        """B's application: its own in a pair, else A's."""
+        return self.b if self.b is not None else self.a_app
+
+    @property
+    def drivers(self) -> str:
+        """The driver ids without releases or settings: `psycopg`, a pair's `pgjdbc+psycopg`."""
+        return self.driver.value + (f"{PAIR_JOIN}{self.b.driver.value}" if self.b is not None else "")
 
     @property
     def client(self) -> str:
-        """The driver, its version and its settings as ids show them: `pgjdbc42.5.5[prepareThreshold=0]`."""
-        return f"{driver_label(self.driver.value, self.driver_version)}{settings_label(self.driver_settings)}"
+        """The driver, its version and its settings as ids show them: `pgjdbc42.5.5[prepareThreshold=0]`;
+        a pair's both, A's first: `pgjdbc42.5.5+psycopg3.3.9`."""
+        return self.a_app.label + (f"{PAIR_JOIN}{self.b.label}" if self.b is not None else "")
 
     def test_id(self, probe_id: str) -> str:
         parts = [f"pg{self.pg}"]

@@ -47,7 +47,8 @@ class Fact(StrEnum):
     #: a client was handed another server connection mid-session: its session state stayed with the old one
     MOVED = "moved"
     OTHER_RESULT = "other_result"  #: a call returned another client's result, not the caller's own
-    #: a client's call waited for a server connection another client's unfinished transaction held (the pool stalled)
+    #: a client's call did not return: it waited for a server connection another client's unfinished transaction
+    #: held (the pool stalled), or its driver retried for ever
     STALLED = "stalled"
     SILENT = "silent"  #: no error reached the application for what it lost (a write, its server, its result)
 

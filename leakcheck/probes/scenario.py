@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import Client, Row
-from leakcheck.model.errors import NotApplicable, ProbeError
+from leakcheck.model.errors import NotApplicable, ProbeError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Proof, Route, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
@@ -181,11 +181,18 @@ class Scenario:
     def _stalled(self, client: Client, step: str) -> None:
         """After a step ran out of time: when a server connection this scenario's clients used sits in a
         transaction nobody ended, the pool stalled (an outcome: Stalled, and the harness ends that backend);
-        else the step was only slow, and the timeout stays an error."""
+        when the client's own driver kept sending statements all along, its call never returns (a retry loop:
+        Stalled too); else the step was only slow, and the timeout stays an error."""
         if self.witness is None:
             return
         held = self.witness.holding({p.server for p in self.proofs})
         if not held:
+            mine = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
+            sent = self.witness.busy(mine) if mine is not None else None
+            if sent is not None:  # its driver kept sending statements all along: a retry that never ends
+                raise Stalled(f"{client.label}'s {step!r} did not return within {STEP_BOUND:.0f} s while its driver "
+                              f"kept sending statements on {mine} (the last: {one_line(sent, 120)!r}): the "
+                              "application's call never returned")
             return
         for server, _ in held:
             self.witness.terminate(server)

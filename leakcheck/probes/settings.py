@@ -107,7 +107,7 @@ async def datestyle(s: Scenario) -> Observation:
 
 @probe("intervalstyle", "IntervalStyle (tracked since 1.20 via track_extra_parameters)")
 async def intervalstyle(s: Scenario) -> Observation:
-    return await _parameter(s, "IntervalStyle", "iso_8601", None)
+    return await _parameter(s, "IntervalStyle", "sql_standard", None)  # ActiveRecord sets iso_8601 at connect
 
 
 @probe("application_name", "application_name (tracked by PgBouncer)")

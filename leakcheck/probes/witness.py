@@ -118,6 +118,14 @@ class Witness:
                                  ([s.pid for s in servers],)).fetchall()
         return [server for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
 
+    def busy(self, server: ServerId) -> str | None:
+        """The statement that backend started within the last two seconds, if it did: a driver that keeps
+        sending (a retry loop) while its caller waits."""
+        row = self.conn.execute(
+            f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) "
+            "AND query_start > clock_timestamp() - interval '2 seconds'", (server.pid, server.started)).fetchone()
+        return None if row is None else str(row[0] or "")
+
     def terminate(self, server: ServerId) -> None:
         """End that backend (the harness's own clean-up of a stalled pool: the probe has measured already)."""
         self.conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",

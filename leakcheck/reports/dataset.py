@@ -34,7 +34,7 @@ def render_dataset(outcomes: Sequence[Outcome], argv: Sequence[str], *, source: 
                    machine: str) -> dict[str, str]:
     """Every page of the dataset, by file name: the index, then one per driver."""
     pooled = [o for o in outcomes if o.route is Route.TRANSACTION]
-    drivers = list(dict.fromkeys(o.driver.value for o in outcomes))
+    drivers = list(dict.fromkeys(o.target.drivers for o in outcomes))  # a mixed pair has a page of its own
     poolers = list(dict.fromkeys(o.pooler.label() for o in pooled if o.pooler is not None))
     file = source.rsplit("/", 1)[-1]
     lines = [generated_by(argv), "", "# The measured dataset", "",
@@ -53,13 +53,13 @@ def render_dataset(outcomes: Sequence[Outcome], argv: Sequence[str], *, source: 
     for pooler in poolers:
         here = [o for o in pooled if o.pooler is not None and o.pooler.label() == pooler]
         lines.append(f"| {md_text(pooler)} | " + " | ".join(
-            _problems([o for o in here if o.driver.value == d]) or "-" for d in drivers) + " |")
+            _problems([o for o in here if o.target.drivers == d]) or "-" for d in drivers) + " |")
     lines += ["", "## Controls", ""]
     lines += [f"- {route.value} control ({CONTROL[route]}): {render_counts(c)}"
               for route in CONTROL_ROUTES if (c := [o for o in outcomes if o.route is route])]
     pages = {INDEX: "\n".join(lines) + "\n"}
     for driver in drivers:
-        own = [o for o in outcomes if o.driver.value == driver]
+        own = [o for o in outcomes if o.target.drivers == driver]
         pages[page_name(driver)] = render_measured(own, argv, source=source, date=date, machine=machine,
                                                    title=f"{driver}, measured")
     return pages

@@ -1,18 +1,18 @@
-"""The upgrade diff: what changes for each probe and driver from one cell to another (pure).
+"""The upgrade diff: what changes for each probe and driver (or mixed pair) from one cell to another (pure).
 
 Each side is a DiffSide (config/diff_sides.py: `pg16/pgbouncer1.24`, `pg16/odyssey1.5`,
-`pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]`); `pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]..
-pg16/pgbouncer1.24/pgjdbc` says whether that workaround is still needed there. Only what changes
-is shown, with both sides' evidence and the advice for the side you move to.
+`pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]`, a mixed pair `pg16/pgbouncer1.24/pgjdbc+psycopg`);
+`pg16/pgbouncer1.24/pgjdbc[prepareThreshold=0]..pg16/pgbouncer1.24/pgjdbc` says whether that
+workaround is still needed there. Only what changes is shown, with both sides' evidence and the
+advice for the side you move to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from leakcheck.config.diff_sides import DiffSide
-from leakcheck.model.target import Driver
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.reports.advice import advice
@@ -23,7 +23,7 @@ from leakcheck.reports.workarounds import workarounds
 @dataclass(frozen=True)
 class Change:
     probe: str
-    driver: Driver
+    driver: str  #: the driver, or a pair's both (`pgjdbc+psycopg`)
     before: Outcome | None
     after: Outcome | None
 
@@ -39,13 +39,12 @@ def _said(outcome: Outcome | None) -> str:
 def compare(outcomes: Iterable[Outcome], before: DiffSide, after: DiffSide) -> tuple[list[Change], int]:
     """The changes (a verdict or a fact differs, or one side did not measure it) and how many
     (probe, driver) pairs stayed the same. Where a prefix matches several releases, the newest counts."""
-    if bool(before.driver) != bool(after.driver):  # one side names a driver: the other means that driver too
-        before, after = (replace(c, driver=c.driver or before.driver or after.driver) for c in (before, after))
-    sides: list[dict[tuple[str, Driver], Outcome]] = [{}, {}]
+    before, after = before.naming(after), after.naming(before)
+    sides: list[dict[tuple[str, str], Outcome]] = [{}, {}]
     for outcome in outcomes:
         for side, cell in zip(sides, (before, after), strict=True):
             if cell.matches(outcome):
-                k = (outcome.probe, outcome.driver)
+                k = (outcome.probe, outcome.target.drivers)
                 held = side.get(k)
                 if held is None or _newer(outcome, held):
                     side[k] = outcome
@@ -80,14 +79,13 @@ def settings_notes(outcomes: Iterable[Outcome], before: DiffSide, after: DiffSid
     (reports/workarounds.py); nothing when they name no driver settings."""
     if not (before.driver_settings or after.driver_settings):
         return []
-    if bool(before.driver) != bool(after.driver):
-        before, after = (replace(c, driver=c.driver or before.driver or after.driver) for c in (before, after))
+    before, after = before.naming(after), after.naming(before)
     return workarounds(o for o in outcomes if before.matches(o) or after.matches(o))
 
 
-def grouped(changes: Sequence[Change]) -> list[tuple[Change, list[Driver]]]:
+def grouped(changes: Sequence[Change]) -> list[tuple[Change, list[str]]]:
     """Changes that differ only by driver, as one (the first driver's, with every driver named)."""
-    out: dict[tuple[str, str, str], tuple[Change, list[Driver]]] = {}
+    out: dict[tuple[str, str, str], tuple[Change, list[str]]] = {}
     for c in changes:
         out.setdefault((c.probe, _said(c.before), _said(c.after)), (c, []))[1].append(c.driver)
     return list(out.values())
@@ -100,7 +98,7 @@ def render_text(changes: Sequence[Change], same: int, before: DiffSide, after: D
     lines = [f"leakcheck diff {before.raw} -> {after.raw}: {len(changes)} changed, {same} the same", ""]
     for change, drivers in grouped(changes):
         mark = " [security]" if change.security else ""
-        who = "both drivers" if len(drivers) > 1 else drivers[0].value
+        who = "both drivers" if len(drivers) > 1 else drivers[0]
         lines.append(f"{change.probe}{mark} ({who}): {_said(change.before)} -> {_said(change.after)}")
         for side, outcome in (("before", change.before), ("after", change.after)):
             if outcome is not None:
@@ -128,7 +126,7 @@ def render_markdown(changes: Sequence[Change], same: int, before: DiffSide, afte
             worse = c.after is not None and c.after.verdict.is_problem and (
                 c.before is None or c.before.verdict is Verdict.ISOLATED)
             after_cell = f"**{_said(c.after)}**" if worse else _said(c.after)
-            lines.append(f"| {md_text(c.probe)}{' (security)' if c.security else ''} | {c.driver.value} | "
+            lines.append(f"| {md_text(c.probe)}{' (security)' if c.security else ''} | {c.driver} | "
                          f"{_said(c.before)} | {after_cell} |")
         lines.append("")
         for c in changes:
@@ -136,7 +134,7 @@ def render_markdown(changes: Sequence[Change], same: int, before: DiffSide, afte
             body = [f"before: {md_text(c.before.evidence)}" if c.before else "before: not measured",
                     f"after: {md_text(c.after.evidence)}" if c.after else "after: not measured",
                     *([f"advice: {md_advice(hint)}"] if hint else [])]
-            lines += [f"<details><summary>{c.probe} ({c.driver.value})</summary>", "", *body, "", "</details>"]
+            lines += [f"<details><summary>{c.probe} ({c.driver})</summary>", "", *body, "", "</details>"]
     if notes:
         lines += ["", "**Driver settings:**", "", *(f"- {md_text(n)}" for n in notes)]
     return "\n".join(lines).rstrip() + "\n"

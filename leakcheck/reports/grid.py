@@ -42,11 +42,11 @@ def pooled_column(o: Outcome) -> str:
 
 
 def canonical_order(outcomes: Iterable[Outcome]) -> list[Outcome]:
-    """By pooler kind, version, settings, then driver (the columns' order)."""
+    """By pooler kind, version, settings, then driver, a pair after its A's driver alone (the columns' order)."""
     def key(o: Outcome) -> tuple[object, ...]:
         p = o.pooler
         return ((p.kind.value, p.version.parts if p.version else (), p.settings, p.config) if p else (),
-                o.driver.value)
+                o.driver.value, o.target.b is not None)
     return sorted(outcomes, key=key)
 
 

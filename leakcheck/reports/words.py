@@ -53,7 +53,7 @@ FACT_MEANING = {
     Fact.DISCONNECTED: "a client's connection was closed under it",
     Fact.MOVED: "a client was handed another server connection mid-session: its session state stayed behind",
     Fact.OTHER_RESULT: "a call returned another client's result, not the caller's own",
-    Fact.STALLED: "a client waited for a server connection another client's unfinished transaction held",
+    Fact.STALLED: "a client's call did not return: the pool stalled, or its driver retried for ever",
     Fact.SILENT: "no error reached the application for what it lost",
 }
 

@@ -4,7 +4,8 @@ one run (pure).
 A workaround is a driver setting the matrix crossed (`--driver-set`) at a value other than the
 driver's default. On each cell (PostgreSQL, pooler, driver release and its other settings) it is
 compared, probe by probe, with the same cell at the driver's default, from measured verdicts only
-(an error or a skip on either side compares nothing):
+(an error or a skip on either side compares nothing; a mixed pair's settings are no crossed axis, so
+its cells are not compared):
 - needed: a probe is a problem (leaks, lost, breaks) at the default and not with the setting;
 - no longer needed: every probe measured on both sides is isolated at the default;
 - not enough: a probe is a problem with the setting too (and the setting is not needed for another).
@@ -46,7 +47,7 @@ TITLE = "Driver settings (--driver-set), each compared with the driver's default
 
 def workarounds(outcomes: Iterable[Outcome]) -> list[str]:
     """One line per (cell, workaround) the run can judge, in the order the outcomes came."""
-    measured = [o for o in outcomes if o.route is Route.TRANSACTION and gate_value(o.verdict)]
+    measured = [o for o in outcomes if o.route is Route.TRANSACTION and gate_value(o.verdict) and o.target.b is None]
     by_cell = {(o.pg, o.pooler, o.driver, o.target.driver_version, o.target.driver_settings, o.probe): o
                for o in measured}
     pairs: dict[_Where, list[tuple[str, Verdict, Verdict]]] = {}

@@ -3,7 +3,7 @@
 A test report carries its outcome as JUnit-style properties (`LeakItem.runtest` fills them), so the
 process that gets the reports (a serial run, or pytest-xdist's controller, which runs no test)
 knows every outcome. `--results=PATH.json` writes them for `leakcheck merge`; the layout,
-version 3:
+version 4:
 
     {"schema": "leakcheck-results", "version": 3,
      "outcomes": [{"probe": "statement_timeout", "pg": "16.14",
@@ -12,6 +12,7 @@ version 3:
                               "label": "pgbouncer1.24.1[max_prepared_statements=0]"},
                    "route": "transaction", "driver": "psycopg", "driver_version": "3.3.9",
                    "driver_settings": [["prepare_threshold", "None"]],
+                   "driver_b": {"driver": "pgjdbc", "version": "42.5.5", "settings": []},
                    "verdict": "leaks", "facts": ["leaked"], "security": false, "evidence": "A: SET ...",
                    "details": {"b_reported": "..."}, "advice": "Set statement_timeout per transaction ..."}, ...],
      "unmeasured": [{"test": "leakcheck::test_leak[...]", "why": "worker 'gw1' crashed ..."}]}
@@ -23,19 +24,22 @@ version 3:
   `label` what test ids show. `route` is transaction, session, direct or shared; `driver_version`
   the installed release (null when unknown); `driver_settings` the cell's driver settings axes
   (`--driver-set`) that differ from the driver's defaults, in the order given (empty: its
-  defaults); `verdict` isolated, leaks, lost, breaks, not_applicable, error or skipped; `facts`
-  any of broke, leaked, lost, misreported, recovered; `details` the parameter probes' extra properties
-  (names to strings); `advice` (added within version 2, optional)
-  what to do about this verdict in this cell, one line (`leakcheck.reports.advice`; code between
-  backticks), or null when there is nothing to do (isolated, skipped, every control). It is derived
-  from the fields above, so a reader ignores it: files without it are read the same.
+  defaults); `driver_b` (version 4, only in a mixed pair's outcome, `--pairs`) B's own driver, its
+  release (null when unknown) and its settings, the fields before it being A's; `verdict` isolated,
+  leaks, lost, breaks, not_applicable, error or skipped; `facts` any of broke, leaked, lost,
+  misreported, recovered; `details` the parameter probes' extra properties (names to strings);
+  `advice` (added within version 2, optional) what to do about this verdict in this cell, one line
+  (`leakcheck.reports.advice`; code between backticks), or null when there is nothing to do
+  (isolated, skipped, every control). It is derived from the fields above, so a reader ignores it:
+  files without it are read the same.
 - `unmeasured`: leak tests that failed without an outcome (a crashed xdist worker, a failed
   setup); they never pass a gate.
 
-Version 2 (no driver_settings: the drivers' defaults) and version 1 (PgBouncer only: `"bouncer":
-"1.24.1"` instead of `pooler`, no driver_version) are still read. A reader refuses any other
-schema or version (a one-line UsageError): a new field that changes what an outcome means gets a
-new version.
+A file without a pair is written as version 3 (the same layout without `driver_b`), so a leakcheck
+that reads version 3 reads it. Version 2 (no driver_settings: the drivers' defaults) and version 1
+(PgBouncer only: `"bouncer": "1.24.1"` instead of `pooler`, no driver_version) are still read. A
+reader refuses any other schema or version (a one-line UsageError): a new field that changes what an
+outcome means gets a new version.
 """
 
 from __future__ import annotations
@@ -50,22 +54,27 @@ from typing import Any
 from leakcheck.config import inputs
 from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import Pooler, PoolerKind, Setting
+from leakcheck.model.target import Application, Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Driver, Fact, Outcome, Route, Target, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.reports.advice import advice
 
 SCHEMA = "leakcheck-results"
-VERSION = 3
-#: Versions this leakcheck reads (1: PgBouncer only, no settings, no driver versions; 2: no driver settings).
-READS = (1, 2, 3)
+VERSION = 4
+#: The version of a file without a mixed pair: every field of VERSION but `driver_b`.
+WITHOUT_PAIRS = 3
+#: Versions this leakcheck reads (1: PgBouncer only, no settings, no driver versions; 2: no driver settings;
+#: 3: no pairs).
+READS = (1, 2, 3, 4)
 OPTION = "--results"
 
 #: The properties that make an outcome; any other property of a leak test is a detail (these are not).
 FIELDS = ("probe", "pg_version", "pooler_kind", "pooler_version", "pooler_settings", "pooler_config", "route",
           "driver", "driver_version", "driver_settings", "verdict", "evidence", "facts", "security")
-_NOT_DETAILS = frozenset({*FIELDS, "matrix_key", "pooler", "bouncer_version", "pooler_fleet"})
+#: A mixed pair's B (`--pairs`): only a pair's report carries them.
+PAIR_FIELDS = ("driver_b", "driver_b_version", "driver_b_settings")
+_NOT_DETAILS = frozenset({*FIELDS, *PAIR_FIELDS, "matrix_key", "pooler", "bouncer_version", "pooler_fleet"})
 _NONE = "-"  #: how a property says "empty" (no PgBouncer on a direct route, no facts)
 
 _ROUTE_ORDER = (Route.TRANSACTION, Route.DIRECT, Route.SHARED, Route.SESSION)
@@ -107,12 +116,24 @@ def properties(outcome: Outcome) -> list[tuple[str, str]]:
         ("bouncer_version", str(bouncer) if bouncer else _NONE),
         ("route", outcome.route.value), ("driver", outcome.driver.value),
         ("driver_version", str(version) if version else _NONE),
-        ("driver_settings", json.dumps([list(kv) for kv in outcome.target.driver_settings])
-         if outcome.target.driver_settings else _NONE),
+        ("driver_settings", _settings_property(outcome.target.driver_settings)),
+        *_pair_properties(outcome.target.b),
         ("verdict", outcome.verdict.value),
         ("evidence", outcome.evidence), ("facts", ",".join(outcome.facts) or _NONE),
         ("security", str(outcome.security).lower()), *outcome.details,
     ]
+
+
+def _settings_property(settings: tuple[Setting, ...]) -> str:
+    return json.dumps([list(kv) for kv in settings]) if settings else _NONE
+
+
+def _pair_properties(b: Application | None) -> list[tuple[str, str]]:
+    """A mixed pair's B as properties (PAIR_FIELDS); none for a single driver's test."""
+    if b is None:
+        return []
+    return [("driver_b", b.driver.value), ("driver_b_version", str(b.version) if b.version else _NONE),
+            ("driver_b_settings", _settings_property(b.settings))]
 
 
 def _version_or_none(text: str) -> Version | None:
@@ -145,8 +166,13 @@ def from_properties(props: Iterable[Sequence[object]]) -> Outcome | None:
         pooler = Pooler(PoolerKind(named["pooler_kind"]), _version_or_none(named["pooler_version"]), settings, config,
                         () if fleet == _NONE else tuple(Version.parse(v) for v in fleet.split(",")))
     driver_settings = () if named["driver_settings"] == _NONE else _settings(json.loads(named["driver_settings"]))
+    b = None
+    if "driver_b" in named:
+        b_settings = named.get("driver_b_settings", _NONE)
+        b = Application(Driver(named["driver_b"]), _version_or_none(named.get("driver_b_version", _NONE)),
+                        () if b_settings == _NONE else _settings(json.loads(b_settings)))
     target = Target(Version.parse(named["pg_version"]), pooler, Route(named["route"]), Driver(named["driver"]),
-                    _version_or_none(named["driver_version"]), driver_settings)
+                    _version_or_none(named["driver_version"]), driver_settings, b)
     return Outcome(
         probe=named["probe"], target=target, verdict=Verdict(named["verdict"]),
         evidence=named["evidence"], details=tuple(details),
@@ -171,8 +197,10 @@ def canonical(outcomes: Iterable[Outcome]) -> list[Outcome]:
     def key(o: Outcome) -> tuple[Any, ...]:
         p = o.pooler
         pooler = (p.kind.value, p.version.parts if p.version else (), p.settings, p.config) if p else ()
+        b = o.target.b
+        paired = (b.driver.value, b.version.parts if b.version else (), b.settings) if b is not None else ()
         return (_ROUTE_ORDER.index(o.route), o.pg.parts, pooler, o.driver.value,
-                o.target.driver_version.parts if o.target.driver_version else (), o.target.driver_settings,
+                o.target.driver_version.parts if o.target.driver_version else (), o.target.driver_settings, paired,
                 _PROBE_ORDER.get(o.probe, len(_PROBE_ORDER)), o.probe)
 
     return sorted(outcomes, key=key)
@@ -217,7 +245,7 @@ def dumps(results: Results) -> str:
     """The file text (ASCII JSON, outcomes in canonical order, so equal runs give equal files)."""
     body = {
         "schema": SCHEMA,
-        "version": VERSION,
+        "version": VERSION if any(o.target.b is not None for o in results.outcomes) else WITHOUT_PAIRS,
         "outcomes": [_outcome_json(o) for o in canonical(results.outcomes)],
         "unmeasured": [{"test": u.test, "why": u.why} for u in sorted(results.unmeasured, key=lambda u: u.test)],
     }
@@ -238,9 +266,15 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
         "probe": o.probe, "pg": str(o.pg), "pooler": pooler_json(o.pooler), "route": o.route.value,
         "driver": o.driver.value, "driver_version": str(version) if version else None,
         "driver_settings": [list(kv) for kv in o.target.driver_settings],
+        **({"driver_b": _application_json(o.target.b)} if o.target.b is not None else {}),
         "verdict": o.verdict.value, "facts": [f.value for f in o.facts], "security": o.security,
         "evidence": o.evidence, "details": dict(o.details), "advice": advice(o),
     }
+
+
+def _application_json(app: Application) -> dict[str, Any]:
+    return {"driver": app.driver.value, "version": str(app.version) if app.version else None,
+            "settings": [list(kv) for kv in app.settings]}
 
 
 def save(path: Path, results: Results) -> str:
@@ -354,7 +388,7 @@ def _outcome(data: Any) -> Outcome:
     if "pooler" in data:  # version 2
         target = Target(Version.parse(_text(data, "pg")), _pooler(data["pooler"]), Route(_text(data, "route")),
                         Driver(_id(data, "driver", _DRIVER_ID)), _optional_version(data.get("driver_version")),
-                        _settings(data.get("driver_settings", [])))
+                        _settings(data.get("driver_settings", [])), _application(data.get("driver_b")))
     else:  # version 1: PgBouncer only
         bouncer = _text(data, "bouncer")
         pooler = Pooler(PoolerKind.PGBOUNCER, Version.parse(bouncer)) if bouncer else None
@@ -365,6 +399,16 @@ def _outcome(data: Any) -> Outcome:
         evidence=_text(data, "evidence"), details=tuple((str(k), _text(details, k)) for k in details),
         facts=tuple(Fact(f) for f in facts), security=security,
     )
+
+
+def _application(data: Any) -> Application | None:
+    """A mixed pair's B (`driver_b`, version 4); None when absent or null (a single driver's outcome)."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise TypeError(f"driver_b is {type(data).__name__}, not an object")
+    return Application(Driver(_id(data, "driver", _DRIVER_ID)), _optional_version(data.get("version")),
+                       _settings(data.get("settings", [])))
 
 
 def _optional_version(value: Any) -> Version | None:

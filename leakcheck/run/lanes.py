@@ -77,11 +77,12 @@ def staggered(lanes: Sequence[Sequence[Work]], jobs: int) -> list[list[Work]]:
 
 
 def lane_of(probe: Probe, target: Target) -> LaneKey:
-    """Runs that share a pooler process share a lane; every run through a running pooler (--pooled-dsn)
-    shares one lane, whatever its driver: its server connections are the same for all of them."""
+    """Runs that share a pooler process share a lane (runner.pooler_lane: one per driver, a pair's both); every
+    run through a running pooler (--pooled-dsn) shares one lane, whatever its driver: its server connections are
+    the same for all of them."""
     if is_running_pooler(target):
         return ("running pooler", target.pooler)
-    return (target.pg, target.pooler, target.route, target.driver, pool_settings(probe, target))
+    return (target.pg, target.pooler, target.route, target.drivers, pool_settings(probe, target))
 
 
 class Lanes:

@@ -20,7 +20,7 @@ from leakcheck.model.axes import (
     driver_combinations,
 )
 from leakcheck.model.errors import LeakcheckError, UsageError
-from leakcheck.model.target import Driver, Pooler, PoolerKind, Setting
+from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Outcome, Route, Target
 from leakcheck.model.versions import Spec, Version
 from leakcheck.probes import witness as witnesses
@@ -119,6 +119,18 @@ def driver_cells(drivers: Sequence[Driver], axes: Sequence[DriverAxis],
     return list(dict.fromkeys(out))
 
 
+#: A cell's clients: A's driver, release and settings (every client's but B's), and B's own application in a
+#: mixed pair (None: B runs A's).
+ClientCell = tuple[Driver, Version | None, tuple[Setting, ...], Application | None]
+
+
+def client_cells(config: Config, version: Callable[[Driver], Version | None]) -> list[ClientCell]:
+    """--drivers' cells (driver_cells), then each --pairs pair with both sides at their releases."""
+    out: list[ClientCell] = [(d, v, s, None) for d, v, s in driver_cells(config.drivers, config.driver_axes, version)]
+    out += [(a.driver, version(a.driver), a.settings, replace(b, version=version(b.driver))) for a, b in config.pairs]
+    return list(dict.fromkeys(out))
+
+
 @dataclass
 class MatrixRun:
     config: Config
@@ -188,15 +200,15 @@ class MatrixRun:
             return self._running_pooler_targets()
         pgs = list(dict.fromkeys(self._pg(s) for s in self.config.pg))
         poolers = self.poolers()
-        drivers = driver_cells(self.config.drivers, self.config.driver_axes, driver_version)
-        out = [Target(pg, p, Route.TRANSACTION, d, v, s) for pg in pgs for p in poolers for d, v, s in drivers]
+        drivers = client_cells(self.config, driver_version)
+        out = [Target(pg, p, Route.TRANSACTION, d, v, s, b) for pg in pgs for p in poolers for d, v, s, b in drivers]
         if self.config.controls:
-            out += [Target(pg, None, route, d, v, s) for route in (Route.DIRECT, Route.SHARED)
-                    for pg in pgs for d, v, s in drivers]
+            out += [Target(pg, None, route, d, v, s, b) for route in (Route.DIRECT, Route.SHARED)
+                    for pg in pgs for d, v, s, b in drivers]
             # The session control runs each pooler cell in session mode: a pool_mode axis makes no other one.
             session = list(dict.fromkeys(
                 replace(p, settings=tuple(kv for kv in p.settings if kv[0] != "pool_mode")) for p in poolers))
-            out += [Target(pg, p, Route.SESSION, d, v, s) for pg in pgs for p in session for d, v, s in drivers]
+            out += [Target(pg, p, Route.SESSION, d, v, s, b) for pg in pgs for p in session for d, v, s, b in drivers]
         return out
 
     def _pg(self, spec: Spec, given: str | None = None) -> Version:
@@ -211,10 +223,11 @@ class MatrixRun:
         (there is no session-mode control: leakcheck cannot change that pooler's mode)."""
         pg = self._pg(Spec("server"), "the PostgreSQL behind --pooled-dsn")
         pooler = Pooler(PoolerKind.RUNNING, None, config=self.config.dsn_name)
-        drivers = driver_cells(self.config.drivers, self.config.driver_axes, driver_version)
-        out = [Target(pg, pooler, Route.TRANSACTION, d, v, s) for d, v, s in drivers]
+        drivers = client_cells(self.config, driver_version)
+        out = [Target(pg, pooler, Route.TRANSACTION, d, v, s, b) for d, v, s, b in drivers]
         if self.config.controls and self.config.direct_dsn is not None:
-            out += [Target(pg, None, route, d, v, s) for route in (Route.DIRECT, Route.SHARED) for d, v, s in drivers]
+            out += [Target(pg, None, route, d, v, s, b) for route in (Route.DIRECT, Route.SHARED)
+                    for d, v, s, b in drivers]
         return out
 
     def items(self) -> list[tuple[str, Probe, Target]]:

@@ -63,9 +63,9 @@ def subject_mode(pooler: Pooler | None) -> PoolMode:
 
 
 def pooler_lane(target: Target) -> str:
-    """Which of a cell's pooler processes a run uses: one per driver and route (the probes and the
-    session control may ask for the same pool settings, e.g. pgpool-II's only mode)."""
-    return f"{target.driver.value}/{target.route.value}"
+    """Which of a cell's pooler processes a run uses: one per driver (a pair's both) and route (the probes
+    and the session control may ask for the same pool settings, e.g. pgpool-II's only mode)."""
+    return f"{target.drivers}/{target.route.value}"
 
 
 def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
@@ -75,16 +75,19 @@ def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
         # In session mode a pool of one makes B wait for A to leave: give each client its own place
         # (a hand-over's B connects once A has left: a pool of one makes the pooler hand it A's server).
         size = probe.pool_size if mode is not PoolMode.SESSION or probe.handover else max(SESSION_POOL, probe.pool_size)
-        return PoolSettings(mode, size, ignored_startup(target.driver))
+        return PoolSettings(mode, size, ignored_startup(target.driver, target.b_app.driver))
     if target.route is Route.SESSION:
-        return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size), ignored_startup(target.driver))
+        return PoolSettings(PoolMode.SESSION, max(SESSION_POOL, probe.pool_size),
+                            ignored_startup(target.driver, target.b_app.driver))
     return None
 
 
-def ignored_startup(driver: Driver) -> tuple[str, ...]:
-    """The startup parameters the driver sends that PgBouncer must be told to ignore (pgjdbc's extra_float_digits)."""
-    agent = shipped(driver.value)
-    return agent.spec.ignored_startup if agent is not None else ()
+def ignored_startup(*drivers: Driver) -> tuple[str, ...]:
+    """The startup parameters the drivers send that PgBouncer must be told to ignore (pgjdbc's
+    extra_float_digits): each driver's, once, in order (a pair's two drivers share one pooler)."""
+    found = [name for d in dict.fromkeys(drivers) if (agent := shipped(d.value)) is not None
+             for name in agent.spec.ignored_startup]
+    return tuple(dict.fromkeys(found))
 
 
 @contextlib.contextmanager
@@ -145,21 +148,29 @@ async def _measure(
     where = addresses[0].as_user(role)
     b_where = (addresses[0] if probe.fleet else addresses[1 % len(addresses)]).as_user(role)
     running = is_running_pooler(target)
-    settings = target.driver_settings  # the cell's --driver-set values: every client of the cell has them
+    settings = target.driver_settings  # the cell's --driver-set values: every client of A's driver has them
+    # B's application: its own driver and settings in a mixed pair (--pairs), else A's. A, C (a third, direct
+    # session) and H (Odyssey's holder, one more client of A's pool) run A's; O, the harness's, psycopg.
+    b_app = target.b_app
+
+    def connect_b(at: Endpoint) -> Awaitable[Client]:
+        return connect(b_app.driver, "B", at, b_app.settings)
+
     a = await _connect_a(probe, target, where)
     try:
         if endpoint.dsn:  # a server the user gave (--pooled-dsn, --direct-dsn): has it what the probe uses?
             await running_pooler.check_needs(probe, a)
         if running:
             await running_pooler.discard(a)
-            b = await running_pooler.share_a_server(a, lambda: connect(target.driver, "B", where, settings))
-        # The positive control: B drives A's very session. Elsewhere B is its own application.
+            b = await running_pooler.share_a_server(a, lambda: connect_b(where))
+        # The positive control: B drives A's very session (a pair's too: one connection is one driver, A's).
+        # Elsewhere B is its own application.
         elif target.route is Route.SHARED:
             b = a.alias("B")
         elif probe.handover:  # B connects when A has left (Scenario.hand_over)
             b = NotYet()
         else:
-            b = await connect(target.driver, "B", b_where, settings)
+            b = await connect_b(b_where)
     except BaseException:
         await _close(a)
         raise
@@ -175,10 +186,10 @@ async def _measure(
     observer = ((lambda: connect(Driver.PSYCOPG, "O", where.as_user(APP_ROLE)))
                 if shares_servers(probe, target) and not running else None)
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
-                        next_b=lambda: connect(target.driver, "B", where, settings), addresses=addresses, holder=holder,
+                        next_b=lambda: connect_b(where), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
                         resets_configured=resets_after_transaction(target),
-                        clients_are_agents=not target.driver.native)
+                        clients_are_agents=not (target.driver.native and b_app.driver.native))
     try:
         try:
             observation = await probe.body(scenario)

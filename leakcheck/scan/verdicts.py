@@ -96,10 +96,10 @@ def cells_of(results: Results, where: str, selection: Selection) -> Results:
     if not cells:
         raise UsageError(f"--results={where} holds no outcome through a pooler for the target cells "
                          f"({selection.describe()}); give a results file of those cells, or name cells it holds")
-    seen = {(o.pg, o.driver, o.target.driver_settings) for o in cells}
+    seen = {(o.pg, o.driver, o.target.driver_settings, o.target.b) for o in cells}
     poolers = {o.pooler for o in cells}
     controls = [o for o in results.outcomes if o.route.is_control
-                and (o.pg, o.driver, o.target.driver_settings) in seen
+                and (o.pg, o.driver, o.target.driver_settings, o.target.b) in seen
                 and (o.route is not Route.SESSION or o.pooler in poolers)]
     return Results(tuple(cells + controls), results.unmeasured)
 

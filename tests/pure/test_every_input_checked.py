@@ -27,16 +27,16 @@ BAD = {
     "--results": "/proc/x.json", "--report-html": "/proc/x.html", "--report-md": "/proc/x.md", "--jobs": "0",
     "--pg-image": "bad image", "--bouncer-image": "bad image", "--odyssey-image": "bad image",
     "--pgpool-image": "bad image", "--bouncer-set": "nosuchsetting", "--pooler-set": "x",
-    "--driver-set": "psycopg:nosuch=1", "--update": "maybe",
+    "--driver-set": "psycopg:nosuch=1", "--update": "maybe", "--pairs": "pgjdbc+",
 }
 #: Options that only go with --pooled-dsn (their bad value is tried there).
 WITH_DSN = ("--direct-dsn", "--dsn-name")
 TABLE = ([(flag, ini) for flag, ini, *_ in OPTIONS] + [(flag, ini) for flag, ini, _ in LIST_OPTIONS]
          + [(flag, ini) for flag, ini, _ in FLAG_OPTIONS])
 #: A bad value for each top-level key of a matrix file.
-BAD_MATRIX = {"pg": '"sixteen"', "drivers": '"perl"', "probes": '"nope"', "controls": '"maybe"',
-              "expect": '"/nonexistent/e.toml"', "record": '"/proc/x.toml"', "require": '"nope"', "backend": '"cloud"',
-              "results": '"/proc/x.json"', "jobs": '"0"'}
+BAD_MATRIX = {"pg": '"sixteen"', "drivers": '"perl"', "pairs": '["pgjdbc+perl"]', "probes": '"nope"',
+              "controls": '"maybe"', "expect": '"/nonexistent/e.toml"', "record": '"/proc/x.toml"', "require": '"nope"',
+              "backend": '"cloud"', "results": '"/proc/x.json"', "jobs": '"0"'}
 #: A bad value for each LEAKCHECK_* variable the package reads.
 BAD_ENV = {"LEAKCHECK_CACHE": "/proc/leakcheck-cache", "LEAKCHECK_RUN_AS": "no-such-user-here",
            "LEAKCHECK_PGBOUNCER_TARBALLS": "/nonexistent/tarballs", "LEAKCHECK_PGBOUNCER_URL": "ftp://mirror/x",

@@ -33,7 +33,7 @@ def outcomes() -> tuple[Outcome, ...]:
 
 def test_the_results_file_carries_advice_per_outcome_within_its_version() -> None:
     data = json.loads(results.dumps(Results(outcomes())))
-    assert data["version"] == results.VERSION
+    assert data["version"] == results.WITHOUT_PAIRS  # no pair among them: readable by a leakcheck of version 3
     advice = {(o["probe"], o["route"]): o["advice"] for o in data["outcomes"]}
     assert advice[("statement_timeout", "transaction")].startswith("Set statement_timeout per transaction")
     assert advice[("timezone", "transaction")] is None and advice[("timezone", "shared")] is None

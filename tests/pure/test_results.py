@@ -175,7 +175,7 @@ def _one(**changed: object) -> str:
         ("{", "is not JSON"),
         ("[]", "schema is 'list'"),
         ('{"format": 1, "verdicts": {}}', "schema is None"),  # a matrix file is not a results file
-        ('{"schema": "leakcheck-results", "version": 4, "outcomes": []}', "is version 4 of leakcheck-results"),
+        ('{"schema": "leakcheck-results", "version": 5, "outcomes": []}', "is version 5 of leakcheck-results"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": {}}', "outcomes and unmeasured must be lists"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x"}]}', "a malformed entry"),
         ('{"schema": "leakcheck-results", "version": 1, "outcomes": [{"probe": "x", "pg": "16", "bouncer": "",'

@@ -6,7 +6,8 @@
 # session up as in any Rails application: client_min_messages, standard_conforming_strings, timezone UTC,
 # intervalstyle iso_8601); close = remove_connection.
 # query and execute = execute(sql) (the simple query protocol, no named statement; query's values read
-# from their text form); prepared = select_all("#{sql} LIMIT $1", binds, preparable)
+# from their text form); prepared = select_all("#{sql} LIMIT $1", binds, preparable) (a write: exec_query with
+# `RETURNING $1`, as `create` binds its values)
 # as a relation's `.limit(n)` sends it: with prepared_statements (the default) through the adapter's
 # statement pool, named a1, a2... per connection; without, an unnamed statement with its bind.
 # free: ActiveRecord drops only all its statements (clear_cache!), never one: unsupported.
@@ -101,10 +102,8 @@ class Agent
     when "query" then answer["rows"] = texts(@conn.execute(sql))
     when "execute" then @conn.execute(sql).clear
     when "prepared"
-      limited = "#{sql.strip.chomp(';')} LIMIT $1"
-      bind = ActiveRecord::Relation::QueryAttribute.new("LIMIT", LIMIT, ActiveModel::Type::Integer.new)
       result = nil
-      (request["times"] || 1).times { result = @conn.select_all(limited, "SQL", [bind], preparable: true) }
+      (request["times"] || 1).times { result = prepared(sql) }
       answer["rows"] = rows(result)
     when "free" then raise Unsupported, "ActiveRecord drops all its prepared statements (clear_cache!), never one"
     when "begin" then @conn.begin_db_transaction
@@ -112,6 +111,18 @@ class Agent
     when "rollback" then @conn.exec_rollback_db_transaction
     else raise Usage, "unknown op #{op}"
     end
+  end
+
+  # A read as a relation's `.limit(n)` sends it (LIMIT bound as $1); a write as `create` sends one, its
+  # value bound (`RETURNING $1`): with a bind, ActiveRecord's statement pool prepares it (a1, a2...).
+  def prepared(sql)
+    text = sql.strip.chomp(";")
+    if text.match?(/\A(INSERT|UPDATE|DELETE)\b/i)
+      bind = ActiveRecord::Relation::QueryAttribute.new("returned", 1, ActiveModel::Type::Integer.new)
+      return @conn.exec_query("#{text} RETURNING $1::int", "SQL", [bind], prepare: true)
+    end
+    bind = ActiveRecord::Relation::QueryAttribute.new("LIMIT", LIMIT, ActiveModel::Type::Integer.new)
+    @conn.select_all("#{text} LIMIT $1", "SQL", [bind], preparable: true)
   end
 
   def connect(request)

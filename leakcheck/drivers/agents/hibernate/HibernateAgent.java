@@ -48,6 +48,7 @@ import org.springframework.orm.jpa.SharedEntityManagerCreator;
 import org.springframework.transaction.PlatformTransactionManager;
 import org.springframework.transaction.TransactionStatus;
 import org.springframework.transaction.support.DefaultTransactionDefinition;
+import org.springframework.transaction.support.TransactionTemplate;
 
 @Configuration(proxyBeanMethods = false)
 @ImportAutoConfiguration(HibernateJpaAutoConfiguration.class) // what @SpringBootApplication applies for JPA; none else
@@ -193,7 +194,17 @@ public class HibernateAgent {
                 boot();
                 int times = request.get("times") == null ? 1 : ((Number) request.get("times")).intValue();
                 List<?> result = List.of();
-                for (int i = 0; i < times; i++) result = entities.createNativeQuery(sql).getResultList();
+                boolean reads = sql.strip().toLowerCase().startsWith("select");
+                for (int i = 0; i < times; i++) {
+                    if (reads) {
+                        result = entities.createNativeQuery(sql).getResultList();
+                    } else if (open != null) {  // a write inside the transaction begin opened
+                        entities.createNativeQuery(sql).executeUpdate();
+                    } else {  // a write outside one: JPA wants a transaction, a @Transactional method's own
+                        new TransactionTemplate(transactions).executeWithoutResult(
+                                status -> entities.createNativeQuery(sql).executeUpdate());
+                    }
+                }
                 List<Object> rows = new ArrayList<>();
                 for (Object row : result) rows.add(row instanceof Object[] ? Agent.elements(row) : Agent.elements(new Object[] {row}));
                 answer.put("rows", rows);
