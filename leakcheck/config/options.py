@@ -38,8 +38,8 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--dsn-name", "leakcheck_dsn_name", "with --pooled-dsn: the pooler's name in test ids and gate keys "
      "(default: its host and port)", None),
     ("--drivers", "leakcheck_drivers", "drivers to run: psycopg, asyncpg, the shipped agents node-postgres, "
-     "postgres-js, pgjdbc, pdo, ruby-pg, pgx, the ORMs django, sqlalchemy, activerecord, or cmd:PATH, a team's "
-     "own agent (docs/agent-protocol.md) "
+     "postgres-js, pgjdbc, pgjdbc-maven, pdo, ruby-pg, pgx, pgx-v5, sqlx, tokio-postgres, the ORMs django, "
+     "sqlalchemy, activerecord, prisma, hibernate, or cmd:PATH, a team's own agent (docs/agent-protocol.md) "
      "(default psycopg,asyncpg; none when --pairs is given without it)", "psycopg,asyncpg"),
     ("--pairs", "leakcheck_pairs", "mixed applications on one pool, A+B, comma separated: A's driver and B's, each "
      "as --drivers names it with its own settings in brackets, one value each, e.g. pgjdbc+psycopg,"

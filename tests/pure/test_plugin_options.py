@@ -1,6 +1,7 @@
 """The pytest plugin, driven with pytester: options, errors, and what runs by default."""
 
 import os
+import re
 
 import pytest
 
@@ -106,3 +107,12 @@ def test_a_matrix_run_leaves_no_pytest_cache_in_the_folder_it_is_typed_in(
     pytester.makepyfile(test_here="def test_here(): pass\n")
     pytester.runpytest_inprocess("test_here.py")
     assert (pytester.path / ".pytest_cache").is_dir()
+
+
+def test_the_drivers_help_names_every_driver_drivers_takes() -> None:
+    from leakcheck.config.options import OPTIONS
+    from leakcheck.drivers.agents.catalogue import known_drivers
+
+    text = next(help_text for flag, _, help_text, _ in OPTIONS if flag == "--drivers")
+    named = set(re.findall(r"[a-z][a-z0-9-]*", text))
+    assert [d for d in known_drivers() if d not in named] == []
