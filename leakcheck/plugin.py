@@ -15,21 +15,23 @@ from leakcheck.config import preflight
 from leakcheck.config.config import Config, matrix_asked
 from leakcheck.config.options import add_options
 from leakcheck.gate import expectations, record
-from leakcheck.gate.diff import run_diff_lines
-from leakcheck.gate.judge import Kind
+from leakcheck.gate.judge import Kind, Policy, judge, policy_of
 from leakcheck.model.errors import LeakcheckError
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.verdicts import Route, Target, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.host.system import cache_path
 from leakcheck.provision.host.timing import mark
 from leakcheck.reports.about import About
-from leakcheck.reports.safe_text import terminal_safe
+from leakcheck.reports.diff import run_diff_lines
 from leakcheck.reports.terminal import render_legend, render_matrix
 from leakcheck.results import gather, outputs, results
 from leakcheck.run import progress, signals
 from leakcheck.run.matrix import MatrixRun
 
 RUN = pytest.StashKey[MatrixRun]()
+#: What the leak tests are held to (--expect, --require, --update), read before any server starts.
+POLICY = pytest.StashKey[Policy]()
 #: What --record and --results did (or why they did not), for the terminal summary.
 RECORDED = pytest.StashKey[list[str]]()
 #: Every outcome, from the test reports (a serial run's own, or under pytest-xdist every worker's).
@@ -117,8 +119,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(shown.close)  # last (cleanups run last-in first): shows what is still waiting
     config.add_cleanup(progress.show(shown))  # hidden after run.close, whose lines it shows
     run = MatrixRun(settings)
-    try:  # the environment, the server user, TMPDIR, --expect and --record: once, before any server
-        run.expected = preflight.check(settings, run.choice[0]).expected
+    try:  # the environment, the server user, TMPDIR and --expect: once, before any server
+        preflight.check(settings, run.choice[0])
+        config.stash[POLICY] = policy_of(settings)
     except LeakcheckError as exc:
         raise pytest.UsageError(terminal_safe(exc)) from None
     # SIGTERM (CI cancelling a job), SIGHUP (terminal closed) and SIGQUIT clean up like Ctrl-C does;
@@ -175,7 +178,7 @@ class LeakItem(pytest.Item):
         self.user_properties.extend(results.properties(outcome))
         if self.matrix.config.expect is not None and not outcome.route.is_control:
             self.user_properties.append(("matrix_key", expectations.key(outcome)))
-        judged = self.matrix.judge(self.probe, outcome)
+        judged = judge(self.probe, outcome, self.config.stash[POLICY])
         if judged.kind is Kind.FAILED:
             raise LeakFound(judged.message)
         if judged.kind is Kind.ACCEPTED:  # an expected failure: the baseline or the policy accepts it

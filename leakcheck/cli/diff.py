@@ -17,13 +17,14 @@ from pathlib import Path
 from leakcheck.cli.run import measure
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
+from leakcheck.config.diff_sides import DiffSide, parse_side
+from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.drivers.agents.team import PREFIX, is_team, registered, spelled, team_driver
-from leakcheck.gate import record
-from leakcheck.gate.diff import Cell, compare, parse_cell, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.model.errors import UsageError
+from leakcheck.model.safe_text import encodable, terminal_safe
 from leakcheck.model.target import PAIR_JOIN, settings_label
 from leakcheck.model.verdicts import Driver, Outcome, Verdict
-from leakcheck.reports.safe_text import encodable, terminal_safe
+from leakcheck.reports.diff import compare, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.results.results import combine, load
 from leakcheck.run.matrix import MatrixRun
 
@@ -49,10 +50,10 @@ def main(args: argparse.Namespace) -> int:
     for name in args.drivers.split(","):  # a team agent's hello first: a cell's settings meet its defaults
         if is_team(name.strip()):
             team_driver(name.strip(), "--drivers")
-    before, after = parse_cell(args.before, "FROM"), parse_cell(args.after, "TO")
+    before, after = parse_side(args.before, "FROM"), parse_side(args.after, "TO")
     saved = combine([(str(p), load(p, "--results")) for p in args.results]).outcomes if args.results else ()
     if args.md is not None:
-        record.check_writable(args.md, "--md", "diff.md")
+        check_writable(args.md, "--md", "diff.md")
     outcomes: list[Outcome] = list(saved)
     for cell in sides_measured(outcomes, [before, after]):
         outcomes += _run(cell, args)
@@ -63,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
     notes = settings_notes(outcomes, before, after)
     print(terminal_safe(render_text(changes, same, before, after, notes)), end="")
     if args.md is not None:
-        record.write_atomic(args.md, encodable(render_markdown(changes, same, before, after, notes)))
+        write_atomic(args.md, encodable(render_markdown(changes, same, before, after, notes)))
         print(f"leakcheck: wrote the diff to {args.md}")
     errors = [o for o in outcomes if o.verdict is Verdict.ERROR and (before.matches(o) or after.matches(o))]
     if errors:
@@ -72,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
-def _run(cell: Cell, args: argparse.Namespace) -> list[Outcome]:
+def _run(cell: DiffSide, args: argparse.Namespace) -> list[Outcome]:
     """One side, measured now: its PostgreSQL, its pooler with its settings, its driver with its
     settings, or its mixed pair (else --drivers)."""
     axes = "\n".join(f"{cell.kind.value}:{name}={value}" for name, value in cell.settings) or None

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 
 from leakcheck.model.errors import LeakcheckError
-from leakcheck.reports.safe_text import terminal_safe
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.run import signals
 
 EXIT_USAGE = 4  # as pytest's (and the plugin's): a value that cannot be understood or obtained

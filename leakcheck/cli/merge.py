@@ -18,11 +18,11 @@ from leakcheck.gate import expectations
 from leakcheck.gate.expectations import Expectation
 from leakcheck.gate.judge import Judgement, Kind, Policy, judge
 from leakcheck.model.errors import UsageError
+from leakcheck.model.safe_text import terminal_safe, xml_safe
 from leakcheck.model.verdicts import Outcome
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
 from leakcheck.reports.about import About, releases
-from leakcheck.reports.safe_text import terminal_safe, xml_safe
 from leakcheck.reports.terminal import render_legend, render_matrix
 from leakcheck.results import outputs
 from leakcheck.results.results import Results, combine, load, name_of, properties

@@ -21,10 +21,11 @@ from leakcheck.cli import merge
 from leakcheck.config import preflight
 from leakcheck.config.config import Config, repeated
 from leakcheck.config.options import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
-from leakcheck.gate.diff import run_diff_lines
+from leakcheck.gate.judge import Policy, policy_of
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.verdicts import Outcome, Target
 from leakcheck.reports.about import About
-from leakcheck.reports.safe_text import terminal_safe
+from leakcheck.reports.diff import run_diff_lines
 from leakcheck.reports.terminal import render_counts, use_color
 from leakcheck.results import outputs
 from leakcheck.results.results import Results, canonical
@@ -62,14 +63,15 @@ def run_matrix(raw: dict[str, str | None], junit_to: Path | None = None) -> int:
     """The run of these options (ini keys to values): checked, measured, reported, its files written."""
     config = Config.from_strings(raw, junitxml=junit_to)
     run = MatrixRun(config)
-    run.expected = preflight.check(config, run.choice[0]).expected  # every input, before any server
+    preflight.check(config, run.choice[0])  # every input, before any server
+    policy = policy_of(config)
     outputs.check(outputs.of_config(config, junit_to))
     log.info(run.why)
     try:
         outcomes = measure(run)
     finally:
         run.close()
-    return finish(run, outcomes, junit_to)
+    return finish(run, outcomes, junit_to, policy)
 
 
 def measure(run: MatrixRun) -> list[Outcome]:
@@ -91,16 +93,16 @@ def measure(run: MatrixRun) -> list[Outcome]:
     return outcomes
 
 
-def finish(run: MatrixRun, outcomes: list[Outcome], junit_to: Path | None) -> int:
+def finish(run: MatrixRun, outcomes: list[Outcome], junit_to: Path | None, policy: Policy) -> int:
     config = run.config
     measured = Results(tuple(canonical(outcomes)))
-    judged = merge.judge_all(measured, run.expected, config.require, config.update)
+    judged = merge.judge_all(measured, policy.expected, policy.required, policy.update)
     for line in merge.report(judged, "leakcheck run", use_color(sys.stdout, os.environ)):
         print(line)
     if config.diff is not None and outcomes:
         print(terminal_safe("\n".join(["", *run_diff_lines(outcomes, *config.diff)])))
     lines, written = outputs.write(outputs.of_config(config, junit_to), measured, None,
-                                   lambda: merge.junit(judged, run.expected), About.now(run.describe()))
+                                   lambda: merge.junit(judged, policy.expected), About.now(run.describe()))
     for line in lines:
         print(terminal_safe(f"leakcheck: {line}", newlines=False))
     accepted = len(judged.passed_as)

@@ -14,8 +14,8 @@ from leakcheck.cli import run as run_cli
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
 from leakcheck.model.errors import UsageError
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.verdicts import Outcome
-from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import use_color
 from leakcheck.run.matrix import MatrixRun, choose_backend
 from leakcheck.scan import command, knobs

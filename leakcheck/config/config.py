@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from leakcheck.config import inputs, matrix_file
+from leakcheck.config.diff_sides import DiffSide, parse_side
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAGS, MATRIX_SWITCHES
 from leakcheck.drivers.agents.catalogue import known_drivers
 from leakcheck.drivers.agents.team import is_team, registered, team_driver
 from leakcheck.drivers.settings import cell_settings, check_axis
-from leakcheck.gate.diff import Cell, parse_cell
 from leakcheck.model.axes import (
     NO_FLEET,
     PAIRS_SHAPE,
@@ -130,7 +130,7 @@ class Config:
     dsn_name: str = ""  #: --dsn-name (or the pooled DSN's host)
     require: frozenset[str] | None = None  #: --require: probe ids that must be isolated (None: no policy)
     update: bool = False  #: --update: rewrite the --expect file (record = expect)
-    diff: tuple[Cell, Cell] | None = None  #: --diff FROM..TO, printed at the end of the run
+    diff: tuple[DiffSide, DiffSide] | None = None  #: --diff FROM..TO, printed at the end of the run
     report_html: Path | None = None  #: --report-html: the HTML report (reports/html.py)
     report_md: Path | None = None  #: --report-md: the Markdown report (reports/markdown.py)
     odyssey_image: str | None = None  #: --odyssey-image: containers backend, Odyssey's image template
@@ -432,17 +432,17 @@ def _tables(given: str | None) -> tuple[PoolerTable, ...]:
     return tuple(tables)
 
 
-def _diff(raw: dict[str, str | None]) -> tuple[Cell, Cell] | None:
+def _diff(raw: dict[str, str | None]) -> tuple[DiffSide, DiffSide] | None:
     given = _given(raw, "leakcheck_diff", "FROM..TO such as pg16/pgbouncer1.24..pg18/pgbouncer1.26")
     if given is None:
         return None
     before, dots, after = given.partition("..")
     if not dots:
         raise UsageError.bad_value("--diff", given, "FROM..TO such as pg16/pgbouncer1.24..pg18/pgbouncer1.26")
-    return parse_cell(before, "--diff"), parse_cell(after, "--diff")
+    return parse_side(before, "--diff"), parse_side(after, "--diff")
 
 
-def _diff_matrix(raw: dict[str, str | None], diff: tuple[Cell, Cell]) -> dict[str, str]:
+def _diff_matrix(raw: dict[str, str | None], diff: tuple[DiffSide, DiffSide]) -> dict[str, str]:
     """--diff alone: the matrix of its two cells (their PostgreSQL and poolers)."""
     if any(raw.get(k) is not None for k in ("leakcheck_pg", "leakcheck_bouncer", "leakcheck_pooler")):
         return {}
@@ -454,7 +454,8 @@ def _diff_matrix(raw: dict[str, str | None], diff: tuple[Cell, Cell]) -> dict[st
     return {"leakcheck_pg": pgs, "leakcheck_pooler": poolers}
 
 
-def _diff_in_matrix(diff: tuple[Cell, Cell], pgs: Sequence[Spec], poolers: tuple[tuple[PoolerKind, Spec], ...]) -> None:
+def _diff_in_matrix(diff: tuple[DiffSide, DiffSide], pgs: Sequence[Spec],
+                    poolers: tuple[tuple[PoolerKind, Spec], ...]) -> None:
     """Both --diff sides among the versions the matrix runs (before any server starts)."""
     def overlap(version: Version, spec: Spec) -> bool:
         return spec.version is None or version.matches(spec.version) or spec.version.matches(version)

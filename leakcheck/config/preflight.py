@@ -1,9 +1,9 @@
-"""Everything a run depends on, checked once before any server starts (each problem: one line).
+"""What the servers of a run depend on, checked once before any server starts (each problem: one line).
 
-The environment variables leakcheck reads, the gate file (--expect), the record target
-(--record) and the report targets (--report-html, --report-md), the paths given to
---pg/--bouncer, and for the native backend the server user and the temp folder.
-Misconfiguration found here is one UsageError instead of the same failure in every test.
+The environment variables leakcheck reads, the paths given to --pg/--bouncer, the team's ini, and for
+the native backend the server user and the temp folder. Misconfiguration found here is one UsageError
+instead of the same failure in every test. The gate's baseline (--expect) is read by the gate
+(gate/judge.py's `policy_of`), the files a run writes are checked by results/outputs.py's `check`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ import shutil
 import tempfile
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.config.config import Config
-from leakcheck.gate import expectations, record
-from leakcheck.gate.expectations import Expectation
+from leakcheck.config.output_files import check_writable
 from leakcheck.model.errors import UsageError
 from leakcheck.provision.containers.images import BASE_IMAGE_ENV
 from leakcheck.provision.host.system import ServerUser, cache_root, server_user, unreadable_by
@@ -27,7 +25,6 @@ from leakcheck.provision.pgbouncer.binaries import URL_ENV, given_bouncer
 from leakcheck.provision.pgbouncer.tarballs import TARBALLS_ENV, local_tarballs
 from leakcheck.provision.postgres.binaries import resolve_pg
 from leakcheck.provision.postgres.fixtures import refuse_older
-from leakcheck.reports import output
 
 MB = 1024 * 1024
 #: Free space the temp folder needs: a copy of a PostgreSQL template (~50 MB) per version, plus logs.
@@ -35,35 +32,19 @@ MIN_TMP_FREE = 200 * MB
 _URL_SCHEMES = ("http", "https", "file")
 
 
-@dataclass(frozen=True)
-class Checked:
-    """What the checks read and the run uses."""
-
-    expected: dict[str, Expectation] | None  #: the --expect file's verdicts
-    user: ServerUser | None  #: who runs the servers (native backend)
-
-
-def check(config: Config, backend: str, environ: Mapping[str, str] | None = None) -> Checked:
+def check(config: Config, backend: str, environ: Mapping[str, str] | None = None) -> None:
     """Every check, in the order a user would fix them; the first problem raises a UsageError."""
     env = os.environ if environ is None else environ
     check_environment(env)
     check_paths(config)
     if config.bouncer_ini is not None:
         team_ini.load(config.bouncer_ini)  # as PgBouncer loads it: files the server user reads, keys a team may set
-    expected = expectations.load(config.expect) if config.expect is not None else None
-    if config.record is not None:
-        record.check_target(config.record)
-    for path, option in ((config.report_html, output.HTML_OPTION), (config.report_md, output.MD_OPTION)):
-        if path is not None:
-            output.check_target(path, option)
-    user = None
     if backend == "native":
         user = server_user()
         temp = check_temp_folder(env, MIN_TMP_FREE)
         check_server_user_reads(user, _server_paths(cache_root(), temp, config))
     else:
         check_temp_folder(env, 0)
-    return Checked(expected=expected, user=user)
 
 
 #: The environment variables leakcheck reads (tests' LEAKCHECK_TEST_* etc. are not leakcheck's).
@@ -106,7 +87,7 @@ def check_environment(env: Mapping[str, str]) -> None:
         check_url_template(url)
     timings = _blank_is_unset(env, "LEAKCHECK_TIMINGS")
     if timings is not None:  # written at exit (provision/host/timing.py): a bad path must not wait for then
-        record.check_writable(Path(timings), "LEAKCHECK_TIMINGS", "timings.json")
+        check_writable(Path(timings), "LEAKCHECK_TIMINGS", "timings.json")
     image = _blank_is_unset(env, BASE_IMAGE_ENV)
     if image is not None and any(ch.isspace() for ch in image):
         raise UsageError.bad_value(BASE_IMAGE_ENV, image, "an image name such as debian:bookworm-slim")

@@ -3,7 +3,7 @@
 A sibling of the matrix's results file (results/results.py), not that format: a matrix outcome is a
 probe's verdict on a target, and `leakcheck merge` judges it by its probe; a finding is a sequence of
 steps with what differed, labelled by the probes it maps to (or none). Same envelope and rules: a
-schema name and version, written in one step (record.write_atomic) only after a run that measured,
+schema name and version, written in one step (config/output_files.py) only after a run that measured,
 its path checked before any server starts. `driver` is the driver with its `--driver-set` settings
 as ids show them (`pgjdbc[prepareThreshold=0]`; the driver alone at its defaults). Layout (version 1):
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leakcheck.config import inputs
-from leakcheck.gate.record import write_atomic
+from leakcheck.config.output_files import write_atomic
 from leakcheck.model.errors import UsageError
 from leakcheck.results.results import check_schema_target
 

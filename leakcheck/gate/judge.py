@@ -1,7 +1,7 @@
 """Whether an outcome passes its test: one pure rule for the pytest plugin, `leakcheck run` and
 `leakcheck merge`.
 
-- A control passes when it measured what its route requires (`control_expectation`), or when the
+- A control passes when it measured what its route requires (`Probe.control_expectation`), or when the
   probe cannot run there (not applicable). The positive control passes when it saw the leak, also
   when what leaked broke the client too (BREAKS+leaked: a clean-up in the one shared session).
 - A leak test, with a baseline (--expect): its measured verdict must be the expected one. An
@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from leakcheck.config.config import Config
+from leakcheck.gate import expectations
 from leakcheck.gate.expectations import Expectation, gate_value, key, lookup
 from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes.base import Probe
-from leakcheck.run.runner import control_expectation
 
 
 class Kind(StrEnum):
@@ -54,9 +55,16 @@ class Policy:
     update: bool = False  #: --update: differences are recorded, not failed
 
 
+def policy_of(config: Config) -> Policy:
+    """The run's policy, read before any server starts: the --expect baseline (a one-line UsageError for a
+    file that is none), --require and --update."""
+    expected = expectations.load(config.expect) if config.expect is not None else None
+    return Policy(expected=expected, required=config.require, update=config.update)
+
+
 def judge(probe: Probe, outcome: Outcome, policy: Policy) -> Judgement:
     if outcome.route.is_control:
-        want = control_expectation(probe, outcome.route)
+        want = probe.control_expectation(outcome.route)
         if outcome.verdict is want or (want is Verdict.LEAKS and Fact.LEAKED in outcome.facts):
             return Judgement(Kind.PASSED)
         if outcome.verdict is Verdict.NOT_APPLICABLE:

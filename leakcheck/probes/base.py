@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from leakcheck.drivers.clients import Client, CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
 from leakcheck.model.faults import NO_SQLSTATE, machine_fault
-from leakcheck.model.target import Setting
-from leakcheck.model.verdicts import Observation, Scope
+from leakcheck.model.target import Route, Setting
+from leakcheck.model.verdicts import Observation, Scope, Verdict
 
 if TYPE_CHECKING:
     from leakcheck.probes.scenario import Scenario
@@ -163,6 +163,13 @@ class Probe:
     #: the newest protocol version A asks for at connect (libpq 18's max_protocol_version): the runner connects
     #: A so, each driver its own way; a driver that cannot ask, or a pooler refusing the connect, is not applicable
     protocol: str | None = None
+
+    def control_expectation(self, route: Route) -> Verdict:
+        """What a control route must measure for this probe: the negative controls (direct sessions,
+        session mode) isolated; the positive control (one shared session) leaks for session state."""
+        if route is Route.SHARED and self.scope is Scope.SESSION:
+            return Verdict.LEAKS
+        return Verdict.ISOLATED
 
 
 def probe(

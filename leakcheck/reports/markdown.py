@@ -14,11 +14,11 @@ import html
 import re
 from collections.abc import Iterable, Sequence
 
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.reports.about import About
 from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids
-from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_counts
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, code_spans, detail, flagged, word
 from leakcheck.reports.workarounds import TITLE, workarounds

@@ -1,7 +1,7 @@
 """Writing the reports at the end of a run (`--report-html`, `--report-md`) or of `leakcheck merge`.
 
 The same rules as `--results`: each path is checked before anything starts (a one-line UsageError);
-only a run that ran to its end writes, in one step (record.write_atomic); a failed write is one line
+only a run that ran to its end writes, in one step (config/output_files.py); a failed write is one line
 and makes the run fail.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from leakcheck.gate.record import check_writable, write_atomic
+from leakcheck.config.output_files import check_writable, write_atomic
+from leakcheck.model.safe_text import encodable
 from leakcheck.model.verdicts import Outcome
 from leakcheck.reports.about import About
 from leakcheck.reports.html import render_html
 from leakcheck.reports.markdown import render_markdown
-from leakcheck.reports.safe_text import encodable
 
 HTML_OPTION, MD_OPTION = "--report-html", "--report-md"
 _EXAMPLES = {HTML_OPTION: "leakcheck.html", MD_OPTION: "leakcheck.md"}

@@ -7,9 +7,9 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, canonical_order, pooled_grids
-from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
 from leakcheck.reports.workarounds import TITLE, workarounds
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.config.config import Config
+from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.gate import record
 from leakcheck.reports import output
 from leakcheck.reports.about import About
@@ -51,7 +52,7 @@ def check(outputs: Outputs) -> None:
         if path is not None:
             output.check_target(path, option)
     if outputs.junit is not None:
-        record.check_writable(outputs.junit, JUNIT_OPTION, "leakcheck.xml")
+        check_writable(outputs.junit, JUNIT_OPTION, "leakcheck.xml")
 
 
 def write(outputs: Outputs, measured: Results, reason: str | None,
@@ -77,7 +78,7 @@ def write(outputs: Outputs, measured: Results, reason: str | None,
             lines.append(f"{outputs.junit} not written: {reason}")
         else:
             try:
-                record.write_atomic(outputs.junit, junit())
+                write_atomic(outputs.junit, junit())
                 lines.append(f"wrote JUnit to {outputs.junit}")
             except OSError as exc:
                 lines.append(f"{outputs.junit} not written: writing it failed ({exc.strerror or exc})")

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from leakcheck.config import inputs
-from leakcheck.gate.record import check_writable, write_atomic
+from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Application, Pooler, PoolerKind, Setting
 from leakcheck.model.verdicts import Driver, Fact, Outcome, Route, Target, Verdict
@@ -278,7 +278,7 @@ def _application_json(app: Application) -> dict[str, Any]:
 
 
 def save(path: Path, results: Results) -> str:
-    """Write the file in one step (temp file, fsync, rename: record.write_atomic); the summary line."""
+    """Write the file in one step (temp file, fsync, rename: config/output_files.py); the summary line."""
     write_atomic(path, dumps(results))
     return f"wrote {len(results.outcomes)} outcomes to {path}" + (
         f" ({len(results.unmeasured)} tests measured nothing)" if results.unmeasured else "")

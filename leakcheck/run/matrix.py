@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from leakcheck.config.config import Config, PoolerTable
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import driver_version
 from leakcheck.drivers.settings import cell_settings
-from leakcheck.gate.expectations import Expectation, load
-from leakcheck.gate.judge import Judgement, Policy, judge
 from leakcheck.model.axes import (
     NO_FLEET,
     PEERING,
@@ -137,8 +135,6 @@ def client_cells(config: Config, version: Callable[[Driver], Version | None]) ->
 class MatrixRun:
     config: Config
     outcomes: list[Outcome] = field(default_factory=list)
-    #: the --expect verdicts, loaded and checked before the run (preflight); loaded on first use if not
-    expected: Mapping[str, Expectation] | None = None
     _backend: FailFast | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _choice: tuple[str, str] | None = None
@@ -250,16 +246,6 @@ class MatrixRun:
             outcome = run_probe(backend, probe, target)
         self.outcomes.append(outcome)
         return outcome
-
-    def judge(self, probe: Probe, outcome: Outcome) -> Judgement:
-        """Whether the outcome passes (judge.judge, shared with `leakcheck run` and `leakcheck merge`)."""
-        if self.config.expect is not None and self.expected is None:
-            self.expected = load(self.config.expect)
-        return judge(probe, outcome, self.policy)
-
-    @property
-    def policy(self) -> Policy:
-        return Policy(expected=self.expected, required=self.config.require, update=self.config.update)
 
     def _failfast(self) -> FailFast:
         assert self._backend is not None

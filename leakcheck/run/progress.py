@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 
-from leakcheck.reports.safe_text import terminal_safe
+from leakcheck.model.safe_text import terminal_safe
 
 LOGGER = "leakcheck"
 FORMAT = "leakcheck: %(message)s"

@@ -19,7 +19,6 @@ from leakcheck.model.verdicts import (
     Outcome,
     Proof,
     Route,
-    Scope,
     ServerId,
     Target,
     Verdict,
@@ -30,8 +29,8 @@ from leakcheck.probes.outcomes import Stalled
 from leakcheck.probes.scenario import Scenario
 from leakcheck.probes.witness import Witness, witness_for
 from leakcheck.provision.base import USER, Backend, Endpoint
+from leakcheck.provision.console import query_postgres
 from leakcheck.provision.pgbouncer import admin, team_ini
-from leakcheck.provision.pgbouncer.admin import query_postgres
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run import running_pooler
 from leakcheck.run.watch import Gone, ServerLost, run_watched
@@ -46,14 +45,6 @@ STARTUP_REFUSAL = "startup parameter"
 PROTOCOL_REFUSAL = ("bad packet header", "protocol")
 #: Pool size for the session-mode control (two clients each keep a server).
 SESSION_POOL = 2
-
-
-def control_expectation(probe: Probe, route: Route) -> Verdict:
-    """What a control route must measure for this probe: the negative controls (direct sessions,
-    session mode) isolated; the positive control (one shared session) leaks for session state."""
-    if route is Route.SHARED and probe.scope is Scope.SESSION:
-        return Verdict.LEAKS
-    return Verdict.ISOLATED
 
 
 def subject_mode(pooler: Pooler | None) -> PoolMode:
@@ -367,7 +358,7 @@ def watching(backend: Backend, probe: Probe, target: Target) -> Gone:
 
 def who_stopped(backend: Backend, target: Target, endpoint: Endpoint | None) -> str:
     """After a probe's timeout, which server it used does not answer a `SELECT 1` (connect and query
-    each bounded, see provision/pgbouncer/admin.py): its PostgreSQL first, then the pooler in front of it."""
+    each bounded, see provision/console.py): its PostgreSQL first, then the pooler in front of it."""
     checks: list[tuple[str, Endpoint]] = []
     if not is_running_pooler(target):
         try:

@@ -23,12 +23,12 @@ from leakcheck.config import matrix_file
 from leakcheck.config.config import Config
 from leakcheck.config.distinct_paths import check_own_files
 from leakcheck.config.options import FLAGS, LIST_OPTIONS, MATRIX_SWITCHES, OPTIONS
-from leakcheck.gate.record import check_writable, write_atomic
+from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.model.errors import UsageError
+from leakcheck.model.safe_text import encodable, terminal_safe
 from leakcheck.model.target import PoolerKind
 from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Spec, Version
-from leakcheck.reports.safe_text import encodable, terminal_safe
 from leakcheck.results.results import Results, load
 from leakcheck.scan import inputs, report
 from leakcheck.scan.verdicts import FAIL_ON, Scan, Selection, Verdicts, assemble, cells_of, mapped, measured, pick

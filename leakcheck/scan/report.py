@@ -35,11 +35,11 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from leakcheck.model.safe_text import terminal_safe, xml_safe
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.reports.advice import advice
 from leakcheck.reports.html_assets import CSS, csp_hash
 from leakcheck.reports.markdown import md_advice, md_text
-from leakcheck.reports.safe_text import terminal_safe, xml_safe
 from leakcheck.reports.terminal import painted
 from leakcheck.reports.words import MEANING, cell, code_spans
 from leakcheck.scan.mapping import advice_for

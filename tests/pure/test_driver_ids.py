@@ -56,10 +56,10 @@ def test_a_driver_id_ending_in_its_major_is_kept_apart_from_its_release_in_ids_a
 
 
 def test_a_diff_cell_names_a_driver_whose_id_ends_in_its_major() -> None:
-    from leakcheck.gate.diff import parse_cell
+    from leakcheck.config.diff_sides import parse_side
 
-    assert parse_cell("pg16/pgbouncer1.24/pgx-v5").driver == "pgx-v5"
-    assert parse_cell("pg16/pgbouncer1.24/pgx-v5-5.13").driver == "pgx-v5"
-    cell = parse_cell("pg16/pgbouncer1.24/pgx-v5[default_query_exec_mode=exec]")
+    assert parse_side("pg16/pgbouncer1.24/pgx-v5").driver == "pgx-v5"
+    assert parse_side("pg16/pgbouncer1.24/pgx-v5-5.13").driver == "pgx-v5"
+    cell = parse_side("pg16/pgbouncer1.24/pgx-v5[default_query_exec_mode=exec]")
     assert (cell.driver, cell.driver_settings) == ("pgx-v5", (("default_query_exec_mode", "exec"),))
-    assert parse_cell("pg16/pgbouncer1.24/psycopg3.3").driver == "psycopg"
+    assert parse_side("pg16/pgbouncer1.24/psycopg3.3").driver == "psycopg"

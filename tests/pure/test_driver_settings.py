@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 
 from leakcheck.config.config import Config
+from leakcheck.config.diff_sides import parse_side
 from leakcheck.config.matrix_file import parse
 from leakcheck.drivers.settings import cell_settings, known_settings, native_values
 from leakcheck.gate.baseline import parse_text, render_toml
-from leakcheck.gate.diff import compare, parse_cell, settings_notes
 from leakcheck.gate.expectations import Expectation, any_driver_version, key, lookup
 from leakcheck.gate.expectations import parse as parse_baseline
 from leakcheck.model.axes import DriverAxis, parse_driver_axis
 from leakcheck.model.errors import UsageError
 from leakcheck.model.verdicts import Driver, Outcome, Route, Verdict
 from leakcheck.model.versions import Version
+from leakcheck.reports.diff import compare, settings_notes
 from leakcheck.reports.html import render_html
 from leakcheck.reports.markdown import md_text, render_markdown
 from leakcheck.reports.terminal import render_matrix
@@ -135,14 +136,14 @@ RUN = [at(b, p, v, settings=s) for b, verdicts in
 
 
 def test_a_diff_cell_may_name_a_driver_and_its_settings() -> None:
-    cell = parse_cell("pg16/pgbouncer1.24[max_prepared_statements=200]/psycopg[prepare_threshold=None]")
+    cell = parse_side("pg16/pgbouncer1.24[max_prepared_statements=200]/psycopg[prepare_threshold=None]")
     assert (cell.settings, cell.driver, cell.driver_settings) == (
         (("max_prepared_statements", "200"),), "psycopg", NONE)
-    assert parse_cell("pg16/pgbouncer1.24/psycopg[prepare_threshold=5]").driver_settings == ()  # the default
+    assert parse_side("pg16/pgbouncer1.24/psycopg[prepare_threshold=5]").driver_settings == ()  # the default
 
 
 def test_a_diff_between_two_driver_settings_on_one_cell_says_whether_the_workaround_is_needed() -> None:
-    before, after = parse_cell("pg16/pgbouncer1.24/psycopg[prepare_threshold=None]"), parse_cell("pg16/pgbouncer1.24")
+    before, after = parse_side("pg16/pgbouncer1.24/psycopg[prepare_threshold=None]"), parse_side("pg16/pgbouncer1.24")
     changes, same = compare(RUN, before, after)
     assert [(c.probe, c.before and c.before.verdict, c.after and c.after.verdict) for c in changes] == [
         ("protocol_prepare", Verdict.NOT_APPLICABLE, Verdict.ISOLATED),

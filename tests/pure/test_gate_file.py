@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from leakcheck.config import output_files
 from leakcheck.gate import expectations, judge, record
 from leakcheck.gate.expectations import Expectation
 from leakcheck.model.errors import UsageError
@@ -176,7 +177,7 @@ def test_writing_replaces_the_file_in_one_step_and_keeps_its_mode(tmp_path: Path
     path = write(tmp_path / "m.json", {KEY_TZ: "leaks"})
     path.chmod(0o644)
     inode = path.stat().st_ino
-    record.write_atomic(path, "new\n")
+    output_files.write_atomic(path, "new\n")
     assert path.read_text() == "new\n" and path.stat().st_ino != inode  # renamed over, not rewritten
     assert path.stat().st_mode & 0o777 == 0o644
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # no temp file left
@@ -186,7 +187,7 @@ def test_writing_through_a_symlink_replaces_its_target(tmp_path: Path) -> None:
     target = write(tmp_path / "real.json", {KEY_TZ: "leaks"})
     link = tmp_path / "link.json"
     link.symlink_to(target)
-    record.write_atomic(link, "new\n")
+    output_files.write_atomic(link, "new\n")
     assert link.is_symlink() and target.read_text() == "new\n"
 
 
@@ -194,12 +195,12 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path: Path) -> 
     path = write(tmp_path / "m.json", {KEY_TZ: "leaks"})
     before = path.read_bytes()
     with pytest.raises(UnicodeEncodeError):
-        record.write_atomic(path, "\udcff")  # cannot be encoded: fails after the temp file exists
+        output_files.write_atomic(path, "\udcff")  # cannot be encoded: fails after the temp file exists
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
 
 
 def test_writing_creates_missing_folders(tmp_path: Path) -> None:
-    record.write_atomic(tmp_path / "a" / "b" / "m.json", "x\n")
+    output_files.write_atomic(tmp_path / "a" / "b" / "m.json", "x\n")
     assert (tmp_path / "a" / "b" / "m.json").read_text() == "x\n"
 
 

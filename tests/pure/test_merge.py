@@ -15,9 +15,9 @@ from leakcheck.cli.exits import EXIT_USAGE
 from leakcheck.gate import expectations
 from leakcheck.gate.expectations import Expectation
 from leakcheck.gate.judge import problem
+from leakcheck.model.safe_text import xml_safe
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 from leakcheck.probes import PROBES
-from leakcheck.reports.safe_text import xml_safe
 from leakcheck.reports.terminal import render_matrix
 from leakcheck.results import results
 from leakcheck.results.results import Results

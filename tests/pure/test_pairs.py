@@ -11,12 +11,12 @@ import pytest
 
 from leakcheck.cli.main import main
 from leakcheck.config.config import Config
+from leakcheck.config.diff_sides import parse_side
 from leakcheck.config.matrix_file import parse as parse_matrix
 from leakcheck.discover import command
 from leakcheck.discover.ops import Who
 from leakcheck.discover.report import DriverNames
 from leakcheck.gate.baseline import parse_text, render_toml
-from leakcheck.gate.diff import compare, parse_cell, render_markdown
 from leakcheck.gate.expectations import _KEY, Expectation, any_driver_version, key, lookup
 from leakcheck.gate.expectations import parse as parse_baseline
 from leakcheck.model.axes import PairSide, parse_pairs
@@ -24,6 +24,7 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Route, Target
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
+from leakcheck.reports.diff import compare, render_markdown
 from leakcheck.reports.terminal import render_matrix
 from leakcheck.results import results
 from leakcheck.results.results import Results, combine, from_properties, properties
@@ -218,22 +219,22 @@ def test_merge_keeps_a_pair_apart_from_its_a_drivers_cell() -> None:
 
 
 def test_a_diff_cell_may_name_a_pair_and_compares_it_apart_from_single_drivers() -> None:
-    cell = parse_cell("pg16/pgbouncer1.24/prisma[pgbouncer=true]+node-postgres")
+    cell = parse_side("pg16/pgbouncer1.24/prisma[pgbouncer=true]+node-postgres")
     assert (cell.driver, cell.driver_settings, cell.driver_b, cell.driver_b_settings) == (
         "prisma", (("pgbouncer", "true"),), "node-postgres", ())
     node = Application(Driver("node-postgres"), Version.parse("8.16.3"))
     before = outcome(pair(PRISMA_BOUNCER, node), verdict=Verdict.ISOLATED)
     after = outcome(pair(PRISMA_BOUNCER, node, pooler=Pooler(PoolerKind.PGBOUNCER, Version.parse("1.26.1"))))
     alone = outcome(Target(PG, BOUNCER, Route.TRANSACTION, Driver("prisma"), None, (("pgbouncer", "true"),)))
-    to = parse_cell("pg16/pgbouncer1.26/prisma[pgbouncer=true]+node-postgres")
+    to = parse_side("pg16/pgbouncer1.26/prisma[pgbouncer=true]+node-postgres")
     changes, same = compare([before, after, alone], cell, to)
     assert [(c.driver, c.before, c.after) for c in changes] == [("prisma+node-postgres", before, after)] and same == 0
     assert "| prisma+node-postgres |" in render_markdown(changes, same, cell, to)
     # a side without a driver means the other side's pair, at its defaults (as it means a driver)
-    plain = parse_cell("pg16/pgbouncer1.26").naming(cell)
+    plain = parse_side("pg16/pgbouncer1.26").naming(cell)
     assert (plain.driver, plain.driver_b, plain.driver_settings) == ("prisma", "node-postgres", ())
     assert not plain.matches(after)
-    assert not parse_cell("pg16/pgbouncer1.24/prisma").matches(outcome(pair(PRISMA_BOUNCER, node)))
+    assert not parse_side("pg16/pgbouncer1.24/prisma").matches(outcome(pair(PRISMA_BOUNCER, node)))
 
 
 def test_the_terminal_matrix_shows_a_pair_in_a_column_of_its_own() -> None:

@@ -6,6 +6,7 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
+from leakcheck.config import output_files
 from leakcheck.gate import expectations, record
 from leakcheck.model.verdicts import Outcome, Route, Verdict
 from tests.pure.outcomes import make
@@ -42,7 +43,7 @@ def test_concurrent_writers_of_one_file_lose_no_entry(tmp_path: Path) -> None:
 def test_a_writer_waits_while_another_holds_the_lock(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
     spawn = multiprocessing.get_context("spawn")
-    with record.locked(path):
+    with output_files.locked(path):
         waiting = spawn.Process(target=_writer, args=(str(path), 0))
         waiting.start()
         waiting.join(1.0)

@@ -13,8 +13,8 @@ from leakcheck import plugin
 from leakcheck.cli import main as cli
 from leakcheck.cli.exits import guarded
 from leakcheck.model.errors import StartError
+from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.verdicts import Route, Verdict
-from leakcheck.reports.safe_text import terminal_safe
 from leakcheck.reports.terminal import render_matrix
 from leakcheck.results import results
 from leakcheck.results.results import Results

@@ -15,7 +15,7 @@ from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend, Endpoint
 from leakcheck.provision.native import NativeBackend
-from leakcheck.run.runner import control_expectation, run_probe
+from leakcheck.run.runner import run_probe
 from tests.support.servers import DRIVERS, TEST_PG, Measure
 
 pytestmark = pytest.mark.servers
@@ -76,6 +76,6 @@ def test_a_probe_gives_both_answers_isolated_apart_and_leaks_on_one_session(
     apart = measure(chosen, TEST_PG[0], None, driver, Route.DIRECT)
     assert apart.verdict is Verdict.ISOLATED, apart.evidence
     together = measure(chosen, TEST_PG[0], None, driver, Route.SHARED)
-    assert together.verdict is control_expectation(chosen, Route.SHARED), together.evidence
+    assert together.verdict is chosen.control_expectation(Route.SHARED), together.evidence
     if chosen.scope is Scope.SESSION:
         assert together.verdict is Verdict.LEAKS  # the probe can say "leaks" where state is shared

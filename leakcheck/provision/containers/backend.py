@@ -33,6 +33,7 @@ from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version, version_in_output
 from leakcheck.provision.base import DBNAME, USER, Endpoint, new_credentials
+from leakcheck.provision.console import query_postgres
 from leakcheck.provision.containers import images as img
 from leakcheck.provision.containers.engine import LOOPBACK, RECIPE_LABEL, Engine, sigint_deferred, start_reaper
 from leakcheck.provision.containers.fleet import ContainerFleet, MemberImage
@@ -47,7 +48,7 @@ from leakcheck.provision.containers.odyssey_pgpool import (
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
 from leakcheck.provision.host.system import cache_root, file_lock
 from leakcheck.provision.pgbouncer import tarballs, team_ini
-from leakcheck.provision.pgbouncer.admin import check_config, query_postgres, reset_pool, show_version
+from leakcheck.provision.pgbouncer.admin import check_config, reset_pool, show_version
 from leakcheck.provision.pgbouncer.download import fetch_release, release_url
 from leakcheck.provision.pgbouncer.ini import harness_values
 from leakcheck.provision.pgbouncer.releases import RELEASES, unknown_release

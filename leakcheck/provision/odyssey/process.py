@@ -17,9 +17,9 @@ import psycopg
 
 from leakcheck.model.errors import StartError, one_line
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.console import execute
 from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.odyssey.conf import CONSOLE_DB, OdysseyLayout, render_odyssey_conf, start_error
-from leakcheck.provision.pgbouncer.admin import execute
 
 
 def console(endpoint: Endpoint) -> psycopg.Connection[Any]:

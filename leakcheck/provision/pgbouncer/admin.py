@@ -1,76 +1,30 @@
-"""PgBouncer's admin console (both backends): readiness, and resetting a pool between probes.
-
-The console speaks the simple query protocol only and takes no `options` (so no statement_timeout):
-a command is sent with libpq's PQsendQuery and its answer awaited on the connection's socket with a
-deadline (CONSOLE_TIMEOUT). A console that does not answer in time (a pooler stopped with SIGSTOP,
-or hung) is a StartError naming it, and the connection is closed: nothing waits on it for ever.
-A wait in Python's select() also lets a Ctrl-C or SIGTERM through at once, which PQexec does not.
-"""
+"""PgBouncer's admin console (both backends): readiness, SHOW CONFIG, cancels in flight, and resetting a
+pool between probes. Each command is bounded (provision/console.py's `execute`)."""
 
 from __future__ import annotations
 
 import contextlib
-import select
 import time
 from typing import Any
 
 import psycopg
-from psycopg.pq import ExecStatus
-from psycopg.pq.abc import PGresult
 
 from leakcheck.model.errors import StartError, one_line
+from leakcheck.provision import console
 from leakcheck.provision.base import DBNAME, Endpoint
 
-#: Seconds a console command may take (they answer in milliseconds); connecting has CONNECT_TIMEOUT.
-CONSOLE_TIMEOUT = 5.0
-CONNECT_TIMEOUT = 3
+#: How messages name it.
+CONSOLE = "PgBouncer's admin console"
 
 
-def query_postgres(endpoint: Endpoint) -> None:
-    with psycopg.connect(endpoint.conninfo(), autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
-        execute(conn, "SELECT 1", f"PostgreSQL at {endpoint.host}:{endpoint.port}")
+def execute(conn: psycopg.Connection[Any], command: str) -> list[dict[str, str]]:
+    """A command on PgBouncer's admin console, bounded (console.execute); its rows as dicts."""
+    return console.execute(conn, command, CONSOLE)
 
 
 def connect(endpoint: Endpoint) -> psycopg.Connection[Any]:
     """The admin console as the admin user (the run's superuser role), with its password."""
-    return psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-
-
-def execute(conn: psycopg.Connection[Any], command: str, console: str = "PgBouncer's admin console",
-            timeout: float = CONSOLE_TIMEOUT) -> list[dict[str, str]]:
-    """A command on a pooler's console (simple query protocol only); its rows as dicts. No answer
-    within `timeout` seconds: the connection is closed and a StartError names the console."""
-    result = _answer(conn, command, console, timeout)
-    if result.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
-        message = (result.error_message or b"").decode(errors="replace")
-        raise StartError(f"{console} refused {command!r}: {one_line(message)}")
-    names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
-    return [
-        {name: (result.get_value(row, col) or b"").decode() for col, name in enumerate(names)}
-        for row in range(result.ntuples)
-    ]
-
-
-def _answer(conn: psycopg.Connection[Any], command: str, console: str, timeout: float) -> PGresult:
-    """The last result of `command`, awaited on the socket until the deadline."""
-    pgconn, deadline = conn.pgconn, time.monotonic() + timeout
-    pgconn.send_query(command.encode())
-    results: list[PGresult] = []
-    while True:
-        pgconn.consume_input()
-        while not pgconn.is_busy():
-            result = pgconn.get_result()
-            if result is None:
-                if not results:
-                    raise StartError(f"{console} gave no result for {command!r}")
-                return results[-1]
-            results.append(result)
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([pgconn.socket], [], [], left)[0]:
-            where = f"{conn.info.host}:{conn.info.port}"
-            conn.close()
-            raise StartError(f"{console} at {where} did not answer {command!r} within {timeout:g} s: "
-                             "it stopped answering (stopped or hung)")
+    return psycopg.connect(endpoint.conninfo("pgbouncer"), autocommit=True, connect_timeout=console.CONNECT_TIMEOUT)
 
 
 def show_version(endpoint: Endpoint) -> str:
@@ -135,7 +89,7 @@ UNTIL_CLOSED = ("cl_active_cancel_req", "cl_waiting_cancel_req")
 def cancels_until_closed(endpoint: Endpoint) -> int | None:
     """How many cancel requests PgBouncer holds for the database until PostgreSQL closes their connections
     (UNTIL_CLOSED), or None when it cannot say: no such columns, no pool for the database, or no console
-    answering there (each wait bounded: CONNECT_TIMEOUT, CONSOLE_TIMEOUT)."""
+    answering there (each wait bounded: console.CONNECT_TIMEOUT, console.CONSOLE_TIMEOUT)."""
     try:
         with connect(endpoint) as conn:
             rows = _pools(conn)
@@ -167,12 +121,12 @@ def reset_pool(endpoint: Endpoint, conn: psycopg.Connection[Any] | None = None, 
     (KILL never closes those). Each wait has `timeout` seconds."""
     try:
         with contextlib.ExitStack() as stack:
-            console = conn if conn is not None else stack.enter_context(connect(endpoint))
-            _settle_cancels(console, endpoint.port, timeout)
-            execute(console, f"KILL {DBNAME}")
-            execute(console, f"RESUME {DBNAME}")
+            admin = conn if conn is not None else stack.enter_context(connect(endpoint))
+            _settle_cancels(admin, endpoint.port, timeout)
+            execute(admin, f"KILL {DBNAME}")
+            execute(admin, f"RESUME {DBNAME}")
             deadline = time.monotonic() + timeout
-            while any(row.get("database") == DBNAME for row in execute(console, "SHOW SERVERS")):
+            while any(row.get("database") == DBNAME for row in execute(admin, "SHOW SERVERS")):
                 if time.monotonic() > deadline:
                     raise StartError(f"PgBouncer at port {endpoint.port} still holds server connections after KILL")
                 time.sleep(0.002)

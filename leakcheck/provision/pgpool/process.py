@@ -36,11 +36,11 @@ import psycopg
 from leakcheck.model.errors import StartError, one_line
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.console import execute
 from leakcheck.provision.host.owner import start_time
 from leakcheck.provision.host.pooler_process import PoolerProcess, Settings
 from leakcheck.provision.host.proc_sockets import children_of, idle_children
 from leakcheck.provision.host.process import STOPPED, stopped
-from leakcheck.provision.pgbouncer.admin import execute
 from leakcheck.provision.pgpool.conf import PgpoolLayout, bind_failure, render_files, shown, start_error
 
 RESET_TIMEOUT = 5.0
