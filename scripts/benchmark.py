@@ -107,11 +107,13 @@ def phase_table(data: dict[str, Any], launched: float, ended: float) -> dict[str
     inside = {k: phases.get(k, 0.0) for k in ("resets", "connects", "statements")}
     counts = {f"{k} per run": data["phases"].get(k, [0, 0])[1] / max(1, data["phases"].get("probe runs", [0, 1])[1])
               for k in ("connects", "statements")}
+    starts = data["phases"].get("agent starts", [0.0, 0])  # inside the connects (drivers/agents/client.py)
     each = {k: v for k, v in phases.items() if k.startswith("probe ") and k != "probe runs"}  # each probe (lanes.py)
     return {"start-up": start - launched, "servers": servers, "probes": done - start - servers,
             "catch-up": finish - done, "after": ended - finish, "teardown": phases.get("teardown", 0.0),
             "lane-seconds": lane, **inside,
-            "harness": lane - sum(inside.values()), **counts, **each}
+            "harness": lane - sum(inside.values()), **counts, "agent starts": float(starts[0]),
+            "agents started": float(starts[1]), **each}
 
 
 def print_phases(phases: dict[str, float], seconds: float) -> None:
@@ -183,17 +185,30 @@ def merge_phase(n: int) -> tuple[float, float]:
 def per_driver(pg: str, bouncer: str, base: float, only: list[str]) -> None:
     """The matrix once per driver (`only` these and psycopg, else every one): runs, seconds, runs a
     second, the ratio to the floor (`base` runs a second) and to psycopg's (the target: within a factor
-    of 2), as a Markdown table."""
+    of 2), as a Markdown table. Beside them what moves less with the machine's other jobs: the CPU the
+    matrix's processes used a run (pytest, the servers it reaped and the agents), and the agents it
+    started with their lane-seconds from start to hello (inside the connects)."""
     rates: dict[str, float] = {}
-    print("| driver | runs | seconds | runs/s | ratio to the floor | ratio to psycopg | load |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| driver | runs | seconds | runs/s | ratio to the floor | ratio to psycopg | CPU ms/run | agents started "
+          "(lane-s) | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     every = ("psycopg", "asyncpg", *(s.spec.id for s in CATALOGUE))
     for driver in ("psycopg", *(d for d in only if d != "psycopg")) if only else every:
-        before = load()
-        runs, seconds = matrix(pg, bouncer, None, driver)
+        before, used = load(), children_cpu()
+        phases: dict[str, float] = {}
+        runs, seconds = matrix(pg, bouncer, None, driver, phases)
+        cpu = children_cpu() - used
         rates[driver] = runs / seconds
         print(f"| {driver} | {runs} | {seconds:.1f} | {rates[driver]:.1f} | {rates[driver] / base:.2f} | "
-              f"{rates[driver] / rates['psycopg']:.2f} | {before}-{load()} |", flush=True)
+              f"{rates[driver] / rates['psycopg']:.2f} | {1000 * cpu / max(1, runs):.0f} | "
+              f"{phases.get('agents started', 0):.0f} ({phases.get('agent starts', 0):.1f}) | {before}-{load()} |",
+              flush=True)
+
+
+def children_cpu() -> float:
+    """CPU seconds (user and system) of this process's children that have ended, and of theirs they reaped."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def scan_log(path: Path, megabytes: int) -> None:

@@ -62,6 +62,27 @@ def test_an_agent_names_each_setting_once_and_starts_from_its_folder(spec: Agent
     assert any("{dir}" in part for part in spec.run)
 
 
+JAVA = tuple(spec for spec in SPECS if spec.language == "java")
+
+
+def _classpath(argv: tuple[str, ...]) -> str:
+    return argv[argv.index("-cp") + 1]
+
+
+@pytest.mark.parametrize("spec", JAVA, ids=[spec.id for spec in JAVA])
+def test_a_jvm_agent_starts_with_the_class_archive_its_build_made_with_the_same_classpath(spec: AgentSpec) -> None:
+    # A JVM maps an archive (AppCDS) only for the classpath it was made with, jars only, and otherwise silently
+    # loads every class again: pgjdbc-maven's first archive run named lib/postgresql.jar, its run lib/* (with
+    # checker-qual.jar), and nothing was mapped.
+    archived = [part for part in spec.run if part.startswith("-XX:SharedArchiveFile=")]
+    assert len(archived) == 1
+    made = [command for command in spec.build
+            if f"-XX:ArchiveClassesAtExit={archived[0].split('=', 1)[1]}" in command]
+    assert len(made) == 1
+    assert _classpath(made[0]) == _classpath(spec.run)
+    assert not any(entry.startswith("{dir}") or entry.endswith("/") for entry in _classpath(spec.run).split(":"))
+
+
 def test_an_agent_with_a_startup_setting_gets_the_parameter_as_its_own_setting() -> None:
     node = next(s for s in CATALOGUE if s.spec.id == "node-postgres")
     settings = node.startup_settings(("search_path", "lc_s"))

@@ -33,11 +33,28 @@ JUNIXSOCKET_JAR = "/usr/share/java/junixsocket-common.jar"
 MAVEN_LIB = ("mvn", "-B", "-q", "-Dstyle.color=never", "-Dmaven.repo.local={cache}/m2", "dependency:copy-dependencies",
              "-DoutputDirectory={dir}/lib", "-DincludeScope=runtime", "-Dmdep.stripVersion=true")
 
+#: A JVM agent's class-data archive (Java's AppCDS): the build runs it once with ArchiveClassesAtExit to archive the
+#: classes it loads (Agent.java's loadJarOf: every class of the driver's jar, and for hibernate what Spring Boot and
+#: Hibernate load at boot), and each start maps them instead of reading and verifying them again. The archive takes
+#: jars only, named relative to the agent's folder (the build's is renamed into place), where the agent starts.
+JVM = ("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xlog:disable", "-Xlog:all=warning:stderr")
+ARCHIVED = "-XX:SharedArchiveFile={dir}/agent.jsa"
+ARCHIVE = "-XX:ArchiveClassesAtExit={dir}/agent.jsa"
+
+
+def _pgjdbc_build(jar: str) -> tuple[tuple[str, ...], ...]:
+    """pgjdbc's Agent.java compiled against `jar` (pgjdbc's classpath as the agent runs: relative to its folder,
+    or absolute) into agent.jar, then its archive run."""
+    compile_with = jar if jar.startswith("/") else f"{{dir}}/{jar}"
+    return (("javac", "-cp", compile_with, "-d", "{dir}/classes", "{dir}/Agent.java"),
+            ("jar", "cf", "{dir}/agent.jar", "-C", "{dir}/classes", "."),
+            (*JVM, ARCHIVE, "-cp", f"agent.jar:{jar}:{JUNIXSOCKET_JAR}", "Agent", "--load-and-exit"))
+
+
 #: The hibernate agent's JVM, started in its folder: the classes Spring Boot and Hibernate load at boot are
 #: archived by the build (Java's AppCDS: about 40% less CPU per agent), which takes jars only, named relative
 #: to the folder (the build's is renamed into place); the JVM's own warnings on stderr (stdout is the protocol's)
-HIBERNATE_JAVA = ("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xlog:disable", "-Xlog:all=warning:stderr",
-                  "-cp", f"agent.jar:lib/*:{JUNIXSOCKET_JAR}")
+HIBERNATE_JAVA = (*JVM, "-cp", f"agent.jar:lib/*:{JUNIXSOCKET_JAR}")
 
 #: `prisma generate` with nothing from outside npm: Prisma's CLI fetches its schema engine (for migrations,
 #: never run by generate, which uses the npm package's wasm) from binaries.prisma.sh before any command;
@@ -139,9 +156,8 @@ _PGJDBC = Shipped(
         language="java",
         sources=("Agent.java",),
         apt=("default-jdk-headless", "libpostgresql-jdbc-java", "libjunixsocket-java"),  # javac builds it
-        build=(("javac", "-cp", PGJDBC_JAR, "-d", "{dir}", "{dir}/Agent.java"),),
-        run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             "-cp", f"{{dir}}:{PGJDBC_JAR}:{JUNIXSOCKET_JAR}", "Agent"),
+        build=_pgjdbc_build(PGJDBC_JAR),
+        run=(*JVM, ARCHIVED, "-cp", f"agent.jar:{PGJDBC_JAR}:{JUNIXSOCKET_JAR}", "Agent"),
         settings=(
             ("prepareThreshold", "5"),
             ("preferQueryMode", "extended"),
@@ -294,9 +310,8 @@ CATALOGUE: tuple[Shipped, ...] = (
             id="pgjdbc-maven",
             sources=("pom.xml", "../pgjdbc/Agent.java"),
             apt=("default-jdk-headless", "maven", "libjunixsocket-java"),
-            build=(MAVEN_LIB, ("javac", "-cp", "{dir}/lib/postgresql.jar", "-d", "{dir}", "{dir}/Agent.java")),
-            run=("java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                 "-cp", f"{{dir}}:{{dir}}/lib/*:{JUNIXSOCKET_JAR}", "Agent", "pgjdbc-maven"),
+            build=(MAVEN_LIB, *_pgjdbc_build("lib/*")),
+            run=(*JVM, ARCHIVED, "-cp", f"agent.jar:lib/*:{JUNIXSOCKET_JAR}", "Agent", "pgjdbc-maven"),
         ),
         protocols="the pgjdbc-maven agent asks pgjdbc for no protocol version but its 3.0",
         pipeline=_NO_PIPELINE.format("pgjdbc"),
@@ -390,9 +405,9 @@ CATALOGUE: tuple[Shipped, ...] = (
                    ("javac", "-cp", "{dir}/lib/*", "-d", "{dir}/classes", "{dir}/Agent.java",
                     "{dir}/HibernateAgent.java"),
                    ("jar", "cf", "{dir}/agent.jar", "-C", "{dir}/classes", "."),
-                   (*HIBERNATE_JAVA, "-XX:ArchiveClassesAtExit={dir}/agent.jsa", "HibernateAgent", "--boot-and-exit")),
+                   (*HIBERNATE_JAVA, ARCHIVE, "HibernateAgent", "--boot-and-exit")),
             build_timeout=900.0,  # a first resolve fetches about 40 MB of jars; javac took 40 s on 2 busy cores
-            run=(*HIBERNATE_JAVA, "-XX:SharedArchiveFile={dir}/agent.jsa", "HibernateAgent"),
+            run=(*HIBERNATE_JAVA, ARCHIVED, "HibernateAgent"),
         ),
         protocols="the hibernate agent asks pgjdbc for no protocol version but its 3.0",
         pipeline=_NO_PIPELINE.format("Hibernate"),

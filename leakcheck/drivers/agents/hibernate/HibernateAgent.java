@@ -113,6 +113,8 @@ public class HibernateAgent {
         HibernateAgent agent = new HibernateAgent();
         if (args.length > 0 && args[0].equals("--boot-and-exit")) { // the build's class-data archive run
             agent.boot();
+            Agent.loadJarOf(org.postgresql.Driver.class); // and what connect and the requests load after boot
+            Agent.loadJarOf(HikariDataSource.class);
             System.exit(0);
         }
         Agent.serve(agent::answer, agent::cancel); // (Spring binds a transaction to the worker thread: this one)

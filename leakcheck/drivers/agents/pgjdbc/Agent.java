@@ -4,13 +4,15 @@
 // S_n on the server from its prepareThreshold-th execution); cancel = Statement.cancel() from the
 // stdin reader thread while the worker runs the request before it; copy_in = the CopyManager's CopyIn. Its
 // argument, when given, is the driver id its hello says: `pgjdbc-maven` runs this file with Maven Central's
-// jar, `pgjdbc` with Debian's.
+// jar, `pgjdbc` with Debian's. `--load-and-exit` is the build's class-data archive run (loadJarOf).
 
 import java.io.BufferedReader;
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.net.URISyntaxException;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -21,6 +23,7 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.sql.Types;
 import java.util.ArrayList;
+import java.util.Enumeration;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -28,6 +31,8 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.function.Function;
+import java.util.jar.JarEntry;
+import java.util.jar.JarFile;
 
 import org.postgresql.PGConnection;
 import org.postgresql.PGNotification;
@@ -53,11 +58,34 @@ public final class Agent {
     }
 
     public static void main(String[] args) throws Exception {
+        if (args.length > 0 && args[0].equals("--load-and-exit")) {
+            loadJarOf(org.postgresql.Driver.class);
+            System.exit(0);
+        }
         if (args.length > 0) driver = args[0];
         Agent agent = new Agent();
         serve(agent::answer, agent::cancel);
         agent.close();
         System.exit(0);
+    }
+
+    /**
+     * Loads, without initializing them, the classes of the jar that holds `anchor` (the build's class-data archive
+     * run, -XX:ArchiveClassesAtExit, archives them: an agent maps them at its start instead of reading and verifying
+     * them at its first connect). Nothing runs: a class whose dependencies are not there is skipped.
+     */
+    static void loadJarOf(Class<?> anchor) throws IOException, URISyntaxException {
+        ClassLoader loader = anchor.getClassLoader();
+        try (JarFile jar = new JarFile(new java.io.File(anchor.getProtectionDomain().getCodeSource().getLocation().toURI()))) {
+            for (Enumeration<JarEntry> e = jar.entries(); e.hasMoreElements(); ) {
+                String name = e.nextElement().getName();
+                if (!name.endsWith(".class") || name.contains("-")) continue; // module-info, package-info, META-INF/versions
+                try {
+                    Class.forName(name.substring(0, name.length() - 6).replace('/', '.'), false, loader);
+                } catch (LinkageError | ClassNotFoundException skipped) { // an optional dependency's
+                }
+            }
+        }
     }
 
     /**
