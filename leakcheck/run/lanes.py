@@ -140,9 +140,6 @@ class Lanes:
 
     def _start_together(self, firsts: Sequence[Work]) -> None:
         """Every lane's servers at once, where the backend can (the native one: see its warm())."""
-        warm = getattr(self.backend, "warm", None)
-        if warm is None:
-            return
         pgs = [target.pg for _, target in firsts]
         poolers = []
         for probe, target in firsts:
@@ -150,7 +147,7 @@ class Lanes:
             if settings is not None and target.pooler is not None:
                 poolers.append((target.pg, target.pooler, settings, pooler_lane(target)))
         with contextlib.suppress(Exception):  # only a head start: each lane's warm-up reports failures
-            warm(pgs, poolers)
+            self.backend.warm(pgs, poolers)
 
     def _warm_up(self, first: Work) -> BaseException | None:
         """Start the lane's servers now, from the main thread; a failure goes to its first test."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from typing import cast
 
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
@@ -345,15 +344,15 @@ def witness_of(backend: Backend, target: Target) -> Witness | None:
 
 def watching(backend: Backend, probe: Probe, target: Target) -> Gone:
     """What the watcher asks while the probe runs (run/watch.py): the backend's word on the target's PostgreSQL
-    and on the pooler process the probe uses. A backend that does not watch (containers, a running pooler) and
-    a running pooler (--pooled-dsn, not ours) are never asked: their probes keep PROBE_TIMEOUT."""
-    ask = getattr(backend, "gone", None)
-    if ask is None or is_running_pooler(target):
+    and on the pooler process the probe uses. A backend that does not watch (containers, a running pooler) always
+    answers None, and a running pooler (--pooled-dsn, not ours) is never asked: their probes keep PROBE_TIMEOUT."""
+    if is_running_pooler(target):
         return lambda: None
     settings = pool_settings(probe, target)
-    pooled = settings is not None and target.pooler is not None
-    key = (target.pg, target.pooler, settings, pooler_lane(target)) if pooled else None
-    return lambda: cast("str | None", ask(target.pg, key))
+    key = None
+    if settings is not None and target.pooler is not None:
+        key = (target.pg, target.pooler, settings, pooler_lane(target))
+    return lambda: backend.gone(target.pg, key)
 
 
 def who_stopped(backend: Backend, target: Target, endpoint: Endpoint | None) -> str:
