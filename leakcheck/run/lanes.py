@@ -21,7 +21,7 @@ from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
 from leakcheck.provision.host.timing import mark, timed
 from leakcheck.run import signals
-from leakcheck.run.runner import is_running_pooler, pool_settings, pooler_lane, run_probe
+from leakcheck.run.runner import is_running_pooler, plan_of, pool_settings, run_probe
 
 LaneKey = tuple[object, ...]
 #: Seconds a stopped run waits for its lanes' running probes before it stops the servers under them.
@@ -143,9 +143,9 @@ class Lanes:
         pgs = [target.pg for _, target in firsts]
         poolers = []
         for probe, target in firsts:
-            settings = pool_settings(probe, target)
-            if settings is not None and target.pooler is not None:
-                poolers.append((target.pg, target.pooler, settings, pooler_lane(target)))
+            key = plan_of(probe, target).pooler_key
+            if key is not None:
+                poolers.append(key)
         with contextlib.suppress(Exception):  # only a head start: each lane's warm-up reports failures
             self.backend.warm(pgs, poolers)
 
@@ -153,13 +153,14 @@ class Lanes:
         """Start the lane's servers now, from the main thread; a failure goes to its first test."""
         probe, target = first
         self.on_test(self.name(probe, target))
-        settings = pool_settings(probe, target)
+        plan = plan_of(probe, target)
         try:
             if not is_running_pooler(target):  # a running pooler's PostgreSQL may be out of reach
                 self.backend.postgres(target.pg)
-            if settings is not None:
-                assert target.pooler is not None
-                with self.backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)):
+            if plan.settings is not None:
+                key = plan.pooler_key
+                assert key is not None
+                with self.backend.pooler(*key):
                     pass
         except Exception as exc:  # noqa: BLE001 - reported as the first test's error outcome
             return exc
