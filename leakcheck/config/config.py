@@ -35,9 +35,8 @@ from leakcheck.model.axes import (
 )
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode
-from leakcheck.model.target import NATIVE_DRIVERS, Application, PoolerKind
+from leakcheck.model.target import NATIVE_DRIVERS, Application, Driver, PoolerKind
 from leakcheck.model.team_settings import TeamSettings
-from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
 from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe

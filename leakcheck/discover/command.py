@@ -27,8 +27,7 @@ from leakcheck.drivers.settings import cell_settings, check_axis
 from leakcheck.model.axes import parse_driver_axis
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import terminal_safe
-from leakcheck.model.target import PAIR_JOIN, Application, Setting, settings_label
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import PAIR_JOIN, Application, Driver, Route, Setting, settings_label
 from leakcheck.run import signals
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Abort, Trace, harness_failed
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import Client, connect
-from leakcheck.model.target import Application, Setting
-from leakcheck.model.verdicts import Driver, Route, ServerId
+from leakcheck.model.target import Application, Driver, Route, Setting
+from leakcheck.model.verdicts import ServerId
 from leakcheck.probes.witness import Witness, open_witness
 from leakcheck.run import signals
 

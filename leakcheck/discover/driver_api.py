@@ -19,8 +19,7 @@ from leakcheck.discover.ops import Abilities
 from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError, connect
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
-from leakcheck.model.target import Setting
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver, Setting
 
 #: asyncpg's errors, as clients.py takes them (InternalClientError: its protocol after the server ended the connection)
 _ASYNCPG_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError)

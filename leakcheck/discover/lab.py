@@ -20,8 +20,8 @@ from leakcheck.config.config import Config
 from leakcheck.drivers.clients import Client, driver_version
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Application, Pooler, PoolerKind, Setting
-from leakcheck.model.verdicts import Driver, Route, Target, Verdict
+from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Route, Setting, Target
+from leakcheck.model.verdicts import Verdict
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.postgres.fixtures import APP_ROLE

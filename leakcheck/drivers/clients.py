@@ -34,8 +34,7 @@ from leakcheck.drivers.cancel import CANCEL_TIMEOUT, send_cancel_request
 from leakcheck.drivers.settings import native_values
 from leakcheck.model.errors import NotApplicable, UsageError
 from leakcheck.model.faults import NO_SQLSTATE
-from leakcheck.model.target import Setting
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver, Setting
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.timing import timed

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from leakcheck.model.target import PoolerKind
-from leakcheck.model.verdicts import Driver, Outcome
+from leakcheck.model.target import Driver, PoolerKind
+from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Version
 
 

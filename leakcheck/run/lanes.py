@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Outcome, ServerId, Target, Verdict
+from leakcheck.model.target import Target
+from leakcheck.model.verdicts import Outcome, ServerId, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
 from leakcheck.provision.host.timing import mark, timed

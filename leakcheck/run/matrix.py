@@ -20,8 +20,8 @@ from leakcheck.model.axes import (
     driver_combinations,
 )
 from leakcheck.model.errors import LeakcheckError, UsageError
-from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Setting
-from leakcheck.model.verdicts import Outcome, Route, Target
+from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Route, Setting, Target
+from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Spec, Version
 from leakcheck.probes import witness as witnesses
 from leakcheck.probes.base import Probe

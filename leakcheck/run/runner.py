@@ -13,17 +13,8 @@ from leakcheck.drivers.clients import Client, ServerError, connect
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Driver, Pooler, PoolerKind
-from leakcheck.model.verdicts import (
-    Observation,
-    Outcome,
-    Proof,
-    Route,
-    ServerId,
-    Target,
-    Verdict,
-    classify,
-)
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Observation, Outcome, Proof, ServerId, Verdict, classify
 from leakcheck.probes.base import Login, NotYet, Probe
 from leakcheck.probes.outcomes import Stalled
 from leakcheck.probes.scenario import Scenario

@@ -16,7 +16,7 @@ from leakcheck.discover.compare import Comparison
 from leakcheck.discover.findings import Discovery, Finding
 from leakcheck.discover.ops import Abilities, Kind, Op, Who
 from leakcheck.discover.options import Options
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import Route
 from leakcheck.model.versions import Version
 
 OPS = (Op(Who.A, Kind.SET, "work_mem"), Op(Who.B, Kind.OBSERVE))

@@ -18,7 +18,7 @@ from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
 from leakcheck.discover.trace import Abort
 from leakcheck.model.errors import StartError
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import Driver, Route
 from leakcheck.model.versions import Version
 
 OPS = (Op(Who.A, Kind.SET, "work_mem"), Op(Who.B, Kind.OBSERVE))

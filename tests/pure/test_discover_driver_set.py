@@ -12,7 +12,7 @@ import pytest
 from leakcheck.discover import command, lab
 from leakcheck.discover.report import script
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import Driver, Route
 from leakcheck.model.versions import Version
 from tests.pure.test_discover_report import PREPARED
 

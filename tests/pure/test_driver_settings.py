@@ -16,7 +16,8 @@ from leakcheck.gate.expectations import Expectation, any_driver_version, key, lo
 from leakcheck.gate.expectations import parse as parse_baseline
 from leakcheck.model.axes import DriverAxis, parse_driver_axis
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Driver, Outcome, Route, Verdict
+from leakcheck.model.target import Driver, Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.reports.diff import compare, settings_notes
 from leakcheck.reports.html import render_html

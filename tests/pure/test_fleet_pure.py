@@ -8,8 +8,8 @@ from leakcheck.config.config import Config
 from leakcheck.model.axes import parse_fleet
 from leakcheck.model.errors import StartError, UsageError
 from leakcheck.model.pool_settings import PoolSettings
-from leakcheck.model.target import Pooler, PoolerKind
-from leakcheck.model.verdicts import Driver, Proof, Route, ServerId, Target
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Proof, ServerId
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.provision.base import Binary, Endpoint

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakcheck.model.verdicts import Driver, Route, Target
+from leakcheck.model.target import Driver, Route, Target
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.run.runner import may_hold, plan_of

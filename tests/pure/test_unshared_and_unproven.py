@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from leakcheck.model.verdicts import Driver, Proof, Route, ServerId, Target
+from leakcheck.model.target import Driver, Route, Target
+from leakcheck.model.verdicts import Proof, ServerId
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.run.runner import never_shared, plan_of

@@ -15,7 +15,7 @@ from leakcheck.discover.differential import Differential
 from leakcheck.discover.engine import Search, discover
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import Driver, Route
 from leakcheck.provision.native import NativeBackend
 from tests.support.discover_lab import discover_lab
 

@@ -26,8 +26,8 @@ from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.team import team_driver
 from leakcheck.drivers.clients import connect, driver_version
-from leakcheck.model.target import Driver, Setting
-from leakcheck.model.verdicts import Route, Target, Verdict
+from leakcheck.model.target import Driver, Route, Setting, Target
+from leakcheck.model.verdicts import Verdict
 from leakcheck.probes.witness import open_witness
 from leakcheck.provision.native import NativeBackend
 from leakcheck.run.matrix import driver_cells

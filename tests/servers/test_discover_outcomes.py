@@ -25,8 +25,7 @@ from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Lost, Trace
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import connect
-from leakcheck.model.target import Driver
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import Driver, Route
 from leakcheck.probes.outcomes import WRITES_TABLE
 from leakcheck.probes.witness import open_witness
 from leakcheck.provision.native import NativeBackend

@@ -9,7 +9,8 @@ from typing import cast
 import pytest
 
 from leakcheck.model.pool_settings import PoolSettings
-from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Scope, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Scope, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe

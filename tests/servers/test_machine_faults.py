@@ -11,7 +11,8 @@ import pytest
 
 from leakcheck.gate import record
 from leakcheck.gate.expectations import Expectation, key
-from leakcheck.model.verdicts import Driver, Observation, Route, Verdict
+from leakcheck.model.target import Driver, Route
+from leakcheck.model.verdicts import Observation, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Login, probe
 from leakcheck.probes.scenario import Scenario
