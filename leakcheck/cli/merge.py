@@ -15,7 +15,7 @@ from pathlib import Path
 
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.gate.judge import Judgement, Kind, Policy, judge
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import terminal_safe, xml_safe

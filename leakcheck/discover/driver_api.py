@@ -14,12 +14,12 @@ from collections.abc import Awaitable
 import asyncpg
 import psycopg
 
-from leakcheck.discover.lab import Endpoint
 from leakcheck.discover.ops import Abilities
 from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError, connect
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Driver, Setting
+from leakcheck.provision.base import Endpoint
 
 #: asyncpg's errors, as clients.py takes them (InternalClientError: its protocol after the server ended the connection)
 _ASYNCPG_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError)

@@ -29,8 +29,6 @@ from leakcheck.run import running_pooler
 from leakcheck.run.matrix import MatrixRun
 from leakcheck.run.runner import SESSION_POOL, ignored_startup, subject_mode
 
-__all__ = ["Endpoint", "Lab", "Where", "at", "cache_dir", "open_lab"]
-
 #: The backend's pooler process for discovery (its own, beside the matrix's lanes).
 LANE = "discover"
 

@@ -14,8 +14,6 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.target import DRIVER_ID, PAIR_JOIN, Application, Route, driver_label, settings_label
 from leakcheck.model.verdicts import Outcome, Verdict
 
-__all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
-
 #: The verdicts a baseline may hold: measurements. An error or a skip measured nothing. A lost write no error
 #: told the application (loses_writes) only by hand, with a reason (`load`): nothing records it by itself.
 GATE_VERDICTS = (Verdict.ISOLATED, Verdict.LEAKS, Verdict.LOST, Verdict.BREAKS, Verdict.NOT_APPLICABLE,

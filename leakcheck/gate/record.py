@@ -22,7 +22,7 @@ from pathlib import Path
 
 from leakcheck.config.output_files import check_writable, locked, write_atomic
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.model.errors import LeakcheckError
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Outcome, Verdict

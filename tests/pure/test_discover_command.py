@@ -12,8 +12,8 @@ import pytest
 from leakcheck.discover import command, lab
 from leakcheck.discover.compare import Comparison
 from leakcheck.discover.differential import Differential
-from leakcheck.discover.engine import Candidate, confirm, tighten
-from leakcheck.discover.findings import Finding
+from leakcheck.discover.engine import confirm, tighten
+from leakcheck.discover.findings import Candidate, Finding
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
 from leakcheck.discover.trace import Abort

@@ -10,7 +10,7 @@ import pytest
 
 from leakcheck.config import output_files
 from leakcheck.gate import expectations, judge, record
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Outcome, Verdict

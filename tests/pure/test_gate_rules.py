@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.gate import expectations, record
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.gate.judge import Kind, Policy, judge
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Route

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.gate.judge import problem
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Route

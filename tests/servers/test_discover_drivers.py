@@ -18,7 +18,8 @@ import pytest
 from leakcheck.config.config import Config
 from leakcheck.discover import lab
 from leakcheck.discover.differential import Differential, run_on
-from leakcheck.discover.engine import Search, discover
+from leakcheck.discover.engine import discover
+from leakcheck.discover.findings import Search
 from leakcheck.discover.ops import Abilities, Kind, Op, Who, universe
 from leakcheck.discover.trace import Trace
 from leakcheck.drivers.agents import client as agents

@@ -17,8 +17,9 @@ import pytest
 from leakcheck.discover import lab
 from leakcheck.discover.compare import compare
 from leakcheck.discover.differential import Differential
-from leakcheck.discover.engine import Search, discover, mapped
+from leakcheck.discover.engine import discover, mapped
 from leakcheck.discover.execute import Run
+from leakcheck.discover.findings import Search
 from leakcheck.discover.known import label
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who, universe
 from leakcheck.discover.render import fresh_names

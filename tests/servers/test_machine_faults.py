@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from leakcheck.gate import record
-from leakcheck.gate.expectations import Expectation, key
+from leakcheck.gate.baseline import Expectation
+from leakcheck.gate.expectations import key
 from leakcheck.model.target import Driver, Route
 from leakcheck.model.verdicts import Observation, Verdict
 from leakcheck.probes import PROBES
