@@ -22,7 +22,8 @@ from leakcheck.discover.ops import Abilities, Op
 from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Abort, Trace, harness_failed
 from leakcheck.drivers.agents import client as agents
-from leakcheck.drivers.clients import Client, connect
+from leakcheck.drivers.clients import connect
+from leakcheck.drivers.interface import Client
 from leakcheck.model.target import Application, Driver, Route, Setting
 from leakcheck.model.verdicts import ServerId
 from leakcheck.probes.witness import Witness, open_witness

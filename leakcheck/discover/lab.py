@@ -17,7 +17,8 @@ from pathlib import Path
 
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
-from leakcheck.drivers.clients import Client, driver_version
+from leakcheck.drivers.clients import driver_version
+from leakcheck.drivers.interface import Client
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Route, Setting, Target

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from leakcheck.drivers.agents.process import AgentRefused
-from leakcheck.drivers.clients import Client, Row
+from leakcheck.drivers.interface import Client, Row
 from leakcheck.model.errors import NotApplicable, ProbeError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.target import Route

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
-from leakcheck.drivers.clients import Client, ServerError, connect
+from leakcheck.drivers.clients import connect
+from leakcheck.drivers.interface import Client, ServerError
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from leakcheck.drivers.clients import CopyIn, Notification, Piped, Pipelined, Row, ServerError
+from leakcheck.drivers.interface import CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Route
 from leakcheck.probes import PROBES
