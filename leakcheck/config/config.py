@@ -42,11 +42,11 @@ from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
+from leakcheck.provision.dsn_backend import check_dsn, default_name
 from leakcheck.provision.odyssey import conf as odyssey_conf
 from leakcheck.provision.pgbouncer import settings as bouncer_settings
 from leakcheck.provision.pgpool import conf as pgpool_conf
 from leakcheck.provision.postgres.fixtures import refuse_older
-from leakcheck.provision.running_pooler import check_dsn, default_name
 
 
 def _pg_specs(raw: str) -> tuple[Spec, ...]:

@@ -35,8 +35,9 @@ LANE = "discover"
 
 
 @dataclass(frozen=True)
-class Where:
-    """What a run measured on, for reports and the example database's keys."""
+class LabRoute:
+    """The PostgreSQL, pooler, route and pool settings a lab measures on (a Target without its driver, with
+    the pool settings), for reports and the example database's keys."""
 
     pg: Version
     pooler: Pooler | None  # None on the direct route
@@ -67,12 +68,12 @@ def pool_for(pooler: Pooler, route: Route) -> PoolSettings:
 class Lab:
     """Endpoints for one (PostgreSQL, pooler, route); clients log in as the application role."""
 
-    def __init__(self, backend: Backend, where: Where) -> None:
+    def __init__(self, backend: Backend, where: LabRoute) -> None:
         self.backend, self.where = backend, where
 
     @property
     def running_pooler(self) -> bool:
-        """A pooler leakcheck did not start: no reset, no pool of one (see running_pooler.py)."""
+        """A pooler leakcheck did not start: no reset, no pool of one (see provision/dsn_backend.py)."""
         return self.where.pooler is not None and self.where.pooler.kind is PoolerKind.RUNNING
 
     @contextlib.contextmanager
@@ -135,10 +136,10 @@ class Lab:
 
 def at(backend: Backend, pg: Version, pooler: Pooler | None, route: Route) -> Lab:
     """A lab on versions already resolved by `backend` (the tests' shared backend)."""
-    return Lab(backend, Where(pg, pooler, route, pool_for(pooler, route) if pooler is not None else None))
+    return Lab(backend, LabRoute(pg, pooler, route, pool_for(pooler, route) if pooler is not None else None))
 
 
-def _cell(run: MatrixRun, route: Route) -> Where:
+def _lab_route(run: MatrixRun, route: Route) -> LabRoute:
     config = run.config
     if config.pooled_dsn is not None:
         if route is not Route.TRANSACTION:
@@ -146,17 +147,17 @@ def _cell(run: MatrixRun, route: Route) -> Where:
                              "only (its controls need --route=direct with leakcheck's servers)")
         pg = run.backend.resolve_pg(Spec("server"))
         pooler = Pooler(PoolerKind.RUNNING, None, config=config.dsn_name)
-        return Where(pg, pooler, route, PoolSettings(PoolMode.TRANSACTION, 1))
+        return LabRoute(pg, pooler, route, PoolSettings(PoolMode.TRANSACTION, 1))
     pgs = list(dict.fromkeys(run.backend.resolve_pg(s) for s in config.pg))
     if len(pgs) != 1:
         raise UsageError("discover measures one cell: give one --pg (run it per cell)")
     if route is Route.DIRECT:
-        return Where(pgs[0], None, route)
+        return LabRoute(pgs[0], None, route)
     poolers = run.poolers()
     if len(poolers) != 1:
         raise UsageError(f"discover measures one cell, and these options name {len(poolers)} poolers "
                          f"({', '.join(p.label() for p in poolers)}): give one version and one value per setting")
-    return Where(pgs[0], poolers[0], route, pool_for(poolers[0], route))
+    return LabRoute(pgs[0], poolers[0], route, pool_for(poolers[0], route))
 
 
 @contextlib.contextmanager
@@ -167,7 +168,7 @@ def open_lab(raw: dict[str, str | None], route: Route) -> Iterator[Lab]:
     run = MatrixRun(config)
     preflight.check(config, run.choice[0])
     try:
-        yield Lab(run.backend, _cell(run, route))
+        yield Lab(run.backend, _lab_route(run, route))
     finally:
         run.close()
 

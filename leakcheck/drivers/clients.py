@@ -40,8 +40,8 @@ from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Driver, Setting
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.dsn_backend import CONNECT_TIMEOUT, connect_timeout, without_connect_timeout
 from leakcheck.provision.host.timing import timed
-from leakcheck.provision.running_pooler import CONNECT_TIMEOUT, connect_timeout, without_connect_timeout
 
 
 def _sqlstate(exc: BaseException) -> str:

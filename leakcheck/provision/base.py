@@ -112,7 +112,7 @@ class Backend(Protocol):
         run with the pool mode and size `settings` ask for, whose pool holds no server connection yet.
 
         Each use starts from fresh server connections, so no state carries over between probes
-        (a running pooler reached by DSN cannot promise that: see provision/running_pooler.py).
+        (a running pooler reached by DSN cannot promise that: see provision/dsn_backend.py).
         One pooler process serves each (pg, pooler, settings, lane) for the run: uses of one lane
         never overlap, different lanes may run at the same time.
         """

@@ -56,7 +56,7 @@ def choose_backend(requested: str, pooled_dsn: str | None = None) -> tuple[str, 
 def make_backend(config: Config) -> Backend:
     """The backend `config.backend` names (`auto` decided by `choose_backend`)."""
     if config.pooled_dsn is not None:
-        from leakcheck.provision.running_pooler import RunningPoolerBackend
+        from leakcheck.provision.dsn_backend import RunningPoolerBackend
 
         running: Backend = RunningPoolerBackend(config.pooled_dsn, config.direct_dsn)
         return running

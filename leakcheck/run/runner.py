@@ -123,7 +123,7 @@ async def _close(*clients: Client) -> None:
 
 
 def is_running_pooler(target: Target) -> bool:
-    """A pooler leakcheck did not start (--pooled-dsn): see running_pooler.py."""
+    """A pooler leakcheck did not start (--pooled-dsn): see run/running_pooler.py."""
     return target.route is Route.TRANSACTION and target.pooler is not None and target.pooler.kind is PoolerKind.RUNNING
 
 

@@ -17,7 +17,7 @@ from leakcheck.model.errors import ProvisionError, UsageError
 from leakcheck.model.redact import SECRET_KEYS, redacted
 from leakcheck.model.target import Driver
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.running_pooler import (
+from leakcheck.provision.dsn_backend import (
     RunningPoolerBackend,
     check_dsn,
     connect_timeout,

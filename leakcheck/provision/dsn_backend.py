@@ -1,7 +1,7 @@
 """A pooler that is already running (`--pooled-dsn`), and optionally its PostgreSQL (`--direct-dsn`).
 
 Nothing is started or stopped. The harness cannot give such a pooler a pool of one, nor reset it
-between probes, so the runner does what it can and proves the rest (runner.py): B connects until
+between probes, so the runner does what it can and proves the rest (run/running_pooler.py): B connects until
 its server connection is A's (same pid and backend start), every observation still carries its
 proof, each probe starts and ends with DISCARD ALL from both clients, and the probes of such a
 pooler run one at a time. Probes create only temporary or uniquely named objects.
