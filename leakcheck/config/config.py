@@ -1,4 +1,4 @@
-"""The options (option_table.py) given as flags, ini keys or a matrix file, validated into one frozen Config."""
+"""The options (options.py) given as flags, ini keys or a matrix file, validated into one frozen Config."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ Work = tuple[Probe, Target]
 MAX_RUNS = 10000
 #: The most pooler processes one run starts for one PostgreSQL version. Every lane's pooler starts
 #: up front and runs to the end, each keeping up to two of that PostgreSQL's 300 connections
-#: (max_connections, postgres/server.py; each lane's witness takes one more); the driver gate starts
+#: (max_connections, provision/postgres/server.py; each lane's witness takes one more); the driver gate starts
 #: 54 per version.
 MAX_POOLERS_PER_PG = 64
 _SPLIT = ("split it: fewer --pg, pooler versions, settings axes or drivers per run (or one matrix file "

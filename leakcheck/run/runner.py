@@ -300,7 +300,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
 
     plan = plan_of(probe, target)
     used: list[Endpoint] = []
-    agents.next_probe()  # a driver that names statements per process gets fresh agents (agents/client.py)
+    agents.next_probe()  # a driver that names statements per process gets fresh agents (drivers/agents/client.py)
     gone, probing = watching(backend, plan), False
     try:
         with _endpoint(backend, plan) as endpoint:
