@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
-import ast
 import re
 from functools import cache
 from pathlib import Path
+
+from tests.pure.bound_names import bound_names
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "leakcheck"
@@ -39,21 +40,6 @@ def _module_file(parts: list[str]) -> Path | None:
     return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
 
 
-@cache
-def _names(module: Path) -> frozenset[str]:
-    """What `module` binds: its classes, functions, assignments and imports."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            found.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            found.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return frozenset(found)
-
-
 def _dotted_exists(dotted: str) -> bool:
     """`leakcheck.<room>...`: its longest module prefix exists and binds the next name. A name whose first
     part is no module of the package is not a module path (`leakcheck.md`, the `leakcheck.tenant` setting)."""
@@ -63,7 +49,7 @@ def _dotted_exists(dotted: str) -> bool:
     k = max(k for k in range(2, len(parts) + 1) if _module_file(parts[:k]) is not None)
     module = _module_file(parts[:k])
     assert module is not None
-    return k == len(parts) or parts[k] in _names(module)
+    return k == len(parts) or parts[k] in bound_names(module, imports=True)
 
 
 def test_every_module_a_comment_a_docstring_or_a_docs_page_names_exists() -> None:
