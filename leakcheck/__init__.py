@@ -2,7 +2,8 @@
 
 from leakcheck.config.config import Config
 from leakcheck.model.errors import LeakcheckError, ProvisionError, StartError, UsageError
-from leakcheck.model.verdicts import Driver, Observation, Outcome, Route, Target, Verdict, classify
+from leakcheck.model.target import Driver, Route, Target
+from leakcheck.model.verdicts import Observation, Outcome, Verdict, classify
 from leakcheck.model.versions import Spec, Version
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe

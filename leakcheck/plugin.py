@@ -18,7 +18,8 @@ from leakcheck.gate import expectations, record
 from leakcheck.gate.judge import Kind, Policy, judge, policy_of
 from leakcheck.model.errors import LeakcheckError
 from leakcheck.model.safe_text import terminal_safe
-from leakcheck.model.verdicts import Route, Target, Verdict
+from leakcheck.model.target import Route, Target
+from leakcheck.model.verdicts import Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.host.system import cache_path
 from leakcheck.provision.host.timing import mark

@@ -52,8 +52,8 @@ import psycopg
 
 from leakcheck.cli import merge
 from leakcheck.drivers.agents.catalogue import CATALOGUE
-from leakcheck.model.target import Pooler, PoolerKind
-from leakcheck.model.verdicts import Driver, Outcome, Route, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version, parse_spec
 from leakcheck.probes import PROBES
 from leakcheck.provision.native import NativeBackend

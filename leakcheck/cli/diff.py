@@ -22,8 +22,8 @@ from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.drivers.agents.team import PREFIX, is_team, registered, spelled, team_driver
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import encodable, terminal_safe
-from leakcheck.model.target import PAIR_JOIN, settings_label
-from leakcheck.model.verdicts import Driver, Outcome, Verdict
+from leakcheck.model.target import PAIR_JOIN, Driver, settings_label
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.reports.diff import compare, render_markdown, render_text, settings_notes, sides_measured
 from leakcheck.results.results import combine, load
 from leakcheck.run.matrix import MatrixRun

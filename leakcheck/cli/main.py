@@ -39,10 +39,10 @@ from leakcheck.model.errors import UsageError, one_line
 from leakcheck.model.redact import redacted
 from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.versions import leakcheck_release
+from leakcheck.provision.dsn_backend import check_dsn, connect_timeout, shown_dsn
 from leakcheck.provision.host.sweep import sweep
 from leakcheck.provision.host.system import cache_root
 from leakcheck.provision.postgres.fixtures import install
-from leakcheck.provision.running_pooler import check_dsn, connect_timeout, shown_dsn
 from leakcheck.reports.terminal import use_color
 from leakcheck.run import progress
 from leakcheck.run.matrix import make_backend

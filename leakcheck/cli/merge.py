@@ -15,7 +15,7 @@ from pathlib import Path
 
 from leakcheck.config.distinct_paths import EXPECT, check_own_files
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.gate.judge import Judgement, Kind, Policy, judge
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import terminal_safe, xml_safe
@@ -74,7 +74,7 @@ def judge_all(results: Results, expected: Mapping[str, Expectation] | None, requ
 
 def report(judged: Judged, sources: int | str, color: bool = False) -> list[str]:
     """The terminal report: the plugin's matrix (with its legend) and counts, each failure, then one
-    line on the gate. `color`: ANSI colours in the matrix (the CLI decides: reports.use_color).
+    line on the gate. `color`: ANSI colours in the matrix (the CLI decides: reports/terminal.py's use_color).
     `sources`: how many results files were merged, or what else the outcomes come from."""
     outcomes = judged.results.outcomes
     origin = sources if isinstance(sources, str) else f"merged from {sources} results file{'s' if sources != 1 else ''}"

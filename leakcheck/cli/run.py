@@ -23,7 +23,8 @@ from leakcheck.config.config import Config, repeated
 from leakcheck.config.options import FLAG_OPTIONS, FLAGS, LIST_OPTIONS, OPTIONS
 from leakcheck.gate.judge import Policy, policy_of
 from leakcheck.model.safe_text import terminal_safe
-from leakcheck.model.verdicts import Outcome, Target
+from leakcheck.model.target import Target
+from leakcheck.model.verdicts import Outcome
 from leakcheck.reports.about import About
 from leakcheck.reports.diff import run_diff_lines
 from leakcheck.reports.terminal import render_counts, use_color

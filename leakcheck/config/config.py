@@ -1,4 +1,4 @@
-"""The options (option_table.py) given as flags, ini keys or a matrix file, validated into one frozen Config."""
+"""The options (options.py) given as flags, ini keys or a matrix file, validated into one frozen Config."""
 
 from __future__ import annotations
 
@@ -35,19 +35,18 @@ from leakcheck.model.axes import (
 )
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode
-from leakcheck.model.target import NATIVE_DRIVERS, Application, PoolerKind
+from leakcheck.model.target import NATIVE_DRIVERS, Application, Driver, PoolerKind
 from leakcheck.model.team_settings import TeamSettings
-from leakcheck.model.verdicts import Driver
 from leakcheck.model.versions import Spec, Version, parse_spec_list
 from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
+from leakcheck.provision.dsn_backend import check_dsn, default_name
 from leakcheck.provision.odyssey import conf as odyssey_conf
 from leakcheck.provision.pgbouncer import settings as bouncer_settings
 from leakcheck.provision.pgpool import conf as pgpool_conf
 from leakcheck.provision.postgres.fixtures import refuse_older
-from leakcheck.provision.running_pooler import check_dsn, default_name
 
 
 def _pg_specs(raw: str) -> tuple[Spec, ...]:

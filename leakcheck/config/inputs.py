@@ -16,7 +16,7 @@ from typing import TypeVar
 from leakcheck.model.errors import UsageError
 
 #: The largest file leakcheck reads: 64 MiB, far above any matrix, baseline, ini or results file of a
-#: matrix that fits MAX_CELLS (matrix_run.py).
+#: matrix that fits MAX_RUNS (run/lanes.py).
 MAX_BYTES = 64 * 1024 * 1024
 
 T = TypeVar("T")

@@ -19,6 +19,7 @@ from leakcheck.config.config import checked_pairs
 from leakcheck.config.options import FLAGS, LIST_OPTIONS, OPTIONS
 from leakcheck.discover import accept, results_file
 from leakcheck.discover import options as o
+from leakcheck.discover.findings import Search
 from leakcheck.discover.known import confirmed
 from leakcheck.discover.output import parse_out, write
 from leakcheck.drivers.agents.catalogue import known_drivers
@@ -27,8 +28,7 @@ from leakcheck.drivers.settings import cell_settings, check_axis
 from leakcheck.model.axes import parse_driver_axis
 from leakcheck.model.errors import UsageError
 from leakcheck.model.safe_text import terminal_safe
-from leakcheck.model.target import PAIR_JOIN, Application, Setting, settings_label
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import PAIR_JOIN, Application, Driver, Route, Setting, settings_label
 from leakcheck.run import signals
 
 if TYPE_CHECKING:
@@ -227,8 +227,8 @@ def run(opts: o.Options) -> int:
                     first = baseline.diffs[0]
                     raise Abort(f"the route and the reference differ before any op ({first.who} {first.key}: "
                                 f"{first.subject} vs {first.reference}); nothing can be compared")
-                found = engine.discover(measure, engine.Search(seed, opts.budget, opts.max_examples, opts.max_ops,
-                                                               database, stem, ops))
+                found = engine.discover(measure, Search(seed, opts.budget, opts.max_examples, opts.max_ops,
+                                                        database, stem, ops))
                 findings = list(engine.confirm(measure, _checked(lab, found, opts)))
         except Abort as exc:
             print(terminal_safe(f"leakcheck: error: discovery could not measure: {exc}"), file=sys.stderr)

@@ -33,7 +33,8 @@ from leakcheck.discover.ops import DRIVER_CALLS, Kind, Who
 from leakcheck.discover.render import DISPLAY, Names
 from leakcheck.discover.trace import Event, Failure, Loss, Lost, Trace
 from leakcheck.model.faults import NO_SQLSTATE
-from leakcheck.model.verdicts import Route, ServerId
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import ServerId
 
 PROTOCOL_NAME = "<protocol>"
 ABORTED = "error 25P02"  # in failed SQL transaction

@@ -17,15 +17,17 @@ from types import TracebackType
 from leakcheck.discover.compare import Comparison, compare, proof_problems, results, servers_text
 from leakcheck.discover.driver_api import abilities
 from leakcheck.discover.execute import Run
-from leakcheck.discover.lab import Endpoint, Lab
+from leakcheck.discover.lab import Lab
 from leakcheck.discover.ops import Abilities, Op
 from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Abort, Trace, harness_failed
 from leakcheck.drivers.agents import client as agents
-from leakcheck.drivers.clients import Client, connect
-from leakcheck.model.target import Application, Setting
-from leakcheck.model.verdicts import Driver, Route, ServerId
+from leakcheck.drivers.clients import connect
+from leakcheck.drivers.interface import Client
+from leakcheck.model.target import Application, Driver, Route, Setting
+from leakcheck.model.verdicts import ServerId
 from leakcheck.probes.witness import Witness, open_witness
+from leakcheck.provision.base import Endpoint
 from leakcheck.run import signals
 
 #: Seconds one sequence may take on both routes, connections included.

@@ -1,4 +1,4 @@
-"""What discovery asks of a driver beyond the `Client` API (drivers/clients.py, which offers every client's
+"""What discovery asks of a driver beyond the `Client` API (drivers/interface.py, which offers every client's
 prepared path, free, bind and transaction API): a statement with a bound parameter, the application's
 ordinary way to pass a value, and which of the optional calls a driver has.
 
@@ -14,13 +14,13 @@ from collections.abc import Awaitable
 import asyncpg
 import psycopg
 
-from leakcheck.discover.lab import Endpoint
 from leakcheck.discover.ops import Abilities
-from leakcheck.drivers.clients import AsyncpgClient, Client, PsycopgClient, Row, ServerError, connect
+from leakcheck.drivers.clients import AsyncpgClient, PsycopgClient, connect
+from leakcheck.drivers.interface import Client, Row, ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
-from leakcheck.model.target import Setting
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver, Setting
+from leakcheck.provision.base import Endpoint
 
 #: asyncpg's errors, as clients.py takes them (InternalClientError: its protocol after the server ended the connection)
 _ASYNCPG_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError)

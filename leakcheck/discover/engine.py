@@ -47,9 +47,6 @@ from leakcheck.discover.ops import Op, repair
 from leakcheck.discover.strategy import sequences
 from leakcheck.discover.trace import harness_failed
 
-__all__ = ["Candidate", "Discovery", "Finding", "Measure", "Round", "Search", "confirm", "discover", "merge",
-           "measured", "run_round", "tighten"]
-
 log = logging.getLogger(__name__)
 
 Measure = Callable[[tuple[Op, ...]], Comparison]

@@ -25,7 +25,7 @@ from leakcheck.discover.driver_api import bound
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who
 from leakcheck.discover.render import CLIENT_KEYS, REPORTED, Via, protocol_select, snapshot_columns, statements
 from leakcheck.discover.trace import SILENT, Event, Failure, Loss, Lost, Proof, Trace
-from leakcheck.drivers.clients import Client, ServerError
+from leakcheck.drivers.interface import Client, ServerError
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.probes.base import Attempt

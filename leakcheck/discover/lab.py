@@ -17,11 +17,12 @@ from pathlib import Path
 
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
-from leakcheck.drivers.clients import Client, driver_version
+from leakcheck.drivers.clients import driver_version
+from leakcheck.drivers.interface import Client
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Application, Pooler, PoolerKind, Setting
-from leakcheck.model.verdicts import Driver, Route, Target, Verdict
+from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Route, Setting, Target
+from leakcheck.model.verdicts import Verdict
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import USER, Backend, Endpoint
 from leakcheck.provision.postgres.fixtures import APP_ROLE
@@ -29,15 +30,14 @@ from leakcheck.run import running_pooler
 from leakcheck.run.matrix import MatrixRun
 from leakcheck.run.runner import SESSION_POOL, ignored_startup, subject_mode
 
-__all__ = ["Endpoint", "Lab", "Where", "at", "cache_dir", "open_lab"]
-
 #: The backend's pooler process for discovery (its own, beside the matrix's lanes).
 LANE = "discover"
 
 
 @dataclass(frozen=True)
-class Where:
-    """What a run measured on, for reports and the example database's keys."""
+class LabRoute:
+    """The PostgreSQL, pooler, route and pool settings a lab measures on (a Target without its driver, with
+    the pool settings), for reports and the example database's keys."""
 
     pg: Version
     pooler: Pooler | None  # None on the direct route
@@ -68,12 +68,12 @@ def pool_for(pooler: Pooler, route: Route) -> PoolSettings:
 class Lab:
     """Endpoints for one (PostgreSQL, pooler, route); clients log in as the application role."""
 
-    def __init__(self, backend: Backend, where: Where) -> None:
+    def __init__(self, backend: Backend, where: LabRoute) -> None:
         self.backend, self.where = backend, where
 
     @property
     def running_pooler(self) -> bool:
-        """A pooler leakcheck did not start: no reset, no pool of one (see running_pooler.py)."""
+        """A pooler leakcheck did not start: no reset, no pool of one (see provision/dsn_backend.py)."""
         return self.where.pooler is not None and self.where.pooler.kind is PoolerKind.RUNNING
 
     @contextlib.contextmanager
@@ -136,10 +136,10 @@ class Lab:
 
 def at(backend: Backend, pg: Version, pooler: Pooler | None, route: Route) -> Lab:
     """A lab on versions already resolved by `backend` (the tests' shared backend)."""
-    return Lab(backend, Where(pg, pooler, route, pool_for(pooler, route) if pooler is not None else None))
+    return Lab(backend, LabRoute(pg, pooler, route, pool_for(pooler, route) if pooler is not None else None))
 
 
-def _cell(run: MatrixRun, route: Route) -> Where:
+def _lab_route(run: MatrixRun, route: Route) -> LabRoute:
     config = run.config
     if config.pooled_dsn is not None:
         if route is not Route.TRANSACTION:
@@ -147,17 +147,17 @@ def _cell(run: MatrixRun, route: Route) -> Where:
                              "only (its controls need --route=direct with leakcheck's servers)")
         pg = run.backend.resolve_pg(Spec("server"))
         pooler = Pooler(PoolerKind.RUNNING, None, config=config.dsn_name)
-        return Where(pg, pooler, route, PoolSettings(PoolMode.TRANSACTION, 1))
+        return LabRoute(pg, pooler, route, PoolSettings(PoolMode.TRANSACTION, 1))
     pgs = list(dict.fromkeys(run.backend.resolve_pg(s) for s in config.pg))
     if len(pgs) != 1:
         raise UsageError("discover measures one cell: give one --pg (run it per cell)")
     if route is Route.DIRECT:
-        return Where(pgs[0], None, route)
+        return LabRoute(pgs[0], None, route)
     poolers = run.poolers()
     if len(poolers) != 1:
         raise UsageError(f"discover measures one cell, and these options name {len(poolers)} poolers "
                          f"({', '.join(p.label() for p in poolers)}): give one version and one value per setting")
-    return Where(pgs[0], poolers[0], route, pool_for(poolers[0], route))
+    return LabRoute(pgs[0], poolers[0], route, pool_for(poolers[0], route))
 
 
 @contextlib.contextmanager
@@ -168,7 +168,7 @@ def open_lab(raw: dict[str, str | None], route: Route) -> Iterator[Lab]:
     run = MatrixRun(config)
     preflight.check(config, run.choice[0])
     try:
-        yield Lab(run.backend, _cell(run, route))
+        yield Lab(run.backend, _lab_route(run, route))
     finally:
         run.close()
 

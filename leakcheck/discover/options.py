@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import PAIR_JOIN, Application, Setting, settings_label
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import PAIR_JOIN, Application, Driver, Route, Setting, settings_label
 
 DEFAULT_BUDGET = "60s"
 DEFAULT_MAX_EXAMPLES = 5000

@@ -11,7 +11,7 @@ from leakcheck.discover.findings import Finding
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who, prepares, quote
 from leakcheck.discover.render import DISPLAY, Statement, Via, column_sql, statements
 from leakcheck.discover.trace import Lost
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver
 
 _DRIVER_SIDE = {
     "notifications": "the notifications {who}'s driver received",

@@ -11,7 +11,8 @@ from leakcheck.discover.ops import Op, Who
 from leakcheck.discover.render import Names
 from leakcheck.model.errors import one_line
 from leakcheck.model.faults import NO_SQLSTATE
-from leakcheck.model.verdicts import Route, ServerId
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import ServerId
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import select
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import asyncpg
 import psycopg
@@ -30,150 +30,18 @@ from psycopg.conninfo import make_conninfo
 from psycopg.copy import AsyncLibpqWriter
 
 from leakcheck.drivers.agents.catalogue import Shipped, known_drivers, shipped
+from leakcheck.drivers.agents.client import AgentClient
+from leakcheck.drivers.agents.team import registered
 from leakcheck.drivers.cancel import CANCEL_TIMEOUT, send_cancel_request
+from leakcheck.drivers.interface import Client, CopyIn, Notification, Piped, PipedResult, Pipelined, Row, ServerError
 from leakcheck.drivers.settings import native_values
 from leakcheck.model.errors import NotApplicable, UsageError
 from leakcheck.model.faults import NO_SQLSTATE
-from leakcheck.model.target import Setting
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver, Setting
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.dsn_backend import CONNECT_TIMEOUT, connect_timeout, without_connect_timeout
 from leakcheck.provision.host.timing import timed
-from leakcheck.provision.running_pooler import CONNECT_TIMEOUT, connect_timeout, without_connect_timeout
-
-
-class ServerError(Exception):
-    """A statement failed; the driver's error reduced to SQLSTATE and message, and whether the
-    client's connection was closed after it (faults.py: a session end)."""
-
-    def __init__(self, sqlstate: str, message: str, closed: bool = False) -> None:
-        first = message.strip().splitlines()[0] if message.strip() else ""
-        super().__init__(f"{sqlstate}: {first}" if sqlstate != NO_SQLSTATE else f"without SQLSTATE: {first}")
-        self.sqlstate = sqlstate
-        self.message = first
-        self.closed = closed
-
-
-@dataclass
-class Notification:
-    channel: str
-    payload: str
-
-
-Row = tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class CopyIn:
-    """What a client sends with COPY ... FROM STDIN (text format): `first`, sent on at once (flushed); then,
-    `pause` seconds later, `rows` `times` times; then the copy's end."""
-
-    sql: str  #: the statement, for a driver whose copy API takes one
-    table: str  #: the table and its columns, for a driver whose copy API writes the statement itself
-    columns: tuple[str, ...]
-    first: str
-    rows: str
-    times: int
-    pause: float = 0.0
-
-
-@dataclass(frozen=True)
-class Piped:
-    """One command of a pipeline (no Sync until its end): `prepare` `name` as `sql`, `close` the statement
-    `name`, or `execute` it."""
-
-    op: str
-    name: str
-    sql: str = ""
-
-
-@dataclass(frozen=True)
-class PipedResult:
-    """What the driver gave back for one command of a pipeline, in its own words: `status` (libpq's
-    ExecStatus name, or `no result`), `value` (the first column of the first row), `error`."""
-
-    status: str
-    value: Any = None
-    error: str | None = None
-
-    def __str__(self) -> str:
-        shown = self.error or (repr(self.value) if self.value is not None else None)
-        return f"{self.status} ({shown})" if shown else self.status
-
-
-@dataclass(frozen=True)
-class Pipelined:
-    """A pipeline's results, one per command, and why the connection could not leave pipeline mode after
-    its Sync, if it could not (libpq still waits for results: the application can only drop it)."""
-
-    results: tuple[PipedResult, ...]
-    stuck: str | None = None
-
-
-class Client(Protocol):
-    """One application connection, as a probe sees it."""
-
-    label: str
-    #: a SQL condition on pg_prepared_statements.name: the names this client's driver gives its statements
-    statement_names: str
-    #: the driver settings it was connected with that differ from the driver's defaults (--driver-set)
-    settings: tuple[Setting, ...]
-
-    @property
-    def notifications(self) -> list[Notification]:
-        """The notifications its driver delivered, in order; NotApplicable where the driver delivers none
-        on an ordinary connection (sqlx: only its PgListener does)."""
-        ...
-
-    async def query(self, sql: str) -> list[Row]: ...
-    async def execute(self, sql: str) -> None: ...
-    async def prepared(self, sql: str) -> list[Row]: ...
-
-    async def begin(self) -> None:
-        """The driver's transaction API: open one (psycopg `transaction()`, asyncpg `transaction().start()`,
-        an agent's `begin`)."""
-        ...
-
-    async def commit(self) -> None: ...
-    async def rollback(self) -> None: ...
-
-    async def free(self, sql: str) -> None:
-        """The driver drops the statement it prepared for `sql` its own way; NotApplicable where it has no
-        such call (its applications never free one)."""
-        ...
-
-    async def bind(self, name: str) -> list[Row]:
-        """The driver executes a prepared statement by its name without preparing it (Bind/Execute, no
-        Parse): libpq's PQexecPrepared, ruby-pg's exec_prepared, pgx's ExecPrepared; NotApplicable where
-        the driver has no such call."""
-        ...
-
-    async def copy_in(self, copy: CopyIn) -> None:
-        """COPY ... FROM STDIN through the driver's copy API (psycopg `cursor.copy`, asyncpg
-        `copy_to_table`, an agent's `copy_in`); NotApplicable where the driver has none."""
-        ...
-
-    async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
-        """The commands in one pipeline, one Sync at its end (libpq's pipeline mode): what the driver gave
-        back for each, in order; NotApplicable where the driver cannot send them so."""
-        ...
-
-    def protocol(self) -> str | None:
-        """The protocol version the connection speaks (`3.0`, `3.2`), where the driver tells."""
-        ...
-
-    def reported(self, name: str) -> str | None: ...
-    def alias(self, label: str) -> Client: ...
-    async def close(self) -> None: ...
-
-    async def cancel(self) -> bool:
-        """The driver's cancel request for this connection, sent with the key it got at login: it
-        stops the statement now running (a `query` awaited elsewhere), or, when none runs, reaches
-        whatever that key names now (probes/cancel.py). Returns once it was sent: True when the driver
-        returned only once the peer (PostgreSQL or the pooler) had closed the cancel connection, so the
-        peer has read the request (libpq waits for that close); False when it may return before.
-        NotApplicable when the driver cannot send one."""
-        ...
 
 
 def _sqlstate(exc: BaseException) -> str:
@@ -569,9 +437,6 @@ async def _connect(driver: Driver, label: str, endpoint: Endpoint, settings: tup
         if protocol:
             raise NotApplicable(f"asyncpg speaks protocol 3.0 only: it has no way to ask for {protocol}")
         return await AsyncpgClient.connect(label, endpoint, settings, startup)
-    from leakcheck.drivers.agents.client import AgentClient  # agents import this module (ServerError, Notification)
-    from leakcheck.drivers.agents.team import registered
-
     team = registered(driver.value)
     found = team.shipped() if team is not None else _shipped(driver)
     start = team.start if team is not None else None

@@ -11,10 +11,8 @@ from leakcheck.config import inputs
 from leakcheck.gate.baseline import Expectation, Malformed, parse_text, render_json, render_toml
 from leakcheck.model.axes import outside_brackets
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import DRIVER_ID, PAIR_JOIN, Application, driver_label, settings_label
-from leakcheck.model.verdicts import Outcome, Route, Verdict
-
-__all__ = ["Expectation", "key", "load", "lookup", "read", "render"]
+from leakcheck.model.target import DRIVER_ID, PAIR_JOIN, Application, Route, driver_label, settings_label
+from leakcheck.model.verdicts import Outcome, Verdict
 
 #: The verdicts a baseline may hold: measurements. An error or a skip measured nothing. A lost write no error
 #: told the application (loses_writes) only by hand, with a reason (`load`): nothing records it by itself.

@@ -24,7 +24,8 @@ from enum import StrEnum
 
 from leakcheck.config.config import Config
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation, gate_value, key, lookup
+from leakcheck.gate.baseline import Expectation
+from leakcheck.gate.expectations import gate_value, key, lookup
 from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes.base import Probe
 

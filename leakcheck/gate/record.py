@@ -22,9 +22,10 @@ from pathlib import Path
 
 from leakcheck.config.output_files import check_writable, locked, write_atomic
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.model.errors import LeakcheckError
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome, Verdict
 
 OPTION = "--record"
 _HINT = "move it away, or give --record another path"

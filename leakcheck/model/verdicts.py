@@ -6,10 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.target import Driver, Pooler, Route, Target
 from leakcheck.model.versions import Version
-
-__all__ = ["Driver", "Pooler", "PoolerKind", "Route", "Target"]  # re-exported: verdicts carry targets
 
 
 class Verdict(StrEnum):

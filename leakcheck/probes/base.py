@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from leakcheck.drivers.clients import Client, CopyIn, Notification, Piped, Pipelined, Row, ServerError
+from leakcheck.drivers.interface import Client, CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
 from leakcheck.model.faults import NO_SQLSTATE, machine_fault
 from leakcheck.model.target import Route, Setting

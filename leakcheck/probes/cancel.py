@@ -21,7 +21,7 @@ import asyncio
 import zlib
 from dataclasses import dataclass, replace
 
-from leakcheck.drivers.clients import Client
+from leakcheck.drivers.interface import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.verdicts import Observation, Scope
 from leakcheck.probes.base import Attempt, Probe, attempt, probe, said

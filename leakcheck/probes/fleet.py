@@ -12,9 +12,11 @@ import time
 
 from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.cancel import send_cancel_request
-from leakcheck.drivers.clients import AsyncpgClient, Client
+from leakcheck.drivers.clients import AsyncpgClient
+from leakcheck.drivers.interface import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
-from leakcheck.model.verdicts import Observation, Route, Scope
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Observation, Scope
 from leakcheck.probes.base import probe
 from leakcheck.probes.scenario import Scenario
 

@@ -6,7 +6,7 @@ once a client has its own later sentinel, an earlier notification it lacks will 
 
 from __future__ import annotations
 
-from leakcheck.drivers.clients import Client
+from leakcheck.drivers.interface import Client
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Probe, probe

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakcheck.drivers.clients import Client
+from leakcheck.drivers.interface import Client
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.target import settings_label
 from leakcheck.model.verdicts import Observation

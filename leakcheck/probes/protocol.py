@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable
 from typing import Any
 
-from leakcheck.drivers.clients import Client, CopyIn, Piped, PipedResult
+from leakcheck.drivers.interface import Client, CopyIn, Piped, PipedResult
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.verdicts import Observation, Scope, ServerId
 from leakcheck.probes.base import Probe, attempt, probe, said

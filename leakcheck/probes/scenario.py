@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from leakcheck.drivers.agents.process import AgentRefused
-from leakcheck.drivers.clients import Client, Row
+from leakcheck.drivers.interface import Client, Row
 from leakcheck.model.errors import NotApplicable, ProbeError, one_line
 from leakcheck.model.faults import machine_fault
-from leakcheck.model.verdicts import Observation, Proof, Route, ServerId, Slot
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Observation, Proof, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write, write_statement
 from leakcheck.probes.witness import Witness, is_reset, tag

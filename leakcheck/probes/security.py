@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 
-from leakcheck.drivers.clients import ServerError
+from leakcheck.drivers.interface import ServerError
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Scope

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakcheck.drivers.clients import Client
+from leakcheck.drivers.interface import Client
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.verdicts import Observation, Scope

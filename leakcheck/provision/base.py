@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -18,6 +18,9 @@ from leakcheck.model.versions import Spec, Version
 DBNAME = "leakcheck"
 USER = "leakcheck"
 OTHER_ROLE = "leakcheck_other"
+
+#: One pooler process of a run: (its PostgreSQL, the pooler, the pool settings it runs with, its lane).
+PoolerKey = tuple[Version, Pooler, PoolSettings, str]
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class Backend(Protocol):
         run with the pool mode and size `settings` ask for, whose pool holds no server connection yet.
 
         Each use starts from fresh server connections, so no state carries over between probes
-        (a running pooler reached by DSN cannot promise that: see provision/running_pooler.py).
+        (a running pooler reached by DSN cannot promise that: see provision/dsn_backend.py).
         One pooler process serves each (pg, pooler, settings, lane) for the run: uses of one lane
         never overlap, different lanes may run at the same time.
         """
@@ -117,4 +120,15 @@ class Backend(Protocol):
 
     def describe(self) -> Iterator[str]:
         """Lines for the run header: what was resolved, from where."""
+        ...
+
+    def warm(self, pgs: Sequence[Version], poolers: Sequence[PoolerKey]) -> None:
+        """Start these servers together, ahead of their first use, where the backend can (only a head
+        start: a failure shows at that first use). A backend that cannot does nothing."""
+        ...
+
+    def gone(self, pg: Version, pooler: PoolerKey | None = None) -> str | None:
+        """Why the PostgreSQL `pg` (or the pooler process `pooler`) a probe uses no longer serves, else
+        None. The runner's watcher (run/watch.py) asks it every 0.1 s while a probe runs; a backend that
+        does not watch its servers always answers None."""
         ...

@@ -14,7 +14,7 @@ from leakcheck.model.errors import StartError
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
-from leakcheck.provision.base import Binary, Endpoint
+from leakcheck.provision.base import Binary, Endpoint, PoolerKey
 from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.host.sweep import sweep
@@ -30,8 +30,6 @@ from leakcheck.provision.postgres.binaries import PgInstall, resolve_pg
 from leakcheck.provision.postgres.server import PgServer
 from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 
-#: One pooler process serves each (PostgreSQL, pooler, pool settings, lane).
-PoolerKey = tuple[Version, Pooler, PoolSettings, str]
 #: A pooler process, or a PgBouncer fleet used as one.
 Running = PoolerProcess | BouncerFleet
 

@@ -16,7 +16,7 @@ from leakcheck.model.verdicts import Fact, Outcome, Scope, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Login, Probe
 from leakcheck.probes.prepared import NEVER_PREPARED
-from leakcheck.reports.cell import Cell, reset_tail
+from leakcheck.reports.cell import AdviceCell, reset_tail
 from leakcheck.reports.outcome_rules import OUTCOME_RULES
 from leakcheck.reports.rules import RULES
 
@@ -29,7 +29,7 @@ def advice(outcome: Outcome) -> str | None:
     """The advice line for this outcome, or None (isolated without a misreport, skipped, a control)."""
     if outcome.route.is_control or outcome.verdict is Verdict.SKIPPED:
         return None
-    cell = Cell.of(outcome)
+    cell = AdviceCell.of(outcome)
     probe = _PROBES.get(outcome.probe)
     if outcome.verdict is Verdict.ISOLATED:
         return _misreported(cell) if Fact.MISREPORTED in outcome.facts else None
@@ -52,7 +52,7 @@ def advice(outcome: Outcome) -> str | None:
     return text
 
 
-def generic(outcome: Outcome, cell: Cell) -> str:
+def generic(outcome: Outcome, cell: AdviceCell) -> str:
     """The fallback for a probe without its own entry, by verdict."""
     if outcome.verdict is Verdict.LEAKS:
         return ("Session state outlives the transaction on a shared server connection: set it inside each "
@@ -69,7 +69,7 @@ def generic(outcome: Outcome, cell: Cell) -> str:
             "session pool or a direct connection.")
 
 
-def not_applicable(outcome: Outcome, cell: Cell, probe: Probe | None) -> str:
+def not_applicable(outcome: Outcome, cell: AdviceCell, probe: Probe | None) -> str:
     """What a measured "not applicable" means for the application."""
     if cell.pool_mode == "statement" or any(r in outcome.evidence for r in REFUSALS):
         return ("`pool_mode=statement` refuses transaction blocks (`BEGIN ... COMMIT`), so nothing that needs "
@@ -88,6 +88,6 @@ def not_applicable(outcome: Outcome, cell: Cell, probe: Probe | None) -> str:
     return "The pooler refused something this probe needs (see the evidence): it could not be measured here."
 
 
-def _misreported(cell: Cell) -> str:
+def _misreported(cell: AdviceCell) -> str:
     return (f"The {cell.driver.value} driver was told a value the server did not have: do not trust its "
             "ParameterStatus cache (e.g. `conn.info.parameter_status()`); read `current_setting()` when it matters.")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from leakcheck.model.target import PoolerKind
-from leakcheck.model.verdicts import Driver, Outcome
+from leakcheck.model.target import Driver, PoolerKind
+from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Version
 
 
 @dataclass(frozen=True)
-class Cell:
+class AdviceCell:
+    """An outcome's cell as advice reads it (its pooler flattened); a view of the outcome's Target."""
+
     kind: PoolerKind | None
     version: Version | None  #: the pooler's; None for a running pooler (--pooled-dsn) or none
     settings: tuple[tuple[str, str], ...]
@@ -19,7 +21,7 @@ class Cell:
     driver: Driver
 
     @classmethod
-    def of(cls, outcome: Outcome) -> Cell:
+    def of(cls, outcome: Outcome) -> AdviceCell:
         p = outcome.pooler
         return cls(p.kind if p else None, p.version if p else None, p.settings if p else (), p.config if p else "",
                    outcome.pg, outcome.driver)
@@ -69,7 +71,7 @@ class Cell:
         return "your --bouncer-ini" if self.config else "pgbouncer.ini"
 
 
-def driver_off(cell: Cell) -> str:
+def driver_off(cell: AdviceCell) -> str:
     """The cell's driver's own switch for protocol-level prepares."""
     if cell.driver == Driver.ASYNCPG:
         return "turn asyncpg's statement cache off (`statement_cache_size=0`)"
@@ -78,7 +80,7 @@ def driver_off(cell: Cell) -> str:
     return f"turn {cell.driver.value}'s protocol-level prepares off (its own setting)"
 
 
-def reset_tail(cell: Cell) -> str:
+def reset_tail(cell: AdviceCell) -> str:
     """PgBouncer's blunt instrument, with its trade-off (appended to session-state leaks)."""
     if not cell.is_bouncer:
         return ""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES
 from leakcheck.reports.markdown import md_text
 from leakcheck.reports.site import generated_by, render_measured

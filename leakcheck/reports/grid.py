@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from leakcheck.model.verdicts import Outcome, Route
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Version
 
 #: The order controls are summarized in.

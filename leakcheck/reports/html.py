@@ -12,7 +12,8 @@ import html
 import re
 from collections.abc import Iterable
 
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.reports.about import About
 from leakcheck.reports.advice import advice

@@ -15,7 +15,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 from leakcheck.model.safe_text import terminal_safe
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.reports.about import About
 from leakcheck.reports.advice import advice
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, Grid, pooled_grids

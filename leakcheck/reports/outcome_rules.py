@@ -5,11 +5,11 @@ verdict it has nothing specific for."""
 from __future__ import annotations
 
 from leakcheck.model.verdicts import Fact, Outcome, Verdict
-from leakcheck.reports.cell import Cell
+from leakcheck.reports.cell import AdviceCell
 from leakcheck.reports.rules import Rule, tracking_on
 
 
-def _driver_prepares_off(c: Cell) -> str:
+def _driver_prepares_off(c: AdviceCell) -> str:
     """The cell's driver's switch that keeps its statements off the server (and its frees with them)."""
     return {"pdo": "`PDO::ATTR_EMULATE_PREPARES => true` (or `PDO::PGSQL_ATTR_DISABLE_PREPARES`)",
             "ruby-pg": "Rails' `prepared_statements: false`",
@@ -18,12 +18,12 @@ def _driver_prepares_off(c: Cell) -> str:
         c.driver.value, f"{c.driver.value}'s own setting that stops it preparing")
 
 
-def _tracking(c: Cell) -> str:
+def _tracking(c: AdviceCell) -> str:
     given = c.setting("max_prepared_statements")
     return f"`max_prepared_statements={given}`" if given is not None else "its default `max_prepared_statements`"
 
 
-def free_before_commit(o: Outcome, c: Cell) -> str | None:
+def free_before_commit(o: Outcome, c: AdviceCell) -> str | None:
     if o.verdict is Verdict.LOSES_WRITES:
         return (f"Your {c.driver.value} application loses transactions here: its commit returned success and the row "
                 f"is not in the database. {c.named} with {_tracking(c)} runs its clients' statements under names of "
@@ -38,7 +38,7 @@ def free_before_commit(o: Outcome, c: Cell) -> str | None:
     return None
 
 
-def bind_unprepared(o: Outcome, c: Cell) -> str | None:
+def bind_unprepared(o: Outcome, c: AdviceCell) -> str | None:
     if Fact.DISCONNECTED not in o.facts:
         return None
     moved = (" and the other client was moved to a new server connection without a word, losing its session "
@@ -49,7 +49,7 @@ def bind_unprepared(o: Outcome, c: Cell) -> str | None:
             f"protocol API, or run `PREPARE`/`EXECUTE` both as SQL, or set `max_prepared_statements = 0` in {c.ini}.")
 
 
-def stalled(o: Outcome, c: Cell) -> str | None:
+def stalled(o: Outcome, c: AdviceCell) -> str | None:
     if Fact.STALLED not in o.facts:
         return None
     return ("A client's transaction stayed open after its statements failed (its COMMIT or ROLLBACK failed too), "
@@ -59,7 +59,7 @@ def stalled(o: Outcome, c: Cell) -> str | None:
 
 
 def _first(*rules: Rule) -> Rule:
-    def rule(o: Outcome, c: Cell) -> str | None:
+    def rule(o: Outcome, c: AdviceCell) -> str | None:
         return next((said for r in rules if (said := r(o, c)) is not None), None)
     return rule
 

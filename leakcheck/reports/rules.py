@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from leakcheck.model.verdicts import Fact, Outcome, Verdict
-from leakcheck.reports.cell import Cell, driver_off, reset_tail
+from leakcheck.reports.cell import AdviceCell, driver_off, reset_tail
 
-Rule = Callable[[Outcome, Cell], str | None]
+Rule = Callable[[Outcome, AdviceCell], str | None]
 
 
 def _per_transaction(name: str, local: str) -> Rule:
     """A plain session setting: SET LOCAL (or a per-role default) instead of SET."""
-    def rule(o: Outcome, c: Cell) -> str | None:
+    def rule(o: Outcome, c: AdviceCell) -> str | None:
         if o.verdict is Verdict.LEAKS:
             return (f"Set {name} per transaction (`{local}` inside `BEGIN ... COMMIT`) or per role "
                     f"(`ALTER ROLE app SET {name} = ...`) instead of a session `SET`: poolers cannot re-apply it "
@@ -26,7 +26,7 @@ def _per_transaction(name: str, local: str) -> Rule:
 
 def _tracked(name: str, since: tuple[int, ...] = (), how: str = "") -> Rule:
     """A parameter PgBouncer re-applies per client (some only from a release on)."""
-    def rule(o: Outcome, c: Cell) -> str | None:
+    def rule(o: Outcome, c: AdviceCell) -> str | None:
         options = ", which PgBouncer accepts for tracked settings from 1.20" if c.is_bouncer else ""
         connect = (f"give {name} at connect time (a connection parameter, or `options=-c {name}=...`{options}), "
                    f"per role (`ALTER ROLE app SET {name} = ...`), or with `SET LOCAL {name}` per transaction")
@@ -42,7 +42,7 @@ def _tracked(name: str, since: tuple[int, ...] = (), how: str = "") -> Rule:
     return rule
 
 
-def search_path(o: Outcome, c: Cell) -> str:
+def search_path(o: Outcome, c: AdviceCell) -> str:
     text = ("Schema-qualify names (`app.orders`) or give the role its path (`ALTER ROLE app SET search_path = "
             "...`) instead of `SET search_path` on a pooled connection.")
     if c.is_bouncer:
@@ -65,7 +65,7 @@ def search_path(o: Outcome, c: Cell) -> str:
 
 
 def _application_name(empty: bool) -> Rule:
-    def rule(o: Outcome, c: Cell) -> str:
+    def rule(o: Outcome, c: AdviceCell) -> str:
         if empty and c.bouncer_before(1, 22):
             return (f"{c.named} does not re-apply an empty application_name (fixed in 1.22): upgrade, or never "
                     "set it to `''`; name the application at connect time (`application_name=...`).")
@@ -74,7 +74,7 @@ def _application_name(empty: bool) -> Rule:
     return rule
 
 
-def custom_setting(o: Outcome, c: Cell) -> str:
+def custom_setting(o: Outcome, c: AdviceCell) -> str:
     lost = " When a client moves to another server its value stays behind (lost)." if o.verdict is Verdict.LOST \
         else ""
     return ("No pooler can track a custom setting (the server never reports it): set it in every transaction "
@@ -82,14 +82,14 @@ def custom_setting(o: Outcome, c: Cell) -> str:
 
 
 def _role(privileged: bool) -> Rule:
-    def rule(o: Outcome, c: Cell) -> str:
+    def rule(o: Outcome, c: AdviceCell) -> str:
         worse = " B read data only that role may read: treat it as an access-control bug." if privileged else ""
         return ("Use `SET LOCAL ROLE ...` inside each transaction (it ends with the transaction), or a login role "
                 f"per privilege level, each its own pool, instead of `SET ROLE` on a pooled connection.{worse}")
     return rule
 
 
-def session_authorization(o: Outcome, c: Cell) -> str:
+def session_authorization(o: Outcome, c: AdviceCell) -> str:
     text = ("Do not `SET SESSION AUTHORIZATION` through a transaction pool: use `SET LOCAL SESSION AUTHORIZATION` "
             "per transaction, or log in as the role itself (no superuser application login).")
     if c.bouncer_before(1, 26):
@@ -97,7 +97,7 @@ def session_authorization(o: Outcome, c: Cell) -> str:
     return text
 
 
-def advisory_lock(o: Outcome, c: Cell) -> str | None:
+def advisory_lock(o: Outcome, c: AdviceCell) -> str | None:
     if o.verdict is Verdict.BREAKS:
         return None
     where = ("stays on the server connection, held for whoever gets it next" if o.verdict is Verdict.LEAKS
@@ -106,30 +106,30 @@ def advisory_lock(o: Outcome, c: Cell) -> str | None:
             f"lock taken through a transaction pool {where}.{reset_tail(c)}")
 
 
-def listen_notify(o: Outcome, c: Cell) -> str:
+def listen_notify(o: Outcome, c: AdviceCell) -> str:
     pin = " (or `pool_pin_on_listen` if your Odyssey release has it)" if c.is_odyssey else ""
     return ("Run LISTEN on its own session: a direct connection to PostgreSQL, or a session-mode pool for the "
             f"listener (e.g. a second database entry with `pool_mode=session`){pin}; `NOTIFY` itself is fine "
             "through a transaction pool.")
 
 
-def cancel_late(o: Outcome, c: Cell) -> str:
+def cancel_late(o: Outcome, c: AdviceCell) -> str:
     return ("A cancel sent after the client's own statement had ended stopped another client's statement on the "
             "same server connection: send cancels only while your statement runs (most drivers' cancel does), and "
             "bound statements with `SET LOCAL statement_timeout` rather than a late cancel.")
 
 
-def temp_table(o: Outcome, c: Cell) -> str:
+def temp_table(o: Outcome, c: AdviceCell) -> str:
     return ("Create temp tables `ON COMMIT DROP` and use them in that one transaction, or use a regular table keyed "
             f"by a session id; a plain temp table stays on the server connection.{reset_tail(c)}")
 
 
-def with_hold_cursor(o: Outcome, c: Cell) -> str:
+def with_hold_cursor(o: Outcome, c: AdviceCell) -> str:
     return ("Use a plain cursor inside one transaction, or keyset pagination (`WHERE id > $last ORDER BY id LIMIT "
             "n`), instead of `WITH HOLD`; if you must, `CLOSE` it before the transaction that opened it ends.")
 
 
-def sql_prepare(o: Outcome, c: Cell) -> str:
+def sql_prepare(o: Outcome, c: AdviceCell) -> str:
     tracked = ("PgBouncer's `max_prepared_statements` (1.21+) covers only protocol-level prepares" if c.is_bouncer
                else "Odyssey's `pool_reserve_prepared_statement` covers only protocol-level prepares" if c.is_odyssey
                else "poolers track at most protocol-level prepares")
@@ -137,7 +137,7 @@ def sql_prepare(o: Outcome, c: Cell) -> str:
             "prepares, or `PREPARE`, `EXECUTE` and `DEALLOCATE` in one transaction.")
 
 
-def _prepare_fix(c: Cell) -> str:
+def _prepare_fix(c: AdviceCell) -> str:
     """The pooler-side fix for protocol-level prepares, as this cell's pooler and version allow."""
     off = driver_off(c)
     if c.is_odyssey:
@@ -160,14 +160,14 @@ def _prepare_fix(c: Cell) -> str:
     return (f"Check that `max_prepared_statements` is above 0 in {c.ini} (default 200 since 1.24), or {off}.")
 
 
-def protocol_prepare(o: Outcome, c: Cell) -> str:
+def protocol_prepare(o: Outcome, c: AdviceCell) -> str:
     what = {Verdict.BREAKS: "Two clients' driver-named statements collide on one server connection",
             Verdict.LOST: "The client's prepared statement is not on the server it has now",
             Verdict.LEAKS: "Another client's prepared statement is visible on the shared server"}[o.verdict]
     return f"{what}. {_prepare_fix(c)}"
 
 
-def cleanup(o: Outcome, c: Cell) -> str:
+def cleanup(o: Outcome, c: AdviceCell) -> str:
     """Another client's DEALLOCATE ALL / DISCARD ALL / DEALLOCATE name under a prepared statement."""
     stop = ("Do not send `DEALLOCATE ALL`, `DISCARD ALL` or `DEALLOCATE name` through a transaction pool (Prisma's "
             "`pgbouncer=true`, a pool's reset query, an ORM's clean-up): on a shared server connection they drop "
@@ -177,7 +177,7 @@ def cleanup(o: Outcome, c: Cell) -> str:
     return f"{stop}; until then the other clients' next prepared runs may fail. {_prepare_fix(c)}"
 
 
-def startup_parameters(o: Outcome, c: Cell) -> str | None:
+def startup_parameters(o: Outcome, c: AdviceCell) -> str | None:
     if o.verdict is Verdict.NOT_APPLICABLE and c.is_bouncer:
         return (f"{c.named} refuses this startup parameter: set it per role (`ALTER ROLE app SET ...`) or per "
                 "transaction (`SET LOCAL`), or add it to `ignore_startup_parameters` knowing it is then dropped.")
@@ -190,14 +190,14 @@ def startup_parameters(o: Outcome, c: Cell) -> str | None:
     return None
 
 
-def tracking_on(c: Cell) -> bool:
+def tracking_on(c: AdviceCell) -> bool:
     given = c.setting("max_prepared_statements")
     if given is not None:
         return given != "0"
     return c.bouncer_since(1, 24)
 
 
-def prepared_disclosure(o: Outcome, c: Cell) -> str:
+def prepared_disclosure(o: Outcome, c: AdviceCell) -> str:
     secret = "keep secrets out of SQL text (send them as bind parameters)"
     if c.is_bouncer and tracking_on(c):
         return (f"With `max_prepared_statements` on, PgBouncer shares prepared statements among a pool's clients by "
@@ -207,17 +207,17 @@ def prepared_disclosure(o: Outcome, c: Cell) -> str:
             f"`pg_prepared_statements`: {secret}, and {driver_off(c)} or use the pooler's prepared-statement support.")
 
 
-def rls_tenant(o: Outcome, c: Cell) -> str:
+def rls_tenant(o: Outcome, c: AdviceCell) -> str:
     return ("Set the tenant with `set_config('app.tenant', ..., true)` (transaction-local) in the same transaction "
             "as the queries it guards, never with `false` (session) on a pooled connection.")
 
 
-def temp_shadow(o: Outcome, c: Cell) -> str:
+def temp_shadow(o: Outcome, c: AdviceCell) -> str:
     return ("Schema-qualify real tables (`public.lc_audit`) and put `pg_temp` last (`SET LOCAL search_path = "
             "public, pg_temp`); create temp tables `ON COMMIT DROP` so none outlives its transaction.")
 
 
-def search_path_emptied(o: Outcome, c: Cell) -> str:
+def search_path_emptied(o: Outcome, c: AdviceCell) -> str:
     if Fact.DISCONNECTED in o.facts and c.is_bouncer:
         return (f"{c.named} cannot put back an empty search_path for the client that set it (the connection is "
                 "closed, \"invalid server parameter\"): run dumps and restores (pg_dump, pg_restore, psql -f of a "
@@ -227,19 +227,19 @@ def search_path_emptied(o: Outcome, c: Cell) -> str:
             "connection next. Schema-qualify the application's tables (`public.orders`) meanwhile.")
 
 
-def cached_plan(o: Outcome, c: Cell) -> str:
+def cached_plan(o: Outcome, c: AdviceCell) -> str:
     return ("Schema-qualify the tables prepared statements read (`public.orders`), and keep other clients' "
             "session-level changes (`SET search_path`, temp tables named like real ones) off a transaction pool: "
             "a prepared statement re-planned on a shared server connection fails with 0A000 (cached plan must not "
             "change result type), or reads another table.")
 
 
-def lastval(o: Outcome, c: Cell) -> str:
+def lastval(o: Outcome, c: AdviceCell) -> str:
     return ("Read generated ids in the statement that makes them (`INSERT ... RETURNING id`) instead of "
             "`lastval()`/`currval()` in a later transaction.")
 
 
-def read_only(o: Outcome, c: Cell) -> str:
+def read_only(o: Outcome, c: AdviceCell) -> str:
     text = ("Use `BEGIN READ ONLY` (or `SET TRANSACTION READ ONLY`) per transaction, or a read-only role "
             "(`ALTER ROLE ... SET default_transaction_read_only = on`), instead of `SET SESSION CHARACTERISTICS`.")
     if c.bouncer_before(1, 26):
@@ -247,23 +247,23 @@ def read_only(o: Outcome, c: Cell) -> str:
     return text
 
 
-def replication_role(o: Outcome, c: Cell) -> str:
+def replication_role(o: Outcome, c: AdviceCell) -> str:
     return ("Use `SET LOCAL session_replication_role = replica` inside the one transaction that needs it: as a "
             "session setting it skips triggers and foreign keys for whoever gets the server connection next.")
 
 
-def idle_in_transaction_timeout(o: Outcome, c: Cell) -> str:
+def idle_in_transaction_timeout(o: Outcome, c: AdviceCell) -> str:
     pooler = (" or PgBouncer's own `idle_transaction_timeout`" if c.is_bouncer else "")
     return ("Set it per role (`ALTER ROLE app SET idle_in_transaction_session_timeout = ...`)"
             f"{pooler} instead of a session `SET`: the next client's session can be ended by it.")
 
 
-def client_encoding(o: Outcome, c: Cell) -> str:
+def client_encoding(o: Outcome, c: AdviceCell) -> str:
     return ("Give client_encoding at connect time (drivers do; poolers track it per client) and never `SET` it on "
             "a pooled connection.")
 
 
-def temp_buffers_blocked(o: Outcome, c: Cell) -> str | None:
+def temp_buffers_blocked(o: Outcome, c: AdviceCell) -> str | None:
     if o.verdict is Verdict.LEAKS:
         return ("Set `temp_buffers` per role (`ALTER ROLE app SET temp_buffers = ...`) or at connect time, never "
                 "with a session `SET` after the server connection may have held another client's temp table (22023); "
@@ -271,7 +271,7 @@ def temp_buffers_blocked(o: Outcome, c: Cell) -> str | None:
     return None
 
 
-def custom_setting_placeholder(o: Outcome, c: Cell) -> str | None:
+def custom_setting_placeholder(o: Outcome, c: AdviceCell) -> str | None:
     if o.verdict is Verdict.LEAKS:
         return ("Write policies and code that read a custom setting to treat `''` like NULL "
                 "(`nullif(current_setting('app.tenant', true), '')`): once any client on a server connection used "
@@ -279,7 +279,7 @@ def custom_setting_placeholder(o: Outcome, c: Cell) -> str | None:
     return None
 
 
-def handover(o: Outcome, c: Cell) -> str | None:
+def handover(o: Outcome, c: AdviceCell) -> str | None:
     """What a pooler's reset on a client's exit must undo before it hands the server to the next client."""
     if o.verdict is not Verdict.LEAKS:
         return None

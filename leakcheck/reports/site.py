@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from leakcheck.config.options import FLAG_OPTIONS, LIST_OPTIONS, OPTIONS
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Outcome, Route
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome
 from leakcheck.reports.grid import pooled_grids
 from leakcheck.reports.markdown import md_controls, md_legend, md_table, md_text
 from leakcheck.reports.terminal import render_counts

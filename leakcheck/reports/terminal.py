@@ -8,7 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
 from leakcheck.model.safe_text import terminal_safe
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.reports.grid import CONTROL, CONTROL_ROUTES, SHARED_RULE, canonical_order, pooled_grids
 from leakcheck.reports.words import MEANING, MISSING, SECURITY, SUFFIX, cell, word
 from leakcheck.reports.workarounds import TITLE, workarounds

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from leakcheck.drivers.settings import default_of
 from leakcheck.gate.expectations import gate_value
-from leakcheck.model.target import Pooler, Setting, settings_label
-from leakcheck.model.verdicts import Driver, Outcome, Route, Verdict
+from leakcheck.model.target import Driver, Pooler, Route, Setting, settings_label
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 
 

@@ -54,8 +54,8 @@ from typing import Any
 from leakcheck.config import inputs
 from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import Application, Pooler, PoolerKind, Setting
-from leakcheck.model.verdicts import Driver, Fact, Outcome, Route, Target, Verdict
+from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Route, Setting, Target
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.reports.advice import advice

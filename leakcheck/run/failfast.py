@@ -18,7 +18,7 @@ from leakcheck.model.errors import LeakcheckError, StartError
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
-from leakcheck.provision.base import Backend, Endpoint
+from leakcheck.provision.base import Backend, Endpoint, PoolerKey
 
 #: Characters of a failure's message kept (LeakcheckErrors are already short: 25 log lines at most).
 MAX_MESSAGE = 2000
@@ -80,16 +80,13 @@ class FailFast:
         except Exception as exc:
             self._raise_remembered((what,), exc)
 
-    def warm(self, pgs: Sequence[Version], poolers: Sequence[tuple[Version, Pooler, PoolSettings, str]]) -> None:
+    def warm(self, pgs: Sequence[Version], poolers: Sequence[PoolerKey]) -> None:
         """Start these servers together when the backend can (it only saves time; failures show later)."""
-        warm = getattr(self._backend, "warm", None)
-        if warm is not None:
-            warm(pgs, poolers)
+        self._backend.warm(pgs, poolers)
 
-    def gone(self, pg: Version, pooler: tuple[Version, Pooler, PoolSettings, str] | None = None) -> str | None:
-        """The backend's answer, when it watches its servers (the native one: see its gone()), else None."""
-        gone = getattr(self._backend, "gone", None)
-        return gone(pg, pooler) if gone is not None else None
+    def gone(self, pg: Version, pooler: PoolerKey | None = None) -> str | None:
+        """The backend's answer (the native one watches its servers: see its gone(); others answer None)."""
+        return self._backend.gone(pg, pooler)
 
     @contextlib.contextmanager
     def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:

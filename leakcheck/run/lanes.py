@@ -16,12 +16,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Outcome, ServerId, Target, Verdict
+from leakcheck.model.target import Target
+from leakcheck.model.verdicts import Outcome, ServerId, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
 from leakcheck.provision.host.timing import mark, timed
 from leakcheck.run import signals
-from leakcheck.run.runner import is_running_pooler, pool_settings, pooler_lane, run_probe
+from leakcheck.run.runner import is_running_pooler, plan_of, pool_settings, run_probe
 
 LaneKey = tuple[object, ...]
 #: Seconds a stopped run waits for its lanes' running probes before it stops the servers under them.
@@ -34,7 +35,7 @@ Work = tuple[Probe, Target]
 MAX_RUNS = 10000
 #: The most pooler processes one run starts for one PostgreSQL version. Every lane's pooler starts
 #: up front and runs to the end, each keeping up to two of that PostgreSQL's 300 connections
-#: (max_connections, postgres/server.py; each lane's witness takes one more); the driver gate starts
+#: (max_connections, provision/postgres/server.py; each lane's witness takes one more); the driver gate starts
 #: 54 per version.
 MAX_POOLERS_PER_PG = 64
 _SPLIT = ("split it: fewer --pg, pooler versions, settings axes or drivers per run (or one matrix file "
@@ -140,29 +141,27 @@ class Lanes:
 
     def _start_together(self, firsts: Sequence[Work]) -> None:
         """Every lane's servers at once, where the backend can (the native one: see its warm())."""
-        warm = getattr(self.backend, "warm", None)
-        if warm is None:
-            return
         pgs = [target.pg for _, target in firsts]
         poolers = []
         for probe, target in firsts:
-            settings = pool_settings(probe, target)
-            if settings is not None and target.pooler is not None:
-                poolers.append((target.pg, target.pooler, settings, pooler_lane(target)))
+            key = plan_of(probe, target).pooler_key
+            if key is not None:
+                poolers.append(key)
         with contextlib.suppress(Exception):  # only a head start: each lane's warm-up reports failures
-            warm(pgs, poolers)
+            self.backend.warm(pgs, poolers)
 
     def _warm_up(self, first: Work) -> BaseException | None:
         """Start the lane's servers now, from the main thread; a failure goes to its first test."""
         probe, target = first
         self.on_test(self.name(probe, target))
-        settings = pool_settings(probe, target)
+        plan = plan_of(probe, target)
         try:
             if not is_running_pooler(target):  # a running pooler's PostgreSQL may be out of reach
                 self.backend.postgres(target.pg)
-            if settings is not None:
-                assert target.pooler is not None
-                with self.backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)):
+            if plan.settings is not None:
+                key = plan.pooler_key
+                assert key is not None
+                with self.backend.pooler(*key):
                     pass
         except Exception as exc:  # noqa: BLE001 - reported as the first test's error outcome
             return exc

@@ -20,8 +20,8 @@ from leakcheck.model.axes import (
     driver_combinations,
 )
 from leakcheck.model.errors import LeakcheckError, UsageError
-from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Setting
-from leakcheck.model.verdicts import Outcome, Route, Target
+from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Route, Setting, Target
+from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Spec, Version
 from leakcheck.probes import witness as witnesses
 from leakcheck.probes.base import Probe
@@ -56,7 +56,7 @@ def choose_backend(requested: str, pooled_dsn: str | None = None) -> tuple[str, 
 def make_backend(config: Config) -> Backend:
     """The backend `config.backend` names (`auto` decided by `choose_backend`)."""
     if config.pooled_dsn is not None:
-        from leakcheck.provision.running_pooler import RunningPoolerBackend
+        from leakcheck.provision.dsn_backend import RunningPoolerBackend
 
         running: Backend = RunningPoolerBackend(config.pooled_dsn, config.direct_dsn)
         return running

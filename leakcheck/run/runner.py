@@ -5,30 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from typing import cast
+from dataclasses import dataclass
 
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
-from leakcheck.drivers.clients import Client, ServerError, connect
+from leakcheck.drivers.clients import connect
+from leakcheck.drivers.interface import Client, ServerError
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Driver, Pooler, PoolerKind
-from leakcheck.model.verdicts import (
-    Observation,
-    Outcome,
-    Proof,
-    Route,
-    ServerId,
-    Target,
-    Verdict,
-    classify,
-)
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Observation, Outcome, Proof, ServerId, Verdict, classify
 from leakcheck.probes.base import Login, NotYet, Probe
 from leakcheck.probes.outcomes import Stalled
 from leakcheck.probes.scenario import Scenario
 from leakcheck.probes.witness import Witness, witness_for
-from leakcheck.provision.base import USER, Backend, Endpoint
+from leakcheck.provision.base import USER, Backend, Endpoint, PoolerKey
 from leakcheck.provision.console import query_postgres
 from leakcheck.provision.pgbouncer import admin, team_ini
 from leakcheck.provision.postgres.fixtures import APP_ROLE
@@ -82,6 +74,29 @@ def pool_settings(probe: Probe, target: Target) -> PoolSettings | None:
     return None
 
 
+@dataclass(frozen=True)
+class ProbePlan:
+    """What one probe runs on, worked out once per probe (run_probe) and passed to each step that asks:
+    its target (with its route) and the pool settings of the pooler on that route (None: no pooler)."""
+
+    probe: Probe
+    target: Target
+    settings: PoolSettings | None
+
+    @property
+    def pooler_key(self) -> PoolerKey | None:
+        """The pooler process the probe uses (a backend's key: see Backend.pooler), None on no pooler."""
+        target = self.target
+        if self.settings is None or target.pooler is None:
+            return None
+        return (target.pg, target.pooler, self.settings, pooler_lane(target))
+
+
+def plan_of(probe: Probe, target: Target) -> ProbePlan:
+    """The probe's plan on this target (pool_settings computed here, once)."""
+    return ProbePlan(probe, target, pool_settings(probe, target))
+
+
 def ignored_startup(*drivers: Driver) -> tuple[str, ...]:
     """The startup parameters the drivers send that PgBouncer must be told to ignore (pgjdbc's
     extra_float_digits): each driver's, once, in order (a pair's two drivers share one pooler)."""
@@ -91,13 +106,13 @@ def ignored_startup(*drivers: Driver) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def _endpoint(backend: Backend, probe: Probe, target: Target) -> Iterator[Endpoint]:
-    settings = pool_settings(probe, target)
-    if settings is None:
-        yield backend.postgres(target.pg)
+def _endpoint(backend: Backend, plan: ProbePlan) -> Iterator[Endpoint]:
+    key = plan.pooler_key
+    if key is None:
+        assert plan.settings is None, "a pooled route needs a pooler"
+        yield backend.postgres(plan.target.pg)
         return
-    assert target.pooler is not None, "a pooled route needs a pooler"
-    with backend.pooler(target.pg, target.pooler, settings, pooler_lane(target)) as endpoint:
+    with backend.pooler(*key) as endpoint:
         yield endpoint
 
 
@@ -108,7 +123,7 @@ async def _close(*clients: Client) -> None:
 
 
 def is_running_pooler(target: Target) -> bool:
-    """A pooler leakcheck did not start (--pooled-dsn): see running_pooler.py."""
+    """A pooler leakcheck did not start (--pooled-dsn): see run/running_pooler.py."""
     return target.route is Route.TRANSACTION and target.pooler is not None and target.pooler.kind is PoolerKind.RUNNING
 
 
@@ -140,8 +155,9 @@ async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
 
 
 async def _measure(
-    probe: Probe, target: Target, endpoint: Endpoint, direct: Callable[[], Endpoint], witness: Witness | None
+    plan: ProbePlan, endpoint: Endpoint, direct: Callable[[], Endpoint], witness: Witness | None
 ) -> tuple[Observation, tuple[Proof, ...]]:
+    probe, target = plan.probe, plan.target
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
     # A fleet: A on its first process; B on the second, or on A's for a probe about the fleet itself.
     addresses = endpoint.members or (endpoint,)
@@ -182,9 +198,9 @@ async def _measure(
             raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 
     promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
-    holder = (lambda: connect(target.driver, "H", where, settings)) if may_hold(probe, target) else None
+    holder = (lambda: connect(target.driver, "H", where, settings)) if may_hold(plan) else None
     observer = ((lambda: connect(Driver.PSYCOPG, "O", where.as_user(APP_ROLE)))
-                if shares_servers(probe, target) and not running else None)
+                if shares_servers(plan) and not running else None)
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect_b(where), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
@@ -208,10 +224,10 @@ async def _measure(
     return scenario.finish(observation), tuple(scenario.proofs)
 
 
-def shares_servers(probe: Probe, target: Target) -> bool:
+def shares_servers(plan: ProbePlan) -> bool:
     """Whether connected clients share server connections on this target's route (transaction or statement
     mode): then an observer through the pooler is on the clients' server (Scenario.read)."""
-    settings = pool_settings(probe, target)
+    target, settings = plan.target, plan.settings
     return (target.route is Route.TRANSACTION and target.pooler is not None and settings is not None
             and settings.mode is not PoolMode.SESSION)
 
@@ -258,11 +274,11 @@ def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitabl
 _POOL_SHAPE = ("pool", "pool_size")
 
 
-def may_hold(probe: Probe, target: Target) -> bool:
+def may_hold(plan: ProbePlan) -> bool:
     """Whether H, one more client of the pool, may hold a server connection to place A and B
     (Scenario.keep_a_home): only on a pooler leakcheck started with the probe's pool size in transaction
     mode that hands out servers in its own order (Odyssey; PgBouncer hands B the one A used last)."""
-    pooler, settings = target.pooler, pool_settings(probe, target)
+    pooler, settings = plan.target.pooler, plan.settings
     if pooler is None or pooler.kind is not PoolerKind.ODYSSEY or settings is None:
         return False
     return settings.mode is PoolMode.TRANSACTION and not any(pooler.setting(name) for name in _POOL_SHAPE)
@@ -282,11 +298,12 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             security=probe.security,
         )
 
+    plan = plan_of(probe, target)
     used: list[Endpoint] = []
-    agents.next_probe()  # a driver that names statements per process gets fresh agents (agents/client.py)
-    gone, probing = watching(backend, probe, target), False
+    agents.next_probe()  # a driver that names statements per process gets fresh agents (drivers/agents/client.py)
+    gone, probing = watching(backend, plan), False
     try:
-        with _endpoint(backend, probe, target) as endpoint:
+        with _endpoint(backend, plan) as endpoint:
             used.append(endpoint)
             if not is_running_pooler(target):
                 backend.postgres(target.pg)  # started before the clients connect
@@ -296,7 +313,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
 
             witness = witness_of(backend, target)
             probing = True  # from here a server that ends, ends during the probe
-            measured = run_watched(_measure(probe, target, endpoint, direct, witness), PROBE_TIMEOUT, gone)
+            measured = run_watched(_measure(plan, endpoint, direct, witness), PROBE_TIMEOUT, gone)
     except ServerLost as exc:
         return outcome(Verdict.ERROR, str(exc))
     except TimeoutError:
@@ -323,7 +340,7 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
             return outcome(Verdict.ERROR, f"server connection(s) {', '.join(reused)} already served an earlier "
                            "probe on this pooler: the reset did not give fresh server connections")
     verdict, evidence = classify(target.route, proofs, observation)
-    unshared = never_shared(probe, target, proofs) if verdict is Verdict.ERROR else None
+    unshared = never_shared(plan, proofs) if verdict is Verdict.ERROR else None
     if unshared is not None:
         return outcome(Verdict.NOT_APPLICABLE, unshared)
     return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
@@ -343,17 +360,14 @@ def witness_of(backend: Backend, target: Target) -> Witness | None:
     return witness
 
 
-def watching(backend: Backend, probe: Probe, target: Target) -> Gone:
+def watching(backend: Backend, plan: ProbePlan) -> Gone:
     """What the watcher asks while the probe runs (run/watch.py): the backend's word on the target's PostgreSQL
-    and on the pooler process the probe uses. A backend that does not watch (containers, a running pooler) and
-    a running pooler (--pooled-dsn, not ours) are never asked: their probes keep PROBE_TIMEOUT."""
-    ask = getattr(backend, "gone", None)
-    if ask is None or is_running_pooler(target):
+    and on the pooler process the probe uses. A backend that does not watch (containers, a running pooler) always
+    answers None, and a running pooler (--pooled-dsn, not ours) is never asked: their probes keep PROBE_TIMEOUT."""
+    if is_running_pooler(plan.target):
         return lambda: None
-    settings = pool_settings(probe, target)
-    pooled = settings is not None and target.pooler is not None
-    key = (target.pg, target.pooler, settings, pooler_lane(target)) if pooled else None
-    return lambda: cast("str | None", ask(target.pg, key))
+    pg, key = plan.target.pg, plan.pooler_key
+    return lambda: backend.gone(pg, key)
 
 
 def who_stopped(backend: Backend, target: Target, endpoint: Endpoint | None) -> str:
@@ -387,11 +401,12 @@ def failure(exc: Exception) -> str:
     return f"the harness failed: {type(exc).__name__}: {exc}".strip()
 
 
-def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str | None:
+def never_shared(plan: ProbePlan, proofs: tuple[Proof, ...]) -> str | None:
     """Measured: a pooler in session mode (pgpool-II has no other) gave A and B different server
     connections at every step while both were connected, so the probe cannot run through it. In
     transaction or statement mode (a pool of one) that is a harness failure, never this. For a
     hand-over probe in session mode: the pooler did not hand B (a pool of one) the server A left."""
+    probe, target, settings = plan.probe, plan.target, plan.settings
     a = {p.server for p in proofs if p.client == "A"}
     b = {p.server for p in proofs if p.client == "B"}
     fleet = target.pooler.fleet if target.pooler is not None else ()
@@ -400,7 +415,6 @@ def never_shared(probe: Probe, target: Target, proofs: tuple[Proof, ...]) -> str
                 f"never shared a server connection (A on {', '.join(sorted(map(str, a)))}; B on "
                 f"{', '.join(sorted(map(str, b)))}): each process of a fleet has its own pool, so this probe "
                 "cannot run across them")
-    settings = pool_settings(probe, target)
     if target.route is not Route.TRANSACTION or settings is None or settings.mode is not PoolMode.SESSION:
         return None
     if len(a) != 1 or len(b) != 1 or a == b:  # in session mode a client that changed servers lost its session

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from leakcheck.drivers.clients import Client, ServerError
+from leakcheck.drivers.interface import Client, ServerError
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.verdicts import ServerId

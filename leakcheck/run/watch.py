@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from leakcheck.drivers.clients import ServerError
+from leakcheck.drivers.interface import ServerError
 from leakcheck.model.errors import LeakcheckError, MachineFault
 
 T = TypeVar("T")

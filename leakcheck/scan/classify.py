@@ -52,8 +52,6 @@ from pglast.parser import ParseError, normalize, parse_sql
 
 from leakcheck.model.verdicts import Scope
 
-__all__ = ["Classifier", "Effect", "Kind", "ParseError", "Statement", "Tx", "classify"]
-
 
 class Kind(StrEnum):
     """A kind of session effect a statement has."""

@@ -1,6 +1,6 @@
 """Which probes measure each session effect, and what to do about it: data, beside the classes of classify.py.
 
-`probes_for(effect)` names probe ids of leakcheck/probes (tests/pure/test_scan_mapping.py checks that
+`probes_for(effect)` names probe ids of leakcheck/probes (tests/pure/test_scan_classify.py checks that
 every id here exists and that every kind has an entry). A kind with no probe (LOAD; COPY outside a
 transaction) is listed by scan as "no probe measures it": a class no measurement covers never passes as
 isolated, and never fails a gate either.

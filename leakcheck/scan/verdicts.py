@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from leakcheck.gate.judge import Policy, judge
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import PoolerKind
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import PoolerKind, Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.results.results import Results, canonical, name_of

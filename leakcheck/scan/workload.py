@@ -15,7 +15,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from leakcheck.scan.classify import Classifier, Effect, Kind, ParseError, Tx
+from pglast.parser import ParseError
+
+from leakcheck.scan.classify import Classifier, Effect, Kind, Tx
 from leakcheck.scan.inputs import MAX_STATEMENT, Ended, Sent
 from leakcheck.scan.mapping import driver_of
 

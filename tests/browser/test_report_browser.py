@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.reports.html import render_html
 from tests.pure.outcomes import make
 

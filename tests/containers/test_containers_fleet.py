@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from docker.client import DockerClient
 
 from leakcheck.model.errors import ProvisionError  # noqa: E402
-from leakcheck.model.target import Pooler, PoolerKind  # noqa: E402
-from leakcheck.model.verdicts import Driver, Route, Target, Verdict  # noqa: E402
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target  # noqa: E402
+from leakcheck.model.verdicts import Verdict  # noqa: E402
 from leakcheck.model.versions import parse_spec  # noqa: E402
 from leakcheck.probes import PROBES  # noqa: E402
 from leakcheck.provision.base import Endpoint  # noqa: E402

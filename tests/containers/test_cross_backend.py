@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from leakcheck.model.target import NATIVE_DRIVERS
-from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.target import NATIVE_DRIVERS, Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Verdict
 from leakcheck.model.versions import parse_spec
 from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe

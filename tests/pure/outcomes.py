@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 
 

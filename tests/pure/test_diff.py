@@ -4,8 +4,8 @@ import pytest
 
 from leakcheck.config.diff_sides import parse_side
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import PoolerKind
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import PoolerKind, Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.reports.diff import compare, render_markdown, render_text
 from tests.pure.outcomes import make
 

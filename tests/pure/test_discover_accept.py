@@ -16,7 +16,7 @@ from leakcheck.discover.compare import Comparison
 from leakcheck.discover.findings import Discovery, Finding
 from leakcheck.discover.ops import Abilities, Kind, Op, Who
 from leakcheck.discover.options import Options
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import Route
 from leakcheck.model.versions import Version
 
 OPS = (Op(Who.A, Kind.SET, "work_mem"), Op(Who.B, Kind.OBSERVE))
@@ -79,7 +79,7 @@ class Found:
     """Stand-ins for the lab and the search: every run finds `findings` (what a seeded rerun finds)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, findings: list[Finding]) -> None:
-        where = lab.Where(Version.parse("16.14"), None, Route.DIRECT)
+        where = lab.LabRoute(Version.parse("16.14"), None, Route.DIRECT)
 
         @contextlib.contextmanager
         def open_lab(raw: dict[str, str | None], route: Route) -> Iterator[Any]:

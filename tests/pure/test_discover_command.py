@@ -12,13 +12,13 @@ import pytest
 from leakcheck.discover import command, lab
 from leakcheck.discover.compare import Comparison
 from leakcheck.discover.differential import Differential
-from leakcheck.discover.engine import Candidate, confirm, tighten
-from leakcheck.discover.findings import Finding
+from leakcheck.discover.engine import confirm, tighten
+from leakcheck.discover.findings import Candidate, Finding
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
 from leakcheck.discover.trace import Abort
 from leakcheck.model.errors import StartError
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import Driver, Route
 from leakcheck.model.versions import Version
 
 OPS = (Op(Who.A, Kind.SET, "work_mem"), Op(Who.B, Kind.OBSERVE))
@@ -29,7 +29,7 @@ class BrokenLab:
 
     def __init__(self, error: Exception) -> None:
         self.error = error
-        self.where = lab.Where(Version.parse("16"), None, Route.DIRECT)
+        self.where = lab.LabRoute(Version.parse("16"), None, Route.DIRECT)
         self.running_pooler = False
 
     def for_driver(self, driver: Driver) -> BrokenLab:
@@ -80,6 +80,6 @@ def test_the_printed_cell_names_pgbouncer_and_its_pool_size_as_the_readme_does()
     from leakcheck.model.pool_settings import PoolSettings
     from leakcheck.model.target import Pooler, PoolerKind
 
-    where = lab.Where(Version.parse("16.14"), Pooler(PoolerKind.PGBOUNCER, Version.parse("1.24.1")),
+    where = lab.LabRoute(Version.parse("16.14"), Pooler(PoolerKind.PGBOUNCER, Version.parse("1.24.1")),
                       Route.TRANSACTION, PoolSettings())
     assert where.describe() == "PostgreSQL 16.14, PgBouncer 1.24.1 (pool_mode=transaction, default_pool_size=1)"

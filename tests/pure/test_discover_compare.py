@@ -7,7 +7,8 @@ from leakcheck.discover.execute import covered
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who
 from leakcheck.discover.render import Names
 from leakcheck.discover.trace import Event, Failure, Loss, Lost, Proof, Trace
-from leakcheck.model.verdicts import Route, ServerId
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import ServerId
 
 A, B = Who.A, Who.B
 ONE, TWO = Names("aaaa1111", 11), Names("bbbb2222", 22)

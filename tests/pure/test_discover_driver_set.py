@@ -12,7 +12,7 @@ import pytest
 from leakcheck.discover import command, lab
 from leakcheck.discover.report import script
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import Driver, Route
 from leakcheck.model.versions import Version
 from tests.pure.test_discover_report import PREPARED
 
@@ -61,7 +61,7 @@ def test_a_findings_script_names_the_driver_with_its_settings() -> None:
 
 def test_the_files_and_example_keys_of_a_run_name_the_driver_settings() -> None:
     opts = _options("psycopg", "psycopg:prepare_threshold=None")
-    where = SimpleNamespace(where=lab.Where(Version.parse("16"), None, Route.DIRECT))
+    where = SimpleNamespace(where=lab.LabRoute(Version.parse("16"), None, Route.DIRECT))
     assert command._stem(where, opts) == "pg16-psycopg_prepare_threshold=None-transaction"  # type: ignore[arg-type]
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis.database import InMemoryExampleDatabase
 
 from leakcheck.discover.compare import Comparison, Diff
-from leakcheck.discover.engine import Candidate, Search, discover, mapped, merge, run_round, tighten
+from leakcheck.discover.engine import discover, mapped, merge, run_round, tighten
 from leakcheck.discover.examples import Keyed
-from leakcheck.discover.findings import first_unexplained
+from leakcheck.discover.findings import Candidate, Search, first_unexplained
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.trace import Abort
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from leakcheck.drivers.clients import ServerError
+from leakcheck.drivers.interface import ServerError
 from leakcheck.model.verdicts import Observation
 from leakcheck.probes.base import Attempt
 from leakcheck.probes.discovered import temp_buffers_blocked

@@ -14,7 +14,7 @@ from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import parse_budget
 from leakcheck.discover.report import DriverNames, headline, script, slug, summary
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver
 
 A, B = Who.A, Who.B
 

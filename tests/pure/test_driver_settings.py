@@ -11,12 +11,13 @@ from leakcheck.config.config import Config
 from leakcheck.config.diff_sides import parse_side
 from leakcheck.config.matrix_file import parse
 from leakcheck.drivers.settings import cell_settings, known_settings, native_values
-from leakcheck.gate.baseline import parse_text, render_toml
-from leakcheck.gate.expectations import Expectation, any_driver_version, key, lookup
+from leakcheck.gate.baseline import Expectation, parse_text, render_toml
+from leakcheck.gate.expectations import any_driver_version, key, lookup
 from leakcheck.gate.expectations import parse as parse_baseline
 from leakcheck.model.axes import DriverAxis, parse_driver_axis
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Driver, Outcome, Route, Verdict
+from leakcheck.model.target import Driver, Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.reports.diff import compare, settings_notes
 from leakcheck.reports.html import render_html

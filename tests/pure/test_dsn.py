@@ -15,9 +15,9 @@ from leakcheck.config.config import Config
 from leakcheck.drivers.clients import connect
 from leakcheck.model.errors import ProvisionError, UsageError
 from leakcheck.model.redact import SECRET_KEYS, redacted
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver
 from leakcheck.provision.base import Endpoint
-from leakcheck.provision.running_pooler import (
+from leakcheck.provision.dsn_backend import (
     RunningPoolerBackend,
     check_dsn,
     connect_timeout,

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from leakcheck.drivers.clients import CopyIn, Notification, Piped, Pipelined, Row, ServerError
+from leakcheck.drivers.interface import CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.faults import NO_SQLSTATE
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import Route
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import IDENTITY, Attempt
 from leakcheck.probes.scenario import Scenario

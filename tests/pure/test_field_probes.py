@@ -4,7 +4,7 @@ what each shipped agent says it cannot do."""
 from __future__ import annotations
 
 from leakcheck.drivers.agents.catalogue import CATALOGUE
-from leakcheck.drivers.clients import PipedResult
+from leakcheck.drivers.interface import PipedResult
 from leakcheck.probes import PROBES
 from leakcheck.probes.protocol import _expected
 

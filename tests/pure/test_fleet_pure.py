@@ -8,8 +8,8 @@ from leakcheck.config.config import Config
 from leakcheck.model.axes import parse_fleet
 from leakcheck.model.errors import StartError, UsageError
 from leakcheck.model.pool_settings import PoolSettings
-from leakcheck.model.target import Pooler, PoolerKind
-from leakcheck.model.verdicts import Driver, Proof, Route, ServerId, Target
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Proof, ServerId
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.provision.base import Binary, Endpoint
@@ -18,7 +18,7 @@ from leakcheck.provision.pgbouncer.fleet import BouncerFleet
 from leakcheck.provision.pgbouncer.ini import BouncerLayout, harness_values, render_ini
 from leakcheck.results.results import pooler_json
 from leakcheck.run.matrix import pooler_cells
-from leakcheck.run.runner import never_shared
+from leakcheck.run.runner import never_shared, plan_of
 
 V124, V126, V118 = Version.parse("1.24.1"), Version.parse("1.26.1"), Version.parse("1.18.0")
 
@@ -115,10 +115,10 @@ def test_a_and_b_on_two_processes_of_a_fleet_that_never_share_are_not_applicable
     target = Target(Version.parse("16.14"), Pooler(PoolerKind.PGBOUNCER, V124, fleet=(V124, V124)),
                     Route.TRANSACTION, Driver("psycopg"))
     proofs = (Proof("sets", "A", ServerId(1, "1")), Proof("reads", "B", ServerId(2, "2")))
-    said = never_shared(probe, target, proofs)
+    said = never_shared(plan_of(probe, target), proofs)
     assert said is not None and "own pool" in said and "A on pid 1; B on pid 2" in said
     single = Target(target.pg, Pooler(PoolerKind.PGBOUNCER, V124), Route.TRANSACTION, Driver("psycopg"))
-    assert never_shared(probe, single, proofs) is None  # one process with a pool of one: a harness error
+    assert never_shared(plan_of(probe, single), proofs) is None  # one process with a pool of one: a harness error
 
 
 def _fleet() -> BouncerFleet:

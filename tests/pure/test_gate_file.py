@@ -10,9 +10,10 @@ import pytest
 
 from leakcheck.config import output_files
 from leakcheck.gate import expectations, judge, record
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.probes import PROBES
 from tests.pure.outcomes import make
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from leakcheck.gate import expectations, record
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.gate.judge import Kind, Policy, judge
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes import PROBES
 from tests.pure.outcomes import make
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from leakcheck.model.errors import ProbeError
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import Route
 from leakcheck.probes.base import NotYet
 from leakcheck.probes.scenario import Scenario
 

@@ -3,8 +3,7 @@
 import pytest
 
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import NATIVE_DRIVERS
-from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.target import NATIVE_DRIVERS, Driver, Pooler, PoolerKind, Route, Target
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe

@@ -13,10 +13,11 @@ from leakcheck.cli import main as cli
 from leakcheck.cli import merge
 from leakcheck.cli.exits import EXIT_USAGE
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.gate.judge import problem
 from leakcheck.model.safe_text import xml_safe
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.reports.terminal import render_matrix
 from leakcheck.results import results

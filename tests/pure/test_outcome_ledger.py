@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from leakcheck.model.verdicts import Fact, Observation, Proof, Route, ServerId, Slot, Verdict, classify, headline
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Observation, Proof, ServerId, Slot, Verdict, classify, headline
 from leakcheck.probes.outcomes import Ledger, Write
 
 NOTHING = Observation(evidence="the probe saw nothing")

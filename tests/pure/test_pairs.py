@@ -16,8 +16,8 @@ from leakcheck.config.matrix_file import parse as parse_matrix
 from leakcheck.discover import command
 from leakcheck.discover.ops import Who
 from leakcheck.discover.report import DriverNames
-from leakcheck.gate.baseline import parse_text, render_toml
-from leakcheck.gate.expectations import _KEY, Expectation, any_driver_version, key, lookup
+from leakcheck.gate.baseline import Expectation, parse_text, render_toml
+from leakcheck.gate.expectations import _KEY, any_driver_version, key, lookup
 from leakcheck.gate.expectations import parse as parse_baseline
 from leakcheck.model.axes import PairSide, parse_pairs
 from leakcheck.model.errors import UsageError

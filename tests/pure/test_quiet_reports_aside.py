@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from leakcheck.config.config import Config
-from leakcheck.model.verdicts import Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Verdict
 from leakcheck.plugin import _QuietReportsAside, folds
 from leakcheck.results.results import properties
 from tests.pure.outcomes import make

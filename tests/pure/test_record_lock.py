@@ -8,7 +8,8 @@ from typing import Any
 
 from leakcheck.config import output_files
 from leakcheck.gate import expectations, record
-from leakcheck.model.verdicts import Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Outcome, Verdict
 from tests.pure.outcomes import make
 
 WRITERS, SAVES = 5, 5

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.gate.judge import problem
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.reports.terminal import render_counts, render_matrix
 from tests.pure.outcomes import make

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from leakcheck.model.verdicts import Fact, Pooler, Route, Scope, Verdict
+from leakcheck.model.target import Pooler, Route
+from leakcheck.model.verdicts import Fact, Scope, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.reports.advice import advice
 from leakcheck.reports.rules import RULES

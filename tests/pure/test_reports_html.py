@@ -8,7 +8,8 @@ import re
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.reports.about import About
 from leakcheck.reports.html import render_html
 from tests.pure.outcomes import make

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.reports.about import About
 from leakcheck.reports.markdown import LIMIT, MIN_LIMIT, md_text, render_markdown
 from tests.pure.outcomes import make

@@ -14,7 +14,8 @@ from leakcheck.cli.exits import EXIT_USAGE
 from leakcheck.config.config import Config
 from leakcheck.config.options import FLAGS
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.reports import output
 from leakcheck.results import results
 from leakcheck.results.results import Results

@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import re
 
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.reports.terminal import render_legend, render_matrix, use_color
 from tests.pure.outcomes import make
 

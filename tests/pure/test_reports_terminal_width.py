@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.reports.terminal import WIDTH, render_matrix
 from tests.pure.outcomes import make

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from leakcheck.model.errors import UsageError
-from leakcheck.model.verdicts import Fact, Outcome, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.results import results
 from leakcheck.results.gather import Gathered
 from leakcheck.results.results import Results, Unmeasured

@@ -14,7 +14,8 @@ from leakcheck.cli import main as cli
 from leakcheck.cli.exits import guarded
 from leakcheck.model.errors import StartError
 from leakcheck.model.safe_text import terminal_safe
-from leakcheck.model.verdicts import Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Verdict
 from leakcheck.reports.terminal import render_matrix
 from leakcheck.results import results
 from leakcheck.results.results import Results

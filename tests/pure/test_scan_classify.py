@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from pglast.parser import ParseError
 
 from leakcheck.model.verdicts import Scope
 from leakcheck.probes import PROBES
-from leakcheck.scan.classify import Classifier, Effect, Kind, ParseError, Tx, classify
+from leakcheck.scan.classify import Classifier, Effect, Kind, Tx, classify
 from leakcheck.scan.inputs import Ended, Sent
 from leakcheck.scan.mapping import CUSTOM, DRIVER_NAMES, KINDS, LOCAL_CUSTOM, OTHER, PARAMETERS, driver_of, probes_for
 from leakcheck.scan.workload import STATEMENTS, Workload

@@ -10,7 +10,8 @@ from typing import cast
 import pytest
 
 from leakcheck.cli.main import main
-from leakcheck.model.verdicts import Fact, Route, Verdict
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Verdict
 from leakcheck.results.results import Results, dumps
 from leakcheck.scan.verdicts import FAIL_ON, fails
 from tests.pure.outcomes import make

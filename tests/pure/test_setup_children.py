@@ -17,7 +17,7 @@ import pytest
 from leakcheck.provision.host import children
 from leakcheck.provision.pgbouncer import build as bouncer_build
 from leakcheck.provision.postgres import binaries as pg_binaries
-from leakcheck.provision.sources import banners, debian
+from leakcheck.provision.sources import banners, debian, program_folder
 
 _PARENT = """
 import sys
@@ -92,7 +92,7 @@ def test_a_set_up_step_that_runs_too_long_is_killed_with_its_own_children(tmp_pa
     assert _wait_for(5, lambda: not _alive(int(marker.read_text())))
 
 
-@pytest.mark.parametrize("module", [bouncer_build, debian, pg_binaries, banners])
+@pytest.mark.parametrize("module", [bouncer_build, program_folder, debian, pg_binaries, banners])
 def test_set_up_modules_start_children_only_through_the_helper(module: ModuleType) -> None:
     source = inspect.getsource(module)
     assert "subprocess.run(" not in source and "subprocess.Popen(" not in source

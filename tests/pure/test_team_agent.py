@@ -153,7 +153,8 @@ def test_discover_gives_a_team_agent_one_value_of_a_setting_its_hello_lists(fold
 def test_leakcheck_diff_reads_a_team_agents_cells_with_the_defaults_its_hello_lists(
         folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from leakcheck.cli.main import main
-    from leakcheck.model.verdicts import Route, Verdict
+    from leakcheck.model.target import Route
+    from leakcheck.model.verdicts import Verdict
     from leakcheck.results.results import Results, save
     from tests.pure.outcomes import make
 

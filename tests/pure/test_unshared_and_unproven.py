@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from leakcheck.model.verdicts import Driver, Proof, Route, ServerId, Target
+from leakcheck.model.target import Driver, Route, Target
+from leakcheck.model.verdicts import Proof, ServerId
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
-from leakcheck.run.runner import never_shared
+from leakcheck.run.runner import never_shared, plan_of
 from tests.pure.outcomes import pooler
 
 PROBE = next(p for p in PROBES if p.id == "statement_timeout")
@@ -20,22 +21,22 @@ def proofs(*steps: tuple[str, int]) -> tuple[Proof, ...]:
 
 
 def test_pgpool_giving_a_and_b_one_server_each_is_not_applicable_with_both_pids() -> None:
-    said = never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1), ("B", 2), ("A", 1)))
+    said = never_shared(plan_of(PROBE, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2), ("A", 1)))
     assert said is not None and "A on pid 1; B on pid 2" in said
 
 
 def test_a_client_that_changed_servers_in_session_mode_stays_an_error() -> None:
-    assert never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1), ("B", 3), ("A", 2))) is None
-    assert never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1), ("B", 3), ("B", 4))) is None
+    assert never_shared(plan_of(PROBE, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 3), ("A", 2))) is None
+    assert never_shared(plan_of(PROBE, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 3), ("B", 4))) is None
 
 
 def test_sharing_or_a_missing_client_is_never_not_applicable() -> None:
-    assert never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1), ("B", 1))) is None
-    assert never_shared(PROBE, target("pgpool", "4.3.5"), proofs(("A", 1))) is None
+    assert never_shared(plan_of(PROBE, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 1))) is None
+    assert never_shared(plan_of(PROBE, target("pgpool", "4.3.5")), proofs(("A", 1))) is None
 
 
 def test_in_transaction_mode_different_servers_are_a_harness_failure() -> None:
-    assert never_shared(PROBE, target("pgbouncer", "1.24.1"), proofs(("A", 1), ("B", 2))) is None
+    assert never_shared(plan_of(PROBE, target("pgbouncer", "1.24.1")), proofs(("A", 1), ("B", 2))) is None
 
 
 def test_a_proof_without_backend_start_is_an_error_not_a_proof() -> None:
@@ -58,7 +59,7 @@ def test_a_proof_without_backend_start_is_an_error_not_a_proof() -> None:
 def test_a_hand_over_in_session_mode_not_handed_the_server_a_left_is_not_applicable_with_both_identities() -> None:
     from leakcheck.probes.handover import handover_setting
 
-    said = never_shared(handover_setting, target("pgpool", "4.7.3"), proofs(("A", 1), ("A", 1), ("B", 2)))
+    said = never_shared(plan_of(handover_setting, target("pgpool", "4.7.3")), proofs(("A", 1), ("A", 1), ("B", 2)))
     assert said is not None and "did not hand B the server connection A left" in said
     assert "pid 1 (started 1000)" in said and "pid 2 (started 2000)" in said
 
@@ -66,4 +67,4 @@ def test_a_hand_over_in_session_mode_not_handed_the_server_a_left_is_not_applica
 def test_a_hand_over_in_transaction_mode_not_handed_the_server_stays_an_error() -> None:
     from leakcheck.probes.handover import handover_setting
 
-    assert never_shared(handover_setting, target("pgbouncer", "1.24.1"), proofs(("A", 1), ("B", 2))) is None
+    assert never_shared(plan_of(handover_setting, target("pgbouncer", "1.24.1")), proofs(("A", 1), ("B", 2))) is None

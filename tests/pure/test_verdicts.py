@@ -1,6 +1,7 @@
 """The classifier: pure, no database."""
 
-from leakcheck.model.verdicts import Fact, Observation, Proof, Route, ServerId, Slot, Verdict, classify
+from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Fact, Observation, Proof, ServerId, Slot, Verdict, classify
 from tests.pure.outcomes import make
 
 S1, S2 = ServerId(7, "1000.5"), ServerId(8, "1000.6")

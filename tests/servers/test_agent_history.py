@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from leakcheck.drivers.agents import client as agents
-from leakcheck.model.target import Driver
-from leakcheck.model.verdicts import Route, Verdict
+from leakcheck.model.target import Driver, Route
+from leakcheck.model.verdicts import Verdict
 from tests.support.servers import TEST_PG, Measure
 
 pytestmark = pytest.mark.servers

@@ -11,7 +11,8 @@ import pytest
 
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.client import AgentClient
-from leakcheck.drivers.clients import ServerError, connect, driver_version
+from leakcheck.drivers.clients import connect, driver_version
+from leakcheck.drivers.interface import ServerError
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Driver
 from leakcheck.provision.host.proc_sockets import socket_inodes

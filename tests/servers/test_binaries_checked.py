@@ -25,10 +25,10 @@ from leakcheck.model.versions import Version, parse_spec
 from leakcheck.provision.base import Binary
 from leakcheck.provision.host.system import cache_root, make_world_readable, server_user
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
-from leakcheck.provision.pgbouncer.build import check_program
 from leakcheck.provision.postgres.binaries import PgInstall, cached_problem, resolve_pg
 from leakcheck.provision.sources import banners
 from leakcheck.provision.sources.program_cache import cached_binary as cached_program
+from leakcheck.provision.sources.program_folder import check_program
 from leakcheck.provision.sources.programs import PGBOUNCER
 
 pytestmark = pytest.mark.servers

@@ -22,11 +22,11 @@ from leakcheck.provision.base import Binary
 from leakcheck.provision.containers import images as img
 from leakcheck.provision.host.system import cache_root
 from leakcheck.provision.pgbouncer.binaries import URL_ENV, resolve_bouncer
-from leakcheck.provision.pgbouncer.build import check_program
 from leakcheck.provision.pgbouncer.debian_tarball import debian_tarball
 from leakcheck.provision.pgbouncer.download import DownloadError, fetch_release, release_url
 from leakcheck.provision.pgbouncer.releases import find_release
 from leakcheck.provision.pgbouncer.tarballs import TARBALLS_ENV
+from leakcheck.provision.sources.program_folder import check_program
 from tests.servers.release_server import ReleaseServer, sha256
 
 pytestmark = pytest.mark.servers

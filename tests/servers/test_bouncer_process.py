@@ -19,9 +19,9 @@ from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host import pooler_process, system
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
-from leakcheck.provision.pgbouncer.build import program_version
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.postgres.server import PgServer
+from leakcheck.provision.sources.program_folder import program_version
 
 pytestmark = pytest.mark.servers
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from leakcheck.drivers.agents import client as agents
-from leakcheck.drivers.clients import Client, connect
+from leakcheck.drivers.clients import connect
+from leakcheck.drivers.interface import Client
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Driver
 from leakcheck.model.versions import parse_spec

@@ -12,10 +12,11 @@ import pytest
 
 from leakcheck.discover import command, lab
 from leakcheck.discover.differential import Differential
-from leakcheck.discover.engine import Search, discover
+from leakcheck.discover.engine import discover
+from leakcheck.discover.findings import Search
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.discover.options import Options
-from leakcheck.model.verdicts import Driver, Route
+from leakcheck.model.target import Driver, Route
 from leakcheck.provision.native import NativeBackend
 from tests.support.discover_lab import discover_lab
 

@@ -18,7 +18,8 @@ import pytest
 from leakcheck.config.config import Config
 from leakcheck.discover import lab
 from leakcheck.discover.differential import Differential, run_on
-from leakcheck.discover.engine import Search, discover
+from leakcheck.discover.engine import discover
+from leakcheck.discover.findings import Search
 from leakcheck.discover.ops import Abilities, Kind, Op, Who, universe
 from leakcheck.discover.trace import Trace
 from leakcheck.drivers.agents import client as agents
@@ -26,8 +27,8 @@ from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.team import team_driver
 from leakcheck.drivers.clients import connect, driver_version
-from leakcheck.model.target import Driver, Setting
-from leakcheck.model.verdicts import Route, Target, Verdict
+from leakcheck.model.target import Driver, Route, Setting, Target
+from leakcheck.model.verdicts import Verdict
 from leakcheck.probes.witness import open_witness
 from leakcheck.provision.native import NativeBackend
 from leakcheck.run.matrix import driver_cells

@@ -17,16 +17,16 @@ import pytest
 from leakcheck.discover import lab
 from leakcheck.discover.compare import compare
 from leakcheck.discover.differential import Differential
-from leakcheck.discover.engine import Search, discover, mapped
+from leakcheck.discover.engine import discover, mapped
 from leakcheck.discover.execute import Run
+from leakcheck.discover.findings import Search
 from leakcheck.discover.known import label
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who, universe
 from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Lost, Trace
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.clients import connect
-from leakcheck.model.target import Driver
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import Driver, Route
 from leakcheck.probes.outcomes import WRITES_TABLE
 from leakcheck.probes.witness import open_witness
 from leakcheck.provision.native import NativeBackend

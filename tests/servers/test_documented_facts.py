@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck.model.verdicts import Driver, Fact, Verdict
+from leakcheck.model.target import Driver
+from leakcheck.model.verdicts import Fact, Verdict
 from tests.support.servers import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 
 pytestmark = pytest.mark.servers

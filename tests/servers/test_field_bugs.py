@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck.model.verdicts import Driver, Fact, Route, Verdict
+from leakcheck.model.target import Driver, Route
+from leakcheck.model.verdicts import Fact, Verdict
 from tests.support.servers import TEST_BOUNCER, TEST_PG, Measure
 
 pytestmark = pytest.mark.servers

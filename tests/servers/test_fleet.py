@@ -8,8 +8,8 @@ import signal
 import pytest
 
 from leakcheck.drivers.agents import client as agents
-from leakcheck.model.target import Pooler, PoolerKind
-from leakcheck.model.verdicts import Driver, Route, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Verdict
 from leakcheck.model.versions import parse_spec
 from leakcheck.probes import PROBES
 from leakcheck.provision.native import NativeBackend

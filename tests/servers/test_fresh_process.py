@@ -13,7 +13,7 @@ import pytest
 
 from leakcheck.drivers.clients import AsyncpgClient, PsycopgClient, connect
 from leakcheck.model.pool_settings import PoolSettings
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from tests.support.servers import DRIVERS, TEST_BOUNCER, TEST_PG, Measure
 

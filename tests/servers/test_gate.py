@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.gate import expectations
-from leakcheck.gate.expectations import Expectation
+from leakcheck.gate.baseline import Expectation
 from leakcheck.model.verdicts import Verdict
 
 pytestmark = pytest.mark.servers

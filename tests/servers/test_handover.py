@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck.model.target import Setting
-from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Setting, Target
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import parse_spec
 from leakcheck.probes import handover
 from leakcheck.probes.base import Probe

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import parse_spec
 from leakcheck.probes import PROBES
 from leakcheck.provision.host.owner import start_time

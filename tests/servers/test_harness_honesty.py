@@ -9,11 +9,12 @@ from typing import cast
 import pytest
 
 from leakcheck.model.pool_settings import PoolSettings
-from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Scope, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Scope, Verdict
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
-from leakcheck.provision.base import Backend, Endpoint
+from leakcheck.provision.base import Backend, Endpoint, PoolerKey
 from leakcheck.provision.native import NativeBackend
 from leakcheck.run.runner import run_probe
 from tests.support.servers import DRIVERS, TEST_PG, Measure
@@ -33,6 +34,9 @@ class NoPooler:
     @contextlib.contextmanager
     def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
         yield self.real.postgres(pg)
+
+    def gone(self, pg: Version, pooler: PoolerKey | None = None) -> str | None:
+        return None  # it does not watch its servers (Backend.gone)
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=str)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import pytest
 
 from leakcheck.gate import record
-from leakcheck.gate.expectations import Expectation, key
-from leakcheck.model.verdicts import Driver, Observation, Route, Verdict
+from leakcheck.gate.baseline import Expectation
+from leakcheck.gate.expectations import key
+from leakcheck.model.target import Driver, Route
+from leakcheck.model.verdicts import Observation, Verdict
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Login, probe
 from leakcheck.probes.scenario import Scenario

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, ServerId, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import ServerId, Verdict
 from leakcheck.model.versions import parse_spec
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe

@@ -16,7 +16,8 @@ from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.agents.install import missing_apt
 from leakcheck.drivers.agents.process import AgentRefused
-from leakcheck.drivers.clients import ServerError, connect
+from leakcheck.drivers.clients import connect
+from leakcheck.drivers.interface import ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.target import Driver, Setting
 from leakcheck.provision.base import Endpoint

@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 import psycopg
 import pytest
 
-from leakcheck.model.verdicts import Driver, Fact, Observation, Outcome, Route, Verdict
+from leakcheck.model.target import Driver, Route
+from leakcheck.model.verdicts import Fact, Observation, Outcome, Verdict
 from leakcheck.probes.base import Probe, probe
 from leakcheck.probes.outcomes import WRITES_TABLE
 from leakcheck.probes.scenario import Scenario

@@ -11,8 +11,7 @@ import pytest
 from leakcheck.discover.differential import Differential
 from leakcheck.discover.ops import Kind, Op, Who
 from leakcheck.drivers.agents import client as agents
-from leakcheck.model.target import Application, Driver
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import Application, Driver, Route
 from leakcheck.provision.native import NativeBackend
 from tests.support.discover_lab import discover_lab
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from leakcheck.drivers.clients import driver_version
-from leakcheck.model.verdicts import Driver
+from leakcheck.model.target import Driver
 
 pytestmark = pytest.mark.servers
 

@@ -33,10 +33,10 @@ from leakcheck.provision.host.strays import servers_in
 from leakcheck.provision.host.sweep import sweep
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.odyssey.process import OdysseyProcess
-from leakcheck.provision.pgbouncer.build import program_version
 from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.server import PgServer
 from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.sources.program_folder import program_version
 from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL
 from tests.support.servers import enterable_folder
 

@@ -11,8 +11,7 @@ import pytest
 
 from leakcheck.cli import main as cli
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import NATIVE_DRIVERS
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import NATIVE_DRIVERS, Route
 from leakcheck.provision.base import USER, Endpoint
 from leakcheck.provision.native import NativeBackend
 from leakcheck.provision.postgres.fixtures import APP_ROLE

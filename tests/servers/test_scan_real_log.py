@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from leakcheck.drivers.agents import client as agents
-from leakcheck.drivers.clients import Client, connect
+from leakcheck.drivers.clients import connect
+from leakcheck.drivers.interface import Client
 from leakcheck.model.target import Driver
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.provision.postgres.server import PgServer

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from leakcheck.model.verdicts import Driver, Observation, Outcome, Pooler, PoolerKind, Route, Target, Verdict
+from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Observation, Outcome, Verdict
 from leakcheck.model.versions import parse_spec
 from leakcheck.probes.base import Probe
 from leakcheck.probes.scenario import Scenario
@@ -101,7 +102,7 @@ def test_a_pgbouncer_stopped_during_a_probe_ends_it_at_once_with_an_error_naming
 _READINESS_COMMAND = textwrap.dedent("""
     import sys
     from leakcheck.cli.exits import guarded
-    from leakcheck.model.verdicts import Driver, Pooler, PoolerKind, Route, Target
+    from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
     from leakcheck.model.versions import parse_spec
     from leakcheck.probes import PROBES
     from leakcheck.provision.host.pooler_process import PoolerProcess

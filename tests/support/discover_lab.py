@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from leakcheck.discover import lab
-from leakcheck.model.target import Pooler, PoolerKind
-from leakcheck.model.verdicts import Route
+from leakcheck.model.target import Pooler, PoolerKind, Route
 from leakcheck.model.versions import parse_spec
 from leakcheck.provision.native import NativeBackend
 

@@ -10,8 +10,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from leakcheck.model.target import NATIVE_DRIVERS
-from leakcheck.model.verdicts import Driver, Outcome, Pooler, PoolerKind, Route, Target
+from leakcheck.model.target import NATIVE_DRIVERS, Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Version, parse_spec
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe

@@ -1,4 +1,4 @@
-"""`Client` (clients.py) over an agent process, and the agent processes a run reuses.
+"""`Client` (drivers/interface.py) over an agent process, and the agent processes a run reuses.
 
 An agent is started once per lane and client slot (the lane's thread and the client's label, A, B
 or C) and reused by the next probe of that lane, with a fresh connection each time; a lease is
@@ -32,7 +32,7 @@ from leakcheck.drivers.agents.process import (
     stop_together,
 )
 from leakcheck.drivers.cancel import int32
-from leakcheck.drivers.clients import CopyIn, Notification, Piped, Pipelined, Row, ServerError
+from leakcheck.drivers.interface import CopyIn, Notification, Piped, Pipelined, Row, ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting

@@ -18,7 +18,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -32,7 +32,7 @@ from leakcheck.model.errors import ProvisionError, StartError, UsageError, one_l
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version, version_in_output
-from leakcheck.provision.base import DBNAME, USER, Endpoint, new_credentials
+from leakcheck.provision.base import DBNAME, USER, Endpoint, PoolerKey, new_credentials
 from leakcheck.provision.console import query_postgres
 from leakcheck.provision.containers import images as img
 from leakcheck.provision.containers.engine import LOOPBACK, RECIPE_LABEL, Engine, sigint_deferred, start_reaper
@@ -403,6 +403,13 @@ class ContainersBackend:
                 yield f"{kind} {image.version}: {image.origin}"
         for (pooler_kind, version), pooler_image in sorted(self._odyssey_pgpool_images.items()):
             yield f"{pooler_kind.product} {version}: {pooler_image.origin}"
+
+    def warm(self, pgs: Sequence[Version], poolers: Sequence[PoolerKey]) -> None:
+        """Nothing: each container starts at its first use."""
+
+    def gone(self, pg: Version, pooler: PoolerKey | None = None) -> str | None:
+        """None: containers are not watched; a probe keeps its timeout."""
+        return None
 
 
 def _check_fleet(fleet: ContainerFleet, pooler: Pooler, settings: PoolSettings) -> None:

@@ -75,7 +75,7 @@ def render_rows(releases: Iterable[Release]) -> str:
 
 
 def read_rows(module_text: str) -> list[Release]:
-    """The releases in a bouncer_releases.py text (the inverse of render_rows)."""
+    """The releases in a releases.py text (the inverse of render_rows)."""
     begin, end = _markers(module_text)
     releases = []
     for line in module_text[begin:end].splitlines():

@@ -14,9 +14,9 @@ from pathlib import Path
 from leakcheck.model.errors import LeakcheckError
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import Binary
-from leakcheck.provision.pgbouncer.build import unpack_debs
 from leakcheck.provision.sources.debian import SUITES, Available, DebianArchive, upstream_of
 from leakcheck.provision.sources.program_cache import checked
+from leakcheck.provision.sources.program_folder import unpack_debs
 from leakcheck.provision.sources.programs import Program
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 A Debian package is fetched with leakcheck's private apt set-up (debian.py) together with the
 library packages it needs, extracted into cache/<program>/<exact version>/root and run through that
-tree's own loader (bouncer_build.unpack_debs/loader_argv), so a sid build runs on bookworm. The
+tree's own loader (program_folder.py: unpack_debs, loader_argv), so a sid build runs on bookworm. The
 exact version is always the one the binary itself reports. Reachable here (Debian's archive):
 Odyssey 1.5.2 (sid), pgpool-II 4.3.5 (bookworm), 4.6.1 (trixie), 4.7.3 (sid).
 """

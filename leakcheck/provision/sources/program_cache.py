@@ -17,7 +17,7 @@ from leakcheck.model.errors import LeakcheckError, ProvisionError, UsageError
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Binary
 from leakcheck.provision.host.system import file_lock, remove_entry, share_folder, unwritable
-from leakcheck.provision.pgbouncer.build import check_program, stored_argv, stored_origin
+from leakcheck.provision.sources.program_folder import check_program, stored_argv, stored_origin
 from leakcheck.provision.sources.programs import Program
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """A pooler that is already running (`--pooled-dsn`), and optionally its PostgreSQL (`--direct-dsn`).
 
 Nothing is started or stopped. The harness cannot give such a pooler a pool of one, nor reset it
-between probes, so the runner does what it can and proves the rest (runner.py): B connects until
+between probes, so the runner does what it can and proves the rest (run/running_pooler.py): B connects until
 its server connection is A's (same pid and backend start), every observation still carries its
 proof, each probe starts and ends with DISCARD ALL from both clients, and the probes of such a
 pooler run one at a time. Probes create only temporary or uniquely named objects.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 import psycopg
@@ -23,7 +23,7 @@ from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.redact import redacted
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version, version_in_output
-from leakcheck.provision.base import Endpoint
+from leakcheck.provision.base import Endpoint, PoolerKey
 
 _SCHEMES = ("postgresql", "postgres")
 
@@ -139,3 +139,10 @@ class RunningPoolerBackend:
             yield f"its PostgreSQL at {shown_dsn(self.direct)} (--direct-dsn): the direct and shared controls"
         else:
             yield "no --direct-dsn: no controls, and probes that need a direct session are not applicable"
+
+    def warm(self, pgs: Sequence[Version], poolers: Sequence[PoolerKey]) -> None:
+        """Nothing: the servers are the user's, already running."""
+
+    def gone(self, pg: Version, pooler: PoolerKey | None = None) -> str | None:
+        """None: the servers are not ours to watch; a probe keeps its timeout."""
+        return None
