@@ -152,6 +152,36 @@ def test_the_published_port_is_read_from_the_loopback_binding() -> None:
     assert img.host_port({}, 6432) is None
 
 
+#: `docker inspect` of a container whose port 6432 was asked on 127.0.0.1 and published there.
+PUBLISHED: dict[str, dict[str, object]] = {
+    "HostConfig": {"NetworkMode": "leakcheck-1a2b3c4d-pg16", "PortBindings": {"6432/tcp": [{"HostIp": "127.0.0.1",
+                                                                                          "HostPort": ""}]}},
+    "NetworkSettings": {"Ports": {"6432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "32768"}], "5432/tcp": None}},
+}
+
+
+def test_a_container_published_on_127_0_0_1_only_reaches_nothing_beyond_it() -> None:
+    assert img.published_beyond_loopback(PUBLISHED) == []
+    assert img.published_beyond_loopback({"HostConfig": {"PortBindings": None}, "NetworkSettings": {}}) == []
+
+
+@pytest.mark.parametrize(("change", "beyond"), [
+    ({"NetworkSettings": {"Ports": {"6432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "32768"},
+                                                 {"HostIp": "::", "HostPort": "32768"}]}}}, ["6432/tcp on [::]:32768"]),
+    ({"NetworkSettings": {"Ports": {"6432/tcp": [{"HostIp": "0.0.0.0", "HostPort": "32768"}]}}},
+     ["6432/tcp on 0.0.0.0:32768"]),
+    ({"HostConfig": {"PortBindings": {"6432/tcp": [{"HostIp": "", "HostPort": ""}]}}}, ["6432/tcp on every address"]),
+    ({"HostConfig": {"PortBindings": {"9898/tcp": [{"HostPort": "9898"}]}}}, ["9898/tcp on every address:9898"]),
+    ({"HostConfig": {"NetworkMode": "host"}}, ["the host's network (--network host)"]),
+    ({"NetworkSettings": {"Ports": {"6432/tcp": ["0.0.0.0:32768"]}}}, ["6432/tcp on every address"]),
+], ids=["ipv6-too", "every-ipv4-address", "asked-everywhere", "another-port", "host-network", "unreadable"])
+def test_a_port_published_beyond_127_0_0_1_or_the_host_network_is_named(
+    change: dict[str, dict[str, object]], beyond: list[str]
+) -> None:
+    attrs = {key: {**value, **change.get(key, {})} for key, value in PUBLISHED.items()}
+    assert img.published_beyond_loopback(attrs) == beyond
+
+
 def test_port_publishing_failures_are_recognised() -> None:
     assert img.is_port_error(
         "driver failed programming external connectivity on endpoint x: bind: address already in use"

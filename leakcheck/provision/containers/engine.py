@@ -28,7 +28,13 @@ from testcontainers.core.labels import create_labels
 from testcontainers.core.network import Network
 
 from leakcheck.model.errors import ProvisionError, StartError, one_line
-from leakcheck.provision.containers.images import build_error_summary, build_log_lines, host_port, is_port_error
+from leakcheck.provision.containers.images import (
+    build_error_summary,
+    build_log_lines,
+    host_port,
+    is_port_error,
+    published_beyond_loopback,
+)
 from leakcheck.provision.host.process import wait_until
 
 log = logging.getLogger(__name__)
@@ -291,8 +297,16 @@ class Engine:
         return int(result.exit_code), cast(bytes, result.output or b"").decode(errors="replace")
 
     def published_port(self, container: DockerContainer, port: int, what: str, explain: Explain = _no_reason) -> int:
+        """The host port `port` is published on, once the container runs; a StartError (the container stopped)
+        when anything of it is published beyond 127.0.0.1 (`published_beyond_loopback`)."""
         wrapped = container.get_wrapped_container()
         wrapped.reload()
+        beyond = published_beyond_loopback(wrapped.attrs)
+        if beyond:
+            with contextlib.suppress(docker.errors.DockerException):
+                wrapped.kill()
+            raise StartError(f"{what} is published on {', '.join(beyond)}, beyond {LOOPBACK}: stopped it; a setting "
+                             "reached Docker that leakcheck did not write, report this")
         found = host_port(wrapped.attrs.get("NetworkSettings", {}).get("Ports") or {}, port)
         if found is None:
             why = self.exited(container, explain) or f"port {port} was not published on 127.0.0.1"

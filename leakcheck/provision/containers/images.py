@@ -7,12 +7,14 @@ import shutil
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from leakcheck.model.errors import ProvisionError, UsageError, one_line
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import DBNAME, USER
+from leakcheck.provision.host.proc_sockets import LOOPBACK
 from leakcheck.provision.pgbouncer.ini import BouncerLayout, render_auth_file, render_ini
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
@@ -156,6 +158,23 @@ def host_port(ports: Mapping[str, object], container_port: int) -> int | None:
         ):
             return int(binding["HostPort"])
     return None
+
+
+def published_beyond_loopback(attrs: Mapping[str, Any]) -> list[str]:
+    """What of a container's publishing (`docker inspect`: HostConfig.PortBindings, what was asked, and
+    NetworkSettings.Ports, what the engine made) others could reach beyond 127.0.0.1, e.g. "6432/tcp on
+    0.0.0.0:32768"; the host's own network too. Empty when every published port is on 127.0.0.1 only."""
+    host_config = attrs.get("HostConfig") or {}
+    found = ["the host's network (--network host)"] if host_config.get("NetworkMode") == "host" else []
+    for ports in (host_config.get("PortBindings"), (attrs.get("NetworkSettings") or {}).get("Ports")):
+        for port, bindings in (ports or {}).items():
+            for binding in bindings or []:
+                address = binding.get("HostIp") if isinstance(binding, dict) else None
+                if address != LOOPBACK:
+                    where = f"[{address}]" if ":" in str(address) else address or "every address"
+                    host_port = binding.get("HostPort") if isinstance(binding, dict) else None
+                    found.append(f"{port} on {where}" + (f":{host_port}" if host_port else ""))
+    return list(dict.fromkeys(found))
 
 
 def is_port_error(message: str) -> bool:
