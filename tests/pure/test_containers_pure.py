@@ -234,6 +234,36 @@ def test_an_unreachable_docker_engine_is_a_one_line_provision_error(monkeypatch:
     assert "\n" not in str(info.value)
 
 
+def test_sweep_without_a_reachable_docker_engine_says_so_in_one_line_and_looks_no_further(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("leakcheck.provision.containers.engine")
+    from leakcheck.cli.main import _sweep_containers
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    said: list[str] = []
+    assert _sweep_containers(said.append) == []
+    out, err = capsys.readouterr()
+    assert said == [] and out == ""
+    assert err == ("leakcheck: Docker is not reachable at unix:///nonexistent/docker.sock ([Errno 2] No such file or "
+                   "directory): no leakcheck container or network was looked for\n")
+
+
+def test_a_killed_run_s_fleet_folders_are_found_by_its_run_id_and_a_label_that_is_no_run_id_finds_none(
+    tmp_path: Path,
+) -> None:
+    engine = pytest.importorskip("leakcheck.provision.containers.engine")
+    for name in ("leakcheck-fleet-1a2b3c4d-x1", "leakcheck-fleet-1a2b3c4d-x2", "leakcheck-fleet-99999999-x1"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "leakcheck-fleet-1a2b3c4d-file").write_text("")
+    (tmp_path / "leakcheck-fleet-1a2b3c4d-link").symlink_to(tmp_path / "leakcheck-fleet-99999999-x1")
+    assert engine.fleet_folders("1a2b3c4d", tmp_path) == [tmp_path / "leakcheck-fleet-1a2b3c4d-x1",
+                                                          tmp_path / "leakcheck-fleet-1a2b3c4d-x2"]
+    assert engine.fleet_folders("*", tmp_path) == engine.fleet_folders("../x", tmp_path) == []
+    assert engine.dead_run_line("vm:4242", ["container c1", "network n1"]) == (
+        "removed what a killed run (pid 4242) left on the Docker engine: container c1, network n1")
+
+
 def test_a_path_is_refused_with_a_pointer_to_the_native_backend() -> None:
     containers = pytest.importorskip("leakcheck.provision.containers.backend")
     from leakcheck.model.versions import parse_spec
