@@ -1,0 +1,215 @@
+"""The containers backend under faults: leakcheck killed (SIGKILL) mid-run, a pooler container killed
+(`docker kill`) mid-probe, a port published beyond 127.0.0.1. Whatever happens, no container, network
+or fleet folder of the run stays once the run ended (or, for a killed run, once `leakcheck sweep` ran),
+the fault is an error and never a verdict, and nothing of a live run is touched.
+
+Each run is a real `leakcheck run --backend=containers` in its own session with its own TMPDIR; its
+containers and networks are the engine's objects labelled with its owner (host:pid).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import pytest
+
+docker = pytest.importorskip("docker")
+pytest.importorskip("testcontainers")
+if TYPE_CHECKING:
+    from docker.client import DockerClient
+    from docker.models.containers import Container
+
+from testcontainers.core.container import DockerContainer  # noqa: E402
+
+from leakcheck.model.errors import StartError  # noqa: E402
+from leakcheck.provision.containers.engine import OWNER_LABEL, RUN_LABEL, Engine  # noqa: E402
+from tests.containers.test_containers_backend import _engine_or_skip, _template  # noqa: E402
+
+pytestmark = pytest.mark.containers
+
+TIMEOUT = 120.0
+#: statement_timeout's 1 s sleep keeps a probe running through the pooler; the others run after the fault.
+PROBES = ("--probes=statement_timeout,timezone,temp_table,idle_in_transaction_timeout", "--drivers=psycopg",
+          "--controls=no", "--jobs=1", "--pg=16", "--bouncer=1.24")
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[DockerClient]:
+    client = _engine_or_skip()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def images(request: pytest.FixtureRequest) -> list[str]:
+    pg = _template(request.config, "leakcheck_pg_image", "LEAKCHECK_PG_IMAGE") or "postgres:{version}"
+    bouncer = _template(request.config, "leakcheck_bouncer_image", "LEAKCHECK_BOUNCER_IMAGE")
+    if bouncer is None:
+        pytest.skip("a PgBouncer image template is needed ($LEAKCHECK_BOUNCER_IMAGE; scripts/ci-docker.sh sets it)")
+    return [f"--pg-image={pg}", f"--bouncer-image={bouncer}"]
+
+
+def _owned_by(engine: DockerClient, owner: str, key: str = OWNER_LABEL) -> list[str]:
+    """The containers and networks an owner label names (host:pid), or another label (`key`)."""
+    label = {"label": f"{key}={owner}"}
+    return ([f"container {c.name}" for c in engine.containers.list(all=True, filters=label)]
+            + [f"network {n.name}" for n in engine.networks.list(filters=label)])
+
+
+class Run:
+    """`leakcheck run --backend=containers ARGS` in its own session, TMPDIR `tmp`, output in `out`."""
+
+    def __init__(self, engine: DockerClient, tmp: Path, out: Path, args: list[str]) -> None:
+        self.engine, self.tmp, self.out = engine, tmp, out
+        with open(out, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "leakcheck.cli.main", "run", "--backend=containers", *args], env=_env(tmp),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.owner = f"{socket.gethostname()}:{self.proc.pid}"
+
+    def containers(self) -> list[Container]:
+        return list(self.engine.containers.list(filters={"label": f"{OWNER_LABEL}={self.owner}"}))
+
+    def until(self, find: Callable[[], Container | None], what: str) -> Container:
+        deadline = time.monotonic() + TIMEOUT
+        while (found := find()) is None:
+            assert self.proc.poll() is None, f"the run ended before {what}:\n{self.output()}"
+            assert time.monotonic() < deadline, f"no {what} within {TIMEOUT:.0f} s:\n{self.output()}"
+            time.sleep(0.05)
+        return found
+
+    def pgbouncer(self) -> Container | None:
+        return next((c for c in self.containers() if "-pgbouncer" in str(c.name)), None)
+
+    def probing(self) -> Container | None:
+        """The PgBouncer container while a probe's client has a server connection through it."""
+        pg = next((c for c in self.containers() if re.fullmatch(r"leakcheck-\w+-pg[\d.]+", str(c.name))), None)
+        bouncer = self.pgbouncer()
+        if pg is None or bouncer is None:
+            return None
+        try:
+            rows = pg.top()["Processes"] or []
+        except docker.errors.APIError:
+            return None
+        return bouncer if any("postgres: leakcheck_app " in " ".join(row) for row in rows) else None
+
+    def wait(self) -> int:
+        try:
+            return self.proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not end within {TIMEOUT:.0f} s:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """After a failed test: the run killed and what it left removed."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        label = {"label": f"{OWNER_LABEL}={self.owner}"}
+        for container in self.engine.containers.list(all=True, filters=label):
+            container.remove(force=True)
+        for network in self.engine.networks.list(filters=label):
+            network.remove()
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {"TMPDIR": str(tmp)}
+
+
+@pytest.fixture
+def runs(engine: DockerClient, images: list[str], tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    started: list[Run] = []
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+
+    def start(*args: str) -> Run:
+        started.append(Run(engine, tmp, tmp_path / f"run{len(started)}.txt", [*images, *args]))
+        return started[-1]
+
+    yield start
+    for run in started:
+        run.stop()
+
+
+def _sweep(tmp: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "leakcheck.cli.main", "sweep"], env=_env(tmp), capture_output=True,
+                          text=True, timeout=TIMEOUT, check=False)
+
+
+def test_leakcheck_killed_mid_run_leaves_no_container_or_network_once_swept_and_a_live_runs_stay(
+    engine: DockerClient, runs: Callable[..., Run],
+) -> None:
+    live = engine.networks.create(f"leakcheck-test-live-{os.getpid()}", labels={
+        RUN_LABEL: "0live000", OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}"})  # this process: alive
+    try:
+        run = runs(*PROBES)
+        run.until(run.probing, "a probe through PgBouncer's container")
+        run.proc.send_signal(signal.SIGKILL)
+        run.proc.wait()
+        left = _owned_by(engine, run.owner)
+        assert any("pgbouncer" in thing for thing in left) and any("network" in thing for thing in left), left
+
+        swept = _sweep(run.tmp)
+
+        assert swept.returncode == 0, swept.stderr
+        assert _owned_by(engine, run.owner) == [], swept.stdout
+        said = [line for line in swept.stdout.splitlines() if f"killed run (pid {run.proc.pid})" in line]
+        assert len(said) == 1 and all(thing in said[0] for thing in left), swept.stdout
+        assert [n.name for n in engine.networks.list(filters={"label": f"{RUN_LABEL}=0live000"})] == [live.name]
+    finally:
+        live.remove()
+
+
+def _outcomes(path: Path) -> dict[str, str]:
+    return {o["probe"]: o["verdict"] for o in json.loads(path.read_text())["outcomes"]}
+
+
+def test_a_pooler_container_killed_mid_probe_is_an_error_or_restarted_never_another_verdict_and_leaves_nothing(
+    engine: DockerClient, runs: Callable[..., Run], tmp_path: Path,
+) -> None:
+    clean = runs(*PROBES, f"--results={tmp_path / 'clean.json'}")
+    assert clean.wait() in (0, 1), clean.output()
+    expected = _outcomes(tmp_path / "clean.json")
+    assert "error" not in expected.values(), clean.output()
+
+    run = runs(*PROBES, f"--results={tmp_path / 'killed.json'}")
+    killed = run.until(run.probing, "a probe through PgBouncer's container")
+    killed.kill()
+    assert run.wait() in (0, 1), run.output()
+
+    got = _outcomes(tmp_path / "killed.json")
+    assert got.keys() == expected.keys(), run.output()
+    assert all(got[probe] in ("error", verdict) for probe, verdict in expected.items()), (got, expected)
+    assert _owned_by(engine, run.owner) == [] and _owned_by(engine, clean.owner) == []
+
+
+def test_a_port_published_beyond_127_0_0_1_is_a_start_error_and_the_container_is_stopped(
+    engine: DockerClient, request: pytest.FixtureRequest,
+) -> None:
+    image = (_template(request.config, "leakcheck_pg_image", "LEAKCHECK_PG_IMAGE") or "postgres:{version}").format(
+        version="16", major="16")
+    containers = Engine()
+    try:
+        container = (DockerContainer(image).with_name(f"leakcheck-{containers.run_id}-wide")
+                     .with_kwargs(entrypoint=["sleep"], labels=dict(containers.labels)).with_command(["60"]))
+        cast(dict[str, Any], container.ports)["5432/tcp"] = ("127.0.0.2", None)  # not 127.0.0.1
+        containers.start(container, "a container")
+        with pytest.raises(StartError, match=r"^a container is published on 5432/tcp on 127\.0\.0\.2:\d+, beyond "
+                                             r"127\.0\.0\.1: stopped it; .*report this$"):
+            containers.published_port(container, 5432, "a container")
+        assert containers.state(container)[0] == "exited"
+    finally:
+        assert containers.close(remove_built=False) == []
+    assert _owned_by(engine, containers.run_id, RUN_LABEL) == []
