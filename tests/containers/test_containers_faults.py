@@ -9,6 +9,7 @@ containers and networks are the engine's objects labelled with its owner (host:p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,10 +45,9 @@ PROBES = ("--probes=statement_timeout,timezone,temp_table,idle_in_transaction_ti
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[DockerClient]:
-    client = _engine_or_skip()
-    yield client
-    client.close()
+def client() -> Iterator[DockerClient]:
+    with contextlib.closing(_engine_or_skip()) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +129,13 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def runs(engine: DockerClient, images: list[str], tmp_path: Path) -> Iterator[Callable[..., Run]]:
+def runs(client: DockerClient, images: list[str], tmp_path: Path) -> Iterator[Callable[..., Run]]:
     started: list[Run] = []
     tmp = tmp_path / "tmp"
     tmp.mkdir()
 
     def start(*args: str) -> Run:
-        started.append(Run(engine, tmp, tmp_path / f"run{len(started)}.txt", [*images, *args]))
+        started.append(Run(client, tmp, tmp_path / f"run{len(started)}.txt", [*images, *args]))
         return started[-1]
 
     yield start
@@ -149,25 +149,25 @@ def _sweep(tmp: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_leakcheck_killed_mid_run_leaves_no_container_or_network_once_swept_and_a_live_runs_stay(
-    engine: DockerClient, runs: Callable[..., Run],
+    client: DockerClient, runs: Callable[..., Run],
 ) -> None:
-    live = engine.networks.create(f"leakcheck-test-live-{os.getpid()}", labels={
+    live = client.networks.create(f"leakcheck-test-live-{os.getpid()}", labels={
         RUN_LABEL: "0live000", OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}"})  # this process: alive
     try:
         run = runs(*PROBES)
         run.until(run.probing, "a probe through PgBouncer's container")
         run.proc.send_signal(signal.SIGKILL)
         run.proc.wait()
-        left = _owned_by(engine, run.owner)
+        left = _owned_by(client, run.owner)
         assert any("pgbouncer" in thing for thing in left) and any("network" in thing for thing in left), left
 
         swept = _sweep(run.tmp)
 
         assert swept.returncode == 0, swept.stderr
-        assert _owned_by(engine, run.owner) == [], swept.stdout
+        assert _owned_by(client, run.owner) == [], swept.stdout
         said = [line for line in swept.stdout.splitlines() if f"killed run (pid {run.proc.pid})" in line]
         assert len(said) == 1 and all(thing in said[0] for thing in left), swept.stdout
-        assert [n.name for n in engine.networks.list(filters={"label": f"{RUN_LABEL}=0live000"})] == [live.name]
+        assert [n.name for n in client.networks.list(filters={"label": f"{RUN_LABEL}=0live000"})] == [live.name]
     finally:
         live.remove()
 
@@ -177,7 +177,7 @@ def _outcomes(path: Path) -> dict[str, str]:
 
 
 def test_a_pooler_container_killed_mid_probe_is_an_error_or_restarted_never_another_verdict_and_leaves_nothing(
-    engine: DockerClient, runs: Callable[..., Run], tmp_path: Path,
+    client: DockerClient, runs: Callable[..., Run], tmp_path: Path,
 ) -> None:
     clean = runs(*PROBES, f"--results={tmp_path / 'clean.json'}")
     assert clean.wait() in (0, 1), clean.output()
@@ -192,11 +192,11 @@ def test_a_pooler_container_killed_mid_probe_is_an_error_or_restarted_never_anot
     got = _outcomes(tmp_path / "killed.json")
     assert got.keys() == expected.keys(), run.output()
     assert all(got[probe] in ("error", verdict) for probe, verdict in expected.items()), (got, expected)
-    assert _owned_by(engine, run.owner) == [] and _owned_by(engine, clean.owner) == []
+    assert _owned_by(client, run.owner) == [] and _owned_by(client, clean.owner) == []
 
 
 def test_a_port_published_beyond_127_0_0_1_is_a_start_error_and_the_container_is_stopped(
-    engine: DockerClient, request: pytest.FixtureRequest,
+    client: DockerClient, request: pytest.FixtureRequest,
 ) -> None:
     image = (_template(request.config, "leakcheck_pg_image", "LEAKCHECK_PG_IMAGE") or "postgres:{version}").format(
         version="16", major="16")
@@ -212,4 +212,4 @@ def test_a_port_published_beyond_127_0_0_1_is_a_start_error_and_the_container_is
         assert containers.state(container)[0] == "exited"
     finally:
         assert containers.close(remove_built=False) == []
-    assert _owned_by(engine, containers.run_id, RUN_LABEL) == []
+    assert _owned_by(client, containers.run_id, RUN_LABEL) == []

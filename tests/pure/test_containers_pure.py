@@ -182,6 +182,20 @@ def test_a_port_published_beyond_127_0_0_1_or_the_host_network_is_named(
     assert img.published_beyond_loopback(attrs) == beyond
 
 
+@pytest.mark.parametrize(("state", "down"), [
+    ({"Status": "running", "Pid": 4242}, None),
+    ({"Status": "running", "Pid": 4343}, "it is stopped (SIGSTOP): it cannot answer"),
+    ({"Status": "running", "Pid": 0}, None),
+    ({"Status": "exited", "ExitCode": 137, "Pid": 0}, "its container exited with code 137"),
+    ({"Status": "dead", "ExitCode": 1}, "its container dead with code 1"),
+    ({"Status": "paused", "Pid": 4242}, "its container is paused: it cannot answer"),
+    ({"Status": "restarting"}, "its container is restarting"),
+    ({}, "its container is unknown"),
+], ids=["running", "its-process-stopped", "no-pid", "killed", "dead", "paused", "restarting", "no-state"])
+def test_a_container_that_no_longer_serves_is_named_by_its_state(state: dict[str, object], down: str | None) -> None:
+    assert img.down_in(state, {4343}.__contains__) == down
+
+
 def test_port_publishing_failures_are_recognised() -> None:
     assert img.is_port_error(
         "driver failed programming external connectivity on endpoint x: bind: address already in use"

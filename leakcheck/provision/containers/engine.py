@@ -35,11 +35,12 @@ from leakcheck.model.errors import ProvisionError, StartError, one_line
 from leakcheck.provision.containers.images import (
     build_error_summary,
     build_log_lines,
+    down_in,
     host_port,
     is_port_error,
     published_beyond_loopback,
 )
-from leakcheck.provision.host.process import wait_until
+from leakcheck.provision.host.process import stopped, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -366,6 +367,19 @@ class Engine:
             why = self.exited(container, explain) or f"port {port} was not published on 127.0.0.1"
             raise StartError.with_log(what, why, self.logs(container))
         return found
+
+    def down(self, container: DockerContainer) -> str | None:
+        """Why the container no longer serves, else None: it exited (its code), is paused or was removed, or its
+        main process is stopped (SIGSTOP: read from /proc, as the engine runs on this machine's kernel). One
+        `docker inspect`, cheap enough for the run's watcher (run/watch.py)."""
+        wrapped = container.get_wrapped_container()
+        try:
+            wrapped.reload()
+        except docker.errors.NotFound:
+            return "its container was removed"
+        except docker.errors.DockerException as exc:
+            return f"Docker did not say whether its container runs ({reason(exc)})"
+        return down_in(wrapped.attrs.get("State") or {}, stopped)
 
     def state(self, container: DockerContainer) -> tuple[str, int]:
         wrapped = container.get_wrapped_container()

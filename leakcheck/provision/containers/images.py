@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from leakcheck.model.target import Setting
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import DBNAME, USER
 from leakcheck.provision.host.proc_sockets import LOOPBACK
+from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.pgbouncer.ini import BouncerLayout, render_auth_file, render_ini
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
@@ -175,6 +176,18 @@ def published_beyond_loopback(attrs: Mapping[str, Any]) -> list[str]:
                     host_port = binding.get("HostPort") if isinstance(binding, dict) else None
                     found.append(f"{port} on {where}" + (f":{host_port}" if host_port else ""))
     return list(dict.fromkeys(found))
+
+
+def down_in(state: Mapping[str, Any], stopped: Callable[[int], bool]) -> str | None:
+    """Why a container whose `docker inspect` State is `state` no longer serves, else None: it exited or is dead
+    (its code), paused, restarting..., or its main process (State.Pid) is `stopped` (SIGSTOP)."""
+    status = str(state.get("Status", "unknown"))
+    if status == "running":
+        pid = state.get("Pid")
+        return STOPPED if isinstance(pid, int) and pid > 0 and stopped(pid) else None
+    if status in ("exited", "dead"):
+        return f"its container {status} with code {state.get('ExitCode', '?')}"
+    return f"its container is {status}" + (": it cannot answer" if status == "paused" else "")
 
 
 def is_port_error(message: str) -> bool:
