@@ -92,7 +92,8 @@ class Run:
         return next((c for c in self.containers() if "-pgbouncer" in str(c.name)), None)
 
     def probing(self) -> Container | None:
-        """The PgBouncer container while a probe's client has a server connection through it."""
+        """The PgBouncer container while a probe's client runs a statement or a transaction through it (a backend
+        of the probes' role not idle: between probes, PgBouncer's server connections are)."""
         pg = next((c for c in self.containers() if re.fullmatch(r"leakcheck-\w+-pg[\d.]+", str(c.name))), None)
         bouncer = self.pgbouncer()
         if pg is None or bouncer is None:
@@ -101,7 +102,8 @@ class Run:
             rows = pg.top()["Processes"] or []
         except docker.errors.APIError:
             return None
-        return bouncer if any("postgres: leakcheck_app " in " ".join(row) for row in rows) else None
+        titles = [row[-1] for row in rows]
+        return bouncer if any("postgres: leakcheck_app " in t and not t.endswith(" idle") for t in titles) else None
 
     def wait(self) -> int:
         try:
@@ -172,8 +174,9 @@ def test_leakcheck_killed_mid_run_leaves_no_container_or_network_once_swept_and_
         live.remove()
 
 
-def _outcomes(path: Path) -> dict[str, str]:
-    return {o["probe"]: o["verdict"] for o in json.loads(path.read_text())["outcomes"]}
+def _outcomes(path: Path) -> dict[str, tuple[str, str]]:
+    """Each probe's verdict and evidence, from a --results file."""
+    return {o["probe"]: (o["verdict"], o["evidence"]) for o in json.loads(path.read_text())["outcomes"]}
 
 
 def test_a_pooler_container_killed_mid_probe_is_an_error_or_restarted_never_another_verdict_and_leaves_nothing(
@@ -181,7 +184,7 @@ def test_a_pooler_container_killed_mid_probe_is_an_error_or_restarted_never_anot
 ) -> None:
     clean = runs(*PROBES, f"--results={tmp_path / 'clean.json'}")
     assert clean.wait() in (0, 1), clean.output()
-    expected = _outcomes(tmp_path / "clean.json")
+    expected = {probe: verdict for probe, (verdict, _) in _outcomes(tmp_path / "clean.json").items()}
     assert "error" not in expected.values(), clean.output()
 
     run = runs(*PROBES, f"--results={tmp_path / 'killed.json'}")
@@ -191,7 +194,10 @@ def test_a_pooler_container_killed_mid_probe_is_an_error_or_restarted_never_anot
 
     got = _outcomes(tmp_path / "killed.json")
     assert got.keys() == expected.keys(), run.output()
-    assert all(got[probe] in ("error", verdict) for probe, verdict in expected.items()), (got, expected)
+    assert all(got[probe][0] in ("error", verdict) for probe, verdict in expected.items()), (got, expected)
+    # The probe it hit is the error, naming the container and how it ended; the next use had a new container.
+    said = [evidence for verdict, evidence in got.values() if verdict == "error"]
+    assert len(said) == 1 and "its container exited with code 137 (during the probe" in said[0], got
     assert _owned_by(client, run.owner) == [] and _owned_by(client, clean.owner) == []
 
 
