@@ -179,26 +179,44 @@ def _outcomes(path: Path) -> dict[str, tuple[str, str]]:
     return {o["probe"]: (o["verdict"], o["evidence"]) for o in json.loads(path.read_text())["outcomes"]}
 
 
-def test_a_pooler_container_killed_mid_probe_is_an_error_or_restarted_never_another_verdict_and_leaves_nothing(
-    client: DockerClient, runs: Callable[..., Run], tmp_path: Path,
-) -> None:
-    clean = runs(*PROBES, f"--results={tmp_path / 'clean.json'}")
-    assert clean.wait() in (0, 1), clean.output()
-    expected = {probe: verdict for probe, (verdict, _) in _outcomes(tmp_path / "clean.json").items()}
-    assert "error" not in expected.values(), clean.output()
+@pytest.fixture(scope="module")
+def clean_verdicts(client: DockerClient, images: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Each probe's verdict in a run without a fault."""
+    tmp = tmp_path_factory.mktemp("clean")
+    run = Run(client, tmp, tmp / "run.txt", [*images, *PROBES, f"--results={tmp / 'clean.json'}"])
+    try:
+        assert run.wait() in (0, 1), run.output()
+    finally:
+        run.stop()
+    verdicts = {probe: verdict for probe, (verdict, _) in _outcomes(tmp / "clean.json").items()}
+    assert "error" not in verdicts.values(), run.output()
+    return verdicts
 
-    run = runs(*PROBES, f"--results={tmp_path / 'killed.json'}")
-    killed = run.until(run.probing, "a probe through PgBouncer's container")
-    killed.kill()
+
+#: How PgBouncer's container is hit, and how the probe in flight says it.
+HITS = {"docker-kill": "its container exited with code 137", "sigstop": "it is stopped (SIGSTOP): it cannot answer"}
+
+
+@pytest.mark.parametrize("hit", HITS)
+def test_a_pooler_container_killed_or_stopped_mid_probe_is_an_error_then_a_new_container_and_leaves_nothing(
+    hit: str, client: DockerClient, runs: Callable[..., Run], clean_verdicts: dict[str, str], tmp_path: Path,
+) -> None:
+    run = runs(*PROBES, f"--results={tmp_path / 'hit.json'}")
+    container = run.until(run.probing, "a probe through PgBouncer's container")
+    if hit == "docker-kill":
+        container.kill()
+    else:
+        container.reload()
+        os.kill(int(container.attrs["State"]["Pid"]), signal.SIGSTOP)
     assert run.wait() in (0, 1), run.output()
 
-    got = _outcomes(tmp_path / "killed.json")
-    assert got.keys() == expected.keys(), run.output()
-    assert all(got[probe][0] in ("error", verdict) for probe, verdict in expected.items()), (got, expected)
+    got = _outcomes(tmp_path / "hit.json")
+    assert got.keys() == clean_verdicts.keys(), run.output()
+    assert all(got[probe][0] in ("error", verdict) for probe, verdict in clean_verdicts.items()), got
     # The probe it hit is the error, naming the container and how it ended; the next use had a new container.
     said = [evidence for verdict, evidence in got.values() if verdict == "error"]
-    assert len(said) == 1 and "its container exited with code 137 (during the probe" in said[0], got
-    assert _owned_by(client, run.owner) == [] and _owned_by(client, clean.owner) == []
+    assert len(said) == 1 and f"{HITS[hit]} (during the probe" in said[0], got
+    assert _owned_by(client, run.owner) == []
 
 
 def test_a_port_published_beyond_127_0_0_1_is_a_start_error_and_the_container_is_stopped(

@@ -284,8 +284,8 @@ class ContainersBackend:
             return
         with self._lock:
             running = self._bouncers.get(key)
-        if running is not None and self.engine.state(running.container)[0] != "running":
-            log.info(f"{pooler.label()} in front of PostgreSQL {pg} had exited; starting a new one")
+        if running is not None and (down := self.engine.down(running.container)) is not None:
+            log.info(f"{pooler.label()} in front of PostgreSQL {pg}: {down}; starting a new one")
             self.engine.remove(running.container)
             running = None
         if running is None:
@@ -342,8 +342,8 @@ class ContainersBackend:
         pg, pooler, settings, _ = key
         with self._lock:
             running = self._odyssey_pgpools.get(key)
-            if running is not None and not running.running():
-                log.info(f"{pooler.label()} in front of PostgreSQL {pg} had exited; starting a new one")
+            if running is not None and (down := self.engine.down(running.container)) is not None:
+                log.info(f"{pooler.label()} in front of PostgreSQL {pg}: {down}; starting a new one")
                 self.engine.remove(running.container)
                 running = None
             if running is None:
