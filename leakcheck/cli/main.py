@@ -145,6 +145,7 @@ def _sweep() -> int:
         cache: Path | None = cache_root()  # unfinished template builds
     except UsageError:
         cache = None  # no cache: nothing was built in it
+
     def say(line: str) -> None:
         print(terminal_safe(line, newlines=False), flush=True)
 
@@ -165,13 +166,13 @@ def _sweep_containers(say: Callable[[str], None]) -> list[str]:
         raise
     try:
         api = engine.connect(unreachable="no leakcheck container or network was looked for").client
+        try:
+            return engine.sweep_dead_runs(api, say)
+        finally:
+            api.close()
     except ProvisionError as exc:
         print(terminal_safe(f"leakcheck: {exc}", newlines=False), file=sys.stderr)
         return []
-    try:
-        return engine.sweep_dead_runs(api, say)
-    finally:
-        api.close()
 
 
 def _fixtures(args: argparse.Namespace) -> int:

@@ -122,8 +122,11 @@ def sweep_dead_runs(
     containers (newest first: a fleet's members before the one whose network they share), then their networks.
     Never an object without leakcheck's owner label, of another host, or of a process that still runs."""
     host = socket.gethostname()
-    containers = [(c, c.labels) for c in api.containers.list(all=True, filters={"label": OWNER_LABEL})]
-    networks = [(n, n.attrs.get("Labels") or {}) for n in api.networks.list(filters={"label": OWNER_LABEL})]
+    try:
+        containers = [(c, c.labels) for c in api.containers.list(all=True, filters={"label": OWNER_LABEL})]
+        networks = [(n, n.attrs.get("Labels") or {}) for n in api.networks.list(filters={"label": OWNER_LABEL})]
+    except docker.errors.DockerException as exc:
+        raise ProvisionError(f"Docker did not list leakcheck's containers and networks ({reason(exc)})") from None
     done: dict[str, list[str]] = {}  # owner label -> what was removed
     dead = [(thing, labels) for thing, labels in [*containers, *networks]
             if stale_owner(str(labels.get(OWNER_LABEL, "")), host, pid_alive)]
