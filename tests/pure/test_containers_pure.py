@@ -172,9 +172,14 @@ def test_a_container_published_on_127_0_0_1_only_reaches_nothing_beyond_it() -> 
      ["6432/tcp on 0.0.0.0:32768"]),
     ({"HostConfig": {"PortBindings": {"6432/tcp": [{"HostIp": "", "HostPort": ""}]}}}, ["6432/tcp on every address"]),
     ({"HostConfig": {"PortBindings": {"9898/tcp": [{"HostPort": "9898"}]}}}, ["9898/tcp on every address:9898"]),
+    ({"HostConfig": {"PortBindings": {"6432/tcp": [{"HostIp": "127.0.0.1"}, {"HostIp": "127.0.0.2"}]}},
+      "NetworkSettings": {"Ports": {"6432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "32768"},
+                                                 {"HostIp": "127.0.0.2", "HostPort": "32769"}]}}},
+     ["6432/tcp on 127.0.0.2:32769"]),
     ({"HostConfig": {"NetworkMode": "host"}}, ["the host's network (--network host)"]),
     ({"NetworkSettings": {"Ports": {"6432/tcp": ["0.0.0.0:32768"]}}}, ["6432/tcp on every address"]),
-], ids=["ipv6-too", "every-ipv4-address", "asked-everywhere", "another-port", "host-network", "unreadable"])
+], ids=["ipv6-too", "every-ipv4-address", "asked-everywhere", "another-port", "asked-and-made-named-once",
+        "host-network", "unreadable"])
 def test_a_port_published_beyond_127_0_0_1_or_the_host_network_is_named(
     change: dict[str, dict[str, object]], beyond: list[str]
 ) -> None:

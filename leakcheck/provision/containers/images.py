@@ -162,20 +162,29 @@ def host_port(ports: Mapping[str, object], container_port: int) -> int | None:
 
 
 def published_beyond_loopback(attrs: Mapping[str, Any]) -> list[str]:
-    """What of a container's publishing (`docker inspect`: HostConfig.PortBindings, what was asked, and
-    NetworkSettings.Ports, what the engine made) others could reach beyond 127.0.0.1, e.g. "6432/tcp on
-    0.0.0.0:32768"; the host's own network too. Empty when every published port is on 127.0.0.1 only."""
+    """What of a container's publishing (`docker inspect`: NetworkSettings.Ports, what the engine made, and
+    HostConfig.PortBindings, what was asked where nothing was made at that address) others could reach beyond
+    127.0.0.1, e.g. "6432/tcp on 0.0.0.0:32768"; the host's own network too. Empty when every published port is
+    on 127.0.0.1 only."""
     host_config = attrs.get("HostConfig") or {}
+    made = _beyond_loopback((attrs.get("NetworkSettings") or {}).get("Ports"))
+    asked = [b for b in _beyond_loopback(host_config.get("PortBindings")) if not any(m[:2] == b[:2] for m in made)]
     found = ["the host's network (--network host)"] if host_config.get("NetworkMode") == "host" else []
-    for ports in (host_config.get("PortBindings"), (attrs.get("NetworkSettings") or {}).get("Ports")):
-        for port, bindings in (ports or {}).items():
-            for binding in bindings or []:
-                address = binding.get("HostIp") if isinstance(binding, dict) else None
-                if address != LOOPBACK:
-                    where = f"[{address}]" if ":" in str(address) else address or "every address"
-                    host_port = binding.get("HostPort") if isinstance(binding, dict) else None
-                    found.append(f"{port} on {where}" + (f":{host_port}" if host_port else ""))
+    for port, address, host_port in made + asked:
+        where = f"[{address}]" if ":" in address else address or "every address"
+        found.append(f"{port} on {where}" + (f":{host_port}" if host_port else ""))
     return list(dict.fromkeys(found))
+
+
+def _beyond_loopback(ports: object) -> list[tuple[str, str, str]]:
+    """(port, host address, host port) of each binding in a `docker inspect` port map not on 127.0.0.1."""
+    found = []
+    for port, bindings in (ports if isinstance(ports, Mapping) else {}).items():
+        for binding in bindings if isinstance(bindings, list) else []:
+            known = binding if isinstance(binding, Mapping) else {}
+            if known.get("HostIp") != LOOPBACK:
+                found.append((str(port), str(known.get("HostIp") or ""), str(known.get("HostPort") or "")))
+    return found
 
 
 def down_in(state: Mapping[str, Any], stopped: Callable[[int], bool]) -> str | None:
