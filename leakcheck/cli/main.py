@@ -7,7 +7,7 @@
 `leakcheck scan`: what your application sends (logs, pg_stat_statements, .sql files), classified and measured;
 `--repo`: your repository's pooler knobs as driver-set axes (see docs/scan.md).
 `leakcheck docs`: the docs site's generated pages (the options table; a measured matrix, dated).
-`leakcheck sweep`: remove what killed runs left on this machine (also done as every native run starts).
+`leakcheck sweep`: remove what killed runs left on this machine and its Docker engine (each run does so as it starts).
 `leakcheck cache-dir`, `fetch-pg`, `fetch-pgbouncer-tarball`: for scripts that build local images.
 
 Under pytest the matrix is `pytest --pg=16,18 --bouncer=1.24,1.26`.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -35,7 +36,7 @@ from leakcheck.config.config import Config, required_probes
 from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, OPTIONS
 from leakcheck.discover import command as discover
 from leakcheck.drivers.clients import driver_version
-from leakcheck.model.errors import UsageError, one_line
+from leakcheck.model.errors import ProvisionError, UsageError, one_line
 from leakcheck.model.redact import redacted
 from leakcheck.model.safe_text import terminal_safe
 from leakcheck.model.versions import leakcheck_release
@@ -96,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     discover.add_arguments(discovering)
     cli_images.add_parsers(sub)
     sub.add_parser("sweep", help="remove what killed leakcheck runs left on this machine: their server processes, "
-                   "folders (with their sockets) and System V shared memory and semaphores; one line each, never "
-                   "a live run's (each native run does this as it starts)")
+                   "folders (with their sockets) and System V shared memory and semaphores, and the containers and "
+                   "networks of containers runs (when a Docker engine answers); one line each, never a live run's "
+                   "(each run does its backend's part as it starts)")
     args = parser.parse_args(argv)
     with progress.on_stderr():  # "leakcheck: fetching ..." lines; results go to stdout
         if args.command == "merge":
@@ -143,9 +145,34 @@ def _sweep() -> int:
         cache: Path | None = cache_root()  # unfinished template builds
     except UsageError:
         cache = None  # no cache: nothing was built in it
-    if not sweep(cache, say=lambda line: print(terminal_safe(line, newlines=False), flush=True)):
+
+    def say(line: str) -> None:
+        print(terminal_safe(line, newlines=False), flush=True)
+
+    swept = sweep(cache, say=say)
+    if not (_sweep_containers(say) or swept):
         print("leakcheck: no killed run left anything here", file=sys.stderr)
     return 0
+
+
+def _sweep_containers(say: Callable[[str], None]) -> list[str]:
+    """The containers and networks of killed containers runs, when a Docker engine answers (one line on stderr
+    when none does; none is started); nothing without the containers extra (no such run could have been)."""
+    try:
+        from leakcheck.provision.containers import engine
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] in ("docker", "testcontainers"):
+            return []
+        raise
+    try:
+        api = engine.connect(unreachable="no leakcheck container or network was looked for").client
+        try:
+            return engine.sweep_dead_runs(api, say)
+        finally:
+            api.close()
+    except ProvisionError as exc:
+        print(terminal_safe(f"leakcheck: {exc}", newlines=False), file=sys.stderr)
+        return []
 
 
 def _fixtures(args: argparse.Namespace) -> int:

@@ -152,6 +152,55 @@ def test_the_published_port_is_read_from_the_loopback_binding() -> None:
     assert img.host_port({}, 6432) is None
 
 
+#: `docker inspect` of a container whose port 6432 was asked on 127.0.0.1 and published there.
+PUBLISHED: dict[str, dict[str, object]] = {
+    "HostConfig": {"NetworkMode": "leakcheck-1a2b3c4d-pg16", "PortBindings": {"6432/tcp": [{"HostIp": "127.0.0.1",
+                                                                                          "HostPort": ""}]}},
+    "NetworkSettings": {"Ports": {"6432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "32768"}], "5432/tcp": None}},
+}
+
+
+def test_a_container_published_on_127_0_0_1_only_reaches_nothing_beyond_it() -> None:
+    assert img.published_beyond_loopback(PUBLISHED) == []
+    assert img.published_beyond_loopback({"HostConfig": {"PortBindings": None}, "NetworkSettings": {}}) == []
+
+
+@pytest.mark.parametrize(("change", "beyond"), [
+    ({"NetworkSettings": {"Ports": {"6432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "32768"},
+                                                 {"HostIp": "::", "HostPort": "32768"}]}}}, ["6432/tcp on [::]:32768"]),
+    ({"NetworkSettings": {"Ports": {"6432/tcp": [{"HostIp": "0.0.0.0", "HostPort": "32768"}]}}},
+     ["6432/tcp on 0.0.0.0:32768"]),
+    ({"HostConfig": {"PortBindings": {"6432/tcp": [{"HostIp": "", "HostPort": ""}]}}}, ["6432/tcp on every address"]),
+    ({"HostConfig": {"PortBindings": {"9898/tcp": [{"HostPort": "9898"}]}}}, ["9898/tcp on every address:9898"]),
+    ({"HostConfig": {"PortBindings": {"6432/tcp": [{"HostIp": "127.0.0.1"}, {"HostIp": "127.0.0.2"}]}},
+      "NetworkSettings": {"Ports": {"6432/tcp": [{"HostIp": "127.0.0.1", "HostPort": "32768"},
+                                                 {"HostIp": "127.0.0.2", "HostPort": "32769"}]}}},
+     ["6432/tcp on 127.0.0.2:32769"]),
+    ({"HostConfig": {"NetworkMode": "host"}}, ["the host's network (--network host)"]),
+    ({"NetworkSettings": {"Ports": {"6432/tcp": ["0.0.0.0:32768"]}}}, ["6432/tcp on every address"]),
+], ids=["ipv6-too", "every-ipv4-address", "asked-everywhere", "another-port", "asked-and-made-named-once",
+        "host-network", "unreadable"])
+def test_a_port_published_beyond_127_0_0_1_or_the_host_network_is_named(
+    change: dict[str, dict[str, object]], beyond: list[str]
+) -> None:
+    attrs = {key: {**value, **change.get(key, {})} for key, value in PUBLISHED.items()}
+    assert img.published_beyond_loopback(attrs) == beyond
+
+
+@pytest.mark.parametrize(("state", "down"), [
+    ({"Status": "running", "Pid": 4242}, None),
+    ({"Status": "running", "Pid": 4343}, "it is stopped (SIGSTOP): it cannot answer"),
+    ({"Status": "running", "Pid": 0}, None),
+    ({"Status": "exited", "ExitCode": 137, "Pid": 0}, "its container exited with code 137"),
+    ({"Status": "dead", "ExitCode": 1}, "its container dead with code 1"),
+    ({"Status": "paused", "Pid": 4242}, "its container is paused: it cannot answer"),
+    ({"Status": "restarting"}, "its container is restarting"),
+    ({}, "its container is unknown"),
+], ids=["running", "its-process-stopped", "no-pid", "killed", "dead", "paused", "restarting", "no-state"])
+def test_a_container_that_no_longer_serves_is_named_by_its_state(state: dict[str, object], down: str | None) -> None:
+    assert img.down_in(state, {4343}.__contains__) == down
+
+
 def test_port_publishing_failures_are_recognised() -> None:
     assert img.is_port_error(
         "driver failed programming external connectivity on endpoint x: bind: address already in use"
@@ -202,6 +251,36 @@ def test_an_unreachable_docker_engine_is_a_one_line_provision_error(monkeypatch:
     ):
         pass
     assert "\n" not in str(info.value)
+
+
+def test_sweep_without_a_reachable_docker_engine_says_so_in_one_line_and_looks_no_further(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("leakcheck.provision.containers.engine")
+    from leakcheck.cli.main import _sweep_containers
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    said: list[str] = []
+    assert _sweep_containers(said.append) == []
+    out, err = capsys.readouterr()
+    assert said == [] and out == ""
+    assert err == ("leakcheck: Docker is not reachable at unix:///nonexistent/docker.sock ([Errno 2] No such file or "
+                   "directory): no leakcheck container or network was looked for\n")
+
+
+def test_a_killed_run_s_fleet_folders_are_found_by_its_run_id_and_a_label_that_is_no_run_id_finds_none(
+    tmp_path: Path,
+) -> None:
+    engine = pytest.importorskip("leakcheck.provision.containers.engine")
+    for name in ("leakcheck-fleet-1a2b3c4d-x1", "leakcheck-fleet-1a2b3c4d-x2", "leakcheck-fleet-99999999-x1"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "leakcheck-fleet-1a2b3c4d-file").write_text("")
+    (tmp_path / "leakcheck-fleet-1a2b3c4d-link").symlink_to(tmp_path / "leakcheck-fleet-99999999-x1")
+    assert engine.fleet_folders("1a2b3c4d", tmp_path) == [tmp_path / "leakcheck-fleet-1a2b3c4d-x1",
+                                                          tmp_path / "leakcheck-fleet-1a2b3c4d-x2"]
+    assert engine.fleet_folders("*", tmp_path) == engine.fleet_folders("../x", tmp_path) == []
+    assert engine.dead_run_line("vm:4242", ["container c1", "network n1"]) == (
+        "removed what a killed run (pid 4242) left on the Docker engine: container c1, network n1")
 
 
 def test_a_path_is_refused_with_a_pointer_to_the_native_backend() -> None:

@@ -284,8 +284,8 @@ class ContainersBackend:
             return
         with self._lock:
             running = self._bouncers.get(key)
-        if running is not None and self.engine.state(running.container)[0] != "running":
-            log.info(f"{pooler.label()} in front of PostgreSQL {pg} had exited; starting a new one")
+        if running is not None and (down := self.engine.down(running.container)) is not None:
+            log.info(f"{pooler.label()} in front of PostgreSQL {pg}: {down}; starting a new one")
             self.engine.remove(running.container)
             running = None
         if running is None:
@@ -294,6 +294,26 @@ class ContainersBackend:
                 self._bouncers[key] = running
         reset_pool(running.endpoint)
         yield running.endpoint
+
+    def gone(self, pg: Version, pooler: tuple[Version, Pooler, PoolSettings, str] | None = None) -> str | None:
+        """Why a container a probe on PostgreSQL `pg` (through `pooler`, the key of the pooler it uses) depends on
+        no longer serves (Engine.down; any container of a fleet), else None: the runner's watcher (run/watch.py)
+        asks it every 0.1 s while a probe runs, and once after it, so that a pooler killed mid-probe is an
+        error, never a verdict."""
+        server = self._postgres.get(pg)
+        if server is not None and (down := self.engine.down(server.container)) is not None:
+            return f"PostgreSQL {pg} at {LOOPBACK}:{server.endpoint.port}: {down}"
+        if pooler is None:
+            return None
+        _, used, settings, _ = pooler
+        what = f"{used.kind.product} {used.label()} ({settings.mode.value} pool of {settings.pool_size})"
+        fleet = self._fleets.get(pooler)  # (no lock: a lane may hold it while it starts a pooler)
+        if fleet is not None:
+            lost = fleet.lost()
+            return None if lost is None else f"{what}: {lost}"
+        running = self._bouncers.get(pooler) or self._odyssey_pgpools.get(pooler)
+        down = self.engine.down(running.container) if running is not None else None
+        return None if down is None or running is None else f"{what} at {LOOPBACK}:{running.endpoint.port}: {down}"
 
     def _fleet(self, key: tuple[Version, Pooler, PoolSettings, str]) -> ContainerFleet:
         """The PgBouncer fleet for this key (started on first use, kept while all its processes run), reset."""
@@ -322,8 +342,8 @@ class ContainersBackend:
         pg, pooler, settings, _ = key
         with self._lock:
             running = self._odyssey_pgpools.get(key)
-            if running is not None and not running.running():
-                log.info(f"{pooler.label()} in front of PostgreSQL {pg} had exited; starting a new one")
+            if running is not None and (down := self.engine.down(running.container)) is not None:
+                log.info(f"{pooler.label()} in front of PostgreSQL {pg}: {down}; starting a new one")
                 self.engine.remove(running.container)
                 running = None
             if running is None:

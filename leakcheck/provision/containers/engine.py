@@ -11,15 +11,19 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+import docker.client
 import docker.errors
+import docker.models.containers
 from docker.utils import parse_repository_tag
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer, Reaper
@@ -28,8 +32,15 @@ from testcontainers.core.labels import create_labels
 from testcontainers.core.network import Network
 
 from leakcheck.model.errors import ProvisionError, StartError, one_line
-from leakcheck.provision.containers.images import build_error_summary, build_log_lines, host_port, is_port_error
-from leakcheck.provision.host.process import wait_until
+from leakcheck.provision.containers.images import (
+    build_error_summary,
+    build_log_lines,
+    down_in,
+    host_port,
+    is_port_error,
+    published_beyond_loopback,
+)
+from leakcheck.provision.host.process import stopped, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +58,13 @@ def _no_reason(log: str) -> str | None:
     return None
 
 
-def connect() -> DockerClient:
-    """testcontainers' client for the engine named by DOCKER_HOST (or the default socket)."""
+#: What to do when no engine answers, as a run's error says it.
+START_ONE = "start the Docker engine (or set DOCKER_HOST), or choose another backend"
+
+
+def connect(unreachable: str = START_ONE) -> DockerClient:
+    """testcontainers' client for the engine named by DOCKER_HOST (or the default socket); a one-line
+    ProvisionError ending with `unreachable` when none answers (never starts one)."""
     where = get_docker_host() or "unix:///var/run/docker.sock"
     try:
         if where.startswith("unix://"):  # fail fast, without the SDK's retries and unclosed socket
@@ -58,10 +74,7 @@ def connect() -> DockerClient:
         client = DockerClient()
         client.client.ping()
     except Exception as exc:  # the SDK raises DockerException, requests' errors or OSError
-        raise ProvisionError(
-            f"Docker is not reachable at {where} ({reason(exc)}): start the Docker engine "
-            "(or set DOCKER_HOST), or choose another backend"
-        ) from None
+        raise ProvisionError(f"Docker is not reachable at {where} ({reason(exc)}): {unreachable}") from None
     return client
 
 
@@ -99,6 +112,57 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def sweep_dead_runs(
+    api: docker.client.DockerClient, say: Callable[[str], None] = log.info, tmp: Path | None = None
+) -> list[str]:
+    """Remove what runs of this host that have ended (`stale_owner`) left on the engine, one line per run given to
+    `say`: their fleets' host folders (`leakcheck-fleet-<run>-*` in `tmp`, default the temp dir), then their
+    containers (newest first: a fleet's members before the one whose network they share), then their networks.
+    Never an object without leakcheck's owner label, of another host, or of a process that still runs."""
+    host = socket.gethostname()
+    try:
+        containers = [(c, c.labels) for c in api.containers.list(all=True, filters={"label": OWNER_LABEL})]
+        networks = [(n, n.attrs.get("Labels") or {}) for n in api.networks.list(filters={"label": OWNER_LABEL})]
+    except docker.errors.DockerException as exc:
+        raise ProvisionError(f"Docker did not list leakcheck's containers and networks ({reason(exc)})") from None
+    done: dict[str, list[str]] = {}  # owner label -> what was removed
+    dead = [(thing, labels) for thing, labels in [*containers, *networks]
+            if stale_owner(str(labels.get(OWNER_LABEL, "")), host, pid_alive)]
+    runs = {str(labels.get(RUN_LABEL, "")): str(labels[OWNER_LABEL]) for _, labels in dead}
+    for run, owner in runs.items():
+        for folder in fleet_folders(run, tmp or Path(tempfile.gettempdir())):
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                done.setdefault(owner, []).append(f"folder {folder}")
+    for thing, labels in dead:
+        kind = "container" if isinstance(thing, docker.models.containers.Container) else "network"
+        try:
+            thing.remove(**({"force": True} if kind == "container" else {}))
+        except docker.errors.NotFound:
+            continue  # its run's own cleanup, or another sweep, was first
+        except docker.errors.DockerException as exc:
+            log.info(f"could not remove {kind} {thing.name} left by a killed run: {reason(exc)}")
+            continue
+        done.setdefault(str(labels[OWNER_LABEL]), []).append(f"{kind} {thing.name}")
+    lines = [dead_run_line(owner, removed) for owner, removed in done.items()]
+    for line in lines:
+        say(line)
+    return lines
+
+
+def fleet_folders(run: str, tmp: Path) -> list[Path]:
+    """The host folders of a run's fleets (fleet.py names them after the run id, 8 hex digits); none for a
+    run label that is not one."""
+    if not re.fullmatch(r"[0-9a-f]{8}", run):
+        return []
+    return [f for f in sorted(tmp.glob(f"leakcheck-fleet-{run}-*")) if f.is_dir() and not f.is_symlink()]
+
+
+def dead_run_line(owner: str, removed: list[str]) -> str:
+    """One line for what a killed run (its owner label, host:pid) left and the sweep removed."""
+    return f"removed what a killed run (pid {owner.rpartition(':')[2]}) left on the Docker engine: {', '.join(removed)}"
 
 
 @contextlib.contextmanager
@@ -291,13 +355,34 @@ class Engine:
         return int(result.exit_code), cast(bytes, result.output or b"").decode(errors="replace")
 
     def published_port(self, container: DockerContainer, port: int, what: str, explain: Explain = _no_reason) -> int:
+        """The host port `port` is published on, once the container runs; a StartError (the container stopped)
+        when anything of it is published beyond 127.0.0.1 (`published_beyond_loopback`)."""
         wrapped = container.get_wrapped_container()
         wrapped.reload()
+        beyond = published_beyond_loopback(wrapped.attrs)
+        if beyond:
+            with contextlib.suppress(docker.errors.DockerException):
+                wrapped.kill()
+            raise StartError(f"{what} is published on {', '.join(beyond)}, beyond {LOOPBACK}: stopped it; a setting "
+                             "reached Docker that leakcheck did not write, report this")
         found = host_port(wrapped.attrs.get("NetworkSettings", {}).get("Ports") or {}, port)
         if found is None:
             why = self.exited(container, explain) or f"port {port} was not published on 127.0.0.1"
             raise StartError.with_log(what, why, self.logs(container))
         return found
+
+    def down(self, container: DockerContainer) -> str | None:
+        """Why the container no longer serves, else None: it exited (its code), is paused or was removed, or its
+        main process is stopped (SIGSTOP: read from /proc, as the engine runs on this machine's kernel). One
+        `docker inspect`, cheap enough for the run's watcher (run/watch.py)."""
+        wrapped = container.get_wrapped_container()
+        try:
+            wrapped.reload()
+        except docker.errors.NotFound:
+            return "its container was removed"
+        except docker.errors.DockerException as exc:
+            return f"Docker did not say whether its container runs ({reason(exc)})"
+        return down_in(wrapped.attrs.get("State") or {}, stopped)
 
     def state(self, container: DockerContainer) -> tuple[str, int]:
         wrapped = container.get_wrapped_container()
@@ -322,16 +407,7 @@ class Engine:
 
     def sweep_stale(self) -> None:
         """Remove what runs on this host left behind when they were killed."""
-        host = socket.gethostname()
-        for container in self.api.containers.list(all=True, filters={"label": OWNER_LABEL}):
-            if stale_owner(container.labels.get(OWNER_LABEL, ""), host, pid_alive):
-                log.info(f"removing container {container.name} left by an earlier run")
-                with contextlib.suppress(docker.errors.DockerException):
-                    container.remove(force=True)
-        for network in self.api.networks.list(filters={"label": OWNER_LABEL}):
-            if stale_owner((network.attrs.get("Labels") or {}).get(OWNER_LABEL, ""), host, pid_alive):
-                with contextlib.suppress(docker.errors.DockerException):
-                    network.remove()
+        sweep_dead_runs(self.api)
 
     def close(self, remove_built: bool) -> list[str]:
         """Remove this run's containers, networks and (if asked) built images; what failed."""

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from leakcheck.model.errors import ProvisionError, UsageError, one_line
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Setting
 from leakcheck.model.versions import Version
 from leakcheck.provision.base import DBNAME, USER
+from leakcheck.provision.host.proc_sockets import LOOPBACK
+from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.pgbouncer.ini import BouncerLayout, render_auth_file, render_ini
 from leakcheck.provision.pgbouncer.team_ini import TeamIni
 
@@ -156,6 +159,44 @@ def host_port(ports: Mapping[str, object], container_port: int) -> int | None:
         ):
             return int(binding["HostPort"])
     return None
+
+
+def published_beyond_loopback(attrs: Mapping[str, Any]) -> list[str]:
+    """What of a container's publishing (`docker inspect`: NetworkSettings.Ports, what the engine made, and
+    HostConfig.PortBindings, what was asked where nothing was made at that address) others could reach beyond
+    127.0.0.1, e.g. "6432/tcp on 0.0.0.0:32768"; the host's own network too. Empty when every published port is
+    on 127.0.0.1 only."""
+    host_config = attrs.get("HostConfig") or {}
+    made = _beyond_loopback((attrs.get("NetworkSettings") or {}).get("Ports"))
+    asked = [b for b in _beyond_loopback(host_config.get("PortBindings")) if not any(m[:2] == b[:2] for m in made)]
+    found = ["the host's network (--network host)"] if host_config.get("NetworkMode") == "host" else []
+    for port, address, host_port in made + asked:
+        where = f"[{address}]" if ":" in address else address or "every address"
+        found.append(f"{port} on {where}" + (f":{host_port}" if host_port else ""))
+    return list(dict.fromkeys(found))
+
+
+def _beyond_loopback(ports: object) -> list[tuple[str, str, str]]:
+    """(port, host address, host port) of each binding in a `docker inspect` port map not on 127.0.0.1."""
+    found = []
+    for port, bindings in (ports if isinstance(ports, Mapping) else {}).items():
+        for binding in bindings if isinstance(bindings, list) else []:
+            known = binding if isinstance(binding, Mapping) else {}
+            if known.get("HostIp") != LOOPBACK:
+                found.append((str(port), str(known.get("HostIp") or ""), str(known.get("HostPort") or "")))
+    return found
+
+
+def down_in(state: Mapping[str, Any], stopped: Callable[[int], bool]) -> str | None:
+    """Why a container whose `docker inspect` State is `state` no longer serves, else None: it exited or is dead
+    (its code), paused, restarting..., or its main process (State.Pid) is `stopped` (SIGSTOP)."""
+    status = str(state.get("Status", "unknown"))
+    if status == "running":
+        pid = state.get("Pid")
+        return STOPPED if isinstance(pid, int) and pid > 0 and stopped(pid) else None
+    if status in ("exited", "dead"):
+        return f"its container {status} with code {state.get('ExitCode', '?')}"
+    return f"its container is {status}" + (": it cannot answer" if status == "paused" else "")
 
 
 def is_port_error(message: str) -> bool:

@@ -112,9 +112,6 @@ class OdysseyPgpoolContainer:
         self._wait()
         self._after_start()
 
-    def running(self) -> bool:
-        return self.engine.state(self.container)[0] == "running"
-
     def reset(self) -> None:
         """Make sure no server connection survives to the next use."""
         raise NotImplementedError
