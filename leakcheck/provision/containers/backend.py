@@ -295,7 +295,7 @@ class ContainersBackend:
         reset_pool(running.endpoint)
         yield running.endpoint
 
-    def gone(self, pg: Version, pooler: tuple[Version, Pooler, PoolSettings, str] | None = None) -> str | None:
+    def gone(self, pg: Version, pooler: PoolerKey | None = None) -> str | None:
         """Why a container a probe on PostgreSQL `pg` (through `pooler`, the key of the pooler it uses) depends on
         no longer serves (Engine.down; any container of a fleet), else None: the runner's watcher (run/watch.py)
         asks it every 0.1 s while a probe runs, and once after it, so that a pooler killed mid-probe is an
@@ -426,10 +426,6 @@ class ContainersBackend:
 
     def warm(self, pgs: Sequence[Version], poolers: Sequence[PoolerKey]) -> None:
         """Nothing: each container starts at its first use."""
-
-    def gone(self, pg: Version, pooler: PoolerKey | None = None) -> str | None:
-        """None: containers are not watched; a probe keeps its timeout."""
-        return None
 
 
 def _check_fleet(fleet: ContainerFleet, pooler: Pooler, settings: PoolSettings) -> None:
