@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import functools
 import importlib.metadata
+import inspect
 import select
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -47,6 +48,9 @@ from leakcheck.provision.host.timing import timed
 def _sqlstate(exc: BaseException) -> str:
     return str(getattr(exc, "sqlstate", None) or NO_SQLSTATE)
 
+
+#: Whether this psycopg's copy writer takes flush_threshold (psycopg 3.2 on; 3.1's writes what it is given).
+_FLUSH_THRESHOLD = "flush_threshold" in inspect.signature(AsyncLibpqWriter.__init__).parameters
 
 #: Seconds a pipeline has to bring back its results up to its Sync.
 PIPELINE_BOUND = 10.0
@@ -204,9 +208,10 @@ class PsycopgClient:
     async def copy_in(self, copy: CopyIn) -> None:
         async def send() -> None:
             # flush_threshold=0: every write is flushed to the server before the next (psycopg.copy's own writer,
-            # as an application that streams a file sets it)
-            async with self.conn.cursor() as cur, cur.copy(
-                    copy.sql, writer=AsyncLibpqWriter(cur, flush_threshold=0)) as stream:
+            # as an application that streams a file sets it); psycopg before 3.2 has no such setting, and its
+            # application copies with the writer it has
+            async with self.conn.cursor() as cur, cur.copy(copy.sql, writer=(
+                    AsyncLibpqWriter(cur, flush_threshold=0) if _FLUSH_THRESHOLD else AsyncLibpqWriter(cur))) as stream:
                 await stream.write(copy.first.encode())
                 await asyncio.sleep(copy.pause)
                 rows = copy.rows.encode()
@@ -218,9 +223,14 @@ class PsycopgClient:
     async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
         # libpq's pipeline mode through psycopg's libpq wrapper (psycopg.pq), as psycopg's own pipeline sends
         # it; psycopg's high-level pipeline sends a Close only for a statement its cache evicts
-        if any(c.op == "close" for c in commands) and not psycopg.capabilities.has_send_close_prepared():
-            raise NotApplicable(f"psycopg's libpq {psycopg.pq.version()} cannot send a Close message "
-                                "(PQsendClosePrepared is libpq 17's)")
+        if any(c.op == "close" for c in commands):
+            capabilities: Any = getattr(psycopg, "capabilities", None)  # psycopg 3.2's
+            if capabilities is None:
+                raise NotApplicable(f"psycopg {psycopg.__version__} cannot send a Close message (its libpq "
+                                    "wrapper has send_close_prepared from psycopg 3.2)")
+            if not capabilities.has_send_close_prepared():
+                raise NotApplicable(f"psycopg's libpq {psycopg.pq.version()} cannot send a Close message "
+                                    "(PQsendClosePrepared is libpq 17's)")
         async with self.conn.lock:
             with timed("statements"):
                 return await asyncio.to_thread(_pipelined, self.conn.pgconn, commands, PIPELINE_BOUND)

@@ -44,6 +44,14 @@ PLACEMENT_TRIES = 10
 #: Seconds one client step may take before the witness looks for who holds the server connection (a pool
 #: that stalled is an outcome; a step that is only slow stays a timeout, an error).
 STEP_BOUND = 10.0
+#: Seconds a call cancelled at STEP_BOUND has to end before the scenario goes on without it.
+CANCEL_GRACE = 2.0
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A cancelled call's end, read so that asyncio does not report it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 @dataclass
@@ -172,12 +180,20 @@ class Scenario:
         return True
 
     async def _bounded(self, client: Client, step: str, call: Awaitable[T]) -> T:
-        """A client's call, bounded by STEP_BOUND: past it, a stalled pool is an outcome (`_stalled`)."""
+        """A client's call, bounded by STEP_BOUND: past it, a stalled pool is an outcome (`_stalled`), looked at
+        while the call still waits; the call is then cancelled, and left after CANCEL_GRACE if its driver does
+        not let it go (psycopg 3.1's COPY waits for a server that never answers)."""
+        task = asyncio.ensure_future(call)
+        done, _ = await asyncio.wait({task}, timeout=STEP_BOUND)
+        if task in done:
+            return task.result()
         try:
-            return await asyncio.wait_for(call, STEP_BOUND)
-        except TimeoutError:
             self._stalled(client, step)
-            raise
+        finally:
+            task.cancel()
+            task.add_done_callback(_retrieved)
+            await asyncio.wait({task}, timeout=CANCEL_GRACE)
+        raise TimeoutError(f"{client.label}'s {step!r} did not return within {STEP_BOUND:.0f} s")
 
     def _stalled(self, client: Client, step: str) -> None:
         """After a step ran out of time: when a server connection this scenario's clients used sits in a
