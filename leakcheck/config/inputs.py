@@ -2,13 +2,18 @@
 
 A regular file of at most MAX_BYTES, parsed without running out of stack, or a one-line
 UsageError before any server starts. A FIFO, a device or a socket is never opened (a FIFO would
-block the run until something writes to it).
+block the run until something writes to it). A baseline or results file may be gzip-compressed
+(`read_text`: told by its first bytes, whatever its name; config/output_files.py writes gzip to a
+`.gz` path).
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import stat
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -18,6 +23,9 @@ from leakcheck.model.errors import UsageError
 #: The largest file leakcheck reads: 64 MiB, far above any matrix, baseline, ini or results file of a
 #: matrix that fits MAX_RUNS (run/lanes.py).
 MAX_BYTES = 64 * 1024 * 1024
+
+#: The first two bytes of a gzip file (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
 
 T = TypeVar("T")
 
@@ -53,3 +61,22 @@ def parse(loads: Callable[[str], T], text: str, where: str) -> T:
     except RecursionError:
         raise UsageError(f"{where}: it is nested too deeply to read (thousands of levels); no leakcheck file "
                          "nests more than a few levels") from None
+
+
+def read_text(path: Path, where: str) -> str:
+    """The UTF-8 text of a checked file (check_file), decompressed when it is gzip: at most MAX_BYTES
+    either way. OSError and UnicodeDecodeError as `Path.read_text` raises them (the caller words
+    them); a damaged or too large gzip file is a one-line UsageError naming `where`."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_BYTES + 1)
+    if data[:2] == GZIP_MAGIC:
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
+                data = unzipped.read(MAX_BYTES + 1)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise UsageError(f"{where}: {path} is a damaged gzip file ({exc}); give the whole file, "
+                             "or its uncompressed text") from None
+        if len(data) > MAX_BYTES:
+            raise UsageError(f"{where}: {path} holds more than the {MAX_BYTES // 2**20} MiB leakcheck reads once "
+                             "decompressed; give the right file, or split it")
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()  # newlines as Path.read_text reads them

@@ -3,7 +3,8 @@ starts, each file written in one step, read-merge-writes under a lock.
 
 - `check_writable`: a file can be written at the path (its folders created), or a one-line UsageError
   naming the option; nothing is created;
-- `write_atomic`: the new file replaces the old one in one step (temp file in the same folder, fsync, rename);
+- `write_atomic`: the new file replaces the old one in one step (temp file in the same folder, fsync, rename),
+  gzip-compressed for a `.gz` path (config/inputs.py's `read_text` reads it back);
 - `locked`: an exclusive lock across processes while a file is read, merged and replaced.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import gzip
 import os
 import secrets
 import tempfile
@@ -81,15 +83,19 @@ def write_atomic(path: Path, text: str) -> None:
     """Replace `path` (its target, when it is a symlink) with `text` in one step.
 
     A temp file in the same folder is written and fsynced, given the old file's mode (else the
-    umask's), then renamed over `path`; readers see the old or the new file, never a part.
+    umask's), then renamed over `path`; readers see the old or the new file, never a part. A name
+    ending in `.gz` gets the text gzip-compressed, the same bytes for the same text (no time, no name).
     """
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    data = text.encode("utf-8")
+    if target.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=9, mtime=0)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         if target.exists():

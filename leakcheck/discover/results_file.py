@@ -88,7 +88,7 @@ def load(path: Path, option: str) -> Run:
     where = f"{option}: {path}"
     inputs.check_file(path, where)
     try:
-        data: Any = inputs.parse(json.loads, path.read_text(encoding="utf-8"), where)
+        data: Any = inputs.parse(json.loads, inputs.read_text(path, where), where)
     except (OSError, ValueError) as exc:
         raise UsageError(f"{where}: cannot read it as JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("version") != VERSION:

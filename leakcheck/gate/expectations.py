@@ -111,7 +111,7 @@ def read(path: Path, option: str, hint: str) -> dict[str, Expectation]:
         raise UsageError(f"{option}: {path} is a folder; give the path of a baseline file such as matrices/prod.toml")
     inputs.check_file(path, option)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = inputs.read_text(path, option)
     except FileNotFoundError:
         raise UsageError(f"{option}: {path} does not exist; record one with --record={path}") from None
     except OSError as exc:

@@ -310,7 +310,7 @@ def check_schema_target(path: Path, option: str, example: str, schema: str, what
     if check_writable(path, option, example):
         inputs.check_file(path, option)
         try:
-            data: Any = inputs.parse(json.loads, path.read_text(encoding="utf-8"), f"{option}: {path}")
+            data: Any = inputs.parse(json.loads, inputs.read_text(path, option), f"{option}: {path}")
         except (OSError, ValueError):
             data = None
         if not isinstance(data, dict) or data.get("schema") != schema:
@@ -325,7 +325,7 @@ def load(path: Path, option: str = "merge") -> Results:
         raise UsageError(f"{option}: {path} is a folder; {hint}")
     inputs.check_file(path, option)
     try:
-        data: Any = inputs.parse(json.loads, path.read_text(encoding="utf-8"), f"{option}: {path}")
+        data: Any = inputs.parse(json.loads, inputs.read_text(path, option), f"{option}: {path}")
     except FileNotFoundError:
         raise UsageError(f"{option}: {path} does not exist; {hint}") from None
     except OSError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -92,6 +93,19 @@ def test_merging_prints_the_plugins_matrix_and_passes_when_everything_matches(
     merged = results.combine([("a", results.load(a)), ("b", results.load(b))]).outcomes
     assert render_matrix(merged) in out and "through the pooler, 3 leak tests: 2 isolated, 1 leaks" in out
     assert out.splitlines()[-1] == "leakcheck: 3 passed, 0 failed"
+
+
+def test_merging_reads_gzip_results_and_a_gzip_baseline_as_the_plain_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = job(tmp_path, "a.json", outcome("timezone", Verdict.ISOLATED), outcome("statement_timeout", Verdict.LEAKS))
+    expect = gate(tmp_path, {KEY_TZ: "isolated", KEY_ST: "leaks"})
+    assert cli.main(["merge", str(a), f"--expect={expect}"]) == 0
+    plain = capsys.readouterr().out
+    for path in (a, expect):
+        path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+    assert cli.main(["merge", f"{a}.gz", f"--expect={expect}.gz"]) == 0
+    assert capsys.readouterr().out == plain
 
 
 def test_merging_fails_on_a_difference_and_names_the_test(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from pathlib import Path
@@ -158,6 +159,31 @@ def test_equal_runs_write_byte_identical_files(tmp_path: Path) -> None:
     results.save(a, Results((DIRECT, SEARCH_PATH)))
     results.save(b, Results((SEARCH_PATH, DIRECT)))
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_gzip_results_file_reads_the_same_as_the_plain_one(tmp_path: Path) -> None:
+    plain, packed = tmp_path / "r.json", tmp_path / "r.json.gz"
+    results.save(plain, Results((DIRECT, SEARCH_PATH), (Unmeasured("test_leak[x]", "it failed"),)))
+    packed.write_bytes(gzip.compress(plain.read_bytes(), mtime=0))
+    assert results.load(packed) == results.load(plain)
+    results.check_target(packed)  # an earlier run's gzip file may be replaced
+
+
+def test_a_results_path_ending_in_gz_is_written_as_gzip_the_same_bytes_each_time(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    results.save(a, Results((DIRECT, SEARCH_PATH)))
+    results.save(b, Results((SEARCH_PATH, DIRECT)))
+    assert a.read_bytes() == b.read_bytes() and a.read_bytes()[:2] == b"\x1f\x8b"
+    assert gzip.decompress(a.read_bytes()).decode() == results.dumps(Results((DIRECT, SEARCH_PATH)))
+    assert set(results.load(a).outcomes) == {DIRECT, SEARCH_PATH}
+
+
+def test_a_damaged_gzip_results_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "r.json.gz"
+    path.write_bytes(gzip.compress(results.dumps(Results((DIRECT,))).encode())[:40])
+    with pytest.raises(UsageError, match="r.json.gz is a damaged gzip file") as caught:
+        results.load(path)
+    assert "\n" not in str(caught.value)
 
 
 def _one(**changed: object) -> str:
