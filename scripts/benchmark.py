@@ -251,7 +251,7 @@ def scan_phase(megabytes: int) -> None:
         log, report = here / "postgresql.log", here / "scan.json"
         scan_log(log, megabytes)
         size = log.stat().st_size
-        verdicts = Path(__file__).resolve().parents[1] / "docs" / "measured" / "native-bookworm.results.json"
+        verdicts = Path(__file__).resolve().parents[1] / "docs" / "measured" / "native-bookworm.results.json.gz"
         before = load()
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "leakcheck.cli.main", "scan", f"--results={verdicts}",

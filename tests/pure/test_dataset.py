@@ -20,7 +20,7 @@ MATRIX = tomllib.loads((ROOT / "matrices" / "dataset.toml").read_text(encoding="
 
 
 def _dated() -> Path:
-    files = sorted(FOLDER.glob("leakcheck-dataset-*.json"))
+    files = sorted(FOLDER.glob("leakcheck-dataset-*.json*"))
     assert len(files) == 1, f"one dated dataset file, not {[f.name for f in files]}"
     return files[0]
 
@@ -33,7 +33,7 @@ def _command() -> list[str]:
 
 def test_the_dataset_is_one_results_file_named_by_the_date_its_pages_say(tmp_path: Path) -> None:
     dated = _dated()
-    date = re.fullmatch(r"leakcheck-dataset-(\d{4}-\d{2}-\d{2})\.json", dated.name)
+    date = re.fullmatch(r"leakcheck-dataset-(\d{4}-\d{2}-\d{2})\.json\.gz", dated.name)
     assert date is not None
     command = _command()
     assert f"--date={date.group(1)}" in command and command[3] == str(dated.relative_to(ROOT))

@@ -76,7 +76,7 @@ def test_a_generated_page_names_the_command_that_made_it_quoted_for_a_shell() ->
 def test_a_bad_docs_matrix_argument_is_one_line_and_exit_4(bad: list[str], capsys: pytest.CaptureFixture[str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    argv = ["docs", "matrix", "docs/measured/native-bookworm.results.json", "--machine=m", "--date=2026-12-01", *bad]
+    argv = ["docs", "matrix", "docs/measured/native-bookworm.results.json.gz", "--machine=m", "--date=2026-12-01", *bad]
     assert main(argv) == 4
     err = capsys.readouterr().err
     assert err.startswith("leakcheck: error: ") and err.count("\n") == 1
@@ -99,7 +99,7 @@ def test_the_discovery_page_points_to_the_generated_findings_instead_of_a_hand_w
 def test_a_file_that_is_not_a_discovery_results_file_is_one_line_and_exit_4(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    argv = ["docs", "findings", "--results=docs/measured/native-bookworm.results.json", "--machine=m"]
+    argv = ["docs", "findings", "--results=docs/measured/native-bookworm.results.json.gz", "--machine=m"]
     assert main(argv) == 4
     err = capsys.readouterr().err
     assert "is not a leakcheck discovery results file" in err and err.count("\n") == 1
@@ -110,7 +110,7 @@ def test_a_file_that_is_not_a_discovery_results_file_is_one_line_and_exit_4(
 def test_what_would_end_the_generated_comment_or_its_line_is_one_line_and_exit_4(
         bad: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    argv = ["docs", "matrix", "docs/measured/native-bookworm.results.json", "--machine=m", "--date=2026-12-01", *bad]
+    argv = ["docs", "matrix", "docs/measured/native-bookworm.results.json.gz", "--machine=m", "--date=2026-12-01", *bad]
     assert main(argv) == 4
     captured = capsys.readouterr()
     assert captured.err.startswith("leakcheck: error: ") and captured.err.count("\n") == 1 and captured.out == ""
@@ -119,7 +119,7 @@ def test_what_would_end_the_generated_comment_or_its_line_is_one_line_and_exit_4
 def test_a_results_file_whose_name_would_end_the_generated_comment_is_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "a-->b.json"
-    source.write_bytes((ROOT / "docs/measured/native-bookworm.results.json").read_bytes())
+    source.write_bytes((ROOT / "docs/measured/native-bookworm.results.json.gz").read_bytes())
     assert main(["docs", "matrix", str(source), "--machine=m", "--date=2026-12-01"]) == 4
     assert "-->" in capsys.readouterr().err
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples" / "scan"
 PAGE = (ROOT / "docs" / "scan.md").read_text(encoding="utf-8")
 #: The commands of the page's examples (the page shows them) and the files holding what they print.
-SCAN = ["scan", "--results=docs/measured/native-bookworm.results.json", "--pg=18", "--bouncer=1.18,1.26",
+SCAN = ["scan", "--results=docs/measured/native-bookworm.results.json.gz", "--pg=18", "--bouncer=1.18,1.26",
         "--drivers=psycopg", "docs/examples/scan/postgresql.log", "docs/examples/scan/pgss.csv",
         "docs/examples/scan/migrations"]
 REPO = ["scan", "--repo=docs/examples/scan/repo"]

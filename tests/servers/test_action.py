@@ -77,7 +77,7 @@ def test_the_actions_steps_run_in_order_and_pass_on_a_baseline_and_a_safe_worklo
 def test_the_action_fails_when_the_scan_finds_an_affected_statement(home: Path) -> None:
     """Without measuring (an earlier results file), a session SET in the log fails the action's last step."""
     _workspace(home, SAFE_LOG + "2026-12-01 10:00:00.004 UTC [12] LOG:  statement: SET statement_timeout = 0\n")
-    results = Path(__file__).resolve().parents[2] / "docs" / "measured" / "native-bookworm.results.json"
+    results = Path(__file__).resolve().parents[2] / "docs" / "measured" / "native-bookworm.results.json.gz"
     steps = run_action({"measure": "false", "results": str(results), "scan": "postgresql.log"}, home)
     *passed, summary = steps
     assert all(s.returncode == 0 for s in passed), _outputs(steps)
