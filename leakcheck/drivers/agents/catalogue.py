@@ -81,6 +81,8 @@ CARGO_ENV = (("CARGO_HOME", "{cache}/cargo"), ("CARGO_TARGET_DIR", "{cache}/targ
 
 #: What the Rust agents share (the protocol's failures, answers and hello), beside their main.rs
 RUST_PROTOCOL = "../sqlx/protocol.rs"
+#: What the Python ORM agents share (the request loop, answers, hello, the harness ops, cancel), beside their agent.py
+PYTHON_PROTOCOL = "../django/protocol.py"
 
 
 def _cargo(agent: str, minimum: str, settings: tuple[tuple[str, str], ...]) -> AgentSpec:
@@ -322,7 +324,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="django",
             language="python",
-            sources=("agent.py",),
+            sources=("agent.py", PYTHON_PROTOCOL),
             apt=("python3-venv",),
             pip=("Django==5.2.19", "asgiref==3.13.0", "sqlparse==0.6.1", *_PSYCOPG),
             run=_VENV,
@@ -346,7 +348,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="sqlalchemy",
             language="python",
-            sources=("agent.py",),
+            sources=("agent.py", PYTHON_PROTOCOL),
             apt=("python3-venv",),
             pip=("SQLAlchemy==2.1.9", *_PSYCOPG),
             run=_VENV,
