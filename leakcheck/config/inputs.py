@@ -80,3 +80,17 @@ def read_text(path: Path, where: str) -> str:
             raise UsageError(f"{where}: {path} holds more than the {MAX_BYTES // 2**20} MiB leakcheck reads once "
                              "decompressed; give the right file, or split it")
     return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()  # newlines as Path.read_text reads them
+
+
+def read_file(path: Path, option: str, what: str, hint: str, missing: str) -> str:
+    """check_file, then read_text: a missing, unreadable or non-UTF-8 file is a one-line UsageError naming
+    `option` (`missing`: what to do when there is none; `hint`: what to give instead of a file not `what`)."""
+    check_file(path, option)
+    try:
+        return read_text(path, option)
+    except FileNotFoundError:
+        raise UsageError(f"{option}: {path} does not exist; {missing}") from None
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {path} ({exc.strerror or exc}); fix its permissions") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{option}: {path} is not UTF-8 text, so not {what}; {hint}") from None

@@ -109,15 +109,7 @@ def read(path: Path, option: str, hint: str) -> dict[str, Expectation]:
     """
     if path.is_dir():
         raise UsageError(f"{option}: {path} is a folder; give the path of a baseline file such as matrices/prod.toml")
-    inputs.check_file(path, option)
-    try:
-        text = inputs.read_text(path, option)
-    except FileNotFoundError:
-        raise UsageError(f"{option}: {path} does not exist; record one with --record={path}") from None
-    except OSError as exc:
-        raise UsageError(f"{option}: cannot read {path} ({exc.strerror or exc}); fix its permissions") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{option}: {path} is not UTF-8 text, so not a leakcheck baseline; {hint}") from None
+    text = inputs.read_file(path, option, "a leakcheck baseline", hint, f"record one with --record={path}")
     return parse(text, f"{option}: {path}", hint)
 
 

@@ -323,15 +323,9 @@ def load(path: Path, option: str = "merge") -> Results:
     hint = "give a file written by pytest --results"
     if path.is_dir():
         raise UsageError(f"{option}: {path} is a folder; {hint}")
-    inputs.check_file(path, option)
+    text = inputs.read_file(path, option, "a leakcheck results file", hint, hint)
     try:
-        data: Any = inputs.parse(json.loads, inputs.read_text(path, option), f"{option}: {path}")
-    except FileNotFoundError:
-        raise UsageError(f"{option}: {path} does not exist; {hint}") from None
-    except OSError as exc:
-        raise UsageError(f"{option}: cannot read {path} ({exc.strerror or exc}); fix its permissions") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{option}: {path} is not UTF-8 text, so not a leakcheck results file; {hint}") from None
+        data: Any = inputs.parse(json.loads, text, f"{option}: {path}")
     except ValueError as exc:
         raise UsageError(f"{option}: {path} is not JSON ({exc}); {hint}") from None
     return parse(data, f"{option}: {path}")

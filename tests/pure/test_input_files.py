@@ -58,3 +58,16 @@ def test_a_file_nested_too_deeply_is_one_line_not_a_recursion_error(tmp_path: Pa
     deep.write_text(DEEP[reader])
     with pytest.raises(UsageError, match="nested too deeply"):
         READERS[reader](deep)
+
+
+@pytest.mark.parametrize(("reader", "what"), [("baseline", "a leakcheck baseline"),
+                                              ("results", "a leakcheck results file")])
+def test_a_baseline_or_results_file_that_is_not_utf8_or_missing_is_one_line_naming_it(tmp_path: Path, reader: str,
+                                                                                    what: str) -> None:
+    latin = tmp_path / "latin1"
+    latin.write_bytes(b'{"caf\xe9": 1}')
+    with pytest.raises(UsageError, match=f"latin1 is not UTF-8 text, so not {what}; ") as caught:
+        READERS[reader](latin)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(UsageError, match="missing does not exist; "):
+        READERS[reader](tmp_path / "missing")
