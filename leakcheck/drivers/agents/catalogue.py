@@ -83,6 +83,8 @@ CARGO_ENV = (("CARGO_HOME", "{cache}/cargo"), ("CARGO_TARGET_DIR", "{cache}/targ
 RUST_PROTOCOL = "../sqlx/protocol.rs"
 #: What the Python ORM agents share (the request loop, answers, hello, the harness ops, cancel), beside their agent.py
 PYTHON_PROTOCOL = "../django/protocol.py"
+#: What the Ruby agents share (failure answers, the request loop with its stdin thread), beside their agent.rb
+RUBY_PROTOCOL = "../ruby-pg/protocol.rb"
 
 
 def _cargo(agent: str, minimum: str, settings: tuple[tuple[str, str], ...]) -> AgentSpec:
@@ -218,7 +220,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="ruby-pg",
             language="ruby",
-            sources=("agent.rb",),
+            sources=("agent.rb", RUBY_PROTOCOL),
             apt=("ruby-pg",),
             run=("ruby", "{dir}/agent.rb"),
             settings=(("options", ""), ("application_name", "")),
@@ -365,7 +367,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="activerecord",
             language="ruby",
-            sources=("agent.rb",),
+            sources=("agent.rb", RUBY_PROTOCOL),
             apt=("ruby-activerecord", "ruby-pg"),
             run=("ruby", "{dir}/agent.rb"),
             settings=(("prepared_statements", "true"), ("advisory_locks", "true"), ("options", "")),

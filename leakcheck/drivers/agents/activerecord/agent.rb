@@ -14,9 +14,9 @@
 # begin/commit/rollback = begin_db_transaction / commit_db_transaction / exec_rollback_db_transaction.
 # cancel = PG::Connection#cancel on the adapter's raw connection, from the stdin reader thread.
 
-require "json"
 require "active_record"
 require "active_record/connection_adapters/postgresql_adapter" # and ruby-pg with it
+require_relative "protocol" # ruby-pg's, shared with the ruby-pg agent
 
 # ruby-pg sends $0 as libpq's fallback_application_name: one name, not the cache folder's path.
 $PROGRAM_NAME = "leakcheck-activerecord"
@@ -53,11 +53,11 @@ class Agent
     begin
       run(request["op"].to_s, request, answer)
     rescue Usage => e
-      answer = failure(request["id"], "", "usage", e.message)
+      answer = Protocol.failure(request["id"], "", "usage", e.message)
     rescue Unsupported => e
-      answer = failure(request["id"], "", "unsupported", e.message)
+      answer = Protocol.failure(request["id"], "", "unsupported", e.message)
     rescue StandardError => e # ActiveRecord's error, ruby-pg's as its cause
-      answer = failure(request["id"], sqlstate(e), e.class.name, e.message)
+      answer = Protocol.failure(request["id"], sqlstate(e), e.class.name, e.message)
     end
     drain(answer) if @raw
     answer
@@ -66,12 +66,12 @@ class Agent
   # PG::Connection#cancel returns once the peer closed the cancel connection (it reads to its end): closed.
   def cancel(id)
     raw = @raw
-    return failure(id, "", "unsupported", "not connected: nothing to cancel") unless raw
+    return Protocol.failure(id, "", "unsupported", "not connected: nothing to cancel") unless raw
 
     error = raw.cancel
     return { "id" => id, "ok" => true, "closed" => true } unless error
 
-    failure(id, "", "PG::Connection#cancel", error)
+    Protocol.failure(id, "", "PG::Connection#cancel", error)
   end
 
   def close
@@ -205,40 +205,6 @@ class Agent
 
     ""
   end
-
-  def failure(id, sqlstate, klass, message)
-    { "id" => id, "ok" => false,
-      "error" => { "sqlstate" => sqlstate, "class" => klass, "message" => message.to_s.lines.first.to_s.chomp } }
-  end
 end
 
-OUT = Mutex.new
-def send_line(answer)
-  OUT.synchronize do
-    $stdout.write("#{JSON.generate(answer)}\n")
-    $stdout.flush
-  end
-end
-
-agent = Agent.new
-queue = Queue.new
-Thread.new do
-  $stdin.each_line do |line|
-    next if line.strip.empty?
-
-    request = begin
-      JSON.parse(line)
-    rescue JSON::ParserError => e
-      send_line("id" => nil, "ok" => false, "error" => { "sqlstate" => "", "class" => "usage", "message" => e.message })
-      next
-    end
-    request["op"] == "cancel" ? send_line(agent.cancel(request["id"])) : queue << request
-  end
-  queue << nil
-end
-
-while (request = queue.pop)
-  send_line(agent.answer(request))
-  break if request["op"] == "exit"
-end
-agent.close
+Protocol.serve(Agent.new)

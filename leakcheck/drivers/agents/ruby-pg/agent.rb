@@ -5,8 +5,8 @@
 # free = DEALLOCATE by name, as Rails' statement pool does; cancel = conn.cancel from the stdin
 # reader thread while the worker runs the request before it; copy_in = copy_data with put_copy_data.
 
-require "json"
 require "pg"
+require_relative "protocol" # shared with the activerecord agent
 
 # ruby-pg sends $0 as libpq's fallback_application_name: one name, not the cache folder's path.
 $PROGRAM_NAME = "leakcheck-ruby-pg"
@@ -39,11 +39,11 @@ class Agent
     begin
       run(request["op"].to_s, request, answer)
     rescue PG::Error => e
-      answer = failure(request["id"], sqlstate(e), e.class.name, e.message)
+      answer = Protocol.failure(request["id"], sqlstate(e), e.class.name, e.message)
     rescue Usage => e
-      answer = failure(request["id"], "", "usage", e.message)
+      answer = Protocol.failure(request["id"], "", "usage", e.message)
     rescue StandardError => e # a request of the wrong shape
-      answer = failure(request["id"], "", e.class.name, e.message)
+      answer = Protocol.failure(request["id"], "", e.class.name, e.message)
     end
     drain(answer) if @conn
     answer
@@ -54,7 +54,7 @@ class Agent
     error = @conn&.cancel
     return { "id" => id, "ok" => true, "closed" => true } unless error
 
-    failure(id, "", "PG::Connection#cancel", error)
+    Protocol.failure(id, "", "PG::Connection#cancel", error)
   end
 
   def close
@@ -164,40 +164,6 @@ class Agent
 
     ""
   end
-
-  def failure(id, sqlstate, klass, message)
-    { "id" => id, "ok" => false,
-      "error" => { "sqlstate" => sqlstate, "class" => klass, "message" => message.to_s.lines.first.to_s.chomp } }
-  end
 end
 
-OUT = Mutex.new
-def send_line(answer)
-  OUT.synchronize do
-    $stdout.write("#{JSON.generate(answer)}\n")
-    $stdout.flush
-  end
-end
-
-agent = Agent.new
-queue = Queue.new
-Thread.new do
-  $stdin.each_line do |line|
-    next if line.strip.empty?
-
-    request = begin
-      JSON.parse(line)
-    rescue JSON::ParserError => e
-      send_line("id" => nil, "ok" => false, "error" => { "sqlstate" => "", "class" => "usage", "message" => e.message })
-      next
-    end
-    request["op"] == "cancel" ? send_line(agent.cancel(request["id"])) : queue << request
-  end
-  queue << nil
-end
-
-while (request = queue.pop)
-  send_line(agent.answer(request))
-  break if request["op"] == "exit"
-end
-agent.close
+Protocol.serve(Agent.new)
