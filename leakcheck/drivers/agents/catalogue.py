@@ -83,7 +83,7 @@ CARGO_ENV = (("CARGO_HOME", "{cache}/cargo"), ("CARGO_TARGET_DIR", "{cache}/targ
 RUST_PROTOCOL = "../sqlx/protocol.rs"
 #: What the Python ORM agents share (the request loop, answers, hello, the harness ops, cancel), beside their agent.py
 PYTHON_PROTOCOL = "../django/protocol.py"
-#: What the Ruby agents share (failure answers, the request loop with its stdin thread), beside their agent.rb
+#: What the Ruby agents share (failure answers, the request loop, typed values, notifications), beside their agent.rb
 RUBY_PROTOCOL = "../ruby-pg/protocol.rb"
 
 

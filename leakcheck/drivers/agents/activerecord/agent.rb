@@ -35,11 +35,6 @@ class Agent
                 server_version session_authorization standard_conforming_strings TimeZone].freeze
   # ActiveRecord's database.yml keys this agent takes, with their defaults
   SETTINGS = { "prepared_statements" => "true", "advisory_locks" => "true", "options" => "" }.freeze
-  INTEGERS = [20, 21, 23].freeze # int8, int2, int4
-  FLOATS = [700, 701].freeze # float4, float8
-  # array type oid -> its element type's oid (bool, int2, int4, int8, float4, float8, text, name, varchar, bpchar)
-  ARRAYS = { 1000 => 16, 1005 => 21, 1007 => 23, 1016 => 20, 1021 => 700, 1022 => 701, 1009 => 25,
-             1003 => 19, 1015 => 1043, 1014 => 1042 }.freeze
   # the rows a prepared run may return: its `.limit(n)`, bound as $1
   LIMIT = 1000
 
@@ -59,7 +54,7 @@ class Agent
     rescue StandardError => e # ActiveRecord's error, ruby-pg's as its cause
       answer = Protocol.failure(request["id"], sqlstate(e), e.class.name, e.message)
     end
-    drain(answer) if @raw
+    Protocol.drain(answer, @raw, REPORTED) if @raw
     answer
   end
 
@@ -145,23 +140,9 @@ class Agent
   # A PG::Result's values from their text form (ActiveRecord's decoders would turn numeric 2.50 into 2.5).
   def texts(result)
     result.map_types!(PG::TypeMapAllStrings.new)
-    result.values.map { |row| row.each_with_index.map { |text, i| typed(text, result.ftype(i)) } }
+    result.values.map { |row| row.each_with_index.map { |text, i| Protocol.value(text, result.ftype(i)) } }
   ensure
     result&.clear
-  end
-
-  def typed(text, oid)
-    return nil if text.nil?
-    return PG::TextDecoder::Array.new.decode(text).map { |e| elements(e, ARRAYS[oid]) } if ARRAYS.include?(oid)
-    return text.to_i if INTEGERS.include?(oid)
-    return (text =~ /\A-?[\d.e+-]+\z/i ? text.to_f : text) if FLOATS.include?(oid)
-    return text == "t" if oid == 16
-
-    text
-  end
-
-  def elements(decoded, oid)
-    decoded.is_a?(Array) ? decoded.map { |e| elements(e, oid) } : typed(decoded, oid)
   end
 
   def rows(result)
@@ -182,18 +163,6 @@ class Agent
     when Array then value.map { |e| json(e) }
     else value.to_s
     end
-  end
-
-  def drain(answer)
-    notes = []
-    @raw.consume_input
-    while (note = @raw.notifies)
-      notes << { "channel" => note[:relname], "payload" => note[:extra] }
-    end
-    answer["notifications"] = notes
-    answer["parameters"] = REPORTED.to_h { |name| [name, @raw.parameter_status(name)] }.compact
-  rescue PG::Error
-    answer["notifications"] = notes
   end
 
   def sqlstate(error)

@@ -22,11 +22,6 @@ class Agent
                 server_version session_authorization standard_conforming_strings TimeZone
                 pgbouncer.version pgbouncer.pool_mode pgbouncer.max_prepared_statements].freeze
   SETTINGS = PG::Connection.conndefaults.map { |d| d[:keyword] } - %w[host hostaddr port user password dbname]
-  INTEGERS = [20, 21, 23].freeze # int8, int2, int4
-  FLOATS = [700, 701].freeze # float4, float8
-  # array type oid -> its element type's oid (bool, int2, int4, int8, float4, float8, text, name, varchar, bpchar)
-  ARRAYS = { 1000 => 16, 1005 => 21, 1007 => 23, 1016 => 20, 1021 => 700, 1022 => 701, 1009 => 25,
-             1003 => 19, 1015 => 1043, 1014 => 1042 }.freeze
 
   def initialize
     @conn = nil
@@ -45,7 +40,7 @@ class Agent
     rescue StandardError => e # a request of the wrong shape
       answer = Protocol.failure(request["id"], "", e.class.name, e.message)
     end
-    drain(answer) if @conn
+    Protocol.drain(answer, @conn, REPORTED) if @conn
     answer
   end
 
@@ -126,35 +121,8 @@ class Agent
 
   def rows(result)
     result.values.map do |row|
-      row.each_with_index.map { |value, i| value(value, result.ftype(i)) }
+      row.each_with_index.map { |value, i| Protocol.value(value, result.ftype(i)) }
     end
-  end
-
-  def value(text, oid)
-    return nil if text.nil?
-    return elements(PG::TextDecoder::Array.new.decode(text), ARRAYS[oid]) if ARRAYS.include?(oid)
-    return text.to_i if INTEGERS.include?(oid)
-    return (text =~ /\A-?[\d.e+-]+\z/i ? text.to_f : text) if FLOATS.include?(oid)
-    return text == "t" if oid == 16
-
-    text
-  end
-
-  # An array's elements (nested for more dimensions) as scalars of the element type.
-  def elements(decoded, oid)
-    decoded.map { |e| e.is_a?(Array) ? elements(e, oid) : value(e, oid) }
-  end
-
-  def drain(answer)
-    notes = []
-    @conn.consume_input
-    while (note = @conn.notifies)
-      notes << { "channel" => note[:relname], "payload" => note[:extra] }
-    end
-    answer["notifications"] = notes
-    answer["parameters"] = REPORTED.to_h { |name| [name, @conn.parameter_status(name)] }.compact
-  rescue PG::Error
-    answer["notifications"] = notes
   end
 
   def sqlstate(error)

@@ -1,16 +1,52 @@
 # What leakcheck's Ruby agents share (ruby-pg/ and activerecord/ run this file beside their agent.rb):
 # agent protocol 1's failure answers and its request loop, JSON lines on stdin/stdout, a cancel acted on
-# at once by the stdin reader thread while the main thread runs the request before it.
+# at once by the stdin reader thread while the main thread runs the request before it; a value from its
+# text form, and the notifications and ParameterStatus values of ruby-pg's connection after each answer.
 
 require "json"
+require "pg"
 
 module Protocol
   OUT = Mutex.new
+  INTEGERS = [20, 21, 23].freeze # int8, int2, int4
+  FLOATS = [700, 701].freeze # float4, float8
+  # array type oid -> its element type's oid (bool, int2, int4, int8, float4, float8, text, name, varchar, bpchar)
+  ARRAYS = { 1000 => 16, 1005 => 21, 1007 => 23, 1016 => 20, 1021 => 700, 1022 => 701, 1009 => 25,
+             1003 => 19, 1015 => 1043, 1014 => 1042 }.freeze
 
   # A failure answer: its SQLSTATE ("" for none), its class, the first line of its message.
   def self.failure(id, sqlstate, klass, message)
     { "id" => id, "ok" => false,
       "error" => { "sqlstate" => sqlstate, "class" => klass, "message" => message.to_s.lines.first.to_s.chomp } }
+  end
+
+  # A value of type `oid` from PostgreSQL's text form (an array's elements, nested for more dimensions, as
+  # scalars of the element type).
+  def self.value(text, oid)
+    return nil if text.nil?
+    return elements(PG::TextDecoder::Array.new.decode(text), ARRAYS[oid]) if ARRAYS.include?(oid)
+    return text.to_i if INTEGERS.include?(oid)
+    return (text =~ /\A-?[\d.e+-]+\z/i ? text.to_f : text) if FLOATS.include?(oid)
+    return text == "t" if oid == 16
+
+    text
+  end
+
+  def self.elements(decoded, oid)
+    decoded.map { |e| e.is_a?(Array) ? elements(e, oid) : value(e, oid) }
+  end
+
+  # The notifications and the `reported` ParameterStatus values of ruby-pg's `conn`, into `answer`.
+  def self.drain(answer, conn, reported)
+    notes = []
+    conn.consume_input
+    while (note = conn.notifies)
+      notes << { "channel" => note[:relname], "payload" => note[:extra] }
+    end
+    answer["notifications"] = notes
+    answer["parameters"] = reported.to_h { |name| [name, conn.parameter_status(name)] }.compact
+  rescue PG::Error
+    answer["notifications"] = notes
   end
 
   def self.send_line(answer)
