@@ -63,8 +63,7 @@ def make_backend(config: Config) -> Backend:
     if choose_backend(config.backend)[0] == "containers":
         from leakcheck.provision.containers.backend import ContainersBackend
 
-        backend: Backend = ContainersBackend(pg_image=config.pg_image, bouncer_image=config.bouncer_image,
-                                             odyssey_image=config.odyssey_image, pgpool_image=config.pgpool_image)
+        backend: Backend = ContainersBackend(pg_image=config.pg_image, images=config.images)
         return backend
     from leakcheck.provision.native import NativeBackend
 

@@ -1,4 +1,5 @@
-"""Finding Odyssey and pgpool-II: a given path, the cache, an installed one, then Debian's binary packages.
+"""Finding a packaged pooler (Odyssey, pgpool-II): a given path, the cache, an installed one, then Debian's
+binary packages.
 
 A Debian package is fetched with leakcheck's private apt set-up (debian.py) together with the
 library packages it needs, extracted into cache/<program>/<exact version>/root and run through that
@@ -15,17 +16,7 @@ from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Binary
 from leakcheck.provision.sources.debian_programs import from_debian
 from leakcheck.provision.sources.program_cache import resolve_in_store
-from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL, Program
-
-
-def resolve_odyssey(spec: Spec, cache: Path, option: str = "--odyssey") -> Binary:
-    """An odyssey of the version `spec` asks for (1.5 -> 1.5.2), or at its path."""
-    return resolve_packaged(ODYSSEY, spec, cache, option)
-
-
-def resolve_pgpool(spec: Spec, cache: Path, option: str = "--pgpool") -> Binary:
-    """A pgpool of the version `spec` asks for (4.3 -> 4.3.5), or at its path."""
-    return resolve_packaged(PGPOOL, spec, cache, option)
+from leakcheck.provision.sources.programs import Program
 
 
 def resolve_packaged(program: Program, spec: Spec, cache: Path, option: str) -> Binary:
