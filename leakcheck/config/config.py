@@ -252,7 +252,7 @@ class Config:
         missing = [(kind, spec) for kind, spec in poolers if not kind.record.image_built and kind not in images]
         if backend == "containers" and missing:
             raise missing_image(*missing[0])
-        if bouncer_ini is not None and not any(kind is PoolerKind.PGBOUNCER for kind, _ in poolers):
+        if bouncer_ini is not None and not any(kind.record.team_file for kind, _ in poolers):
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
         return cls(

@@ -40,6 +40,8 @@ class Product:
     resets_setting: str = ""
     #: a fleet (--bouncer-fleet: several processes on one port) can be made of it
     fleets: bool = False
+    #: it runs with a team's own config file (--bouncer-ini)
+    team_file: bool = False
     #: the option naming its containers image template (`--odyssey-image`); "" for none
     image_option: str = ""
     #: the containers backend builds its image when no template is given (PgBouncer's), else one is needed
@@ -75,7 +77,8 @@ def started_keys() -> str:
 PGBOUNCER = register(Product(
     "pgbouncer", "PgBouncer", option="--bouncer", settings_fold_case=True,
     pool_size_words="default_pool_size={size}", promises_placement=True,
-    resets_setting="server_reset_query_always", fleets=True, image_option="--bouncer-image", image_built=True,
+    resets_setting="server_reset_query_always", fleets=True, team_file=True, image_option="--bouncer-image",
+    image_built=True,
 ))
 ODYSSEY = register(Product(
     "odyssey", "Odyssey", may_hold=True, pool_shape=("pool", "pool_size"), image_option="--odyssey-image",

@@ -86,14 +86,9 @@ class PoolerKind(str):
     _known: ClassVar[dict[str, PoolerKind]] = {}
 
     def __new__(cls, key: str) -> PoolerKind:
-        known = cls._known.get(key)
-        if known is not None:
-            return known
         if key not in PRODUCTS:
             raise ValueError(f"{key!r} is not a pooler kind (known: {', '.join(PRODUCTS)})")
-        made = super().__new__(cls, key)
-        cls._known[key] = made
-        return made
+        return cls._known.setdefault(key, super().__new__(cls, key))
 
     @property
     def value(self) -> str:

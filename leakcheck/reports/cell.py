@@ -44,7 +44,7 @@ class AdviceCell:
 
     @property
     def is_running_pooler(self) -> bool:
-        return self.kind is PoolerKind.RUNNING
+        return self.kind is not None and not self.kind.started
 
     def setting(self, name: str) -> str | None:
         return dict(self.settings).get(name)

@@ -33,6 +33,9 @@ PGPOOL_COMMAND = (
 def missing_image(kind: PoolerKind, spec: Spec) -> UsageError:
     """The one-line error for a pooler asked of the containers backend without its image template."""
     option = kind.record.image_option
+    if not option:
+        return UsageError(f"--pooler={kind.value}:{spec.raw}: the containers backend cannot start {kind.product} "
+                          "(no image option names its image); run it with --backend=native")
     return UsageError(
         f"--pooler={kind.value}:{spec.raw} on the containers backend needs an image: give {option} (e.g. "
         f"{option}='leakcheck-local/{kind.value}:{{version}}', built from docker/{kind.value}: see docker/README.md)"
