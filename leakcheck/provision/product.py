@@ -10,7 +10,7 @@ from pathlib import Path
 
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.products import Product
-from leakcheck.model.target import Pooler, PoolerKind
+from leakcheck.model.target import Pooler, PoolerKind, Setting
 from leakcheck.model.team_settings import TeamSettings
 from leakcheck.model.versions import Spec
 from leakcheck.provision.base import Binary, Endpoint
@@ -33,6 +33,15 @@ class Start:
     pooler: Pooler
     postgres: PgServer
     user: ServerUser
+
+
+def over_tcp(process: Callable[[Binary, PoolSettings, tuple[Setting, ...], Endpoint, ServerUser], PoolerProcess],
+             ) -> Callable[[Start], Running]:
+    """A product whose one process reaches PostgreSQL over TCP (Odyssey, pgpool-II), made from its binary, the
+    pool settings, the cell's settings, PostgreSQL's endpoint and the server user."""
+    def make(start: Start) -> Running:
+        return process(start.binaries[0], start.settings, start.pooler.settings, start.postgres.endpoint(), start.user)
+    return make
 
 
 @dataclass(frozen=True)

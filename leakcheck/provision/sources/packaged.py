@@ -10,6 +10,7 @@ Odyssey 1.5.2 (sid), pgpool-II 4.3.5 (bookworm), 4.6.1 (trixie), 4.7.3 (sid).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.model.versions import Spec, Version
@@ -17,6 +18,18 @@ from leakcheck.provision.base import Binary
 from leakcheck.provision.sources.debian_programs import from_debian
 from leakcheck.provision.sources.program_cache import resolve_in_store
 from leakcheck.provision.sources.programs import Program
+
+
+@dataclass(frozen=True)
+class Packaged:
+    """A resolver of one packaged program: `Packaged(ODYSSEY, "--odyssey")(spec, cache)` is an odyssey of the
+    version `spec` asks for (1.5 -> 1.5.2), or at its path; `option` names it in messages."""
+
+    program: Program
+    option: str
+
+    def __call__(self, spec: Spec, cache: Path, option: str | None = None) -> Binary:
+        return resolve_packaged(self.program, spec, cache, option or self.option)
 
 
 def resolve_packaged(program: Program, spec: Spec, cache: Path, option: str) -> Binary:
