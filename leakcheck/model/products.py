@@ -12,6 +12,25 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Advice:
+    """What the reports tell of a product where the fix is its own setting (reports/rules.py); "" where it has
+    none, and the general advice is given."""
+
+    #: keep its reset on a client's exit (`{ini}`: the cell's config file as advice names it)
+    handover: str = ""
+    #: said before any advice on it: how it shares server connections
+    preface: str = ""
+    #: what its tracking of prepared statements covers
+    prepares_tracked: str = ""
+    #: its yes/no setting that keeps protocol-level prepares per client (PgBouncer's, by release, is the rules')
+    prepares_setting: str = ""
+    #: its own way to pin a LISTEN session, said after the general advice
+    listen_pin: str = ""
+    #: where it re-applies session parameters, to check when one leaks
+    tracked_params: str = ""
+
+
+@dataclass(frozen=True)
 class Product:
     """One pooler product's policies, as the runner, probes, config and reports read them."""
 
@@ -46,6 +65,7 @@ class Product:
     image_option: str = ""
     #: the containers backend builds its image when no template is given (PgBouncer's), else one is needed
     image_built: bool = False
+    advice: Advice = Advice()
 
 
 #: Every product leakcheck knows, by key (provision/products.py adds the ones it registers).
@@ -79,13 +99,32 @@ PGBOUNCER = register(Product(
     pool_size_words="default_pool_size={size}", promises_placement=True,
     resets_setting="server_reset_query_always", fleets=True, team_file=True, image_option="--bouncer-image",
     image_built=True,
+    advice=Advice(
+        handover="Keep `server_reset_query = DISCARD ALL` in {ini} (the default): in session mode PgBouncer runs "
+                 "it when a client leaves, before the next client gets that server connection.",
+        prepares_tracked="PgBouncer's `max_prepared_statements` (1.21+) covers only protocol-level prepares",
+    ),
 ))
 ODYSSEY = register(Product(
     "odyssey", "Odyssey", may_hold=True, pool_shape=("pool", "pool_size"), image_option="--odyssey-image",
+    advice=Advice(
+        handover="Keep Odyssey's `pool_discard yes` (or a `pool_discard_string` holding `DISCARD ALL`): it runs "
+                 "when a client leaves, before the next client gets that server connection.",
+        prepares_tracked="Odyssey's `pool_reserve_prepared_statement` covers only protocol-level prepares",
+        prepares_setting="pool_reserve_prepared_statement",
+        listen_pin=" (or `pool_pin_on_listen` if your Odyssey release has it)",
+        tracked_params="Check Odyssey's `maintain_params` for this route",
+    ),
 ))
 PGPOOL = register(Product(
     "pgpool", "pgpool-II", aliases=("pgpool-ii", "pgpool2"), transaction_pooling=False,
     image_option="--pgpool-image",
+    advice=Advice(
+        handover="Keep `DISCARD ALL` in pgpool-II's `reset_query_list` (its default is `ABORT; DISCARD ALL`): it "
+                 "runs when a client disconnects, before the cached backend serves the next session.",
+        preface="pgpool-II shares nothing while both clients are connected: this state reached the next client "
+                "session on a cached backend, so make `reset_query_list` reset it (e.g. `DISCARD ALL`).",
+    ),
 ))
 #: a running pooler, reached by --pooled-dsn (nothing is started); "dsn" as ids, keys and results files say
 RUNNING = register(Product("dsn", "the pooler at --pooled-dsn", started=False))
