@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from leakcheck.config.options import DEFAULT_BOUNCER, DEFAULT_PG, DEFAULTS, FLAG
 from leakcheck.drivers.agents.catalogue import known_drivers
 from leakcheck.drivers.agents.team import is_team, registered, team_driver
 from leakcheck.drivers.settings import cell_settings, check_axis
+from leakcheck.model import products
 from leakcheck.model.axes import (
     NO_FLEET,
     PAIRS_SHAPE,
@@ -36,17 +37,14 @@ from leakcheck.model.axes import (
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode
 from leakcheck.model.target import NATIVE_DRIVERS, Application, Driver, PoolerKind
-from leakcheck.model.team_settings import TeamSettings
 from leakcheck.model.versions import Spec, Version, parse_spec_list
 from leakcheck.probes import PROBES, select
 from leakcheck.probes.base import Probe
 from leakcheck.provision.containers.images import check_template
 from leakcheck.provision.containers.odyssey_pgpool_files import missing_image
 from leakcheck.provision.dsn_backend import check_dsn, default_name
-from leakcheck.provision.odyssey import conf as odyssey_conf
-from leakcheck.provision.pgbouncer import settings as bouncer_settings
-from leakcheck.provision.pgpool import conf as pgpool_conf
 from leakcheck.provision.postgres.fixtures import refuse_older
+from leakcheck.provision.products import product
 
 
 def _pg_specs(raw: str) -> tuple[Spec, ...]:
@@ -119,7 +117,9 @@ class Config:
     expect: Path | None
     record: Path | None
     pg_image: str
-    bouncer_image: str | None
+    #: --bouncer-image, --odyssey-image, --pgpool-image (each product's image_option): the containers backend's
+    #: image template of each pooler kind given one
+    images: Mapping[PoolerKind, str]
     results: Path | None = None  #: --results: every outcome as JSON (results.py)
     jobs: int = 0  #: --jobs: lanes at a time (0: auto, lanes.default_jobs)
     axes: tuple[Axis, ...] = ()  #: --bouncer-set / --pooler-set: settings crossed into the matrix
@@ -132,8 +132,6 @@ class Config:
     diff: tuple[DiffSide, DiffSide] | None = None  #: --diff FROM..TO, printed at the end of the run
     report_html: Path | None = None  #: --report-html: the HTML report (reports/html.py)
     report_md: Path | None = None  #: --report-md: the Markdown report (reports/markdown.py)
-    odyssey_image: str | None = None  #: --odyssey-image: containers backend, Odyssey's image template
-    pgpool_image: str | None = None  #: --pgpool-image: containers backend, pgpool-II's image template
     #: a matrix file's [[pooler]] tables, each its own (empty: poolers, axes and bouncer_ini make one)
     tables: tuple[PoolerTable, ...] = ()
     fleet: FleetShape = NO_FLEET  #: --bouncer-fleet: each PgBouncer cell a fleet of processes on one port
@@ -165,7 +163,7 @@ class Config:
         return cls(pg=_pg_specs(pg), poolers=poolers,
                    drivers=_drivers(drivers) if drivers is not None else NATIVE_DRIVERS,
                    probes=select(None), controls=False, backend=backend.strip().lower(),
-                   expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", bouncer_image=None)
+                   expect=None, record=None, pg_image=DEFAULTS["leakcheck_pg_image"] or "", images={})
 
     @classmethod
     def from_pytest(cls, config: pytest.Config) -> Config | None:
@@ -231,9 +229,7 @@ class Config:
         results = _given(raw, "leakcheck_results", "the path of a JSON file to write, such as results.json")
         report_html = _given(raw, "leakcheck_report_html", "the path of an HTML file to write, such as leakcheck.html")
         report_md = _given(raw, "leakcheck_report_md", "the path of a Markdown file to write, such as leakcheck.md")
-        bouncer_image = _given(raw, "leakcheck_bouncer_image", "an image template such as registry/pgbouncer:{version}")
-        odyssey_image = _given(raw, "leakcheck_odyssey_image", "an image template such as registry/odyssey:{version}")
-        pgpool_image = _given(raw, "leakcheck_pgpool_image", "an image template such as registry/pgpool:{version}")
+        images = _images(raw)
         bouncer_ini = _given(raw, "leakcheck_bouncer_ini", "the path of your pgbouncer.ini")
         if bouncer_ini is not None:
             inputs.check_file(Path(bouncer_ini), "--bouncer-ini")
@@ -253,11 +249,10 @@ class Config:
         drivers = () if named is None and pairs else _drivers(get("leakcheck_drivers", "driver ids such as psycopg"))
         if diff is not None and pooled is None:
             _diff_in_matrix(diff, _pg_specs(pg), poolers)
-        images = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
-        missing = [(kind, spec) for kind, spec in poolers if kind in images and images[kind] is None]
+        missing = [(kind, spec) for kind, spec in poolers if not kind.record.image_built and kind not in images]
         if backend == "containers" and missing:
             raise missing_image(*missing[0])
-        if bouncer_ini is not None and not any(kind is PoolerKind.PGBOUNCER for kind, _ in poolers):
+        if bouncer_ini is not None and not any(kind.record.team_file for kind, _ in poolers):
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
         return cls(
@@ -271,7 +266,7 @@ class Config:
             record=Path(record) if record is not None else None,
             pg_image=check_template(get("leakcheck_pg_image", "an image template such as postgres:{version}"),
                                     "--pg-image"),
-            bouncer_image=check_template(bouncer_image, "--bouncer-image") if bouncer_image is not None else None,
+            images=images,
             results=Path(results) if results is not None else None,
             jobs=_jobs(get("leakcheck_jobs", "a number of lanes such as 4, or auto")),
             axes=_checked_axes(_axes(raw, poolers), fleet) if not tables else _axes(raw, poolers),
@@ -282,13 +277,24 @@ class Config:
             diff=_diff(raw),
             report_html=Path(report_html) if report_html is not None else None,
             report_md=Path(report_md) if report_md is not None else None,
-            odyssey_image=check_template(odyssey_image, "--odyssey-image") if odyssey_image is not None else None,
-            pgpool_image=check_template(pgpool_image, "--pgpool-image") if pgpool_image is not None else None,
             tables=tables,
             fleet=fleet,
             driver_axes=_driver_axes(raw.get("leakcheck_driver_set"), drivers, pairs),
             pairs=pairs,
         )
+
+
+def _images(raw: dict[str, str | None]) -> dict[PoolerKind, str]:
+    """Each pooler kind's image template its option (--bouncer-image, --odyssey-image, ...) gives, checked."""
+    images: dict[PoolerKind, str] = {}
+    for record in products.PRODUCTS.values():
+        key = "leakcheck_" + record.image_option.lstrip("-").replace("-", "_")
+        if record.image_option and key in FLAGS:
+            example = f"an image template such as registry/{record.key}:{{version}}"
+            given = _given(raw, key, example)
+            if given is not None:
+                images[PoolerKind(record.key)] = check_template(given, record.image_option)
+    return images
 
 
 def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
@@ -349,19 +355,6 @@ def _poolers(raw: dict[str, str | None], fleet: FleetShape = NO_FLEET) -> tuple[
     return tuple(found)
 
 
-#: Each product's allow-list: what a team may set (--bouncer-set, --pooler-set, a matrix file's settings).
-TEAM_SETTINGS: dict[PoolerKind, TeamSettings] = {
-    PoolerKind.PGBOUNCER: bouncer_settings.TEAM, PoolerKind.ODYSSEY: odyssey_conf.TEAM,
-    PoolerKind.PGPOOL: pgpool_conf.TEAM,
-}
-
-#: How Odyssey's and pgpool-II's files write a value (a UsageError for one they cannot hold as it is);
-#: PgBouncer's ini takes any value of one line.
-WRITTEN_AS: dict[PoolerKind, Callable[[str], str]] = {
-    PoolerKind.ODYSSEY: odyssey_conf.value_of, PoolerKind.PGPOOL: pgpool_conf.value_of,
-}
-
-
 def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ...]) -> tuple[Axis, ...]:
     """--bouncer-set and --pooler-set, each checked; an axis of a pooler the matrix does not run is an error."""
     axes: list[Axis] = []
@@ -371,13 +364,15 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
             if not line.strip():
                 raise UsageError.empty(FLAGS[key], "a setting and its values, e.g. max_prepared_statements=0,200")
             axis = parse_axis(line, FLAGS[key], kind)
-            refusal = None if (axis.kind, axis.name) == (PoolerKind.PGBOUNCER, PEERING) else (
-                TEAM_SETTINGS[axis.kind].refusal(axis.name))
+            # each product's allow-list: what a team may set (a fleet's peering is leakcheck's own axis)
+            kept = product(axis.kind)
+            refusal = None if kept.record.fleets and axis.name == PEERING else kept.team.refusal(axis.name)
             if refusal is not None:
                 raise UsageError(f"{FLAGS[key]}={line!r}: {refusal}")
-            for value in axis.values if axis.kind in WRITTEN_AS else ():
+            write = kept.written_as or str  # (None: any value of one line)
+            for value in axis.values:
                 try:
-                    WRITTEN_AS[axis.kind](value)  # as its config file will hold it, or a UsageError
+                    write(value)  # as its config file will hold it, or a UsageError
                 except UsageError as exc:
                     raise UsageError(f"{FLAGS[key]}={line!r}: {exc}") from None
             axes.append(axis)
@@ -387,7 +382,7 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
         if axis.kind not in {kind for kind, _ in poolers}:
             raise UsageError(f"a {axis.kind.value} setting ({axis.name}) is an axis, but no {axis.kind.value} is in "
                              f"the matrix: add it with --pooler={axis.kind.value}:VERSION")
-        if axis.kind is PoolerKind.PGBOUNCER and axis.name == "pool_mode" and not set(axis.values) <= modes:
+        if axis.name == "pool_mode" and axis.kind.record.transaction_pooling and not set(axis.values) <= modes:
             raise UsageError(f"--bouncer-set pool_mode={','.join(axis.values)}: pool_mode is one of "
                              f"{', '.join(sorted(modes))}")
     return tuple(axes)

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, replace
 
 from leakcheck.drivers.settings import cell_settings
-from leakcheck.model.axes import KIND_NAMES, outside_brackets
+from leakcheck.model import products
+from leakcheck.model.axes import outside_brackets
 from leakcheck.model.errors import UsageError
 from leakcheck.model.target import DRIVER_ID, PAIR_JOIN, PoolerKind, Route, Setting, config_stem
 from leakcheck.model.verdicts import Outcome
@@ -67,15 +68,15 @@ def parse_side(text: str, option: str = "leakcheck diff") -> DiffSide:
     drivers = [_DRIVER.fullmatch(side) for side in sides] if len(sides) <= 2 else []
     named = [d for d in drivers if d is not None] if drivers and all(drivers) else []
     found = _CELL.fullmatch(head if named else text.strip())
-    kind = KIND_NAMES.get(found.group(2)) if found else None
-    if found is None or kind is None:
+    product = products.named(found.group(2)) if found else None
+    if found is None or product is None:
         raise UsageError.bad_value(option, text, _SHAPE)
     settings = _pairs(found.group(4), option, text)
     config = dict(settings).get("ini", "")
     apps: list[tuple[str, tuple[Setting, ...]]] = [
         (d.group(1), cell_settings(d.group(1), _pairs(d.group(2), option, text))) for d in named]
     apps += [("", ())] * (2 - len(apps))
-    return DiffSide(text.strip(), Version.parse(found.group(1)), kind, Version.parse(found.group(3)),
+    return DiffSide(text.strip(), Version.parse(found.group(1)), PoolerKind(product.key), Version.parse(found.group(3)),
                     tuple(kv for kv in settings if kv[0] != "ini"), config, *apps[0], *apps[1])
 
 

@@ -47,10 +47,10 @@ class LabRoute:
     def describe(self) -> str:
         if self.pooler is None or self.settings is None:
             return f"PostgreSQL {self.pg}, two direct sessions"
-        if self.pooler.kind is PoolerKind.RUNNING:
+        if not self.pooler.kind.started:
             return f"PostgreSQL {self.pg} behind the running pooler {self.pooler.label()} (--pooled-dsn)"
-        size = self.settings.pool_size  # PgBouncer's setting by its name, as the README shows it
-        pool = f"default_pool_size={size}" if self.pooler.kind is PoolerKind.PGBOUNCER else f"pool size {size}"
+        # e.g. PgBouncer's setting by its name, as the README shows it
+        pool = self.pooler.kind.record.pool_size_words.format(size=self.settings.pool_size)
         named = self.pooler.label().removeprefix(self.pooler.kind.value)  # `PgBouncer 1.24.1[...]`
         return (f"PostgreSQL {self.pg}, {self.pooler.kind.product} {named} "
                 f"(pool_mode={self.settings.mode.value}, {pool})")
@@ -74,7 +74,7 @@ class Lab:
     @property
     def running_pooler(self) -> bool:
         """A pooler leakcheck did not start: no reset, no pool of one (see provision/dsn_backend.py)."""
-        return self.where.pooler is not None and self.where.pooler.kind is PoolerKind.RUNNING
+        return self.where.pooler is not None and not self.where.pooler.kind.started
 
     @contextlib.contextmanager
     def subject(self) -> Iterator[Endpoint]:

@@ -21,19 +21,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leakcheck.model.errors import UsageError
+from leakcheck.model.products import named, started_keys
 from leakcheck.model.target import PAIR_JOIN, PoolerKind, Setting
 from leakcheck.model.versions import Spec, parse_spec, parse_spec_list
 
-#: How users may name each pooler kind (a running pooler is given with --pooled-dsn, not here).
-KIND_NAMES = {"pgbouncer": PoolerKind.PGBOUNCER, "odyssey": PoolerKind.ODYSSEY, "pgpool": PoolerKind.PGPOOL,
-              "pgpool-ii": PoolerKind.PGPOOL, "pgpool2": PoolerKind.PGPOOL}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 #: An empty value written on purpose, as `""` (`server_reset_query="DISCARD ALL",""`).
 _QUOTED_EMPTY = re.compile(r'(?:^|,)\s*""\s*(?=,|$)')
 #: What no setting value holds: control characters but tab, and every line break str.splitlines knows.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-_POOLER_HELP = ("a comma separated list of KIND:VERSION such as odyssey:1.5,pgbouncer:1.26 "
-                "(KIND: pgbouncer, odyssey, pgpool)")
+
+
+def _pooler_help() -> str:
+    return f"a comma separated list of KIND:VERSION such as odyssey:1.5,pgbouncer:1.26 (KIND: {started_keys()})"
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,11 @@ class Axis:
 
 
 def kind_of(text: str, option: str, raw: str) -> PoolerKind:
-    kind = KIND_NAMES.get(text.strip().lower())
-    if kind is None:
-        raise UsageError.bad_value(option, raw, "a pooler kind: pgbouncer, odyssey or pgpool")
-    return kind
+    """The kind a user's name means (a product's key or alias, model/products.py)."""
+    product = named(text)
+    if product is None:
+        raise UsageError.bad_value(option, raw, f"a pooler kind: {started_keys()}")
+    return PoolerKind(product.key)
 
 
 def parse_poolers(raw: str, option: str = "--pooler") -> tuple[tuple[PoolerKind, Spec], ...]:
@@ -57,12 +58,12 @@ def parse_poolers(raw: str, option: str = "--pooler") -> tuple[tuple[PoolerKind,
     duplicates dropped."""
     items = [p.strip() for p in raw.split(",")]
     if not raw.strip() or not all(items):
-        raise UsageError.bad_value(option, raw, f"{_POOLER_HELP} (no empty items)")
+        raise UsageError.bad_value(option, raw, f"{_pooler_help()} (no empty items)")
     out: list[tuple[PoolerKind, Spec]] = []
     for item in items:
         name, colon, version = item.partition(":")
         if not colon or not version.strip():
-            raise UsageError.bad_value(option, raw, _POOLER_HELP)
+            raise UsageError.bad_value(option, raw, _pooler_help())
         pair = (kind_of(name, option, raw), parse_spec(version, f"{option} ({name.strip()})"))
         if pair not in out:
             out.append(pair)
@@ -80,7 +81,7 @@ def parse_axis(raw: str, option: str, kind: PoolerKind | None) -> Axis:
             raise UsageError.bad_value(option, raw, shape)
         kind = kind_of(prefix, option, raw)
     name, eq, values_text = text.partition("=")
-    name = name.strip().lower() if kind is PoolerKind.PGBOUNCER else name.strip()
+    name = name.strip().lower() if kind.record.settings_fold_case else name.strip()
     if not eq or not _NAME.fullmatch(name):
         raise UsageError.bad_value(option, raw, f"{shape}: a setting name, '=', then its values")
     return Axis(kind, name, _values(values_text, option, raw, shape))
@@ -254,7 +255,7 @@ def parse_fleet(raw: str, option: str = "--bouncer-fleet") -> FleetShape:
 def check_peering(axes: Sequence[Axis], fleet: FleetShape) -> None:
     """peering=yes|no, and only for a fleet (one process has no peer)."""
     for axis in axes:
-        if axis.kind is PoolerKind.PGBOUNCER and axis.name == PEERING:
+        if axis.kind.record.fleets and axis.name == PEERING:
             if not set(axis.values) <= {"yes", "no"}:
                 raise UsageError.bad_value(f"--bouncer-set {PEERING}", ",".join(axis.values), "yes, no or yes,no")
             if not fleet.is_fleet:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
+from leakcheck.model.products import ODYSSEY, PGBOUNCER, PGPOOL, PRODUCTS, RUNNING, Product
 from leakcheck.model.versions import Version
 
 #: One setting the user made a matrix axis of (`--bouncer-set NAME=V1,V2`): its name and one value.
@@ -70,22 +71,50 @@ Driver.ASYNCPG = Driver("asyncpg")
 NATIVE_DRIVERS: tuple[Driver, ...] = (Driver.PSYCOPG, Driver.ASYNCPG)
 
 
-class PoolerKind(StrEnum):
-    """The poolers leakcheck can put between the clients and PostgreSQL."""
+class PoolerKind(str):
+    """A pooler product's key, as ids, keys and results files write it: one of model/products.py's
+    records (`PoolerKind("pgbouncer").product` is "PgBouncer"). The set is the registry's, so a new
+    product needs no edit here; an unknown key is a ValueError, as an enum's was. Equal keys are one
+    object, so `kind is PoolerKind.PGBOUNCER` holds."""
 
-    PGBOUNCER = "pgbouncer"  #: PgBouncer, started by leakcheck
-    ODYSSEY = "odyssey"  #: Odyssey, started by leakcheck
-    PGPOOL = "pgpool"  #: pgpool-II, started by leakcheck
+    PGBOUNCER: ClassVar[PoolerKind]  #: PgBouncer, started by leakcheck
+    ODYSSEY: ClassVar[PoolerKind]  #: Odyssey, started by leakcheck
+    PGPOOL: ClassVar[PoolerKind]  #: pgpool-II, started by leakcheck
     #: a running pooler, reached by --pooled-dsn (nothing is started); "dsn" as ids, keys and results files say
-    RUNNING = "dsn"
+    RUNNING: ClassVar[PoolerKind]
+
+    _known: ClassVar[dict[str, PoolerKind]] = {}
+
+    def __new__(cls, key: str) -> PoolerKind:
+        if key not in PRODUCTS:
+            raise ValueError(f"{key!r} is not a pooler kind (known: {', '.join(PRODUCTS)})")
+        return cls._known.setdefault(key, super().__new__(cls, key))
+
+    @property
+    def value(self) -> str:
+        """The key (as an enum member's value, which PoolerKind was)."""
+        return str(self)
+
+    @property
+    def record(self) -> Product:
+        """The product's policies (model/products.py)."""
+        return PRODUCTS[str(self)]
 
     @property
     def product(self) -> str:
-        return _TITLES[self]
+        """Its title: `PgBouncer`."""
+        return self.record.title
+
+    @property
+    def started(self) -> bool:
+        """leakcheck starts it (not a running pooler at --pooled-dsn)."""
+        return self.record.started
 
 
-_TITLES = {PoolerKind.PGBOUNCER: "PgBouncer", PoolerKind.ODYSSEY: "Odyssey", PoolerKind.PGPOOL: "pgpool-II",
-           PoolerKind.RUNNING: "the pooler at --pooled-dsn"}
+PoolerKind.PGBOUNCER = PoolerKind(PGBOUNCER.key)
+PoolerKind.ODYSSEY = PoolerKind(ODYSSEY.key)
+PoolerKind.PGPOOL = PoolerKind(PGPOOL.key)
+PoolerKind.RUNNING = PoolerKind(RUNNING.key)
 
 
 @dataclass(frozen=True)
@@ -106,7 +135,7 @@ class Pooler:
         """`pgbouncer1.24.1[max_prepared_statements=0]`; `version_parts=2` gives the gate key's form
         (`pgbouncer1.24[...]`: patch releases share expectations). A fleet: `pgbouncer1.26.1x2[peering=yes]`
         (two processes of one release), `pgbouncer1.24.1+1.26.1[...]` (a rolling upgrade, in process order)."""
-        if self.kind is PoolerKind.RUNNING:
+        if not self.kind.started:
             return f"dsn-{self.config or 'pooler'}"
         version = "" if self.version is None else str(self.version.prefix(version_parts or 9))
         releases = [str(v.prefix(version_parts or 9)) for v in self.fleet]

@@ -15,23 +15,15 @@ from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Binary, Endpoint, PoolerKey
-from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.process import STOPPED
 from leakcheck.provision.host.sweep import sweep
 from leakcheck.provision.host.system import ServerUser, cache_root, server_user
 from leakcheck.provision.host.timing import timed
-from leakcheck.provision.odyssey.process import OdysseyProcess
-from leakcheck.provision.pgbouncer import team_ini
-from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
 from leakcheck.provision.pgbouncer.fleet import BouncerFleet
-from leakcheck.provision.pgbouncer.process import BouncerProcess
-from leakcheck.provision.pgpool.process import PgpoolProcess
 from leakcheck.provision.postgres.binaries import PgInstall, resolve_pg
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
-
-#: A pooler process, or a PgBouncer fleet used as one.
-Running = PoolerProcess | BouncerFleet
+from leakcheck.provision.product import Running, Start
+from leakcheck.provision.products import product
 
 
 def _tried(step: Callable[[PgServer], None]) -> Callable[[PgServer], bool]:
@@ -115,30 +107,16 @@ class NativeBackend:
         return install.version
 
     def resolve_pooler(self, kind: PoolerKind, spec: Spec) -> Version:
-        option = "--bouncer" if kind is PoolerKind.PGBOUNCER else f"--pooler={kind.value}:{spec}"
-        if kind is PoolerKind.ODYSSEY:
-            binary = resolve_odyssey(spec, self.cache, option)
-        elif kind is PoolerKind.PGPOOL:
-            binary = resolve_pgpool(spec, self.cache, option)
-        else:
-            binary = resolve_bouncer(spec, self.cache)
+        option = kind.record.option or f"--pooler={kind.value}:{spec}"
+        binary = product(kind).resolve(spec, self.cache, option)
         self._binaries.setdefault((kind, binary.version), binary)
         return binary.version
 
     def _process(self, pooler: Pooler, settings: PoolSettings, postgres: PgServer) -> Running:
-        """The pooler's process, not started. PgBouncer reaches PostgreSQL on its Unix socket (see
-        PgServer.socket_endpoint); Odyssey and pgpool-II over TCP."""
+        """The pooler's process, not started: its product's (provision/products.py)."""
         assert pooler.version is not None
-        binary = self._binaries[(pooler.kind, pooler.version)]
-        if pooler.kind is PoolerKind.ODYSSEY:
-            return OdysseyProcess(binary, settings, pooler.settings, postgres.endpoint(), self.user)
-        if pooler.kind is PoolerKind.PGPOOL:
-            return PgpoolProcess(binary, settings, pooler.settings, postgres.endpoint(), self.user)
-        team = team_ini.load(pooler.config) if pooler.config else None
-        if pooler.fleet:
-            binaries = tuple(self._binaries[(pooler.kind, v)] for v in pooler.fleet)
-            return BouncerFleet(binaries, settings, postgres.socket_endpoint(), self.user, pooler.settings, team)
-        return BouncerProcess(binary, settings, postgres.socket_endpoint(), self.user, pooler.settings, team)
+        binaries = tuple(self._binaries[(pooler.kind, v)] for v in pooler.fleet or (pooler.version,))
+        return product(pooler.kind).process(Start(binaries, settings, pooler, postgres, self.user))
 
     def _server(self, pg: Version) -> PgServer:
         with self._lock:

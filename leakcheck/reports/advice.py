@@ -44,9 +44,8 @@ def advice(outcome: Outcome) -> str | None:
         return (f"Transaction-scoped state should never outlive its transaction: re-run this cell, compare "
                 f"the shared control, and report it to {cell.product} with the evidence.")
     text = said if said is not None else generic(outcome, cell)
-    if cell.is_pgpool:
-        text = (f"pgpool-II shares nothing while both clients are connected: this state reached the next client "
-                f"session on a cached backend, so make `reset_query_list` reset it (e.g. `DISCARD ALL`). {text}")
+    if cell.advice.preface:
+        text = f"{cell.advice.preface} {text}"
     if Fact.MISREPORTED in outcome.facts and outcome.probe != "search_path":
         text = f"{text} {_misreported(cell)}"
     return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from leakcheck.model.products import Advice
 from leakcheck.model.target import Driver, PoolerKind
 from leakcheck.model.verdicts import Outcome
 from leakcheck.model.versions import Version
@@ -31,20 +32,17 @@ class AdviceCell:
         return self.kind.product if self.kind else "the pooler"
 
     @property
+    def advice(self) -> Advice:
+        """What the reports tell of its product where the fix is the product's own setting."""
+        return self.kind.record.advice if self.kind else Advice()
+
+    @property
     def is_bouncer(self) -> bool:
         return self.kind is PoolerKind.PGBOUNCER
 
     @property
-    def is_odyssey(self) -> bool:
-        return self.kind is PoolerKind.ODYSSEY
-
-    @property
-    def is_pgpool(self) -> bool:
-        return self.kind is PoolerKind.PGPOOL
-
-    @property
     def is_running_pooler(self) -> bool:
-        return self.kind is PoolerKind.RUNNING
+        return self.kind is not None and not self.kind.started
 
     def setting(self, name: str) -> str | None:
         return dict(self.settings).get(name)
@@ -82,7 +80,8 @@ def driver_off(cell: AdviceCell) -> str:
 
 def reset_tail(cell: AdviceCell) -> str:
     """PgBouncer's blunt instrument, with its trade-off (appended to session-state leaks)."""
-    if not cell.is_bouncer:
+    name = cell.kind.record.resets_setting if cell.kind else ""
+    if not name:
         return ""
-    return (" Or `server_reset_query_always = 1` (`DISCARD ALL` after each transaction): the next client starts "
+    return (f" Or `{name} = 1` (`DISCARD ALL` after each transaction): the next client starts "
             "clean, but the client that set the state loses it, and each transaction costs a round trip.")

@@ -36,8 +36,8 @@ def _tracked(name: str, since: tuple[int, ...] = (), how: str = "") -> Rule:
         if c.is_bouncer and o.verdict is Verdict.LEAKS:
             return (f"PgBouncer tracks {name} per client by default: check that {c.ini} does not narrow its "
                     f"tracked parameters (`track_extra_parameters`); meanwhile {connect}.")
-        if c.is_odyssey:
-            return f"Check Odyssey's `maintain_params` for this route; meanwhile {connect}."
+        if c.advice.tracked_params:
+            return f"{c.advice.tracked_params}; meanwhile {connect}."
         return f"Do not `SET {name}` on a pooled connection: {connect}."
     return rule
 
@@ -107,7 +107,7 @@ def advisory_lock(o: Outcome, c: AdviceCell) -> str | None:
 
 
 def listen_notify(o: Outcome, c: AdviceCell) -> str:
-    pin = " (or `pool_pin_on_listen` if your Odyssey release has it)" if c.is_odyssey else ""
+    pin = c.advice.listen_pin
     return ("Run LISTEN on its own session: a direct connection to PostgreSQL, or a session-mode pool for the "
             f"listener (e.g. a second database entry with `pool_mode=session`){pin}; `NOTIFY` itself is fine "
             "through a transaction pool.")
@@ -130,9 +130,7 @@ def with_hold_cursor(o: Outcome, c: AdviceCell) -> str:
 
 
 def sql_prepare(o: Outcome, c: AdviceCell) -> str:
-    tracked = ("PgBouncer's `max_prepared_statements` (1.21+) covers only protocol-level prepares" if c.is_bouncer
-               else "Odyssey's `pool_reserve_prepared_statement` covers only protocol-level prepares" if c.is_odyssey
-               else "poolers track at most protocol-level prepares")
+    tracked = c.advice.prepares_tracked or "poolers track at most protocol-level prepares"
     return (f"SQL `PREPARE`/`EXECUTE` pass through untouched, and {tracked}: use your driver's protocol-level "
             "prepares, or `PREPARE`, `EXECUTE` and `DEALLOCATE` in one transaction.")
 
@@ -140,11 +138,12 @@ def sql_prepare(o: Outcome, c: AdviceCell) -> str:
 def _prepare_fix(c: AdviceCell) -> str:
     """The pooler-side fix for protocol-level prepares, as this cell's pooler and version allow."""
     off = driver_off(c)
-    if c.is_odyssey:
-        on = c.setting("pool_reserve_prepared_statement")
+    name = c.advice.prepares_setting
+    if name:
+        on = c.setting(name)
         if on in ("yes", "on", "true"):
-            return f"This cell already sets `pool_reserve_prepared_statement {on}`: {off}."
-        return f"Set `pool_reserve_prepared_statement yes` on the Odyssey route, or {off}."
+            return f"This cell already sets `{name} {on}`: {off}."
+        return f"Set `{name} yes` on the {c.product} route, or {off}."
     if not c.is_bouncer:
         return f"If {c.product} is PgBouncer 1.21+, set `max_prepared_statements`; otherwise {off}."
     if c.version is None:
@@ -283,15 +282,8 @@ def handover(o: Outcome, c: AdviceCell) -> str | None:
     """What a pooler's reset on a client's exit must undo before it hands the server to the next client."""
     if o.verdict is not Verdict.LEAKS:
         return None
-    if c.is_pgpool:
-        return ("Keep `DISCARD ALL` in pgpool-II's `reset_query_list` (its default is `ABORT; DISCARD ALL`): it "
-                "runs when a client disconnects, before the cached backend serves the next session.")
-    if c.is_bouncer:
-        return (f"Keep `server_reset_query = DISCARD ALL` in {c.ini} (the default): in session mode PgBouncer runs "
-                "it when a client leaves, before the next client gets that server connection.")
-    if c.is_odyssey:
-        return ("Keep Odyssey's `pool_discard yes` (or a `pool_discard_string` holding `DISCARD ALL`): it runs "
-                "when a client leaves, before the next client gets that server connection.")
+    if c.advice.handover:
+        return c.advice.handover.format(ini=c.ini)
     return ("Have the pooler run `DISCARD ALL` when a client disconnects, before the next client gets its server "
             "connection; meanwhile end the session's state yourself before disconnecting.")
 

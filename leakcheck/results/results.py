@@ -54,6 +54,7 @@ from typing import Any
 from leakcheck.config import inputs
 from leakcheck.config.output_files import check_writable, write_atomic
 from leakcheck.model.errors import UsageError
+from leakcheck.model.products import PRODUCTS
 from leakcheck.model.target import Application, Driver, Pooler, PoolerKind, Route, Setting, Target
 from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.model.versions import Version
@@ -425,11 +426,12 @@ def _pooler(data: Any) -> Pooler | None:
     if not isinstance(fleet, list) or not all(isinstance(v, str) for v in fleet):
         raise TypeError(f"a pooler's fleet is {fleet!r}, not a list of versions")
     kind, version = PoolerKind(_text(data, "kind")), _optional_version(data.get("version"))
-    if (version is None) != (kind is PoolerKind.RUNNING):
+    if (version is None) != (not kind.started):
         raise ValueError(f"the {kind.value} pooler's version is {version or 'null'}: only a running pooler (dsn) "
                          "has no version")
-    if fleet and kind is not PoolerKind.PGBOUNCER:
-        raise ValueError(f"the {kind.value} pooler has a fleet: only PgBouncer runs as a fleet")
+    if fleet and not kind.record.fleets:
+        fleets = " or ".join(p.title for p in PRODUCTS.values() if p.fleets)
+        raise ValueError(f"the {kind.value} pooler has a fleet: only {fleets} runs as a fleet")
     if fleet and (len(fleet) < 2 or Version.parse(fleet[0]) != version):
         raise ValueError(f"a fleet is {fleet!r}: a fleet is two processes or more, the first of the pooler's version")
     return Pooler(kind, version, _settings(data.get("settings", [])), config, tuple(Version.parse(v) for v in fleet))

@@ -90,7 +90,7 @@ class FailFast:
 
     @contextlib.contextmanager
     def pooler(self, pg: Version, pooler: Pooler, settings: PoolSettings, lane: str = "") -> Iterator[Endpoint]:
-        if pooler.kind is not PoolerKind.RUNNING:  # a running pooler's PostgreSQL may be out of reach
+        if pooler.kind.started:  # a running pooler's PostgreSQL may be out of reach
             self.postgres(pg)  # a PostgreSQL failure is remembered as one, not as a pooler failure
         cell = (f"PostgreSQL {pg}", pooler.label())
         what = f"{pooler.label()} (in front of PostgreSQL {pg})"

@@ -63,8 +63,7 @@ def make_backend(config: Config) -> Backend:
     if choose_backend(config.backend)[0] == "containers":
         from leakcheck.provision.containers.backend import ContainersBackend
 
-        backend: Backend = ContainersBackend(pg_image=config.pg_image, bouncer_image=config.bouncer_image,
-                                             odyssey_image=config.odyssey_image, pgpool_image=config.pgpool_image)
+        backend: Backend = ContainersBackend(pg_image=config.pg_image, images=config.images)
         return backend
     from leakcheck.provision.native import NativeBackend
 
@@ -81,11 +80,11 @@ def pooler_cells(
     for table in tables:
         own, rolled = (table.fleet if table.fleet.is_fleet else fleet), False
         for kind, spec in table.poolers:
-            ini = table.ini if kind is PoolerKind.PGBOUNCER and table.ini else ""
+            ini = table.ini if kind.record.team_file and table.ini else ""
             shapes: list[tuple[Version, ...]] = [(resolve(kind, spec),)]
-            if kind is PoolerKind.PGBOUNCER and own.size > 1:
+            if kind.record.fleets and own.size > 1:
                 shapes = [shapes[0] * own.size]
-            elif kind is PoolerKind.PGBOUNCER and own.releases:
+            elif kind.record.fleets and own.releases:
                 if rolled:
                     continue  # the fleet's cells come once, at its first release
                 rolled = True

@@ -14,7 +14,7 @@ from leakcheck.drivers.interface import Client, ServerError
 from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
-from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
+from leakcheck.model.target import Driver, Pooler, Route, Target
 from leakcheck.model.verdicts import Observation, Outcome, Proof, ServerId, Verdict, classify
 from leakcheck.probes.base import Login, NotYet, Probe
 from leakcheck.probes.outcomes import Stalled
@@ -22,8 +22,8 @@ from leakcheck.probes.scenario import Scenario
 from leakcheck.probes.witness import Witness, witness_for
 from leakcheck.provision.base import USER, Backend, Endpoint, PoolerKey
 from leakcheck.provision.console import query_postgres
-from leakcheck.provision.pgbouncer import admin, team_ini
 from leakcheck.provision.postgres.fixtures import APP_ROLE
+from leakcheck.provision.products import product
 from leakcheck.run import running_pooler
 from leakcheck.run.watch import Gone, ServerLost, run_watched
 
@@ -44,14 +44,21 @@ def subject_mode(pooler: Pooler | None) -> PoolMode:
     (pgpool-II has no transaction pooling: it runs as it is, in its session mode)."""
     if pooler is None:
         return PoolMode.TRANSACTION
-    if pooler.kind is PoolerKind.PGPOOL:
+    if not pooler.kind.record.transaction_pooling:
         return PoolMode.SESSION
-    team = team_ini.load(pooler.config) if pooler.config and pooler.kind is PoolerKind.PGBOUNCER else None
-    given = pooler.setting("pool_mode") or (team.value("pool_mode") if team else None)
+    given = pooler.setting("pool_mode") or team_value(pooler, "pool_mode")
     try:
         return PoolMode((given or "transaction").strip().lower())
     except ValueError:
         return PoolMode.TRANSACTION  # the pooler itself refuses the value when it starts
+
+
+def team_value(pooler: Pooler, name: str) -> str | None:
+    """The value the team's own config file (--bouncer-ini) gives a setting, where its product reads one."""
+    if not pooler.config or not pooler.kind.started:
+        return None
+    read = product(pooler.kind).team_value
+    return read(pooler.config, name) if read is not None else None
 
 
 def pooler_lane(target: Target) -> str:
@@ -124,7 +131,7 @@ async def _close(*clients: Client) -> None:
 
 def is_running_pooler(target: Target) -> bool:
     """A pooler leakcheck did not start (--pooled-dsn): see run/running_pooler.py."""
-    return target.route is Route.TRANSACTION and target.pooler is not None and target.pooler.kind is PoolerKind.RUNNING
+    return target.route is Route.TRANSACTION and target.pooler is not None and not target.pooler.kind.started
 
 
 async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
@@ -197,7 +204,7 @@ async def _measure(
         except ProvisionError as exc:
             raise NotApplicable(f"this probe needs a third, direct session: {exc}") from exc
 
-    promised = target.pooler is None or target.pooler.kind is PoolerKind.PGBOUNCER
+    promised = target.pooler is None or target.pooler.kind.record.promises_placement
     holder = (lambda: connect(target.driver, "H", where, settings)) if may_hold(plan) else None
     observer = ((lambda: connect(Driver.PSYCOPG, "O", where.as_user(APP_ROLE)))
                 if shares_servers(plan) and not running else None)
@@ -236,10 +243,10 @@ def resets_after_transaction(target: Target) -> bool:
     """Whether the pooler runs a statement of its own on a server after each transaction (PgBouncer's
     server_reset_query_always, the axis or the team's ini), so no session state survives an autocommit step."""
     pooler = target.pooler
-    if target.route is not Route.TRANSACTION or pooler is None or pooler.kind is not PoolerKind.PGBOUNCER:
+    name = pooler.kind.record.resets_setting if pooler is not None else ""
+    if target.route is not Route.TRANSACTION or pooler is None or not name:
         return False
-    team = team_ini.load(pooler.config) if pooler.config else None
-    given = pooler.setting("server_reset_query_always") or (team.value("server_reset_query_always") if team else None)
+    given = pooler.setting(name) or team_value(pooler, name)
     return (given or "0").strip().lower() in ("1", "yes", "on", "true")
 
 
@@ -255,33 +262,33 @@ def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitabl
         async def postgres() -> str | None:
             return "that peer was PostgreSQL, which closes it once it signalled the backend"
         return postgres
-    if target.pooler.kind is not PoolerKind.PGBOUNCER:
+    kind = target.pooler.kind
+    counter = product(kind).cancels_in_flight if kind.started else None
+    if counter is None:
         return None
+    count_cancels, teller = counter
     untold = False
 
-    async def pgbouncer() -> str | None:
+    async def pooler() -> str | None:
         nonlocal untold
         if untold:
             return None
-        count = await asyncio.to_thread(admin.cancels_until_closed, endpoint)
-        untold = count is None  # SHOW POOLS cannot say (before 1.18): the bound it is, without asking again
-        return "PgBouncer's SHOW POOLS then counted no cancel request in flight" if count == 0 else None
-    return pgbouncer
-
-
-#: Odyssey settings that decide how many server connections a client may hold: given as axes, H could wait
-#: for one that never comes free (in session mode each connected client keeps its own).
-_POOL_SHAPE = ("pool", "pool_size")
+        count = await asyncio.to_thread(count_cancels, endpoint)
+        untold = count is None  # its console cannot say (PgBouncer before 1.18): the bound it is, without asking again
+        return f"{teller} then counted no cancel request in flight" if count == 0 else None
+    return pooler
 
 
 def may_hold(plan: ProbePlan) -> bool:
     """Whether H, one more client of the pool, may hold a server connection to place A and B
     (Scenario.keep_a_home): only on a pooler leakcheck started with the probe's pool size in transaction
-    mode that hands out servers in its own order (Odyssey; PgBouncer hands B the one A used last)."""
+    mode that hands out servers in its own order (Odyssey; PgBouncer hands B the one A used last), unless a
+    setting of its pool's shape is an axis (H could wait for a server that never comes free)."""
     pooler, settings = plan.target.pooler, plan.settings
-    if pooler is None or pooler.kind is not PoolerKind.ODYSSEY or settings is None:
+    if pooler is None or not pooler.kind.record.may_hold or settings is None:
         return False
-    return settings.mode is PoolMode.TRANSACTION and not any(pooler.setting(name) for name in _POOL_SHAPE)
+    shape = pooler.kind.record.pool_shape
+    return settings.mode is PoolMode.TRANSACTION and not any(pooler.setting(name) for name in shape)
 
 
 def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[ServerId] | None = None) -> Outcome:

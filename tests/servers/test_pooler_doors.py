@@ -19,14 +19,15 @@ from leakcheck.provision.host.pooler_process import PoolerProcess
 from leakcheck.provision.host.proc_sockets import Listening, beyond, listening
 from leakcheck.provision.host.system import ServerUser, cache_root, free_port, open_files_as
 from leakcheck.provision.odyssey.process import OdysseyProcess
+from leakcheck.provision.odyssey.product import resolve_odyssey
 from leakcheck.provision.pgbouncer import admin
 from leakcheck.provision.pgbouncer import settings as bouncer_settings
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
 from leakcheck.provision.pgbouncer.fleet import BouncerFleet
 from leakcheck.provision.pgbouncer.process import BouncerProcess
 from leakcheck.provision.pgpool.process import PgpoolProcess
+from leakcheck.provision.pgpool.product import resolve_pgpool
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 from tests.support.servers import enterable_folder
 
 pytestmark = pytest.mark.servers

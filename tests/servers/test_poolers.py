@@ -33,9 +33,10 @@ from leakcheck.provision.host.strays import servers_in
 from leakcheck.provision.host.sweep import sweep
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.odyssey.process import OdysseyProcess
+from leakcheck.provision.odyssey.product import resolve_odyssey
 from leakcheck.provision.pgpool.process import PgpoolProcess
+from leakcheck.provision.pgpool.product import resolve_pgpool
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 from leakcheck.provision.sources.program_folder import program_version
 from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL
 from tests.support.servers import enterable_folder
@@ -259,7 +260,8 @@ from leakcheck.provision.base import Endpoint
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.provision.odyssey.process import OdysseyProcess
 from leakcheck.provision.pgpool.process import PgpoolProcess
-from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
+from leakcheck.provision.odyssey.product import resolve_odyssey
+from leakcheck.provision.pgpool.product import resolve_pgpool
 from leakcheck.provision.host.system import cache_root, server_user
 from leakcheck.model.versions import parse_spec
 

@@ -20,9 +20,10 @@ from leakcheck.model.versions import parse_spec
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.odyssey.process import OdysseyProcess
+from leakcheck.provision.odyssey.product import resolve_odyssey
 from leakcheck.provision.pgpool.process import PgpoolProcess
+from leakcheck.provision.pgpool.product import resolve_pgpool
 from leakcheck.provision.postgres.server import PgServer
-from leakcheck.provision.sources.odyssey_pgpool import resolve_odyssey, resolve_pgpool
 
 pytestmark = pytest.mark.servers
 

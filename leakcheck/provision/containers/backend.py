@@ -18,7 +18,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -39,7 +39,6 @@ from leakcheck.provision.containers.engine import LOOPBACK, RECIPE_LABEL, Engine
 from leakcheck.provision.containers.fleet import ContainerFleet, MemberImage
 from leakcheck.provision.containers.odyssey_pgpool import (
     CONTAINERS,
-    OPTIONS,
     PROGRAMS,
     OdysseyPgpoolContainer,
     OdysseyPgpoolImage,
@@ -93,7 +92,11 @@ class ContainersBackend:
         start_timeout: float = 60.0,
         odyssey_image: str | None = None,
         pgpool_image: str | None = None,
+        images: Mapping[PoolerKind, str] | None = None,
     ) -> None:
+        """`images`: Config.images, each pooler kind's image template (the keyword arguments name the same)."""
+        images = images or {}
+        bouncer_image = bouncer_image or images.get(PoolerKind.PGBOUNCER)
         self._pg_template = img.check_template(pg_image, "--pg-image")
         self._bouncer_template = (
             img.check_template(bouncer_image, "--bouncer-image") if bouncer_image else None
@@ -102,8 +105,10 @@ class ContainersBackend:
         self._base_image = bouncer_base_image or os.environ.get(img.BASE_IMAGE_ENV) or img.DEFAULT_BASE_IMAGE
         self._build_tag = img.check_template(bouncer_build_tag, "bouncer_build_tag")
         self._keep_built = keep_built_images
-        given = {PoolerKind.ODYSSEY: odyssey_image, PoolerKind.PGPOOL: pgpool_image}
-        self._pooler_templates = {k: img.check_template(t, OPTIONS[k]) for k, t in given.items() if t}
+        given = {**images, PoolerKind.ODYSSEY: odyssey_image or images.get(PoolerKind.ODYSSEY),
+                 PoolerKind.PGPOOL: pgpool_image or images.get(PoolerKind.PGPOOL)}
+        self._pooler_templates = {k: img.check_template(t, k.record.image_option) for k, t in given.items()
+                                  if t and not k.record.image_built}
         self._timeout = start_timeout
         self._engine: Engine | None = None
         self._specs: dict[tuple[str, str], Version] = {}
@@ -173,7 +178,7 @@ class ContainersBackend:
         if kind not in PROGRAMS:
             raise UsageError(f"the containers backend cannot start {kind.product}")
         example = f"--pooler={kind.value}:{PROGRAMS[kind].example_spec}"
-        wanted = _version_only(spec, f"--pooler={kind.value}:{spec.raw}", example, OPTIONS[kind])
+        wanted = _version_only(spec, f"--pooler={kind.value}:{spec.raw}", example, kind.record.image_option)
         key = (kind.value, str(wanted))
         if key not in self._specs:
             template = self._pooler_templates.get(kind)

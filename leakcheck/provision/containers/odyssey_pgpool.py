@@ -38,8 +38,7 @@ from leakcheck.provision.pgpool.process import answers_port, children, refused_s
 from leakcheck.provision.sources import banners
 from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL, Program
 
-#: The image option and the program of each pooler kind this module starts.
-OPTIONS = pc.IMAGE_OPTIONS
+#: The program of each pooler kind this module starts.
 PROGRAMS = {PoolerKind.ODYSSEY: ODYSSEY, PoolerKind.PGPOOL: PGPOOL}
 
 
@@ -63,7 +62,7 @@ def banner_version(output: str, program: Program) -> Version | None:
 
 def resolve_image(engine: Engine, kind: PoolerKind, template: str, wanted: Version) -> OdysseyPgpoolImage:
     """The image `template` names for `wanted`, with the exact version its program prints."""
-    option, program = OPTIONS[kind], PROGRAMS[kind]
+    option, program = kind.record.image_option, PROGRAMS[kind]
     name = img.image_name(template, wanted, option)
     attrs = engine.ensure_image(name, option)
     user = img.UNPRIVILEGED_USER if img.runs_as_root(str(attrs["Config"].get("User") or "")) else None

@@ -21,8 +21,6 @@ Settings = tuple[tuple[str, str], ...]
 Credentials = tuple[tuple[str, str], ...]
 
 POOLER_PORT = 6432
-#: The option naming each pooler's image template (leakcheck builds none of these images itself).
-IMAGE_OPTIONS = {PoolerKind.ODYSSEY: "--odyssey-image", PoolerKind.PGPOOL: "--pgpool-image"}
 #: pgpool-II's sockets, pid file and status file: the image's user may write there (/leakcheck may be read-only).
 PGPOOL_RUN_DIR = "/tmp"
 
@@ -34,7 +32,10 @@ PGPOOL_COMMAND = (
 )
 def missing_image(kind: PoolerKind, spec: Spec) -> UsageError:
     """The one-line error for a pooler asked of the containers backend without its image template."""
-    option = IMAGE_OPTIONS[kind]
+    option = kind.record.image_option
+    if not option:
+        return UsageError(f"--pooler={kind.value}:{spec.raw}: the containers backend cannot start {kind.product} "
+                          "(no image option names its image); run it with --backend=native")
     return UsageError(
         f"--pooler={kind.value}:{spec.raw} on the containers backend needs an image: give {option} (e.g. "
         f"{option}='leakcheck-local/{kind.value}:{{version}}', built from docker/{kind.value}: see docker/README.md)"

@@ -1,4 +1,5 @@
-"""Finding Odyssey and pgpool-II: a given path, the cache, an installed one, then Debian's binary packages.
+"""Finding a packaged pooler (Odyssey, pgpool-II): a given path, the cache, an installed one, then Debian's
+binary packages.
 
 A Debian package is fetched with leakcheck's private apt set-up (debian.py) together with the
 library packages it needs, extracted into cache/<program>/<exact version>/root and run through that
@@ -9,23 +10,26 @@ Odyssey 1.5.2 (sid), pgpool-II 4.3.5 (bookworm), 4.6.1 (trixie), 4.7.3 (sid).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from leakcheck.model.versions import Spec, Version
 from leakcheck.provision.base import Binary
 from leakcheck.provision.sources.debian_programs import from_debian
 from leakcheck.provision.sources.program_cache import resolve_in_store
-from leakcheck.provision.sources.programs import ODYSSEY, PGPOOL, Program
+from leakcheck.provision.sources.programs import Program
 
 
-def resolve_odyssey(spec: Spec, cache: Path, option: str = "--odyssey") -> Binary:
-    """An odyssey of the version `spec` asks for (1.5 -> 1.5.2), or at its path."""
-    return resolve_packaged(ODYSSEY, spec, cache, option)
+@dataclass(frozen=True)
+class Packaged:
+    """A resolver of one packaged program: `Packaged(ODYSSEY, "--odyssey")(spec, cache)` is an odyssey of the
+    version `spec` asks for (1.5 -> 1.5.2), or at its path; `option` names it in messages."""
 
+    program: Program
+    option: str
 
-def resolve_pgpool(spec: Spec, cache: Path, option: str = "--pgpool") -> Binary:
-    """A pgpool of the version `spec` asks for (4.3 -> 4.3.5), or at its path."""
-    return resolve_packaged(PGPOOL, spec, cache, option)
+    def __call__(self, spec: Spec, cache: Path, option: str | None = None) -> Binary:
+        return resolve_packaged(self.program, spec, cache, option or self.option)
 
 
 def resolve_packaged(program: Program, spec: Spec, cache: Path, option: str) -> Binary:
