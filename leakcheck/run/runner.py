@@ -15,7 +15,7 @@ from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, 
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
-from leakcheck.model.verdicts import Observation, Outcome, Proof, ServerId, Verdict, classify
+from leakcheck.model.verdicts import Observation, Outcome, Proof, ServerId, Verdict, classify, unshared
 from leakcheck.probes.base import Login, NotYet, Probe
 from leakcheck.probes.outcomes import Stalled
 from leakcheck.probes.scenario import Scenario
@@ -339,11 +339,17 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
         if reused:
             return outcome(Verdict.ERROR, f"server connection(s) {', '.join(reused)} already served an earlier "
                            "probe on this pooler: the reset did not give fresh server connections")
-    verdict, evidence = classify(target.route, proofs, observation)
-    unshared = never_shared(plan, proofs) if verdict is Verdict.ERROR else None
-    if unshared is not None:
-        return outcome(Verdict.NOT_APPLICABLE, unshared)
-    return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+    verdict, evidence = decide(plan, proofs, observation)
+    return outcome(verdict, evidence, observation if verdict not in (Verdict.ERROR, Verdict.NOT_APPLICABLE) else None)
+
+
+def decide(plan: ProbePlan, proofs: tuple[Proof, ...], observation: Observation) -> tuple[Verdict, str]:
+    """The verdict of what the probe measured: `classify`'s; where it is an error because the pooler never let A
+    and B share a server connection, not applicable, but a lost write stays what it is (model/verdicts.py
+    unshared), with its facts."""
+    verdict, evidence = classify(plan.target.route, proofs, observation)
+    apart = never_shared(plan, proofs) if verdict is Verdict.ERROR else None
+    return unshared(observation, apart) if apart is not None else (verdict, evidence)
 
 
 def witness_of(backend: Backend, target: Target) -> Witness | None:

@@ -68,3 +68,21 @@ def test_a_hand_over_in_transaction_mode_not_handed_the_server_stays_an_error() 
     from leakcheck.probes.handover import handover_setting
 
     assert never_shared(plan_of(handover_setting, target("pgbouncer", "1.24.1")), proofs(("A", 1), ("B", 2))) is None
+
+
+def test_a_silent_lost_write_where_a_and_b_never_shared_a_server_is_loses_writes_not_not_applicable() -> None:
+    # pgpool-II 4.3 in session mode, asyncpg's autocommitted INSERT rolled back (pgpool2#172): A and B each on a
+    # server of their own, and the application's committed write is not in the database, no error told.
+    from leakcheck.model.verdicts import Fact, Observation, Verdict
+    from leakcheck.run.runner import decide
+
+    tx = next(p for p in PROBES if p.id == "tx_free_before_commit")
+    lost = Observation(evidence="B's INSERT afterwards gave ok", lost_write="B's INSERT after A's commit",
+                       silent=True)
+    verdict, evidence = decide(plan_of(tx, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2)), lost)
+    assert verdict is Verdict.LOSES_WRITES and {Fact.LOST_WRITE, Fact.SILENT} <= set(lost.facts)
+    assert "B's INSERT after A's commit lost" in evidence and "A on pid 1; B on pid 2" in evidence
+    told = Observation(evidence="A's COMMIT failed", lost_write="A's INSERT", broke="A's COMMIT: 25P02")
+    assert decide(plan_of(tx, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2)), told)[0] is Verdict.BREAKS
+    kept = Observation(evidence="every write reported committed is in the database")
+    assert decide(plan_of(tx, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2)), kept)[0] is Verdict.NOT_APPLICABLE
