@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.clients import connect
 from leakcheck.drivers.interface import Client, ServerError
-from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
+from leakcheck.model.errors import DriverRefused, LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
@@ -211,6 +211,11 @@ async def _measure(
             observation = await probe.body(scenario)
         except Stalled as stall:  # the pool stalled: what the application saw ends the probe
             observation = Observation(evidence="the probe ended there", stalled=str(stall))
+        except DriverRefused as refused:  # a driver refused a value its server reported
+            lost = refusal_outcome(refused, scenario.proofs)
+            if lost is None:
+                raise
+            observation = lost
         if running:
             await running_pooler.discard(a, b)
     except BaseException:
@@ -222,6 +227,18 @@ async def _measure(
         await scenario.close()
         await _close(a, b, scenario.b)
     return scenario.finish(observation), tuple(scenario.proofs)
+
+
+def refusal_outcome(refused: DriverRefused, proofs: Sequence[Proof]) -> Observation | None:
+    """What a driver's refusal of a value its server reported (a catalogue refusal) means. None, not applicable:
+    A's driver refused the value A set itself, or refused before B acted (only A's own setting can have reached
+    it). Else the value reached an application that never set it (B's driver was told A's DateStyle), and
+    that application lost its connection: the probe ends there, a break (Fact.DISCONNECTED where its driver
+    closes the connection)."""
+    if refused.who == "A" and (refused.own or not any(p.client == "B" for p in proofs)):
+        return None
+    return Observation(evidence="the probe ended there", broke=str(refused),
+                       disconnected=str(refused) if refused.closed else None)
 
 
 def shares_servers(plan: ProbePlan) -> bool:

@@ -86,3 +86,22 @@ def test_a_silent_lost_write_where_a_and_b_never_shared_a_server_is_loses_writes
     assert decide(plan_of(tx, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2)), told)[0] is Verdict.BREAKS
     kept = Observation(evidence="every write reported committed is in the database")
     assert decide(plan_of(tx, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2)), kept)[0] is Verdict.NOT_APPLICABLE
+
+
+def test_a_driver_refusing_a_value_is_not_applicable_only_for_its_own_setting_or_before_b_acted() -> None:
+    from leakcheck.model.errors import DriverRefused
+    from leakcheck.model.verdicts import Fact
+    from leakcheck.run.runner import refusal_outcome
+
+    def refused(who: str, closed: bool = True, own: bool = False) -> DriverRefused:
+        exc = DriverRefused(f"{who}'s driver refused to go on: The server's DateStyle parameter was changed", who,
+                            closed)
+        exc.own = own
+        return exc
+
+    assert refusal_outcome(refused("A"), proofs(("A", 1))) is None  # before B acted: only A's own value
+    assert refusal_outcome(refused("A", own=True), proofs(("B", 1), ("A", 1))) is None  # at A's own SET
+    after = refusal_outcome(refused("A"), proofs(("A", 1), ("B", 1)))
+    assert after is not None and {Fact.BROKE, Fact.DISCONNECTED} <= set(after.facts)
+    b = refusal_outcome(refused("B", closed=False), proofs(("A", 1)))
+    assert b is not None and Fact.BROKE in b.facts and Fact.DISCONNECTED not in b.facts
