@@ -77,7 +77,7 @@ def _parse_json(data: Any) -> dict[str, Expectation]:
     verdicts = data.get("verdicts")
     if not isinstance(verdicts, dict):
         raise Malformed(f"verdicts is {type(verdicts).__name__}, not an object")
-    return {str(k): Expectation(_verdict(v, str(k))) for k, v in verdicts.items()}
+    return {str(k): _entry(v, str(k)) for k, v in verdicts.items()}  # a verdict, or {"verdict", "reason"}
 
 
 def _parse_toml(text: str) -> dict[str, Expectation]:
@@ -139,8 +139,10 @@ def render_toml(entries: Mapping[str, Expectation]) -> str:
 
 
 def render_json(entries: Mapping[str, Expectation]) -> str:
-    """The JSON text of format 1 (it holds no reasons)."""
-    body = {k: entries[k].verdict.value for k in sorted(entries)}
+    """The JSON text of format 1: a verdict per key, or {"verdict": ..., "reason": ...} for an entry with a reason
+    (a loses_writes entry needs one)."""
+    body = {k: {"verdict": e.verdict.value, "reason": e.reason} if (e := entries[k]).reason else e.verdict.value
+            for k in sorted(entries)}
     return json.dumps({"format": JSON_FORMAT, "verdicts": body}, indent=2) + "\n"
 
 

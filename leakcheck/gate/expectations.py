@@ -133,7 +133,7 @@ def one_line_of(exc: Exception) -> str:
 
 
 def render(entries: Mapping[str, Expectation], path: Path | None = None) -> str:
-    """The file text for `path`: JSON format 1 for a .json file, else TOML format 2 (with reasons)."""
+    """The file text for `path`: JSON format 1 for a .json file, else TOML format 2 (both with reasons)."""
     return render_json(entries) if path is not None and path.suffix == ".json" else render_toml(entries)
 
 

@@ -89,6 +89,19 @@ class NotApplicable(ProbeError):
         return None
 
 
+class DriverRefused(NotApplicable):
+    """A driver refused to go on with a value its server reported (a catalogue refusal: pgjdbc on a DateStyle
+    not ISO, pgx on a client_encoding not UTF8). Not applicable only when the client that set the value refused
+    it (Scenario.change marks it `own`), or A refused before B acted; else the value reached an application
+    that never set it, which lost its connection: a break (run/runner.py refusal_outcome)."""
+
+    def __init__(self, message: str, who: str, closed: bool) -> None:
+        super().__init__(message)
+        self.who = who  #: the client whose driver refused
+        self.closed = closed  #: its driver closes its connection then
+        self.own = False  #: refused at the client's own setting of the value
+
+
 _SEVERITY = re.compile(r"\b(?:ERROR|FATAL|error|fatal)\b:?\s+(.+)$")
 
 

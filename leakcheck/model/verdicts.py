@@ -234,3 +234,14 @@ def classify(route: Route, proofs: Sequence[Proof], observation: Observation) ->
     lead = {Fact.BROKE: observation.broke, Fact.DISCONNECTED: observation.disconnected,
             Fact.STALLED: observation.stalled, Fact.LOST_WRITE: observation.lost_write}.get(named[0]) if named else None
     return verdict, (f"{lead}. {evidence}" if lead else evidence)
+
+
+def unshared(observation: Observation, why: str) -> tuple[Verdict, str]:
+    """The verdict when the pooler never let A and B share a server connection (`why`, run/runner.py's
+    never_shared): not applicable, unless the application lost a write it was told is committed. That needs no
+    sharing to be proven (the witness read PostgreSQL itself after the run): it is the application's outcome,
+    never hidden by "not applicable" (LOSES_WRITES when no error told it; BREAKS when one did)."""
+    if Fact.LOST_WRITE not in observation.facts:
+        return Verdict.NOT_APPLICABLE, why
+    verdict, _ = headline(observation.facts)
+    return verdict, f"{observation.lost_write} lost. {observation.evidence}. The clients shared no server: {why}"

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.interface import Client, Row
-from leakcheck.model.errors import NotApplicable, ProbeError, one_line
+from leakcheck.model.errors import DriverRefused, NotApplicable, ProbeError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Observation, Proof, ServerId, Slot
@@ -291,7 +291,11 @@ class Scenario:
 
     async def change(self, client: Client, step: str, sql: str) -> None:
         """A state change the probe cannot measure without: a failure is a harness error."""
-        done = await self.run(client, step, sql)
+        try:
+            done = await self.run(client, step, sql)
+        except DriverRefused as refused:
+            refused.own = refused.who == client.label  # its driver refused the value it set itself
+            raise
         if done.failed:
             raise ProbeError(f"{client.label} could not {step} ({sql}): {done}")
 
@@ -368,6 +372,8 @@ class Scenario:
         driver has no such call (its applications never free one)."""
         try:
             return await self._step(client, step, client.free(sql))
+        except DriverRefused:  # a value its server reported, not a call it lacks
+            raise
         except NotApplicable:
             return None
 

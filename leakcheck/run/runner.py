@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.clients import connect
 from leakcheck.drivers.interface import Client, ServerError
-from leakcheck.model.errors import LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
+from leakcheck.model.errors import DriverRefused, LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Driver, Pooler, Route, Target
-from leakcheck.model.verdicts import Observation, Outcome, Proof, ServerId, Verdict, classify
+from leakcheck.model.verdicts import Observation, Outcome, Proof, ServerId, Verdict, classify, unshared
 from leakcheck.probes.base import Login, NotYet, Probe
 from leakcheck.probes.outcomes import Stalled
 from leakcheck.probes.scenario import Scenario
@@ -218,6 +218,11 @@ async def _measure(
             observation = await probe.body(scenario)
         except Stalled as stall:  # the pool stalled: what the application saw ends the probe
             observation = Observation(evidence="the probe ended there", stalled=str(stall))
+        except DriverRefused as refused:  # a driver refused a value its server reported
+            lost = refusal_outcome(refused, scenario.proofs)
+            if lost is None:
+                raise
+            observation = lost
         if running:
             await running_pooler.discard(a, b)
     except BaseException:
@@ -229,6 +234,18 @@ async def _measure(
         await scenario.close()
         await _close(a, b, scenario.b)
     return scenario.finish(observation), tuple(scenario.proofs)
+
+
+def refusal_outcome(refused: DriverRefused, proofs: Sequence[Proof]) -> Observation | None:
+    """What a driver's refusal of a value its server reported (a catalogue refusal) means. None, not applicable:
+    A's driver refused the value A set itself, or refused before B acted (only A's own setting can have reached
+    it). Else the value reached an application that never set it (B's driver was told A's DateStyle), and
+    that application lost its connection: the probe ends there, a break (Fact.DISCONNECTED where its driver
+    closes the connection)."""
+    if refused.who == "A" and (refused.own or not any(p.client == "B" for p in proofs)):
+        return None
+    return Observation(evidence="the probe ended there", broke=str(refused),
+                       disconnected=str(refused) if refused.closed else None)
 
 
 def shares_servers(plan: ProbePlan) -> bool:
@@ -346,11 +363,17 @@ def run_probe(backend: Backend, probe: Probe, target: Target, earlier: set[Serve
         if reused:
             return outcome(Verdict.ERROR, f"server connection(s) {', '.join(reused)} already served an earlier "
                            "probe on this pooler: the reset did not give fresh server connections")
-    verdict, evidence = classify(target.route, proofs, observation)
-    unshared = never_shared(plan, proofs) if verdict is Verdict.ERROR else None
-    if unshared is not None:
-        return outcome(Verdict.NOT_APPLICABLE, unshared)
-    return outcome(verdict, evidence, observation if verdict is not Verdict.ERROR else None)
+    verdict, evidence = decide(plan, proofs, observation)
+    return outcome(verdict, evidence, observation if verdict not in (Verdict.ERROR, Verdict.NOT_APPLICABLE) else None)
+
+
+def decide(plan: ProbePlan, proofs: tuple[Proof, ...], observation: Observation) -> tuple[Verdict, str]:
+    """The verdict of what the probe measured: `classify`'s; where it is an error because the pooler never let A
+    and B share a server connection, not applicable, but a lost write stays what it is (model/verdicts.py
+    unshared), with its facts."""
+    verdict, evidence = classify(plan.target.route, proofs, observation)
+    apart = never_shared(plan, proofs) if verdict is Verdict.ERROR else None
+    return unshared(observation, apart) if apart is not None else (verdict, evidence)
 
 
 def witness_of(backend: Backend, target: Target) -> Witness | None:

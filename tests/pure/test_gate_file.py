@@ -248,3 +248,13 @@ def test_a_fleet_s_key_is_a_baseline_key(tmp_path: Path, pooler: str) -> None:
     path = tmp_path / "fleet.toml"
     path.write_text(f'format = 2\n\n["pg16/{pooler}".asyncpg]\ncancel_routed = "lost"\n')
     assert list(expectations.load(path)) == [f"pg16/{pooler}/asyncpg/cancel_routed"]
+
+
+def test_a_json_baseline_entry_with_a_reason_is_read_and_written_back_with_it(tmp_path: Path) -> None:
+    # matrices/native-bookworm.json holds pgpool-II 4.3's lost asyncpg write: loses_writes needs a reason
+    path = tmp_path / "native.json"
+    path.write_text(json.dumps({"format": 1, "verdicts": {
+        KEY_TZ: {"verdict": "loses_writes", "reason": "pgpool2#172"}, KEY_ST: "leaks"}}))
+    loaded = expectations.load(path)
+    assert loaded == {KEY_TZ: E(Verdict.LOSES_WRITES, "pgpool2#172"), KEY_ST: E(Verdict.LEAKS)}
+    assert expectations.parse(expectations.render(loaded, path), "again", "") == loaded

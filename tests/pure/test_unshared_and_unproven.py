@@ -68,3 +68,40 @@ def test_a_hand_over_in_transaction_mode_not_handed_the_server_stays_an_error() 
     from leakcheck.probes.handover import handover_setting
 
     assert never_shared(plan_of(handover_setting, target("pgbouncer", "1.24.1")), proofs(("A", 1), ("B", 2))) is None
+
+
+def test_a_silent_lost_write_where_a_and_b_never_shared_a_server_is_loses_writes_not_not_applicable() -> None:
+    # pgpool-II 4.3 in session mode, asyncpg's autocommitted INSERT rolled back (pgpool2#172): A and B each on a
+    # server of their own, and the application's committed write is not in the database, no error told.
+    from leakcheck.model.verdicts import Fact, Observation, Verdict
+    from leakcheck.run.runner import decide
+
+    tx = next(p for p in PROBES if p.id == "tx_free_before_commit")
+    lost = Observation(evidence="B's INSERT afterwards gave ok", lost_write="B's INSERT after A's commit",
+                       silent=True)
+    verdict, evidence = decide(plan_of(tx, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2)), lost)
+    assert verdict is Verdict.LOSES_WRITES and {Fact.LOST_WRITE, Fact.SILENT} <= set(lost.facts)
+    assert "B's INSERT after A's commit lost" in evidence and "A on pid 1; B on pid 2" in evidence
+    told = Observation(evidence="A's COMMIT failed", lost_write="A's INSERT", broke="A's COMMIT: 25P02")
+    assert decide(plan_of(tx, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2)), told)[0] is Verdict.BREAKS
+    kept = Observation(evidence="every write reported committed is in the database")
+    assert decide(plan_of(tx, target("pgpool", "4.3.5")), proofs(("A", 1), ("B", 2)), kept)[0] is Verdict.NOT_APPLICABLE
+
+
+def test_a_driver_refusing_a_value_is_not_applicable_only_for_its_own_setting_or_before_b_acted() -> None:
+    from leakcheck.model.errors import DriverRefused
+    from leakcheck.model.verdicts import Fact
+    from leakcheck.run.runner import refusal_outcome
+
+    def refused(who: str, closed: bool = True, own: bool = False) -> DriverRefused:
+        exc = DriverRefused(f"{who}'s driver refused to go on: The server's DateStyle parameter was changed", who,
+                            closed)
+        exc.own = own
+        return exc
+
+    assert refusal_outcome(refused("A"), proofs(("A", 1))) is None  # before B acted: only A's own value
+    assert refusal_outcome(refused("A", own=True), proofs(("B", 1), ("A", 1))) is None  # at A's own SET
+    after = refusal_outcome(refused("A"), proofs(("A", 1), ("B", 1)))
+    assert after is not None and {Fact.BROKE, Fact.DISCONNECTED} <= set(after.facts)
+    b = refusal_outcome(refused("B", closed=False), proofs(("A", 1)))
+    assert b is not None and Fact.BROKE in b.facts and Fact.DISCONNECTED not in b.facts

@@ -15,6 +15,7 @@ from this project's machines.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from leakcheck.drivers.agents.spec import AgentSpec
 from leakcheck.model.errors import NotApplicable
@@ -134,6 +135,10 @@ class Shipped:
     #: what the driver refuses to go on with, by the start of its message, and why: such a probe step
     #: cannot apply to this driver (not applicable, with the driver's words), it is no measurement
     refusals: tuple[tuple[str, str], ...] = ()
+    #: the refusals are of a value the server reported (a ParameterStatus), not of a call the driver cannot
+    #: make: what the driver then does to its connection, "closes" it or "keeps" it. A value another
+    #: application set reaching it is its application's loss (breaks), never "not applicable" (run/runner.py)
+    refused_values: Literal["", "closes", "keeps"] = ""
     #: the driver names statements from a counter of the whole process (pgx's lrupsc_N_M), not per
     #: connection: its agents serve one probe each (client.py), so A's and B's histories are equal
     names_per_process: bool = False
@@ -186,6 +191,7 @@ _PGJDBC = Shipped(
         ("The server's DateStyle parameter was changed", "pgjdbc closes its connection when DateStyle "
          "does not begin with ISO"),
     ),
+    refused_values="closes",
 )
 
 CATALOGUE: tuple[Shipped, ...] = (
@@ -252,6 +258,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         ("options", "-c {name}={value}"),
         refusals=(("simple protocol queries must be run with client_encoding=UTF8",
                    "pgx runs no simple-protocol query unless client_encoding is UTF8"),),
+        refused_values="keeps",
         names_per_process=True,  # N in lrupsc_N_M counts the process's statement caches (one per connection)
         protocols=_V3_ONLY.format("pgx v4"),
         pipeline="pgx v4's batch (pgconn.Batch) has no Close message",
@@ -281,6 +288,7 @@ CATALOGUE: tuple[Shipped, ...] = (
                    "pgx runs no simple-protocol query unless client_encoding is UTF8"),
                   ("simple protocol queries must be run with standard_conforming_strings=on",
                    "pgx runs no simple-protocol query unless standard_conforming_strings is on")),
+        refused_values="keeps",
         protocols="the pgx-v5 agent gives pgconn no protocol setting: it asks for 3.0, pgconn's default",
         pipeline="the pgx-v5 agent sends no pgconn Pipeline (SendPrepare, SendDeallocate) of its own",
     ),

@@ -33,7 +33,7 @@ from leakcheck.drivers.agents.process import (
 )
 from leakcheck.drivers.cancel import int32
 from leakcheck.drivers.interface import CopyIn, Notification, Piped, Pipelined, Row, ServerError
-from leakcheck.model.errors import NotApplicable
+from leakcheck.model.errors import DriverRefused, NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Endpoint
@@ -170,7 +170,10 @@ class AgentClient:
             raise AgentRefused(f"{self._lease.agent.about} refused {op!r} ({kind}): {message}", kind)
         refusal = next((why for start, why in self._shipped.refusals if message.startswith(start)), None)
         if refusal is not None:
-            raise NotApplicable(f"{self.label}'s driver refused to go on: {message} ({refusal})")
+            said = f"{self.label}'s driver refused to go on: {message} ({refusal})"
+            if self._shipped.refused_values:
+                raise DriverRefused(said, self.label, closed=self._shipped.refused_values == "closes")
+            raise NotApplicable(said)
         raise ServerError(str(error.get("sqlstate") or NO_SQLSTATE), f"{message} ({kind})" if kind else message)
 
     def _absorb(self, answer: dict[str, Any]) -> dict[str, Any]:
