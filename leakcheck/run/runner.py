@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
+from leakcheck.drivers.agents.team import PREFIX as TEAM_PREFIX
 from leakcheck.drivers.clients import connect
 from leakcheck.drivers.interface import Client, ServerError
 from leakcheck.model.errors import DriverRefused, LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
@@ -166,6 +167,9 @@ async def _measure(
 ) -> tuple[Observation, tuple[Proof, ...]]:
     probe, target = plan.probe, plan.target
     role = USER if probe.login == Login.SUPERUSER else APP_ROLE
+    if role == USER and any(d.value.startswith(TEAM_PREFIX) for d in (target.driver, target.b_app.driver)):
+        raise NotApplicable("this probe logs in as the test server's superuser, and a team's agent (cmd:PATH) is "
+                            "never given its password: it is a client like any other, on the application role")
     # A fleet: A on its first process; B on the second, or on A's for a probe about the fleet itself.
     addresses = endpoint.members or (endpoint,)
     where = addresses[0].as_user(role)

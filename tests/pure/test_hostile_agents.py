@@ -26,7 +26,7 @@ from leakcheck.drivers.agents import team
 from leakcheck.drivers.agents.process import STOP_TIMEOUT, AgentFault, AgentProcess
 from leakcheck.model.errors import UsageError
 from leakcheck.provision.host.sweep import sweep
-from leakcheck.provision.host.system import server_user
+from leakcheck.provision.host.system import AGENT_USER, agent_user
 from tests.support.agents import agent_folder, hello, recorded, running, write_agent
 
 #: Seconds a stop may take at most here: the end of input's grace, SIGTERM's, and a margin.
@@ -72,7 +72,8 @@ def _stop_agents() -> Iterator[None]:
 
 
 def _start(path: Path) -> AgentProcess:
-    return AgentProcess("myorm", [str(path)], path.parent, user=server_user(), named=False, about=f"the agent {path}")
+    user = agent_user() if os.geteuid() == 0 else None  # as a team's agent runs (without root: as ourselves)
+    return AgentProcess("myorm", [str(path)], path.parent, user=user, named=False, about=f"the agent {path}")
 
 
 def _bounded(work: Callable[[], object], seconds: float) -> None:
@@ -216,7 +217,7 @@ def test_drivers_cmd_that_cannot_be_started_is_one_line_and_exit_4_before_any_se
     assert re.search(message, err), err
 
 
-def test_a_team_agent_run_as_the_servers_user_gets_a_small_environment_not_roots(
+def test_a_team_agent_run_as_its_own_user_gets_a_small_environment_not_roots(
         folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if os.geteuid() != 0:
         pytest.skip("only root runs a team agent as another user")
@@ -227,7 +228,7 @@ def test_a_team_agent_run_as_the_servers_user_gets_a_small_environment_not_roots
     team.team_driver(f"cmd:{path}")
     seen = json.loads((folder / "env.json").read_text())
     assert "LEAKCHECK_TEST_SECRET" not in seen and seen["LC_TIME"] == "C.UTF-8"
-    assert seen["USER"] == server_user().name and seen["HOME"] != os.environ.get("HOME")
+    assert seen["USER"] == AGENT_USER and seen["HOME"] != os.environ.get("HOME")
     assert set(seen) <= {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LEAKCHECK_AGENT",
                          *(k for k in seen if k.startswith("LC_"))}
 

@@ -1,11 +1,12 @@
 """`--drivers=cmd:PATH`: a team's agent is checked before any server starts (exists, executable,
 answers `hello` with protocol 1 and a driver name within a bound), else one line; its id is
-prefixed `cmd-`; as root it runs as the servers' unprivileged user."""
+prefixed `cmd-`; it runs as an unprivileged user of its own (as root), never as the servers' user."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,8 @@ from leakcheck.drivers.agents import team
 from leakcheck.drivers.clients import driver_version
 from leakcheck.drivers.settings import cell_settings
 from leakcheck.model.errors import UsageError
-from leakcheck.provision.host.system import server_user
+from leakcheck.provision.host import system
+from leakcheck.provision.host.system import AGENT_USER, server_user
 from tests.support.agents import HELLO, agent_folder, hello, write_agent
 
 
@@ -44,14 +46,26 @@ def test_a_team_agent_that_says_hello_gets_a_prefixed_id_with_its_release(folder
     assert team.spelled(driver) == f"cmd:{path}"
 
 
-def test_as_root_a_team_agent_runs_as_the_servers_unprivileged_user(folder: Path) -> None:
-    folder.chmod(0o1777)  # the agent writes its uid here, whoever it runs as
+def test_as_root_a_team_agent_runs_as_its_own_unprivileged_user_not_the_servers(folder: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root runs a team agent as another user")
+    folder.chmod(0o1777)  # the agent writes its ids here, whoever it runs as
     path = _agent(folder, _hello(driver="whoami", then="open(os.path.join(os.path.dirname(__file__), 'uid'), 'w')"
-                                                       ".write(str(os.getuid()))"), "uid-agent")
+                                                       ".write(f'{os.getuid()} {os.getgid()} {os.getgroups()}')"),
+                  "uid-agent")
     team.team_driver(f"cmd:{path}")
-    assert int((folder / "uid").read_text()) == server_user().uid
-    if os.geteuid() == 0:
-        assert server_user().uid != 0
+    uid, gid, groups = (folder / "uid").read_text().split(" ", 2)
+    assert int(uid) == pwd.getpwnam(AGENT_USER).pw_uid and int(uid) not in (0, server_user().uid)
+    assert int(gid) not in (0, server_user().gid) and groups == "[]"
+
+
+def test_without_root_a_team_agent_is_refused_rather_than_run_as_the_servers_user(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _agent(folder, _hello(driver="mine"), "mine-agent")
+    monkeypatch.setattr(system.os, "geteuid", lambda: 4242)
+    with pytest.raises(UsageError, match=f"runs as the unprivileged user {AGENT_USER}, never as the user that runs"):
+        team.team_driver(f"cmd:{path}")
 
 
 def test_drivers_takes_a_team_agent_beside_the_shipped_ones(folder: Path) -> None:

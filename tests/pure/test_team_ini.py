@@ -241,8 +241,8 @@ def test_a_comment_sign_after_a_value_is_part_of_the_value(tmp_path: Path) -> No
 
 
 def test_carriage_returns_and_blanks_around_a_value_are_not_part_of_it(tmp_path: Path) -> None:
-    team = load(tmp_path, "[pgbouncer]\r\n  server_reset_query =\t'DISCARD ALL' \r\n")
-    assert team.value("server_reset_query") == "'DISCARD ALL'"
+    team = load(tmp_path, "[pgbouncer]\r\n  job_name =\t'nightly batch' \r\n")
+    assert team.value("job_name") == "'nightly batch'"  # its quotes are its own
 
 
 @pytest.mark.parametrize(("text", "said"), [
@@ -349,3 +349,20 @@ def test_a_byte_order_mark_is_named_as_pgbouncer_refuses_it(tmp_path: Path) -> N
     # PgBouncer 1.18, 1.24 and 1.26 stop at it: "syntax error in configuration (team.ini:1)".
     said = refusal(tmp_path, "\ufeff[pgbouncer]\nmax_client_conn = 7\n")
     assert "byte order mark" in said and "PgBouncer" in said
+
+
+@pytest.mark.parametrize("line", [
+    "server_check_query = COPY (SELECT 'host all all 127.0.0.1/32 trust') TO 'pg_hba.conf'; SELECT pg_reload_conf()",
+    "server_reset_query = DISCARD ALL; ALTER SYSTEM SET listen_addresses = '*'",
+])
+def test_a_reset_or_check_query_in_a_team_ini_that_is_not_a_session_reset_is_refused(tmp_path: Path,
+                                                                                     line: str) -> None:
+    # Such a query runs as whichever role a pool logs in as, the run's superuser too.
+    (tmp_path / "more.ini").write_text(f"{line}\n")
+    said = refusal(tmp_path, f"[pgbouncer]\nserver_check_delay = 0\n%include {tmp_path / 'more.ini'}\n")
+    assert f"{line.split(' =')[0]} at {tmp_path / 'more.ini'}:1" in said and "DISCARD ALL, " in said
+
+
+def test_a_reset_query_of_session_resets_in_a_team_ini_is_kept(tmp_path: Path) -> None:
+    team = load(tmp_path, "[pgbouncer]\nserver_reset_query = DISCARD ALL\nserver_check_query = select 1\n")
+    assert (team.value("server_reset_query"), team.value("server_check_query")) == ("DISCARD ALL", "select 1")

@@ -11,6 +11,7 @@ import pytest
 from leakcheck.config.config import Config
 from leakcheck.model.errors import UsageError
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
+from leakcheck.model.team_settings import SAFE_SQL
 from leakcheck.model.versions import Version
 from leakcheck.provision.odyssey import conf as odyssey_conf
 from leakcheck.provision.pgbouncer import settings as bouncer_settings
@@ -107,6 +108,56 @@ def test_a_matrix_file_s_settings_meet_the_same_allow_list(tmp_path: Path) -> No
         Config.from_strings({"leakcheck_matrix": str(tmp_path / "m.toml")})
 
 
+# --- reset and check queries: SQL the pooler runs as whichever role a pool logs in as, the superuser too
+
+#: SQL that would weaken auth or widen what listens, had it run as the run's superuser.
+OPENS_A_DOOR = ["COPY (SELECT 'host all all 127.0.0.1/32 trust') TO 'pg_hba.conf'; SELECT pg_reload_conf()",
+                "ALTER SYSTEM SET listen_addresses = '*'", "DISCARD ALL; ALTER SYSTEM SET listen_addresses = '*'",
+                "DISCARD ALL -- a comment", "SELECT pg_advisory_unlock_all(); SELECT 2"]
+#: (flag, pooler, the SQL-valued setting as that flag names it)
+SQL_AXES = [("bouncer_set", "pgbouncer:1.24", "server_check_query"),
+            ("bouncer_set", "pgbouncer:1.24", "server_reset_query"),
+            ("pooler_set", "odyssey:1.5", "odyssey:pool_discard_query"),
+            ("pooler_set", "pgpool:4.3", "pgpool:reset_query_list")]
+
+
+@pytest.mark.parametrize("value", OPENS_A_DOOR)
+@pytest.mark.parametrize(("flag", "pooler", "name"), SQL_AXES)
+def test_a_reset_or_check_query_that_is_not_a_session_reset_is_refused_as_an_axis(
+    flag: str, pooler: str, name: str, value: str
+) -> None:
+    given = value.replace("'", "") if pooler.startswith("pgpool") else value  # its file refuses a quote anyway
+    said = refused(pooler=pooler, **{flag: f"{name}={given}"})
+    assert name.split(":")[-1] in said and "DISCARD ALL, " in said and "SELECT pg_advisory_unlock_all()" in said
+
+
+@pytest.mark.parametrize("value", ["DISCARD ALL", "discard   all;", "ABORT; DISCARD ALL", '""', "SELECT 1",
+                                   "SET SESSION AUTHORIZATION DEFAULT; RESET ALL; CLOSE ALL; UNLISTEN *; "
+                                   "select PG_ADVISORY_UNLOCK_ALL ( ); DISCARD PLANS; DISCARD SEQUENCES; DISCARD TEMP"])
+@pytest.mark.parametrize(("flag", "pooler", "name"), SQL_AXES)
+def test_a_reset_or_check_query_of_session_resets_is_taken_as_an_axis(
+    flag: str, pooler: str, name: str, value: str
+) -> None:
+    assert config(pooler=pooler, **{flag: f"{name}={value}"}).axes
+
+
+def test_an_odyssey_reset_query_in_its_own_double_quotes_is_read_inside_them() -> None:
+    assert config(pooler="odyssey:1.5", pooler_set='odyssey:pool_discard_query="DISCARD ALL"').axes
+    said = refused(pooler="odyssey:1.5", pooler_set='odyssey:pool_discard_query="SELECT pg_reload_conf()"')
+    assert "pool_discard_query" in said
+
+
+def test_a_matrix_file_s_reset_query_meets_the_same_statements(tmp_path: Path) -> None:
+    (tmp_path / "m.toml").write_text('pg = ["16"]\n[[pooler]]\nkind = "pgbouncer"\nversions = ["1.24"]\n'
+                                     'settings = { server_check_delay = ["0"], server_check_query = '
+                                     '["ALTER SYSTEM SET listen_addresses = \'*\'"] }\n')
+    with pytest.raises(UsageError, match="PgBouncer's server_check_query = .* is SQL the pooler runs"):
+        Config.from_strings({"leakcheck_matrix": str(tmp_path / "m.toml")})
+    (tmp_path / "m.toml").write_text('pg = ["16"]\n[[pooler]]\nkind = "pgbouncer"\nversions = ["1.24"]\n'
+                                     'settings = { server_reset_query = ["DISCARD ALL"] }\n')
+    assert Config.from_strings({"leakcheck_matrix": str(tmp_path / "m.toml")}).pooler_tables[0].axes
+
+
 def test_each_products_allow_list_leaves_out_what_leakcheck_writes_itself() -> None:
     # What the renderers write for the harness is never a team's, except the pool mode a team chooses
     # (PgBouncer's pool_mode, Odyssey's pool, pgpool-II's connection_cache).
@@ -178,8 +229,17 @@ def test_a_line_break_or_nul_in_a_value_is_refused_before_any_server_starts(valu
 
 def test_the_docs_list_each_products_settings_as_the_code_does() -> None:
     page = (Path(__file__).parents[2] / "docs" / "poolers.md").read_text(encoding="utf-8")
-    section = page.split("## Settings a team may set")[1].split("### After every start")[0]
+    section = page.split("## Settings a team may set")[1].split("\n### ")[0]
     for team in (bouncer_settings.TEAM, odyssey_conf.TEAM, pgpool_conf.TEAM):
         item = next(block for block in section.split("\n- ") if block.startswith(f"**{team.product}**"))
         listed = set(re.findall(r"`([a-z0-9_]+)`", re.split(r"A team may\s+set", item)[1]))
         assert listed - {"peering"} == team.allowed, team.product
+
+
+def test_the_docs_list_the_statements_a_reset_or_check_query_may_hold_as_the_code_does() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "poolers.md").read_text(encoding="utf-8")
+    section = page.split("### Reset and check queries")[1].split("###")[0]
+    assert re.findall(r"`([^`]*)`", section.split("from this list")[1].split("(an Odyssey")[0]) == list(SAFE_SQL)
+    named = {name for team in (bouncer_settings.TEAM, odyssey_conf.TEAM, pgpool_conf.TEAM) for name in team.sql}
+    assert named == set(re.findall(r"`([a-z_]+_query[a-z_]*)`", section))
+

@@ -141,7 +141,7 @@ async def _trace(native: NativeBackend, driver: Driver, ops: tuple[Op, ...],
 @pytest.fixture(scope="module")
 def team_agent() -> Iterator[Path]:
     """A team's own agent: the shipped node-postgres agent under another name, with a #! line, in a
-    folder of its own that the servers' user can read (it runs as that user when we are root). One
+    folder of its own that leakcheck-agent can read (it runs as that user when we are root). One
     per module: a process registers one path per agent name."""
     node = shipped(NODE.value)
     assert node is not None

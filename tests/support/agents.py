@@ -1,5 +1,5 @@
 """Team agents for tests: small Python programs (real processes speaking the agent protocol) in a folder
-the servers' user can read and write, and which of the processes they recorded still run."""
+their user (leakcheck-agent as root) can read and write, and which of the processes they recorded still run."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ PRELUDE = ("import sys, os, json, time, signal, subprocess\n"
 
 
 def agent_folder() -> Iterator[Path]:
-    """A fixture's body: a fresh folder anyone may write (the agent runs as the servers' user as root)."""
+    """A fixture's body: a fresh folder anyone may write (as root a team's agent runs as leakcheck-agent)."""
     made = Path(tempfile.mkdtemp(prefix="leakcheck-team-agent-"))
     made.chmod(0o1777)
     yield made

@@ -8,11 +8,14 @@ protocol 1 and a driver name within HELLO_TIMEOUT; otherwise one line says which
 is `cmd-` and the name its hello gives, so it never collides with a shipped id (`cmd-myorm`, shown
 with its release as `cmd-myorm1.2.0`).
 
-It is data, not authority: an agent is a client application and needs no privilege, so when
-leakcheck runs as root the team's program runs as the unprivileged user that runs the servers
-(provision/host/system.py `server_user`, LEAKCHECK_RUN_AS), never as root; otherwise as the
-invoking user. That user must be able to read and run PATH, and it gets a small environment
-(process.py `environment`: PATH, locale, TZ, TMPDIR and its own HOME), not root's.
+It is data, not authority: an agent is a client application and needs no privilege, so the team's
+program runs as an unprivileged user of its own (provision/host/system.py `agent_user`:
+leakcheck-agent, made by leakcheck as root), never as root and never as the user that runs the
+servers, who enters their sockets and data folders and logs in on a socket as their superuser: the
+agent reaches the pooler and PostgreSQL over TCP with a role's password, like any client. Only root
+can run a program as another user, so without root a team's agent is refused in one line. That user
+must be able to read and run PATH, and it gets a small environment (process.py `environment`: PATH,
+locale, TZ, TMPDIR and its own HOME), not root's.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from leakcheck.drivers.agents.spec import AgentSpec
 from leakcheck.model.errors import UsageError, one_line
 from leakcheck.model.target import Driver
 from leakcheck.model.versions import Version, version_in_output
-from leakcheck.provision.host.system import ServerUser, server_user, unreadable_by
+from leakcheck.provision.host.system import ServerUser, agent_user, unreadable_by
 
 #: How --drivers names a team's agent, and the prefix of its id in cells.
 SCHEME, PREFIX = "cmd:", "cmd-"
@@ -94,7 +97,7 @@ def team_driver(text: str, option: str = "--drivers", timeout: float = HELLO_TIM
     with _lock:
         if path in _checked:
             return _checked[path].driver
-    user = server_user()  # as root the servers' unprivileged user, else the invoking user
+    user = agent_user()  # its own unprivileged user, not the servers' (a UsageError without root)
     problem = _not_a_program(path, user)
     if problem is not None:
         raise UsageError(f"{option}: {text}: {problem}")

@@ -13,6 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,6 +355,58 @@ def _run_as(wanted: str) -> ServerUser:
             "set LEAKCHECK_RUN_AS to an unprivileged user such as postgres or nobody"
         )
     return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+#: The user a team's agent program runs as (drivers/agents/team.py): not the server user, who enters the
+#: servers' sockets and data folders and logs in on a socket as their superuser (trust).
+AGENT_USER = "leakcheck-agent"
+#: How to make AGENT_USER by hand (leakcheck runs the same as root when it is missing).
+_USERADD = ("useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
+            "/usr/sbin/nologin", AGENT_USER)
+#: Seconds one useradd may take, and how often it is tried (two runs making the user at once: the second
+#: finds /etc/passwd locked, or the user made).
+_USERADD_TIMEOUT, _USERADD_TRIES = 20.0, 5
+
+
+def agent_user() -> ServerUser:
+    """The unprivileged user a team's agent runs as: AGENT_USER, made the first time it is needed
+    (`useradd --system`, a group of its own, no home, no login shell). Never root, never the server
+    user nor of its group, so it cannot enter the servers' sockets or data: it reaches them over TCP with
+    a role's password like any client. Only root can run a program as another user: otherwise one line
+    (the agent would run as the user that runs the servers)."""
+    server = server_user()
+    if os.geteuid() != 0:
+        raise UsageError(
+            f"a team's agent runs as the unprivileged user {AGENT_USER}, never as the user that runs the servers "
+            f"({server.name}: leakcheck is not root), who could log in to them as their superuser on their Unix "
+            "socket; run leakcheck as root (it then makes and uses that user), or use a shipped agent")
+    entry = _made_user()
+    if entry.pw_uid in (0, server.uid) or entry.pw_gid in (0, server.gid):
+        raise UsageError(
+            f"the user {AGENT_USER}, who runs team agents, is root or shares the server user {server.name}'s uid or "
+            f"group (uid {entry.pw_uid}, gid {entry.pw_gid}); make it an unprivileged user of its own: "
+            f"{' '.join(_USERADD)}")
+    return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def _made_user() -> pwd.struct_passwd:
+    """AGENT_USER's entry, after making it when it is missing (bounded: _USERADD_TRIES tries)."""
+    said = ""
+    for attempt in range(_USERADD_TRIES):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(AGENT_USER)
+        if attempt:
+            time.sleep(0.5)  # another run holds /etc/passwd's lock while it makes the user
+        try:
+            done = subprocess.run(list(_USERADD), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, text=True,
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=_USERADD_TIMEOUT, check=False)
+            said = " ".join((done.stdout + done.stderr).split())[:160] or f"exit {done.returncode}"
+        except (OSError, subprocess.SubprocessError) as exc:
+            said = str(exc)
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(AGENT_USER)
+    raise UsageError(f"cannot make the user {AGENT_USER}, who runs team agents ({said}); make it as root: "
+                     f"{' '.join(_USERADD)}")
 
 
 _PR_SET_PDEATHSIG = 1

@@ -11,8 +11,8 @@ start time too, since pids are reused: owner.py), <n> the agent. Its children in
   leakcheck process that no longer runs (`sweep_tagged`, from sweep.py), never a live run's.
 
 /proc/PID/environ (the environment a process started with) is readable by its own user and by root,
-and leakcheck runs agents as itself or, as root, as the servers' user. A descendant that replaces
-its whole environment (`env -i`) and leaves the group is beyond this.
+and leakcheck runs shipped agents as itself and a team's as leakcheck-agent (as root). A descendant
+that replaces its whole environment (`env -i`) and leaves the group is beyond this.
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ TEAM = TeamSettings("Odyssey", frozenset({
                      "log_stats", "stats_interval", "graceful_shutdown_timeout_ms", "graceful_die_on_errors"), _FILES),
     "pool_size": "leakcheck sets it (a pool of one makes both clients share a server; two for the *_moved probes)",
     "min_pool_size": "leakcheck sets it (no server connection opened ahead of a client)",
-}, examples=("pool", "pool_discard", "pool_smart_discard", "pool_reserve_prepared_statement"))
+}, examples=("pool", "pool_discard", "pool_smart_discard", "pool_reserve_prepared_statement"),
+   sql=frozenset({"pool_discard_query"}), quote='"')
 """Odyssey's allow-list: a rule's pooling, reset and session-state settings and its timeouts, and the
 global threads, buffers, limits and logging. Not: `include` (a file of any lines), where it listens and
 its sockets, how clients and Odyssey log in (and as whom), its pool size, its process and log files."""

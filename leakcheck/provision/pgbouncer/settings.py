@@ -69,7 +69,8 @@ TEAM = TeamSettings("PgBouncer", frozenset({
 }), controlled={
     **{key: f"leakcheck sets {key} itself ({why})" for key, why in HARNESS_KEYS.items()},
     **{key: f"leakcheck drops {key} from a team's ini ({why})" for key, why in DROPPED_KEYS.items()},
-}, examples=("pool_mode", "max_prepared_statements", "server_reset_query", "track_extra_parameters"))
+}, examples=("pool_mode", "max_prepared_statements", "server_reset_query", "track_extra_parameters"),
+   sql=frozenset({"server_reset_query", "server_check_query"}))
 """PgBouncer's allow-list: how it pools, resets and tracks state, its limits, timeouts, TLS and logging.
 Not: where it listens, its sockets, files and process user (HARNESS_KEYS, DROPPED_KEYS), who logs in
 and how (auth_*), its pool sizes, and `conffile`. A key a later PgBouncer adds is refused until it is

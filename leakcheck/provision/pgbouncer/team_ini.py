@@ -112,8 +112,11 @@ def load(path: str) -> TeamIni:
 
 
 def _check_allowed(setting: Assign) -> None:
-    """A [pgbouncer] key is one a team may set, or one leakcheck sets or drops itself; else one line."""
+    """A [pgbouncer] key is one a team may set (a reset or check query with SQL that only resets or checks a
+    session), or one leakcheck sets or drops itself; else one line."""
     key = setting.key
+    if (said := TEAM.value_refusal(key, setting.value)) is not None:
+        raise UsageError(f"--bouncer-ini: {key} at {setting.where}: {said}; change that line")
     if key in TEAM.allowed or key in HARNESS_KEYS or key in DROPPED_KEYS:
         return
     known = TEAM.allowed | set(HARNESS_KEYS) | set(DROPPED_KEYS)

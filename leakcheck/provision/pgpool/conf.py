@@ -69,7 +69,8 @@ TEAM = TeamSettings("pgpool-II", frozenset({
     **dict.fromkeys(("pid_file_name", "logdir", "work_dir", "log_destination", "logging_collector", "log_directory",
                      "log_filename", "memqcache_oiddir", "if_up_cmd", "if_down_cmd", "arping_cmd",
                      "wd_escalation_command", "wd_de_escalation_command"), _FILES),
-}, examples=("connection_cache", "reset_query_list", "child_life_time", "client_idle_limit"))
+}, examples=("connection_cache", "reset_query_list", "child_life_time", "client_idle_limit"),
+   sql=frozenset({"reset_query_list"}))
 """pgpool-II's allow-list: what a child caches and resets between sessions, its session limits and
 timeouts, how it reads queries, and its logging. Not: where it listens (its port, sockets, PCP,
 watchdog and memcached), how clients log in (hba, pool_passwd, TLS), its children and backends (the
