@@ -376,7 +376,7 @@ def _axes(raw: dict[str, str | None], poolers: tuple[tuple[PoolerKind, Spec], ..
                 except UsageError as exc:
                     raise UsageError(f"{FLAGS[key]}={line!r}: {exc}") from None
             for value in axis.values:  # a reset or check query: SQL that may only reset or check a session
-                if (said := TEAM_SETTINGS[axis.kind].value_refusal(axis.name, value)) is not None:
+                if (said := kept.team.value_refusal(axis.name, value)) is not None:
                     raise UsageError(f"{FLAGS[key]}={line!r}: {said}; give one of those")
             axes.append(axis)
     check_distinct(axes)
