@@ -117,8 +117,10 @@ class Scenario:
         return f"lc_{stem}_{self.token}"
 
     def tagged(self, client: Client, sql: str) -> str:
-        """The statement as the client sends it: with the comment the witness finds it by."""
-        return f"{sql} {tag(self.token, client.label)}"
+        """The statement as the client sends it: with the comment the witness finds it by (refused when the
+        server would cut that comment off in pg_stat_activity: `Witness.fits`)."""
+        text = f"{sql} {tag(self.token, client.label)}"
+        return self.witness.fits(text) if self.witness is not None else text
 
     # --- proofs -------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import psycopg
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import ServerId
-from leakcheck.provision.base import Endpoint
+from leakcheck.provision.base import QUERY_SIZE, Endpoint
 
 #: Statements a pooler runs on a server connection of its own accord after a transaction (PgBouncer's
 #: server_reset_query_always, Odyssey's pool_discard): seen after a client's step, they mean no session state
@@ -38,6 +38,17 @@ def is_reset(statement: str) -> bool:
     `SET SESSION AUTHORIZATION DEFAULT;RESET ALL;CLOSE ALL;UNLISTEN *;...;DISCARD TEMP;`."""
     text = statement.upper()
     return "/* LEAKCHECK " not in text and any(word in text for word in RESETS)
+
+def check_fits(statement: str, size: int) -> None:
+    """pg_stat_activity keeps a statement's first `size` - 1 bytes (track_activity_query_size): a tagged
+    statement longer than that loses its tag there, so the witness could never see it. A ProbeError then."""
+    length = len(statement.encode())
+    if length >= size:
+        raise ProbeError(f"a tagged statement of {length} bytes is longer than the server keeps of a statement in "
+                         f"pg_stat_activity (track_activity_query_size = {size} bytes): the witness could never see "
+                         f"its tag; start that PostgreSQL with track_activity_query_size = {QUERY_SIZE} (leakcheck's "
+                         "own servers have it)")
+
 
 #: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
 _IDENTITY = "pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text"
@@ -65,6 +76,7 @@ class Witness:
         self.conn = conn
         self._mark = self._now()  #: the server's clock at the witness's last look
         self._since = self._mark  #: the look before it: when the step now being proven began, at the latest
+        self._size: int | None = None  #: track_activity_query_size, read on first use
 
     def _now(self) -> str:
         row = self.conn.execute("SELECT clock_timestamp()::text").fetchone()
@@ -74,6 +86,16 @@ class Witness:
     def start(self) -> None:
         """A probe starts: steps before this moment are never sighted."""
         self._mark = self._since = self._now()
+
+    def fits(self, statement: str) -> str:
+        """The tagged statement, if pg_stat_activity keeps all of it on this server (`check_fits`)."""
+        if self._size is None:
+            row = self.conn.execute("SELECT setting::int FROM pg_settings "
+                                    "WHERE name = 'track_activity_query_size'").fetchone()
+            assert row is not None
+            self._size = int(row[0])
+        check_fits(statement, self._size)
+        return statement
 
     def look(self, tag_text: str) -> Sighting | None:
         """The backend that ran a statement holding `tag_text` since the previous look, if one did. Two

@@ -1,0 +1,56 @@
+"""The witness's rules for a proof (pure: probes/witness.py and Scenario._prove, with a stand-in for the
+witness's session that answers as PostgreSQL would)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from leakcheck.model.errors import ProbeError
+from leakcheck.model.target import Route
+from leakcheck.probes.scenario import Scenario
+from leakcheck.probes.witness import Witness, check_fits, tag
+
+
+class _Session:
+    """What the witness's own session reads: the server's clock, track_activity_query_size, no sighting, and
+    `last` as the statement the named backend ran last."""
+
+    def __init__(self, size: int = 1024, last: str | None = None) -> None:
+        self.size, self.last = size, last
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        if "track_activity_query_size" in sql:
+            rows = [(self.size,)]
+        elif "clock_timestamp()::text" in sql and "FROM pg_stat_activity" not in sql:
+            rows = [("2026-12-06 00:00:00+00",)]
+        elif "strpos(query" in sql:
+            rows = []  # no backend shows the tag: no sighting
+        elif "SELECT query FROM pg_stat_activity" in sql:
+            rows = [] if self.last is None else [(self.last,)]
+        else:
+            raise AssertionError(f"unexpected statement: {sql}")
+        return SimpleNamespace(fetchone=lambda: rows[0] if rows else None, fetchall=lambda: rows)
+
+
+def _scenario(session: _Session) -> tuple[Scenario, Any]:
+    a: Any = SimpleNamespace(label="A")
+    witness = Witness(cast(Any, session))
+    return Scenario(a=a, b=cast(Any, SimpleNamespace(label="B")), route=Route.TRANSACTION, witness=witness), a
+
+
+def test_a_tagged_statement_longer_than_the_server_keeps_in_pg_stat_activity_is_a_probe_error() -> None:
+    s, a = _scenario(_Session(size=1024))
+    with pytest.raises(ProbeError, match="track_activity_query_size = 1024 bytes"):
+        s.tagged(a, "SELECT '" + "x" * 1100 + "'")
+    assert s.tagged(a, "SELECT 1").endswith(tag(s.token, "A"))
+
+
+def test_the_length_rule_counts_bytes_and_the_byte_pg_stat_activity_keeps_for_its_end() -> None:
+    check_fits("x" * 1023, 1024)
+    with pytest.raises(ProbeError):
+        check_fits("x" * 1024, 1024)
+    with pytest.raises(ProbeError):
+        check_fits("é" * 512, 1024)  # 1024 bytes in UTF-8
