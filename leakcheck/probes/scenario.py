@@ -34,7 +34,7 @@ from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Observation, Proof, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write, write_statement
-from leakcheck.probes.witness import Witness, is_reset, tag
+from leakcheck.probes.witness import Witness, is_reset, stands_for, tag
 from leakcheck.provision.base import Endpoint
 
 T = TypeVar("T")
@@ -172,6 +172,10 @@ class Scenario:
                 raise ProbeError(f"{client.label} reported server connection {said_server} (started "
                                  f"{said_server.started}) at {step!r}, but the server shows no such backend running "
                                  "that step: a proof is never taken on a client's word")
+            if not stands_for(ran, tag(self.token, client.label)):
+                raise ProbeError(f"{client.label} reported server connection {said_server} at {step!r}, but the "
+                                 f"statement that backend ran last is another client's ({one_line(ran, 120)!r}): "
+                                 "a proof is never taken on a client's word")
             self._record(client.label, step, said_server, silent)
             return True
         if said_server is not None and said_server != seen.server:
@@ -228,9 +232,16 @@ class Scenario:
 
     # --- the clients' steps -------------------------------------------------------------------------
 
+    def _begins(self) -> None:
+        """A client's step begins: the witness's next look (a sighting, and `confirms`) counts what ran from now on
+        only, never an earlier statement on that server (another client's COMMIT in a pool of one)."""
+        if self.witness is not None:
+            self.witness.start()
+
     async def _step(self, client: Client, step: str, call: Awaitable[Any], *, may_disconnect: bool = False,
                     session_end_observed: bool = False) -> Attempt:
         may_disconnect = may_disconnect or self.session_ends_observed
+        self._begins()
         got = await self._bounded(client, step,
                                   attempt(call, session_end_observed=session_end_observed or may_disconnect))
         if got.error is not None:
@@ -250,7 +261,9 @@ class Scenario:
 
     async def observe_row(self, client: Client, step: str, columns: str) -> tuple[Any, ...]:
         """`observe` of several columns at once (`columns`: a SELECT list), without the identity columns."""
-        rows = await self._bounded(client, step, client.query(self.tagged(client, f"SELECT {columns}, {IDENTITY}")))
+        sql = self.tagged(client, f"SELECT {columns}, {IDENTITY}")
+        self._begins()
+        rows = await self._bounded(client, step, client.query(sql))
         *values, pid, started = rows[0]
         self._prove(client, step, (pid, started))
         return tuple(values)

@@ -7,7 +7,8 @@ last statement holds that tag and started after the witness's own previous look 
 that backend ran the client's step, whatever the client says. A step no backend shows (the pooler
 answered it itself, or ran its own statement on that server afterwards, e.g. a reset after every
 transaction) has no sighting; a client that reported an identity for it is then believed only for a
-backend that exists with that start time and ran something after the step began.
+backend that exists with that start time and whose last statement, run after the step began, may stand for
+the client's step (`stands_for`): its own, the pooler's reset, its driver's own; never another client's.
 
 One witness per lane thread and PostgreSQL (a superuser session straight to the server, never
 through the pooler), reused by the lane's probes: a synchronous psycopg connection, since each probe
@@ -38,6 +39,17 @@ def is_reset(statement: str) -> bool:
     `SET SESSION AUTHORIZATION DEFAULT;RESET ALL;CLOSE ALL;UNLISTEN *;...;DISCARD TEMP;`."""
     text = statement.upper()
     return "/* LEAKCHECK " not in text and any(word in text for word in RESETS)
+
+def stands_for(statement: str, own_tag: str) -> bool:
+    """Whether the statement a backend a client named ran last (no sighting of the client's step) may stand for
+    that step: the client's own tagged statement, the pooler's reset, or an untagged statement of the client's
+    driver after its step (PDO reads a column's type); never a statement tagged for another client or scenario,
+    which only says that the backend exists."""
+    text = statement.upper()
+    if own_tag.upper() in text:
+        return True
+    return "/* LEAKCHECK " not in text
+
 
 def check_fits(statement: str, size: int) -> None:
     """pg_stat_activity keeps a statement's first `size` - 1 bytes (track_activity_query_size): a tagged
@@ -84,7 +96,7 @@ class Witness:
         return str(row[0])
 
     def start(self) -> None:
-        """A probe starts: steps before this moment are never sighted."""
+        """A probe, or a client's step, starts: statements before this moment are never sighted or confirmed."""
         self._mark = self._since = self._now()
 
     def fits(self, statement: str) -> str:
@@ -163,8 +175,8 @@ class Witness:
     def confirms(self, server: ServerId) -> str | None:
         """A client's word about the step `look` just found no sighting for: that backend exists with that start
         time and ran a statement since the step began (a statement of the pooler's, or of the driver's own
-        after the client's: PDO reads a column's table after a query). That statement's text, or None when
-        the server shows no such backend."""
+        after the client's: PDO reads a column's table after a query; `stands_for` judges it). That
+        statement's text, or None when the server shows no such backend."""
         row = self.conn.execute(
             f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND query_start > %s::timestamptz",
             (server.pid, server.started, self._since)).fetchone()

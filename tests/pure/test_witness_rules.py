@@ -10,8 +10,11 @@ import pytest
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.target import Route
+from leakcheck.model.verdicts import Proof, ServerId
 from leakcheck.probes.scenario import Scenario
-from leakcheck.probes.witness import Witness, check_fits, tag
+from leakcheck.probes.witness import Witness, check_fits, stands_for, tag
+
+SERVER = ServerId(7, "1733000000000000")
 
 
 class _Session:
@@ -54,3 +57,30 @@ def test_the_length_rule_counts_bytes_and_the_byte_pg_stat_activity_keeps_for_it
         check_fits("x" * 1024, 1024)
     with pytest.raises(ProbeError):
         check_fits("é" * 512, 1024)  # 1024 bytes in UTF-8
+
+
+def test_a_reported_backend_whose_last_statement_is_another_clients_is_no_proof() -> None:
+    session = _Session()
+    s, a = _scenario(session)
+    session.last = f"SELECT 1, pg_backend_pid() {tag(s.token, 'B')}"
+    with pytest.raises(ProbeError, match="another client's"):
+        s._prove(a, "read", (SERVER.pid, SERVER.started))
+    assert s.proofs == []
+
+
+def test_a_reported_backend_whose_last_statement_is_its_own_a_reset_or_its_drivers_is_confirmed() -> None:
+    for last in ("SELECT 1 {own}", "SET SESSION AUTHORIZATION DEFAULT;RESET ALL;DISCARD TEMP;",
+                 "SELECT TYPNAME FROM PG_TYPE WHERE OID=19"):
+        session = _Session()
+        s, a = _scenario(session)
+        session.last = last.format(own=tag(s.token, "A"))
+        s._prove(a, "read", (SERVER.pid, SERVER.started))
+        assert s.proofs == [Proof("read", "A", SERVER)]
+
+
+def test_a_statement_of_another_scenario_or_client_never_stands_for_a_clients_step() -> None:
+    mine = tag("abcd1234", "A")
+    assert stands_for(f"SELECT 1 {mine}", mine)
+    assert not stands_for(f"SELECT 1 {tag('abcd1234', 'B')}", mine)
+    assert not stands_for(f"SELECT 1 {tag('ffff0000', 'A')}", mine)
+    assert stands_for("DISCARD ALL", mine)
