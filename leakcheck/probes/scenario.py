@@ -105,6 +105,8 @@ class Scenario:
     _in_transaction: set[str] = field(default_factory=set)
     _writes: int = 0
     _last_prepared: dict[str, str] = field(default_factory=dict)
+    _read: set[int] = field(default_factory=set)  #: the writes read back (ids of their Write)
+    _present: set[str] = field(default_factory=set)  #: the rows read back that were there
 
     @property
     def resets_after_transaction(self) -> bool:
@@ -400,11 +402,39 @@ class Scenario:
         sql = self.tagged(client, write_statement(row, client.label))
         if prepared:
             self._last_prepared[client.label] = sql
-        got = await self._step(client, step, client.prepared(sql) if prepared else client.query(sql))
-        self._prove(client, step, None)
-        self.ledger.wrote(Write(row, client.label, step), in_transaction=client.label in self._in_transaction,
-                          failed=str(got.error) if got.failed else None)
+        # proven as `call` proves a step: not seen, the client's next statement tells where it is
+        got = await self.call(client, step, client.prepared(sql) if prepared else client.query(sql))
+        self.wrote(client, step, got, WRITES_TABLE, "id", row)
         return got if got.failed else Attempt()
+
+    def wrote(self, client: Client, step: str, got: Attempt, table: str, column: str, value: str) -> None:
+        """The client's step `got` wrote the row of `table` whose `column` is `value` (`write`'s own, or a probe's
+        INSERT): into the ledger, so that a row the application was told is committed and is missing is a lost
+        write (`read_back`)."""
+        self.ledger.wrote(Write(value, client.label, step, table, column),
+                          in_transaction=client.label in self._in_transaction,
+                          failed=str(got.error) if got.failed else None)
+
+    def read_back(self) -> None:
+        """The witness reads back from PostgreSQL itself the writes whose end the applications were told and that
+        were not read back yet: at the end (`finish`), and first in a probe that deletes its rows as its clean-up."""
+        due = [w for w in self.ledger.writes if w.told_committed is not None and id(w) not in self._read]
+        if not due:
+            return
+        if self.witness is None:
+            raise ProbeError("the probe's writes cannot be read back: no direct session to PostgreSQL (give "
+                             "--direct-dsn)")
+        where: dict[tuple[str, str], list[str]] = {}
+        for w in due:
+            where.setdefault((w.table, w.column), []).append(w.id)
+            self._read.add(id(w))
+        for (table, column), ids in where.items():
+            self._present |= self.witness.present(table, ids, column)
+
+    def found(self, value: str) -> None:
+        """A row the probe's own proven read found in the database where the witness cannot read it (another
+        session's temp table): it is no lost write."""
+        self._present.add(value)
 
     async def bind(self, client: Client, step: str, name: str) -> Attempt:
         """The client's driver executes a prepared statement by its name (Bind/Execute, no Parse): the
@@ -416,12 +446,8 @@ class Scenario:
     def finish(self, observation: Observation) -> Observation:
         """The observation with what the applications lost (after the clients closed): writes read back by
         the witness from PostgreSQL itself."""
-        written = [w.id for w in self.ledger.writes]
-        if written and self.witness is None:
-            raise ProbeError("the probe's writes cannot be read back: no direct session to PostgreSQL (give "
-                             "--direct-dsn)")
-        present = self.witness.present(WRITES_TABLE, written) if self.witness is not None and written else set()
-        return self.ledger.facts(present, observation)
+        self.read_back()
+        return self.ledger.facts(self._present, observation)
 
     # --- observers and other sessions ---------------------------------------------------------------
 

@@ -190,11 +190,12 @@ class Witness:
             row = self.conn.execute("SELECT current_setting(%s, true)", (name,)).fetchone()
         return None if row is None else row[0]
 
-    def present(self, table: str, ids: list[str]) -> set[str]:
-        """Which of `ids` are in `table`'s id column now (written and committed by anyone)."""
+    def present(self, table: str, ids: list[str], column: str = "id") -> set[str]:
+        """Which of `ids` are in `table`'s `column` now, as text (written and committed by anyone)."""
         if not ids:
             return set()
-        rows = self.conn.execute(f"SELECT id FROM {table} WHERE id = ANY(%s)", (ids,)).fetchall()
+        rows = self.conn.execute(f"SELECT {column}::text FROM {table} WHERE {column}::text = ANY(%s)",
+                                 (ids,)).fetchall()
         return {str(r[0]) for r in rows}
 
     def close(self) -> None:

@@ -3,6 +3,7 @@ witness's session that answers as PostgreSQL would)."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -84,3 +85,22 @@ def test_a_statement_of_another_scenario_or_client_never_stands_for_a_clients_st
     assert not stands_for(f"SELECT 1 {tag('abcd1234', 'B')}", mine)
     assert not stands_for(f"SELECT 1 {tag('ffff0000', 'A')}", mine)
     assert stands_for("DISCARD ALL", mine)
+
+
+class _Client:
+    """A client whose statements all run on SERVER: a write returns no rows, a read its value and SERVER."""
+
+    label = "A"
+
+    async def query(self, sql: str) -> list[tuple[Any, ...]]:
+        return [(1, SERVER.pid, SERVER.started)] if sql.startswith("SELECT") else []
+
+
+def test_a_write_the_witness_did_not_see_is_proven_by_the_clients_next_statement() -> None:
+    session = _Session(last="DISCARD ALL")  # the pooler's reset followed each step: no sighting
+    a = _Client()
+    witness = Witness(cast(Any, session))
+    s = Scenario(a=cast(Any, a), b=cast(Any, SimpleNamespace(label="B")), route=Route.TRANSACTION, witness=witness)
+    asyncio.run(s.write(cast(Any, a), "INSERT"))
+    assert [p.step for p in s.proofs] == ["INSERT: where"]
+    assert [w.told_committed for w in s.ledger.writes] == [True]
