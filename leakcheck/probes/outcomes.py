@@ -1,6 +1,7 @@
 """What the application lost: the outcome oracles every scenario keeps, beside the state its probe looks at.
 
-- **Writes** (`Fact.LOST_WRITE`): every row a client writes through `Scenario.write` goes into the ledger,
+- **Writes** (`Fact.LOST_WRITE`): every row a client writes through `Scenario.write` (or a probe's own INSERT
+  recorded by `Scenario.wrote`: the security probes' rows in lc_audit and lc_child) goes into the ledger,
   with whether the application was told it is committed (its autocommit statement, or its transaction's
   commit, returned without an error). After the probe the witness reads them back from PostgreSQL
   itself: a row the application was told is committed and is not there is a lost write; *silent* when
@@ -40,9 +41,11 @@ class Stalled(Exception):  # noqa: N818 - an outcome, not an error: what the app
 class Write:
     """One row a client wrote: its id, who wrote it, at which step, and what the application was told."""
 
-    id: str
+    id: str  #: the value of `column` that names the row in `table`
     who: str
     step: str
+    table: str = WRITES_TABLE
+    column: str = "id"
     #: None while its transaction is open; then True (told committed) or False (told it failed, rolled back)
     told_committed: bool | None = None
     #: an error that reached the writer between the write and the end of its transaction

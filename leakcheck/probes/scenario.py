@@ -34,7 +34,7 @@ from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Observation, Proof, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write, write_statement
-from leakcheck.probes.witness import Witness, is_reset, tag
+from leakcheck.probes.witness import Witness, is_reset, stands_for, tag
 from leakcheck.provision.base import Endpoint
 
 T = TypeVar("T")
@@ -105,6 +105,8 @@ class Scenario:
     _in_transaction: set[str] = field(default_factory=set)
     _writes: int = 0
     _last_prepared: dict[str, str] = field(default_factory=dict)
+    _read: set[int] = field(default_factory=set)  #: the writes read back (ids of their Write)
+    _present: set[str] = field(default_factory=set)  #: the rows read back that were there
 
     @property
     def resets_after_transaction(self) -> bool:
@@ -117,8 +119,10 @@ class Scenario:
         return f"lc_{stem}_{self.token}"
 
     def tagged(self, client: Client, sql: str) -> str:
-        """The statement as the client sends it: with the comment the witness finds it by."""
-        return f"{sql} {tag(self.token, client.label)}"
+        """The statement as the client sends it: with the comment the witness finds it by (refused when the
+        server would cut that comment off in pg_stat_activity: `Witness.fits`)."""
+        text = f"{sql} {tag(self.token, client.label)}"
+        return self.witness.fits(text) if self.witness is not None else text
 
     # --- proofs -------------------------------------------------------------------------------------
 
@@ -170,6 +174,10 @@ class Scenario:
                 raise ProbeError(f"{client.label} reported server connection {said_server} (started "
                                  f"{said_server.started}) at {step!r}, but the server shows no such backend running "
                                  "that step: a proof is never taken on a client's word")
+            if not stands_for(ran, tag(self.token, client.label)):
+                raise ProbeError(f"{client.label} reported server connection {said_server} at {step!r}, but the "
+                                 f"statement that backend ran last is another client's ({one_line(ran, 120)!r}): "
+                                 "a proof is never taken on a client's word")
             self._record(client.label, step, said_server, silent)
             return True
         if said_server is not None and said_server != seen.server:
@@ -226,9 +234,16 @@ class Scenario:
 
     # --- the clients' steps -------------------------------------------------------------------------
 
+    def _begins(self) -> None:
+        """A client's step begins: the witness's next look (a sighting, and `confirms`) counts what ran from now on
+        only, never an earlier statement on that server (another client's COMMIT in a pool of one)."""
+        if self.witness is not None:
+            self.witness.start()
+
     async def _step(self, client: Client, step: str, call: Awaitable[Any], *, may_disconnect: bool = False,
                     session_end_observed: bool = False) -> Attempt:
         may_disconnect = may_disconnect or self.session_ends_observed
+        self._begins()
         got = await self._bounded(client, step,
                                   attempt(call, session_end_observed=session_end_observed or may_disconnect))
         if got.error is not None:
@@ -248,7 +263,9 @@ class Scenario:
 
     async def observe_row(self, client: Client, step: str, columns: str) -> tuple[Any, ...]:
         """`observe` of several columns at once (`columns`: a SELECT list), without the identity columns."""
-        rows = await self._bounded(client, step, client.query(self.tagged(client, f"SELECT {columns}, {IDENTITY}")))
+        sql = self.tagged(client, f"SELECT {columns}, {IDENTITY}")
+        self._begins()
+        rows = await self._bounded(client, step, client.query(sql))
         *values, pid, started = rows[0]
         self._prove(client, step, (pid, started))
         return tuple(values)
@@ -391,11 +408,39 @@ class Scenario:
         sql = self.tagged(client, write_statement(row, client.label))
         if prepared:
             self._last_prepared[client.label] = sql
-        got = await self._step(client, step, client.prepared(sql) if prepared else client.query(sql))
-        self._prove(client, step, None)
-        self.ledger.wrote(Write(row, client.label, step), in_transaction=client.label in self._in_transaction,
-                          failed=str(got.error) if got.failed else None)
+        # proven as `call` proves a step: not seen, the client's next statement tells where it is
+        got = await self.call(client, step, client.prepared(sql) if prepared else client.query(sql))
+        self.wrote(client, step, got, WRITES_TABLE, "id", row)
         return got if got.failed else Attempt()
+
+    def wrote(self, client: Client, step: str, got: Attempt, table: str, column: str, value: str) -> None:
+        """The client's step `got` wrote the row of `table` whose `column` is `value` (`write`'s own, or a probe's
+        INSERT): into the ledger, so that a row the application was told is committed and is missing is a lost
+        write (`read_back`)."""
+        self.ledger.wrote(Write(value, client.label, step, table, column),
+                          in_transaction=client.label in self._in_transaction,
+                          failed=str(got.error) if got.failed else None)
+
+    def read_back(self) -> None:
+        """The witness reads back from PostgreSQL itself the writes whose end the applications were told and that
+        were not read back yet: at the end (`finish`), and first in a probe that deletes its rows as its clean-up."""
+        due = [w for w in self.ledger.writes if w.told_committed is not None and id(w) not in self._read]
+        if not due:
+            return
+        if self.witness is None:
+            raise ProbeError("the probe's writes cannot be read back: no direct session to PostgreSQL (give "
+                             "--direct-dsn)")
+        where: dict[tuple[str, str], list[str]] = {}
+        for w in due:
+            where.setdefault((w.table, w.column), []).append(w.id)
+            self._read.add(id(w))
+        for (table, column), ids in where.items():
+            self._present |= self.witness.present(table, ids, column)
+
+    def found(self, value: str) -> None:
+        """A row the probe's own proven read found in the database where the witness cannot read it (another
+        session's temp table): it is no lost write."""
+        self._present.add(value)
 
     async def bind(self, client: Client, step: str, name: str) -> Attempt:
         """The client's driver executes a prepared statement by its name (Bind/Execute, no Parse): the
@@ -407,12 +452,8 @@ class Scenario:
     def finish(self, observation: Observation) -> Observation:
         """The observation with what the applications lost (after the clients closed): writes read back by
         the witness from PostgreSQL itself."""
-        written = [w.id for w in self.ledger.writes]
-        if written and self.witness is None:
-            raise ProbeError("the probe's writes cannot be read back: no direct session to PostgreSQL (give "
-                             "--direct-dsn)")
-        present = self.witness.present(WRITES_TABLE, written) if self.witness is not None and written else set()
-        return self.ledger.facts(present, observation)
+        self.read_back()
+        return self.ledger.facts(self._present, observation)
 
     # --- observers and other sessions ---------------------------------------------------------------
 

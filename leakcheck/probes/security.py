@@ -28,7 +28,9 @@ async def session_authorization(s: Scenario) -> Observation:
     # B: who is it now? Its audit row records session_user.
     seen = await s.observe(s.b, "read session_user", "session_user")
     wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)}) RETURNING who")
+    s.wrote(s.b, "INSERT", wrote, "public.lc_audit", "note", note)
     mine = await s.observe(s.a, "read session_user", "session_user")
+    s.read_back()  # before the clean-up: a row B was told is committed and is missing is a lost write
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
     return Observation(
         evidence=f"A: SET SESSION AUTHORIZATION leakcheck_app. B's session_user is {said(seen)}; B's audit row "
@@ -104,11 +106,15 @@ async def temp_shadow(s: Scenario) -> Observation:
     await s.change(s.a, "CREATE TEMP TABLE lc_audit", "CREATE TEMP TABLE lc_audit (note text, who text)")
     # B: writes to "lc_audit", meaning the real one, then looks for its row there.
     wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)})")
+    s.wrote(s.b, "INSERT", wrote, "public.lc_audit", "note", note)
     real = await s.observe(s.b, "read public.lc_audit",
                            f"(SELECT count(*) FROM public.lc_audit WHERE note = {lit(note)})")
     # A: finds B's row in its own temp table?
     exists = await s.observe(s.a, "to_regclass", "to_regclass('pg_temp.lc_audit')::text")
     caught = await s.run(s.a, "read its temp table", f"SELECT count(*) FROM pg_temp.lc_audit WHERE note = {lit(note)}")
+    if not caught.failed and caught.value:
+        s.found(note)  # B's row is in the database, in A's temp table (the leak), where the witness cannot read
+    s.read_back()  # before the clean-up
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
     return Observation(
         evidence=f"A: CREATE TEMP TABLE lc_audit. B's INSERT INTO lc_audit gave {wrote}; public.lc_audit then "
@@ -143,7 +149,9 @@ async def read_only(s: Scenario) -> Observation:
     await s.change(s.a, "SET SESSION CHARACTERISTICS", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
     b_seen = await s.observe(s.b, "read default_transaction_read_only", setting("default_transaction_read_only"))
     wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)})")
+    s.wrote(s.b, "INSERT", wrote, "public.lc_audit", "note", note)
     mine = await s.observe(s.a, "read default_transaction_read_only", setting("default_transaction_read_only"))
+    s.read_back()  # before the clean-up
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
     return Observation(
         evidence=f"A: SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY. B read "
@@ -162,7 +170,9 @@ async def replication_role(s: Scenario) -> Observation:
     b_seen = await s.observe(s.b, "read session_replication_role", setting("session_replication_role"))
     # B: a child row whose parent does not exist must fail its foreign key (23503).
     wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_child (parent) VALUES ({orphan})")
+    s.wrote(s.b, "INSERT", wrote, "public.lc_child", "parent", str(orphan))
     mine = await s.observe(s.a, "read session_replication_role", setting("session_replication_role"))
+    s.read_back()  # before the clean-up
     await s.run(s.a, "clean up", f"DELETE FROM lc_child WHERE parent = {orphan}")
     return Observation(
         evidence=f"A: SET session_replication_role = replica. B read {said(b_seen)}; B's INSERT of an orphan "

@@ -7,7 +7,8 @@ last statement holds that tag and started after the witness's own previous look 
 that backend ran the client's step, whatever the client says. A step no backend shows (the pooler
 answered it itself, or ran its own statement on that server afterwards, e.g. a reset after every
 transaction) has no sighting; a client that reported an identity for it is then believed only for a
-backend that exists with that start time and ran something after the step began.
+backend that exists with that start time and whose last statement, run after the step began, may stand for
+the client's step (`stands_for`): its own, the pooler's reset, its driver's own; never another client's.
 
 One witness per lane thread and PostgreSQL (a superuser session straight to the server, never
 through the pooler), reused by the lane's probes: a synchronous psycopg connection, since each probe
@@ -25,7 +26,7 @@ import psycopg
 
 from leakcheck.model.errors import ProbeError
 from leakcheck.model.verdicts import ServerId
-from leakcheck.provision.base import Endpoint
+from leakcheck.provision.base import QUERY_SIZE, Endpoint
 
 #: Statements a pooler runs on a server connection of its own accord after a transaction (PgBouncer's
 #: server_reset_query_always, Odyssey's pool_discard): seen after a client's step, they mean no session state
@@ -38,6 +39,28 @@ def is_reset(statement: str) -> bool:
     `SET SESSION AUTHORIZATION DEFAULT;RESET ALL;CLOSE ALL;UNLISTEN *;...;DISCARD TEMP;`."""
     text = statement.upper()
     return "/* LEAKCHECK " not in text and any(word in text for word in RESETS)
+
+def stands_for(statement: str, own_tag: str) -> bool:
+    """Whether the statement a backend a client named ran last (no sighting of the client's step) may stand for
+    that step: the client's own tagged statement, the pooler's reset, or an untagged statement of the client's
+    driver after its step (PDO reads a column's type); never a statement tagged for another client or scenario,
+    which only says that the backend exists."""
+    text = statement.upper()
+    if own_tag.upper() in text:
+        return True
+    return "/* LEAKCHECK " not in text
+
+
+def check_fits(statement: str, size: int) -> None:
+    """pg_stat_activity keeps a statement's first `size` - 1 bytes (track_activity_query_size): a tagged
+    statement longer than that loses its tag there, so the witness could never see it. A ProbeError then."""
+    length = len(statement.encode())
+    if length >= size:
+        raise ProbeError(f"a tagged statement of {length} bytes is longer than the server keeps of a statement in "
+                         f"pg_stat_activity (track_activity_query_size = {size} bytes): the witness could never see "
+                         f"its tag; start that PostgreSQL with track_activity_query_size = {QUERY_SIZE} (leakcheck's "
+                         "own servers have it)")
+
 
 #: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
 _IDENTITY = "pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text"
@@ -65,6 +88,7 @@ class Witness:
         self.conn = conn
         self._mark = self._now()  #: the server's clock at the witness's last look
         self._since = self._mark  #: the look before it: when the step now being proven began, at the latest
+        self._size: int | None = None  #: track_activity_query_size, read on first use
 
     def _now(self) -> str:
         row = self.conn.execute("SELECT clock_timestamp()::text").fetchone()
@@ -72,8 +96,18 @@ class Witness:
         return str(row[0])
 
     def start(self) -> None:
-        """A probe starts: steps before this moment are never sighted."""
+        """A probe, or a client's step, starts: statements before this moment are never sighted or confirmed."""
         self._mark = self._since = self._now()
+
+    def fits(self, statement: str) -> str:
+        """The tagged statement, if pg_stat_activity keeps all of it on this server (`check_fits`)."""
+        if self._size is None:
+            row = self.conn.execute("SELECT setting::int FROM pg_settings "
+                                    "WHERE name = 'track_activity_query_size'").fetchone()
+            assert row is not None
+            self._size = int(row[0])
+        check_fits(statement, self._size)
+        return statement
 
     def look(self, tag_text: str) -> Sighting | None:
         """The backend that ran a statement holding `tag_text` since the previous look, if one did. Two
@@ -141,8 +175,8 @@ class Witness:
     def confirms(self, server: ServerId) -> str | None:
         """A client's word about the step `look` just found no sighting for: that backend exists with that start
         time and ran a statement since the step began (a statement of the pooler's, or of the driver's own
-        after the client's: PDO reads a column's table after a query). That statement's text, or None when
-        the server shows no such backend."""
+        after the client's: PDO reads a column's table after a query; `stands_for` judges it). That
+        statement's text, or None when the server shows no such backend."""
         row = self.conn.execute(
             f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND query_start > %s::timestamptz",
             (server.pid, server.started, self._since)).fetchone()
@@ -156,11 +190,12 @@ class Witness:
             row = self.conn.execute("SELECT current_setting(%s, true)", (name,)).fetchone()
         return None if row is None else row[0]
 
-    def present(self, table: str, ids: list[str]) -> set[str]:
-        """Which of `ids` are in `table`'s id column now (written and committed by anyone)."""
+    def present(self, table: str, ids: list[str], column: str = "id") -> set[str]:
+        """Which of `ids` are in `table`'s `column` now, as text (written and committed by anyone)."""
         if not ids:
             return set()
-        rows = self.conn.execute(f"SELECT id FROM {table} WHERE id = ANY(%s)", (ids,)).fetchall()
+        rows = self.conn.execute(f"SELECT {column}::text FROM {table} WHERE {column}::text = ANY(%s)",
+                                 (ids,)).fetchall()
         return {str(r[0]) for r in rows}
 
     def close(self) -> None:

@@ -18,6 +18,10 @@ from leakcheck.model.versions import Spec, Version
 DBNAME = "leakcheck"
 USER = "leakcheck"
 OTHER_ROLE = "leakcheck_other"
+#: track_activity_query_size on every PostgreSQL leakcheck starts (bytes; a postmaster setting): the witness
+#: finds a step by the tag at the end of its statement in pg_stat_activity, which PostgreSQL's default (1024)
+#: cuts off a long statement (discovery's snapshot of a session is about 1,700 bytes).
+QUERY_SIZE = 16384
 
 #: One pooler process of a run: (its PostgreSQL, the pooler, the pool settings it runs with, its lane).
 PoolerKey = tuple[Version, Pooler, PoolSettings, str]

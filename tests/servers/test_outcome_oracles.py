@@ -12,6 +12,7 @@ import pytest
 
 from leakcheck.model.target import Driver, Route
 from leakcheck.model.verdicts import Fact, Observation, Outcome, Verdict
+from leakcheck.probes import security
 from leakcheck.probes.base import Probe, probe
 from leakcheck.probes.outcomes import WRITES_TABLE
 from leakcheck.probes.scenario import Scenario
@@ -180,3 +181,37 @@ def test_a_client_after_another_clients_ended_transaction_does_not_stall(
 
     got = _measured(measure, body, "not_stalled")
     assert got.verdict is Verdict.ISOLATED and Fact.STALLED not in got.facts, got.evidence
+
+
+async def _read_only_with_b_insert_vanishing(s: Scenario, lose: bool) -> Observation:
+    """The read_only probe itself; when `lose`, PostgreSQL drops B's INSERT while telling B it succeeded (a rule
+    on lc_audit for this scenario's row alone, made by the test and removed after it)."""
+    rule = f"lc_vanish_{s.token}"
+    if lose:
+        with _superuser(s) as conn:
+            conn.execute(f"CREATE RULE {rule} AS ON INSERT TO public.lc_audit WHERE NEW.note = '{s.name('note')}' "
+                         "DO INSTEAD NOTHING")
+    try:
+        return await security.read_only.body(s)
+    finally:
+        if lose:
+            with _superuser(s) as conn:
+                conn.execute(f"DROP RULE IF EXISTS {rule} ON public.lc_audit")
+
+
+def test_a_security_probes_insert_that_is_not_in_the_database_is_a_silent_lost_write(measure: Measure) -> None:
+    async def body(s: Scenario) -> Observation:
+        return await _read_only_with_b_insert_vanishing(s, lose=True)
+
+    got = _measured(measure, body, "read_only_lost_insert", Route.DIRECT)
+    assert got.verdict is Verdict.LOSES_WRITES and {Fact.LOST_WRITE, Fact.SILENT} <= set(got.facts), got.evidence
+    assert "B's row lc_note_" in got.evidence and "is not in the database" in got.evidence
+
+
+def test_a_security_probes_insert_that_is_there_is_read_back_before_its_clean_up(measure: Measure) -> None:
+    async def body(s: Scenario) -> Observation:
+        return await _read_only_with_b_insert_vanishing(s, lose=False)
+
+    got = _measured(measure, body, "read_only_kept_insert", Route.DIRECT)
+    assert got.verdict is Verdict.ISOLATED and Fact.LOST_WRITE not in got.facts, got.evidence
+    assert "every write reported committed is in the database (1)" in got.evidence

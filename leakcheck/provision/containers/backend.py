@@ -32,7 +32,7 @@ from leakcheck.model.errors import ProvisionError, StartError, UsageError, one_l
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Pooler, PoolerKind
 from leakcheck.model.versions import Spec, Version, version_in_output
-from leakcheck.provision.base import DBNAME, USER, Endpoint, PoolerKey, new_credentials
+from leakcheck.provision.base import DBNAME, QUERY_SIZE, USER, Endpoint, PoolerKey, new_credentials
 from leakcheck.provision.console import query_postgres
 from leakcheck.provision.containers import images as img
 from leakcheck.provision.containers.engine import LOOPBACK, RECIPE_LABEL, Engine, sigint_deferred, start_reaper
@@ -265,7 +265,7 @@ class ContainersBackend:
             .with_network(network)
             .with_network_aliases(img.PG_ALIAS)
             .with_envs(POSTGRES_USER=USER, POSTGRES_DB=DBNAME, POSTGRES_PASSWORD=dict(self._credentials)[USER])
-            .with_command(["postgres", "-c", "fsync=off"])
+            .with_command(["postgres", "-c", "fsync=off", "-c", f"track_activity_query_size={QUERY_SIZE}"])
             .with_kwargs(labels=dict(self.engine.labels))
         )
         running = self._start(container, what, img.PG_PORT, network)

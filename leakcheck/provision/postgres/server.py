@@ -18,7 +18,7 @@ from psycopg import sql
 
 from leakcheck.model.errors import StartError
 from leakcheck.model.versions import Version
-from leakcheck.provision.base import DBNAME, USER, Endpoint, new_credentials
+from leakcheck.provision.base import DBNAME, QUERY_SIZE, USER, Endpoint, new_credentials
 from leakcheck.provision.host.owner import create, fresh_name
 from leakcheck.provision.host.process import STOPPED, ServerProcess
 from leakcheck.provision.host.strays import remove_folder, stop_servers_in
@@ -48,9 +48,10 @@ _INITDB = ("--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--l
 _TEMPLATE_ID = hashlib.sha256(" ".join((*_INITDB, fixtures.FINGERPRINT)).encode()).hexdigest()[:10]
 #: dynamic_shared_memory_type=mmap: parallel query's shared memory lives in the data dir (pg_dynshmem),
 #: removed with it, instead of /dev/shm/PostgreSQL.* segments a killed server would leave behind.
+#: track_activity_query_size: the witness must see the tag at the end of a long statement (base.QUERY_SIZE).
 _SETTINGS = (
     "fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=300",
-    "dynamic_shared_memory_type=mmap",
+    "dynamic_shared_memory_type=mmap", f"track_activity_query_size={QUERY_SIZE}",
 )
 
 
