@@ -16,7 +16,8 @@ from leakcheck.config.options import FLAG_OPTIONS, LIST_OPTIONS, OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone", "--controls=no"]
-DSN = ["--pooled-dsn=postgresql://u@127.0.0.1:1/db", "--drivers=psycopg", "--probes=timezone", "--controls=no"]
+DSN = ["--pooled-dsn=postgresql://u@127.0.0.1:1/db", "--direct-dsn=postgresql://u@127.0.0.1:2/db", "--drivers=psycopg",
+       "--probes=timezone", "--controls=no"]
 
 #: A bad value for each option (the test below fails for an option of the table missing here).
 BAD = {
@@ -75,6 +76,7 @@ def test_a_bad_value_of_every_ini_key_is_one_line_before_any_server_starts(
     if flag in WITH_DSN:
         del base["leakcheck_pg"], base["leakcheck_bouncer"]
         base["leakcheck_pooled_dsn"] = "postgresql://u@127.0.0.1:1/db"
+        base["leakcheck_direct_dsn"] = "postgresql://u@127.0.0.1:2/db"
     lines = "".join(f"{key} = {value}\n" for key, value in {**base, ini: BAD[flag]}.items())
     pytester.makeini(f"[pytest]\n{lines}")
     pytester.makeconftest("")
