@@ -260,6 +260,10 @@ class Config:
         if bouncer_ini is not None and not any(kind is PoolerKind.PGBOUNCER for kind, _ in poolers):
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
+        if record is not None and controls == "no":
+            written = "--update" if update == "yes" else f"--record={record}"
+            raise UsageError(f"{written} with --controls=no: a verdict is written only where its controls passed in "
+                             "the same run, and none would run; leave out --controls=no")
         return cls(
             pg=_pg_specs(pg),
             poolers=poolers,

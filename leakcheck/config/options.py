@@ -47,7 +47,8 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "prisma[pgbouncer=true]+node-postgres (docs/drivers.md: mixed applications)", None),
     ("--probes", "leakcheck_probes", "probe ids to run, comma separated (default all)", "all"),
     ("--controls", "leakcheck_controls", "also run every probe on the direct and session-mode controls: "
-     "yes or no (default yes)", "yes"),
+     "yes or no (default yes); --record and --update write only verdicts whose controls passed, so they need yes",
+     "yes"),
     ("--backend", "leakcheck_backend", "where servers come from: native, containers, or auto (containers when "
      "a Docker engine answers, else native); default native", "native"),
     ("--expect", "leakcheck_expect", "a baseline of expected verdicts (matrices/*.toml, or the older *.json): a "
