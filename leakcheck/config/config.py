@@ -255,6 +255,10 @@ class Config:
         if bouncer_ini is not None and not any(kind.record.team_file for kind, _ in poolers):
             raise UsageError("--bouncer-ini is a PgBouncer config, but no PgBouncer is in the matrix: add --bouncer "
                              "(e.g. --bouncer=1.24)")
+        if record is not None and controls == "no":
+            written = "--update" if update == "yes" else f"--record={record}"
+            raise UsageError(f"{written} with --controls=no: a verdict is written only where its controls passed in "
+                             "the same run, and none would run; leave out --controls=no")
         return cls(
             pg=_pg_specs(pg),
             poolers=poolers,
@@ -298,7 +302,8 @@ def _images(raw: dict[str, str | None]) -> dict[PoolerKind, str]:
 
 
 def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
-    """--pooled-dsn, --direct-dsn and --dsn-name, checked; a running pooler excludes the servers leakcheck starts."""
+    """--pooled-dsn, --direct-dsn and --dsn-name, checked; a running pooler excludes the servers leakcheck starts,
+    and needs --direct-dsn: the witness (probes/witness.py) proves on the server which connection each client had."""
     pooled = _given(raw, "leakcheck_pooled_dsn", "a postgresql:// URI through the running pooler")
     direct = _given(raw, "leakcheck_direct_dsn", "a postgresql:// URI to its PostgreSQL")
     name = _given(raw, "leakcheck_dsn_name", "a name such as staging")
@@ -314,6 +319,11 @@ def _dsns(raw: dict[str, str | None]) -> tuple[str | None, str | None, str]:
                          "(servers leakcheck would start) cannot go with it; leave them out")
     pooled = check_dsn(pooled, "--pooled-dsn")
     direct = check_dsn(direct, "--direct-dsn") if direct is not None else None
+    if direct is None:
+        raise UsageError("--pooled-dsn without --direct-dsn: the clients' own word (pg_backend_pid()) would be the "
+                         "only proof that they share a server connection, and it is no proof; give "
+                         "--direct-dsn=postgresql://USER@HOST/DB (straight to its PostgreSQL) so leakcheck's own "
+                         "session can see the server")
     name = name.strip() if name else default_name(pooled)
     if not all(ch.isalnum() or ch in "_.-" for ch in name):
         raise UsageError.bad_value("--dsn-name", name, "letters, digits, '_', '.' or '-'")

@@ -33,8 +33,9 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "run header); a key a team may not set is refused (docs/poolers.md)", None),
     ("--pooled-dsn", "leakcheck_pooled_dsn", "measure a pooler that is already running (staging PgBouncer, "
      "Odyssey, PgCat, RDS Proxy...): a postgresql:// URI through it; nothing is started", None),
-    ("--direct-dsn", "leakcheck_direct_dsn", "with --pooled-dsn: a postgresql:// URI straight to its PostgreSQL, "
-     "for the direct and shared controls", None),
+    ("--direct-dsn", "leakcheck_direct_dsn", "with --pooled-dsn (required): a postgresql:// URI straight to its "
+     "PostgreSQL, for leakcheck's own session there (the proof of which server connection each client had) and the "
+     "direct and shared controls", None),
     ("--dsn-name", "leakcheck_dsn_name", "with --pooled-dsn: the pooler's name in test ids and gate keys "
      "(default: its host and port)", None),
     ("--drivers", "leakcheck_drivers", "drivers to run: psycopg, asyncpg, the shipped agents node-postgres, "
@@ -46,7 +47,8 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
      "prisma[pgbouncer=true]+node-postgres (docs/drivers.md: mixed applications)", None),
     ("--probes", "leakcheck_probes", "probe ids to run, comma separated (default all)", "all"),
     ("--controls", "leakcheck_controls", "also run every probe on the direct and session-mode controls: "
-     "yes or no (default yes)", "yes"),
+     "yes or no (default yes); --record and --update write only verdicts whose controls passed, so they need yes",
+     "yes"),
     ("--backend", "leakcheck_backend", "where servers come from: native, containers, or auto (containers when "
      "a Docker engine answers, else native); default native", "native"),
     ("--expect", "leakcheck_expect", "a baseline of expected verdicts (matrices/*.toml, or the older *.json): a "

@@ -4,7 +4,7 @@ these fields; nothing parses them back out of strings (except `results`, which r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import ClassVar
 
@@ -149,6 +149,11 @@ class Pooler:
     def setting(self, name: str) -> str | None:
         """The value this cell gives a setting axis, or None."""
         return dict(self.settings).get(name)
+
+    @property
+    def in_session_mode(self) -> Pooler:
+        """The pooler of this cell's session control: a pool_mode axis makes no other one."""
+        return replace(self, settings=tuple(kv for kv in self.settings if kv[0] != "pool_mode"))
 
     def __str__(self) -> str:
         return self.label()

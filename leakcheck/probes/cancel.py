@@ -13,6 +13,11 @@ delivery, or sooner on evidence: A's driver returned only once its peer had clos
 1.18+ counts a forwarded request until PostgreSQL closed the connection it went on). A backend signalled
 before C lets go fails its statement with 57014 when it wakes, so the statement's result once C let go
 is the measurement, whenever the cancel landed.
+
+Only that evidence makes a cancel *lost*: where the route cannot say whether a cancel request is still in
+flight (Odyssey, pgpool-II, a fleet, a running pooler, PgBouncer before 1.18), a statement still waiting at
+the bound that then completed normally once C let go may have met a cancel that was merely slow, so the
+probe is an error, never a verdict (`Sent.unsettled`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ START_BOUND = 5.0
 #: Seconds a cancel has, from its delivery (the driver's cancel call returned), to stop the long
 #: statement (then C lets go), unless the route said sooner that none is in flight. Generous: the pooler
 #: forwards it on a new connection, and PostgreSQL forks a backend for it, which on a loaded 2-core
-#: machine took over 2 s (a control came out lost).
+#: machine took over 2 s (a control came out lost, when the bound still made a verdict: now `Sent.unsettled`).
 CANCEL_BOUND = 5.0
 #: Seconds the long statement, and a driver's cancel call, have to end once C let go.
 FINISH_BOUND = 10.0
@@ -81,6 +86,8 @@ class Sent:
     result: Attempt
     #: the driver's cancel call's own result
     call: Attempt
+    #: whether the witness still saw the statement waiting when the bound passed (None: the wait ended sooner)
+    waiting_at_bound: bool | None = None
 
     @property
     def stopped(self) -> bool:
@@ -95,6 +102,21 @@ class Sent:
         waited = f"had not ended when {self.settled}" if self.settled else f"had not ended within {CANCEL_BOUND:.0f} s"
         then = ("was stopped" if self.stopped else "failed" if self.result.failed else "completed normally")
         return f"{waited}, and {then} once C let go ({self.result})"
+
+    @property
+    def unsettled(self) -> bool:
+        """The wait ended at the bound with nothing said (neither the statement ended nor the route said no cancel
+        was in flight), and C's release let the statement complete: a cancel still in flight looks the same as
+        a lost one, so nothing was measured."""
+        return self.acted is None and self.settled is None and not self.result.failed
+
+    def unsettled_error(self, whose: str) -> ProbeError:
+        seen = {True: "the witness still saw it waiting on C's lock then", False: "the witness no longer saw it "
+                "waiting then", None: "there was no witness"}[self.waiting_at_bound]
+        return ProbeError(
+            f"{whose} statement {self.story()}{self.reported()}; {seen}. Nothing said whether the cancel request "
+            f"was lost or still on its way (this route cannot say whether one is in flight), so no verdict: a "
+            f"cancel slower than {CANCEL_BOUND:.0f} s on a loaded machine is not a lost one")
 
     def reported(self) -> str:
         """The driver's words when its cancel call reported a failure: evidence only, since a peer closes a
@@ -115,16 +137,19 @@ async def _cancel_beside(s: Scenario, long: Long) -> Sent:
     cancelling = asyncio.create_task(attempt(s.a.cancel()))
     acted: float | None = None
     settled: str | None = None
+    waiting: bool | None = None
     try:
         # The bound counts from the cancel's delivery (the driver's call returned), not from its start:
         # a slow machine's connect to the pooler must not turn into a lost cancel.
         await asyncio.wait({cancelling, long.task}, timeout=FINISH_BOUND, return_when=asyncio.FIRST_COMPLETED)
         if not (cancelling.done() and not cancelling.cancelled() and isinstance(cancelling.exception(), NotApplicable)):
             acted, settled = await _until_ended_or_settled(s, long.task, cancelling, began)
+            if acted is None and settled is None and s.witness is not None:  # the bound passed: on the server?
+                waiting = s.witness.running(long.marker) is not None
         # else the driver cannot cancel: nothing to wait for (raised below, once C let go)
     finally:
         result = await long.release()  # C lets go: a statement the cancel did not stop completes now
-    return Sent(acted, settled, result, await asyncio.wait_for(cancelling, FINISH_BOUND))
+    return Sent(acted, settled, result, await asyncio.wait_for(cancelling, FINISH_BOUND), waiting)
 
 
 async def _until_ended_or_settled(s: Scenario, task: asyncio.Task[Attempt], cancelling: asyncio.Task[Attempt],
@@ -194,6 +219,8 @@ async def _cancel_own(s: Scenario) -> Observation:
     if sent.acted is not None and not sent.result.failed:
         raise ProbeError(f"A's statement completed while C held the lock it waited for ({sent.result}): "
                          "nothing was exercised")
+    if sent.unsettled:  # lost only where the route said no cancel was in flight any more
+        raise sent.unsettled_error("A's")
     return Observation(
         evidence=f"A's statement waited on C's lock; A's driver sent a cancel{sent.reported()}: the statement "
         f"{sent.story()}",

@@ -72,6 +72,7 @@ async def cancel_routed(s: Scenario) -> Observation:
         # A's cancel request (A's pid and key) arrives at `to`.
         started = time.monotonic()
         await send_cancel_request(to.host, to.port, *key)
+        delivered_while_running = not sleeping.done()  # the peer closed the cancel connection before A's end
         done = await sleeping
     finally:
         if not sleeping.done():
@@ -84,6 +85,11 @@ async def cancel_routed(s: Scenario) -> Observation:
         return Observation(f"A's statement was cancelled {took:.1f} s after its cancel reached {where}")
     if done.failed:
         return Observation(f"A's cancel reached {where} and A's statement failed otherwise: {done}", broke=str(done))
+    # Lost only on that measurement: pg_sleep returned normally, so it ran its whole SLEEP, and the cancel had
+    # been delivered (its peer had closed the connection) while it still slept.
+    if not delivered_while_running:
+        raise ProbeError(f"A's cancel was delivered to {where} only after A's pg_sleep({SLEEP}) had ended "
+                         f"({took:.1f} s after it was sent): the machine was too slow for the cancel to be measured")
     return Observation(f"A's cancel reached {where} and was lost: A's pg_sleep({SLEEP}) ran to its end "
                        f"({took:.1f} s)", lost=True)
 

@@ -205,8 +205,7 @@ class MatrixRun:
             out += [Target(pg, None, route, d, v, s, b) for route in (Route.DIRECT, Route.SHARED)
                     for pg in pgs for d, v, s, b in drivers]
             # The session control runs each pooler cell in session mode: a pool_mode axis makes no other one.
-            session = list(dict.fromkeys(
-                replace(p, settings=tuple(kv for kv in p.settings if kv[0] != "pool_mode")) for p in poolers))
+            session = list(dict.fromkeys(p.in_session_mode for p in poolers))
             out += [Target(pg, p, Route.SESSION, d, v, s, b) for pg in pgs for p in session for d, v, s, b in drivers]
         return out
 

@@ -380,15 +380,11 @@ def decide(plan: ProbePlan, proofs: tuple[Proof, ...], observation: Observation)
     return unshared(observation, apart) if apart is not None else (verdict, evidence)
 
 
-def witness_of(backend: Backend, target: Target) -> Witness | None:
-    """This lane's witness on the target's PostgreSQL (probes/witness.py), ready for a new probe; None for a
-    running pooler without --direct-dsn (nothing to reach PostgreSQL directly)."""
-    try:
-        direct = backend.postgres(target.pg)
-    except ProvisionError:
-        if is_running_pooler(target):
-            return None
-        raise
+def witness_of(backend: Backend, target: Target) -> Witness:
+    """This lane's witness on the target's PostgreSQL (probes/witness.py), ready for a new probe. A running
+    pooler has one through --direct-dsn (config refuses --pooled-dsn without it): no probe proves its sharing
+    on a client's word, so a backend without PostgreSQL is an error here."""
+    direct = backend.postgres(target.pg)
     witness = witness_for(direct.as_user(USER))
     witness.start()
     return witness

@@ -30,3 +30,20 @@ def pooler(kind: str, version: str | None = None, settings: tuple[tuple[str, str
            config: str = "") -> Pooler:
     """`pooler("pgbouncer", "1.18.0")`, `pooler("odyssey", "1.5.2")`, `pooler("dsn", config="staging")`."""
     return Pooler(PoolerKind(kind), Version.parse(version) if version else None, settings, config)
+
+
+def with_controls(*outcomes: Outcome, failed: Route | None = None) -> list[Outcome]:
+    """`outcomes` and, for each pooled-route one, the controls it rests on (gate/record.py's `controls_of`),
+    each measuring what its route requires; the control on `failed` measures an error instead."""
+    from leakcheck.gate.record import controls_of
+    from leakcheck.probes import PROBES
+
+    probes = {p.id: p for p in PROBES}
+    out = list(outcomes)
+    for outcome in outcomes:
+        if outcome.route is Route.TRANSACTION:
+            probe = probes[outcome.probe]
+            for target in controls_of(outcome.target):
+                want = Verdict.ERROR if target.route is failed else probe.control_expectation(target.route)
+                out.append(Outcome(outcome.probe, target, want, f"{target.route.value} control"))
+    return out

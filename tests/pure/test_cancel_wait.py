@@ -117,3 +117,60 @@ def test_a_statement_that_ends_while_the_route_is_asked_is_timed_as_acted() -> N
 def test_a_route_that_answers_only_after_the_bound_leaves_the_wait_at_the_bound() -> None:
     acted, settled, took = asyncio.run(_wait(Route(delay=60), closed))
     assert (acted, settled) == (None, None) and BOUND <= took < BOUND + 0.5
+
+
+class _Statement:
+    """A's statement waiting for C's advisory lock, and C: C's unlock lets it complete normally. A's cancel
+    call returns True (its peer closed the cancel connection) and stops nothing: a cancel lost, or still on
+    its way."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+
+    async def query(self, sql: str) -> list[tuple[int]]:
+        if "pg_advisory_xact_lock" in sql:
+            await self.released.wait()
+        if "pg_advisory_unlock" in sql:
+            self.released.set()
+        return [(1,)]
+
+    async def cancel(self) -> bool:
+        return True
+
+
+class _Scenario:
+    """cancel_own's scenario as the pure tier can give it: A and C on one `_Statement`, a witness that still
+    sees the statement waiting, and the route's word on cancels in flight (None: it cannot tell)."""
+
+    token = "t"
+
+    def __init__(self, route: Route | None) -> None:
+        self.a = self.b = self.statement = _Statement()
+        self.cancels_settled = route.settled if route is not None else None
+        self.witness = type("W", (), {"running": lambda _self, marker: "still waiting"})()
+
+    def name(self, stem: str) -> str:
+        return f"lc_{stem}_{self.token}"
+
+    async def c(self) -> _Statement:
+        return self.statement
+
+    async def observe(self, *args: object) -> None:
+        return None
+
+    async def running(self, *args: object) -> None:
+        return None
+
+
+def test_a_cancel_the_route_cannot_settle_is_an_error_at_the_bound_never_lost() -> None:
+    # Odyssey, pgpool-II, a fleet, a running pooler: a cancel slower than the bound looks like a lost one
+    with pytest.raises(cancel.ProbeError) as raised:
+        asyncio.run(cancel._cancel_own(_Scenario(None)))  # type: ignore[arg-type]
+    said = str(raised.value)
+    assert "had not ended within" in said and "completed normally once C let go" in said
+    assert "the witness still saw it waiting on C's lock then" in said and "so no verdict" in said
+
+
+def test_a_cancel_the_route_settled_while_the_statement_still_waited_is_lost() -> None:
+    seen = asyncio.run(cancel._cancel_own(_Scenario(Route())))  # type: ignore[arg-type]
+    assert seen.lost and "had not ended when A's driver had seen its peer close" in seen.evidence

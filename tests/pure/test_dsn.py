@@ -104,9 +104,21 @@ def test_no_error_leakcheck_raises_holds_a_secret() -> None:
                                  "postgresql://u:hun?ter2@127.0.0.1:1/db", "postgresql://u:hun%zzter2@127.0.0.1:1/db",
                                  f"postgresql://u:{SECRET}@127.0.0.1:1/db?connect_timeout=0"])
 def test_a_pooled_dsn_with_a_secret_is_never_printed_in_clear(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", f"--pooled-dsn={dsn}", "--drivers=psycopg", "--probes=timezone", "--controls=no"]) == 4
+    assert main(["run", f"--pooled-dsn={dsn}", "--direct-dsn=postgresql://u@127.0.0.1:1/db", "--drivers=psycopg",
+                 "--probes=timezone", "--controls=no"]) == 4
     captured = capsys.readouterr()
     assert "ter2" not in captured.out + captured.err and "error" in captured.err
+
+
+def test_a_pooled_dsn_without_a_direct_dsn_is_refused_before_any_server_starts(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # without leakcheck's own session on the server, a client's pg_backend_pid() would prove the sharing
+    assert main(["run", f"--pooled-dsn=postgresql://u:{SECRET}@127.0.0.1:1/db", "--drivers=psycopg",
+                 "--probes=timezone"]) == 4
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--pooled-dsn without --direct-dsn" in lines[0], lines
+    assert "give --direct-dsn=" in lines[0] and SECRET not in captured.err and captured.out == ""
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "2.5"])

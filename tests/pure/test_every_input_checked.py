@@ -15,8 +15,10 @@ from leakcheck.config import matrix_file, preflight
 from leakcheck.config.options import FLAG_OPTIONS, LIST_OPTIONS, OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone", "--controls=no"]
-DSN = ["--pooled-dsn=postgresql://u@127.0.0.1:1/db", "--drivers=psycopg", "--probes=timezone", "--controls=no"]
+#: With the controls (the default): --record and --update refuse --controls=no before they check their paths.
+SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone"]
+DSN = ["--pooled-dsn=postgresql://u@127.0.0.1:1/db", "--direct-dsn=postgresql://u@127.0.0.1:2/db", "--drivers=psycopg",
+       "--probes=timezone", "--controls=no"]
 
 #: A bad value for each option (the test below fails for an option of the table missing here).
 BAD = {
@@ -71,10 +73,11 @@ def test_a_bad_value_of_every_option_is_one_line_before_any_server_starts(
 def test_a_bad_value_of_every_ini_key_is_one_line_before_any_server_starts(
         flag: str, ini: str, pytester: pytest.Pytester) -> None:
     base = {"leakcheck_pg": "16", "leakcheck_bouncer": "1.24", "leakcheck_drivers": "psycopg",
-            "leakcheck_probes": "timezone", "leakcheck_controls": "no"}
+            "leakcheck_probes": "timezone"}
     if flag in WITH_DSN:
         del base["leakcheck_pg"], base["leakcheck_bouncer"]
         base["leakcheck_pooled_dsn"] = "postgresql://u@127.0.0.1:1/db"
+        base["leakcheck_direct_dsn"] = "postgresql://u@127.0.0.1:2/db"
     lines = "".join(f"{key} = {value}\n" for key, value in {**base, ini: BAD[flag]}.items())
     pytester.makeini(f"[pytest]\n{lines}")
     pytester.makeconftest("")
@@ -94,7 +97,7 @@ def test_a_bad_value_of_every_matrix_file_key_is_one_line_before_any_server_star
         key: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     body = {"pooler": '[[pooler]]\nkind = "nosuch"\nversions = ["1"]\n',
             "driver_settings": '[driver_settings]\npsycopg = { nosuch = ["1"] }\n'}.get(key)
-    text = 'pg = "16"\ndrivers = "psycopg"\nprobes = "timezone"\ncontrols = "no"\n'
+    text = 'pg = "16"\ndrivers = "psycopg"\nprobes = "timezone"\n'
     text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(f"{key} ="))
     pooler = '[[pooler]]\nkind = "pgbouncer"\nversions = ["1.24"]\n'
     text += f"{key} = {BAD_MATRIX[key]}\n" if body is None else ""

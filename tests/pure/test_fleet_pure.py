@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from leakcheck.config.config import Config
 from leakcheck.model.axes import parse_fleet
-from leakcheck.model.errors import StartError, UsageError
+from leakcheck.model.errors import ProbeError, StartError, UsageError
 from leakcheck.model.pool_settings import PoolSettings
 from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
-from leakcheck.model.verdicts import Proof, ServerId
+from leakcheck.model.verdicts import Observation, Proof, ServerId
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
+from leakcheck.probes.base import Attempt
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.system import ServerUser
 from leakcheck.provision.pgbouncer.fleet import BouncerFleet
@@ -136,3 +139,58 @@ def test_a_fleet_error_names_its_process_and_program_once() -> None:
     said = str(raised.value)
     assert said.startswith("process 1 of the fleet") and "admin console did not answer" in said
     assert said.count("PgBouncer") == 1 and said.count("/opt/pgbouncer-1.24.1/bin/pgbouncer") == 1, said
+
+
+class _Fleet:
+    """cancel_routed's scenario as the pure tier gives it: A's pg_sleep ends (normally) after `sleeps` seconds,
+    and the cancel is delivered (its peer closed the connection) after `delivery` seconds; it stops nothing."""
+
+    route = Route.TRANSACTION
+    a = b = None
+
+    def __init__(self, sleeps: float, delivery: float) -> None:
+        self.sleeps, self.delivery = sleeps, delivery
+        self.addresses = (Endpoint("127.0.0.1", 1), Endpoint("127.0.0.1", 2))
+
+    def name(self, stem: str) -> str:
+        return f"lc_{stem}"
+
+    async def c(self) -> _Fleet:
+        return self
+
+    async def query(self, sql: str) -> list[tuple[int]]:  # C sees A's statement sleeping
+        return [(1,)]
+
+    async def run(self, client: object, step: str, sql: str) -> Attempt:
+        await asyncio.sleep(self.sleeps)
+        return Attempt(value="")
+
+    async def observe(self, *args: object) -> None:
+        return None
+
+
+def _cancel_routed(monkeypatch: pytest.MonkeyPatch, sleeps: float, delivery: float) -> Observation:
+    from leakcheck.probes import fleet
+
+    async def key(client: object) -> tuple[int, int]:
+        return 1, 2
+
+    async def deliver(*args: object) -> None:
+        await asyncio.sleep(delivery)
+
+    monkeypatch.setattr(fleet, "cancel_key", key)
+    monkeypatch.setattr(fleet, "send_cancel_request", deliver)
+    return asyncio.run(fleet.cancel_routed.body(_Fleet(sleeps, delivery)))  # type: ignore[arg-type]
+
+
+def test_a_routed_cancel_delivered_only_after_the_statement_ended_is_an_error_never_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the rest of the 4 s pg_sleep went by before the fleet's process even closed the cancel connection
+    with pytest.raises(ProbeError, match="delivered to 127.0.0.1:2 only after A's pg_sleep"):
+        _cancel_routed(monkeypatch, sleeps=0.05, delivery=0.3)
+
+
+def test_a_routed_cancel_delivered_while_the_statement_slept_that_ran_to_its_end_is_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _cancel_routed(monkeypatch, sleeps=0.3, delivery=0.0)
+    assert seen.lost and "was lost: A's pg_sleep(4) ran to its end" in seen.evidence

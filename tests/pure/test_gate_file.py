@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from leakcheck.cli.main import main
 from leakcheck.config import output_files
 from leakcheck.gate import expectations, judge, record
 from leakcheck.gate.baseline import Expectation
@@ -15,7 +16,7 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.probes import PROBES
-from tests.pure.outcomes import make
+from tests.pure.outcomes import at, make, pooler, with_controls
 
 KEY_TZ = "pg16/pgbouncer1.24/psycopg/timezone"
 KEY_ST = "pg16/pgbouncer1.24/psycopg/statement_timeout"
@@ -106,7 +107,8 @@ def test_errors_and_skips_are_not_recorded_and_keep_the_previous_value() -> None
 
 
 def test_a_partial_run_keeps_the_entries_it_did_not_measure() -> None:
-    plan = record.plan({KEY_OLD: E(Verdict.LOST), KEY_TZ: E(Verdict.LEAKS)}, [outcome("timezone", Verdict.ISOLATED)])
+    plan = record.plan({KEY_OLD: E(Verdict.LOST), KEY_TZ: E(Verdict.LEAKS)},
+                       with_controls(outcome("timezone", Verdict.ISOLATED)))
     assert plan.verdicts == {KEY_OLD: E(Verdict.LOST), KEY_TZ: E(Verdict.ISOLATED)}
     assert (plan.measured, plan.kept) == (1, 1)
     lines = record.summary(Path("m.json"), plan)
@@ -118,21 +120,62 @@ def test_controls_are_not_recorded() -> None:
     assert plan.verdicts == {} and plan.measured == 0
 
 
+@pytest.mark.parametrize("failed", [Route.DIRECT, Route.SHARED, Route.SESSION], ids=str)
+def test_a_verdict_whose_control_failed_in_the_same_run_is_left_out_and_the_summary_says_why(failed: Route) -> None:
+    # judge: a failed control means "this probe cannot be trusted here"; its pooled verdict is no measurement either
+    run = with_controls(outcome("timezone", Verdict.LEAKS), failed=failed) + with_controls(
+        outcome("statement_timeout", Verdict.LEAKS))
+    plan = record.plan({KEY_TZ: E(Verdict.ISOLATED)}, run)
+    assert plan.verdicts == {KEY_TZ: E(Verdict.ISOLATED), KEY_ST: E(Verdict.LEAKS)}  # the previous value kept
+    assert plan.untrusted == {KEY_TZ: record.CONTROL_FAILED} and plan.measured == 1
+    assert record.summary(Path("m.toml"), plan) == [
+        "recorded 1 verdicts in m.toml (0 kept from the previous file; 1 left out, as their probe cannot be trusted "
+        f"there (the file keeps what it had for them): 1 where a control failed, e.g. {KEY_TZ})"]
+
+
+def test_a_verdict_without_its_controls_is_left_out() -> None:
+    # --controls=no (refused with --record, below), -k, or a merge of files that hold no controls
+    session_missing = [o for o in with_controls(outcome("timezone", Verdict.LEAKS)) if o.route is not Route.SESSION]
+    for run in ([outcome("timezone", Verdict.LEAKS)], session_missing):
+        plan = record.plan({}, run)
+        assert plan.verdicts == {} and plan.untrusted == {KEY_TZ: record.NO_CONTROL}
+        assert "1 where its controls did not run" in record.summary(Path("m.toml"), plan)[0]
+
+
+def test_a_running_poolers_verdict_rests_on_its_direct_and_shared_controls() -> None:
+    dsn = at("timezone", Verdict.LEAKS, pooler("dsn", config="staging"))  # no session mode to switch to
+    assert [t.route for t in record.controls_of(dsn.target)] == [Route.DIRECT, Route.SHARED]
+    assert record.plan({}, with_controls(dsn)).verdicts == {"pg16/dsn-staging/psycopg/timezone": E(Verdict.LEAKS)}
+
+
+@pytest.mark.parametrize("args", [["--record=m.toml"], ["--expect=m.toml", "--update"]], ids=["record", "update"])
+def test_record_or_update_with_no_controls_is_one_line_and_exit_4(
+        args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m.toml", {}).write_text('format = 2\n["pg16/pgbouncer1.24".psycopg]\ntimezone = "leaks"\n')
+    assert main(["run", "--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=timezone", "--controls=no",
+                 *args]) == 4
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "with --controls=no" in lines[0] and "leave out --controls=no" in lines[0], lines
+    assert captured.out == ""
+
+
 def test_two_patch_releases_that_disagree_on_one_key_are_not_recorded() -> None:
-    plan = record.plan({}, [outcome("timezone", Verdict.ISOLATED, bouncer="1.24.0"),
-                            outcome("timezone", Verdict.LEAKS, bouncer="1.24.1")])
+    plan = record.plan({}, with_controls(outcome("timezone", Verdict.ISOLATED, bouncer="1.24.0"),
+                                         outcome("timezone", Verdict.LEAKS, bouncer="1.24.1")))
     assert plan.verdicts == {} and plan.unrecorded == {KEY_TZ: "measured differently: isolated/leaks"}
 
 
 def test_error_entries_of_an_old_file_are_dropped_and_said_so() -> None:
-    plan = record.plan({KEY_OLD: E(Verdict.ERROR)}, [outcome("timezone", Verdict.ISOLATED)])
+    plan = record.plan({KEY_OLD: E(Verdict.ERROR)}, with_controls(outcome("timezone", Verdict.ISOLATED)))
     assert plan.verdicts == {KEY_TZ: E(Verdict.ISOLATED)} and plan.dropped == 1
     assert any("dropped 1 error/skipped" in line for line in record.summary(Path("m.json"), plan))
 
 
 def test_the_summary_says_how_many_were_not_recorded_and_why() -> None:
-    plan = record.plan({KEY_TZ: E(Verdict.LEAKS)}, [outcome("timezone", Verdict.ERROR),
-                                                 outcome("statement_timeout", Verdict.LEAKS)])
+    plan = record.plan({KEY_TZ: E(Verdict.LEAKS)}, with_controls(outcome("timezone", Verdict.ERROR),
+                                                              outcome("statement_timeout", Verdict.LEAKS)))
     first, second = record.summary(Path("m.json"), plan)
     assert first == "recorded 1 verdicts in m.json (0 kept from the previous file)"
     assert second.startswith("1 verdicts not recorded (1 error: an error or a skip measured nothing; 1 kept")
@@ -140,7 +183,7 @@ def test_the_summary_says_how_many_were_not_recorded_and_why() -> None:
 
 def test_saving_merges_into_the_file_and_writes_only_measurements(tmp_path: Path) -> None:
     path = write(tmp_path / "m.json", {KEY_OLD: "lost", KEY_TZ: "leaks"})
-    record.save(path, [outcome("timezone", Verdict.ERROR), outcome("statement_timeout", Verdict.LEAKS)])
+    record.save(path, with_controls(outcome("timezone", Verdict.ERROR), outcome("statement_timeout", Verdict.LEAKS)))
     assert json.loads(path.read_text()) == {"format": 1, "verdicts": {KEY_OLD: "lost", KEY_ST: "leaks",
                                                                       KEY_TZ: "leaks"}}
     assert expectations.load(path)  # what --record writes, --expect accepts

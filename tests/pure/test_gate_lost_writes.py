@@ -14,7 +14,7 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes import PROBES
-from tests.pure.outcomes import make
+from tests.pure.outcomes import make, with_controls
 
 PROBE = next(p for p in PROBES if p.id == "tx_free_before_commit")
 KEY = "pg16/pgbouncer1.24/pdo8.2/tx_free_before_commit"
@@ -56,9 +56,9 @@ def test_a_baseline_entry_without_a_reason_is_refused_in_one_line(tmp_path: Path
 
 
 def test_record_never_writes_a_lost_write_by_itself_and_keeps_one_a_person_wrote() -> None:
-    fresh = record.plan({}, [lost()])
+    fresh = record.plan({}, with_controls(lost()))
     assert KEY not in fresh.verdicts and "by hand" in fresh.unrecorded[KEY]
-    kept = record.plan({KEY: Expectation(Verdict.LOSES_WRITES, "known")}, [lost()])
+    kept = record.plan({KEY: Expectation(Verdict.LOSES_WRITES, "known")}, with_controls(lost()))
     assert kept.verdicts[KEY] == Expectation(Verdict.LOSES_WRITES, "known")
 
 

@@ -13,7 +13,7 @@ from leakcheck.model.errors import UsageError
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Fact, Outcome, Verdict
 from leakcheck.probes import PROBES
-from tests.pure.outcomes import make
+from tests.pure.outcomes import make, with_controls
 
 PROBE = {p.id: p for p in PROBES}
 KEY = "pg16/pgbouncer1.24/psycopg3.3/search_path"
@@ -103,7 +103,7 @@ def test_a_hand_written_toml_baseline_is_checked_in_one_line(tmp_path: Path) -> 
 def test_a_re_record_keeps_a_reason_while_the_verdict_stays_and_drops_it_when_it_changes() -> None:
     previous = {KEY: Expectation(Verdict.LEAKS, "accepted"),
                 KEY.replace("search_path", "temp_table"): Expectation(Verdict.LEAKS, "accepted too")}
-    plan = record.plan(previous, [measured(Verdict.LEAKS), measured(Verdict.ISOLATED, "temp_table")])
+    plan = record.plan(previous, with_controls(measured(Verdict.LEAKS), measured(Verdict.ISOLATED, "temp_table")))
     assert plan.verdicts[KEY] == Expectation(Verdict.LEAKS, "accepted")
     assert plan.verdicts[KEY.replace("search_path", "temp_table")] == Expectation(Verdict.ISOLATED)
     assert any("reasons were dropped" in line for line in record.summary(Path("m.toml"), plan))
@@ -111,9 +111,9 @@ def test_a_re_record_keeps_a_reason_while_the_verdict_stays_and_drops_it_when_it
 
 def test_a_new_probe_is_recorded_in_the_form_the_file_holds_its_cell_in() -> None:
     anyone = {"pg16/pgbouncer1.24/psycopg/timezone": Expectation(Verdict.ISOLATED)}
-    plan = record.plan(anyone, [measured(Verdict.LEAKS)])  # search_path: no entry yet
+    plan = record.plan(anyone, with_controls(measured(Verdict.LEAKS)))  # search_path: no entry yet
     assert "pg16/pgbouncer1.24/psycopg/search_path" in plan.verdicts
-    assert record.plan({}, [measured(Verdict.LEAKS)]).verdicts.keys() == {KEY}
+    assert record.plan({}, with_controls(measured(Verdict.LEAKS))).verdicts.keys() == {KEY}
 
 
 def test_a_positive_control_that_broke_and_also_leaked_shows_the_leak_and_passes() -> None:

@@ -10,7 +10,8 @@ from leakcheck.config import output_files
 from leakcheck.gate import expectations, record
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Outcome, Verdict
-from tests.pure.outcomes import make
+from leakcheck.probes import PROBES
+from tests.pure.outcomes import make, with_controls
 
 WRITERS, SAVES = 5, 5
 
@@ -23,7 +24,7 @@ def _writer(path: str, writer: int, go: Any = None) -> None:
     if go is not None:
         go.wait(30)  # every writer starts at once: their read-merge-writes overlap
     for n in range(SAVES):
-        record.save(Path(path), [_outcome(f"p{writer}_{n}")])
+        record.save(Path(path), with_controls(_outcome(PROBES[writer * SAVES + n].id)))
 
 
 def test_concurrent_writers_of_one_file_lose_no_entry(tmp_path: Path) -> None:

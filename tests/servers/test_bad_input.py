@@ -143,7 +143,7 @@ def test_a_record_path_that_cannot_be_written_stops_the_run_before_it_starts(
     elif target == "NOT_A_MATRIX":
         (pytester.path / "m.json").write_text(json.dumps({"format": 1, "verdicts": None}))
         arg = "m.json"
-    assert message in one_usage_error(run(pytester, f"--record={arg}"))
+    assert message in one_usage_error(run(pytester, f"--record={arg}", "--controls=yes"))  # --record needs them
     if target == "NOT_A_MATRIX":  # left as it was
         assert json.loads((pytester.path / "m.json").read_text()) == {"format": 1, "verdicts": None}
 

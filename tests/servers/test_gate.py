@@ -16,6 +16,8 @@ from leakcheck.model.verdicts import Verdict
 pytestmark = pytest.mark.servers
 
 SMALL = ["--pg=16", "--bouncer=1.24", "--drivers=psycopg", "--probes=statement_timeout,timezone", "--controls=no"]
+#: --record and --update write a verdict only where its controls passed in the same run: they run them.
+RECORDING = SMALL[:-1]
 
 
 def keys(path: Path) -> dict[str, Expectation]:
@@ -23,7 +25,7 @@ def keys(path: Path) -> dict[str, Expectation]:
 
 
 def recorded(pytester: pytest.Pytester, name: str = "prod.toml") -> Path:
-    pytester.runpytest_inprocess(*SMALL, f"--record={name}")
+    pytester.runpytest_inprocess(*RECORDING, f"--record={name}")
     return pytester.path / name
 
 
@@ -68,7 +70,7 @@ def test_update_rewrites_the_baseline_once_keeping_reasons_and_then_it_passes(
     text = path.read_text().replace('statement_timeout = "leaks"',
                                     'statement_timeout = { verdict = "leaks", reason = "accepted" }')
     path.write_text(text.replace('timezone = "isolated"', 'timezone = "leaks"'))  # wrong on purpose
-    updated = pytester.runpytest_inprocess(*SMALL, f"--expect={path}", "--update", *parallel)
+    updated = pytester.runpytest_inprocess(*RECORDING, f"--expect={path}", "--update", *parallel)
     assert updated.ret == pytest.ExitCode.OK  # differences are recorded, not failed
     assert updated.stdout.str().count(f"leakcheck: recorded 2 verdicts in {path}") == 1
     assert keys(path) == {"statement_timeout": Expectation(Verdict.LEAKS, "accepted"),
@@ -95,12 +97,12 @@ def test_require_fails_only_on_the_probes_the_application_relies_on(pytester: py
 
 
 def test_leakcheck_run_gives_the_plugins_verdicts_and_exit_codes_without_pytest(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "leakcheck.cli.main", "run", *SMALL, f"--results={tmp_path / 'r.json'}",
+    command = [sys.executable, "-m", "leakcheck.cli.main", "run", *RECORDING, f"--results={tmp_path / 'r.json'}",
                f"--record={tmp_path / 'm.toml'}"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
     assert done.returncode == 1, done.stderr  # statement_timeout leaks
     assert "FAILED test_leak[pg16." in done.stdout and "statement_timeout]: LEAKS: " in done.stdout
-    assert "leakcheck: [1/1] pg16." in done.stderr  # progress per cell on stderr
+    assert "leakcheck: [1/4] pg16." in done.stderr  # progress per cell on stderr (the pooler and three controls)
     assert keys(tmp_path / "m.toml")["timezone"] == Expectation(Verdict.ISOLATED)
     accepted = subprocess.run([*command[:4], *SMALL, f"--expect={tmp_path / 'm.toml'}"], capture_output=True,
                               text=True, cwd=tmp_path, timeout=300, check=False)

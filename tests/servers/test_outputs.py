@@ -13,7 +13,8 @@ import pytest
 
 from tests.servers.test_bad_input import SMALL
 
-TWO = [*SMALL[:3], "--probes=timezone,statement_timeout", "--controls=no"]
+#: With the controls: --record writes a verdict only where its controls passed in the same run.
+TWO = [*SMALL[:3], "--probes=timezone,statement_timeout"]
 FILES = ("m.toml", "r.json", "r.html", "r.md")
 
 
@@ -47,7 +48,7 @@ def test_merging_one_results_file_writes_the_files_of_the_run_that_wrote_it(pyte
     here = pytester.path
     for folder in ("pytest", "run", "merged-pytest", "merged-run"):
         (here / folder).mkdir()
-    pytester.runpytest_inprocess(*TWO, *targets("pytest", junit=False)).assert_outcomes(passed=1, failed=1)
+    pytester.runpytest_inprocess(*TWO, *targets("pytest", junit=False)).assert_outcomes(passed=7, failed=1)
     ran = leakcheck("run", *TWO, *targets("run"), cwd=here)
     assert ran.returncode == 1, ran.stderr  # statement_timeout leaks
     for source, into in (("pytest", "merged-pytest"), ("run", "merged-run")):

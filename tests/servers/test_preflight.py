@@ -20,6 +20,8 @@ from leakcheck.provision.host.system import cache_root, server_user
 from leakcheck.provision.postgres.binaries import resolve_pg
 
 ONE = ["--drivers=psycopg", "--controls=no"]
+#: --record writes a verdict only where its controls passed in the same run, so those runs keep them.
+RECORDING = ["--drivers=psycopg"]
 KEY_TZ = "pg16/pgbouncer1.24/psycopg/timezone"
 KEY_DS = "pg16/pgbouncer1.24/psycopg/datestyle"
 
@@ -163,8 +165,8 @@ def test_a_measured_error_is_not_recorded_and_keeps_the_previous_value(
     path = pytester.path / "m.json"
     path.write_text(json.dumps({"format": 1, "verdicts": {KEY_TZ: "isolated"}}))
     result = pytester.runpytest_inprocess(f"--pg={unstartable_pg}", "--bouncer=1.24", "--probes=timezone,datestyle",
-                                          *ONE, "--record=m.json")
-    result.assert_outcomes(failed=2)
+                                          *RECORDING, "--record=m.json")
+    result.assert_outcomes(failed=8)  # the controls too
     assert json.loads(path.read_text())["verdicts"] == {KEY_TZ: "isolated"}  # datestyle: no entry
     result.stdout.fnmatch_lines([
         "leakcheck: recorded 0 verdicts in m.json (0 kept from the previous file)",
@@ -191,7 +193,7 @@ def test_an_interrupted_run_writes_nothing_and_says_so(pytester: pytest.Pytester
     path.write_text(json.dumps({"format": 1, "verdicts": {KEY_TZ: "leaks", KEY_DS: "leaks"}}, indent=1))
     before = path.read_bytes()
     pytester.makeconftest(INTERRUPT_AFTER_FIRST_TEST)
-    result = pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone,datestyle", *ONE,
+    result = pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone,datestyle", *RECORDING,
                                           "--record=m.json", no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert path.read_bytes() == before
@@ -203,9 +205,9 @@ def test_an_interrupted_run_writes_nothing_and_says_so(pytester: pytest.Pytester
 def test_a_partial_run_updates_what_it_measured_and_keeps_the_rest(pytester: pytest.Pytester) -> None:
     path = pytester.path / "m.json"
     path.write_text(json.dumps({"format": 1, "verdicts": {KEY_TZ: "leaks", KEY_DS: "leaks"}}))
-    result = pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone", *ONE,
+    result = pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone", *RECORDING,
                                           "--record=m.json")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=4)  # and its three controls
     assert json.loads(path.read_text())["verdicts"] == {KEY_TZ: "isolated", KEY_DS: "leaks"}
     result.stdout.fnmatch_lines(["leakcheck: recorded 1 verdicts in m.json (1 kept from the previous file)"])
 
@@ -226,9 +228,9 @@ def test_a_record_that_cannot_be_written_at_the_end_is_one_line_and_a_failed_run
     (pytester.path / "out").mkdir()
     pytester.makeconftest(REPLACE_RECORD_FOLDER_WITH_A_FILE)
     result = pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone,statement_timeout",
-                                          *ONE, "--record=out/m.json")
+                                          *RECORDING, "--record=out/m.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=7, failed=1)
     text = result.stdout.str()
     assert "Traceback" not in text and "Traceback" not in result.stderr.str()
     result.stdout.fnmatch_lines([
@@ -243,7 +245,7 @@ def test_a_record_that_cannot_be_written_at_the_end_is_one_line_and_a_failed_run
 def test_a_record_that_cannot_be_written_fails_an_otherwise_green_run(pytester: pytest.Pytester) -> None:
     (pytester.path / "out").mkdir()
     pytester.makeconftest(REPLACE_RECORD_FOLDER_WITH_A_FILE)
-    result = pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone", *ONE,
+    result = pytester.runpytest_inprocess("--pg=16", "--bouncer=1.24", "--probes=timezone", *RECORDING,
                                           "--record=out/m.json")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=4)
     assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -71,8 +71,8 @@ def test_an_application_role_probe_through_a_superusers_dsn_is_not_applicable(
     app, superuser = (f"{role}:{direct.as_user(role).password}@" for role in (APP_ROLE, USER))
     pooled = staging[0].replace(app, superuser, 1)  # the same pooler, as the superuser
     assert pooled != staging[0]
-    result = pytester.runpytest_inprocess(f"--pooled-dsn={pooled}", "--probes=rls_tenant", "--drivers=psycopg",
-                                          "--controls=no", "-rs")
+    result = pytester.runpytest_inprocess(f"--pooled-dsn={pooled}", f"--direct-dsn={staging[1]}", "--probes=rls_tenant",
+                                          "--drivers=psycopg", "--controls=no", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*logs in as an application role (no superuser, no BYPASSRLS)*a superuser*"])
 
@@ -81,8 +81,8 @@ def test_a_dsn_where_clients_never_share_a_server_is_an_error_that_says_so(
     pytester: pytest.Pytester, staging: tuple[str, str, Endpoint]
 ) -> None:
     _, direct, _ = staging  # PostgreSQL itself: every connection its own backend
-    result = pytester.runpytest_inprocess(f"--pooled-dsn={direct}", "--probes=timezone", "--drivers=psycopg",
-                                          "--controls=no")
+    result = pytester.runpytest_inprocess(f"--pooled-dsn={direct}", f"--direct-dsn={direct}", "--probes=timezone",
+                                          "--drivers=psycopg", "--controls=no")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["ERROR: the harness failed: ProbeError: B never got A's server connection through "
                                  "the running pooler: 40 connections in 10 s gave pid(s) *"])
@@ -96,7 +96,8 @@ def test_a_probe_needing_the_test_roles_is_not_applicable_until_leakcheck_fixtur
         conn.execute("DROP DATABASE IF EXISTS lc_bare")
         conn.execute("CREATE DATABASE lc_bare")
     bare = uri(direct, dbname="lc_bare")
-    args = [f"--pooled-dsn={bare}", "--probes=set_role", "--drivers=psycopg", "--controls=no", "-rs"]
+    args = [f"--pooled-dsn={bare}", f"--direct-dsn={bare}", "--probes=set_role", "--drivers=psycopg", "--controls=no",
+            "-rs"]
     before = pytester.runpytest_inprocess(*args)
     before.assert_outcomes(skipped=1)
     before.stdout.fnmatch_lines(["*not applicable: this probe uses leakcheck's test roles and tables*"])
@@ -114,7 +115,9 @@ def test_a_probe_needing_the_test_roles_is_not_applicable_until_leakcheck_fixtur
     (["--pooled-dsn=postgresql://u:secret@h/db", "--bouncer=1.24"], "--pooled-dsn measures the pooler already "
      "running there, so --bouncer"),
     (["--direct-dsn=postgresql://u@h/db"], "--direct-dsn go with --pooled-dsn"),
-    (["--pooled-dsn=postgresql://u:secret@h/db", "--dsn-name=a b"], "--dsn-name='a b' is not valid"),
+    (["--pooled-dsn=postgresql://u:secret@h/db", "--direct-dsn=postgresql://u:secret@h/db", "--dsn-name=a b"],
+     "--dsn-name='a b' is not valid"),
+    (["--pooled-dsn=postgresql://u:secret@h/db"], "--pooled-dsn without --direct-dsn"),
 ])
 def test_bad_dsn_options_are_one_line_and_never_show_a_password(pytester: pytest.Pytester, args: list[str],
                                                                  message: str) -> None:
