@@ -126,6 +126,16 @@ class Witness:
             "AND query_start > clock_timestamp() - interval '2 seconds'", (server.pid, server.started)).fetchone()
         return None if row is None else str(row[0] or "")
 
+    def runs(self, tag_text: str, within: float) -> set[tuple[ServerId, str]]:
+        """The statements holding `tag_text` that the server shows started within the last `within` seconds: each
+        a backend and its statement's start (pg_stat_activity shows a backend's latest statement only, so
+        looks taken one after another count runs at least as many as these)."""
+        rows = self.conn.execute(
+            f"SELECT {_IDENTITY}, query_start::text FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND strpos(query, %s) > 0 AND query_start > clock_timestamp() - make_interval(secs => %s)",
+            (tag_text, within)).fetchall()
+        return {(ServerId(int(r[0]), str(r[1])), str(r[2])) for r in rows}
+
     def terminate(self, server: ServerId) -> None:
         """End that backend (the harness's own clean-up of a stalled pool: the probe has measured already)."""
         self.conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",
