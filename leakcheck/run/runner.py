@@ -204,6 +204,7 @@ async def _measure(
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect_b(where), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
+                        pool_kept=pool_kept(target, endpoint),
                         resets_configured=resets_after_transaction(target),
                         clients_are_agents=not (target.driver.native and b_app.driver.native))
     try:
@@ -266,6 +267,23 @@ def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitabl
         count = await asyncio.to_thread(admin.cancels_until_closed, endpoint)
         untold = count is None  # SHOW POOLS cannot say (before 1.18): the bound it is, without asking again
         return "PgBouncer's SHOW POOLS then counted no cancel request in flight" if count == 0 else None
+    return pgbouncer
+
+
+def pool_kept(target: Target, endpoint: Endpoint) -> Callable[[set[int], float], Awaitable[str | None]] | None:
+    """The route's word that the pooler keeps server connections for a client while another waits
+    (Scenario.pool_kept): a PgBouncer leakcheck started in transaction mode from its own ini, for applications
+    at their defaults (nothing of theirs sets a timer on the session), whose console says so (admin.kept). None
+    elsewhere: a waiting client is known stalled at its bound."""
+    pooler = target.pooler
+    if (endpoint.dsn or endpoint.members or pooler is None or pooler.kind is not PoolerKind.PGBOUNCER
+            or target.route is not Route.TRANSACTION or pooler.config or target.a_app.settings
+            or target.b_app.settings):
+        return None
+
+    async def pgbouncer(pids: set[int], bound: float) -> str | None:
+        look = await asyncio.to_thread(admin.hold_look, endpoint)
+        return None if look is None else admin.kept(look, pids, bound)
     return pgbouncer
 
 
