@@ -18,7 +18,7 @@ from leakcheck.model.verdicts import Observation, Scope, ServerId
 from leakcheck.probes.base import Probe, attempt, probe, said
 from leakcheck.probes.outcomes import WRITES_TABLE, Stalled
 from leakcheck.probes.prepared import names_after
-from leakcheck.probes.scenario import Scenario
+from leakcheck.probes.scenario import CANCEL_GRACE, Scenario, _retrieved
 
 #: Seconds a client's statement may wait for a server connection that sits idle before the pool counts as
 #: stalled: the pooler hands a free server connection out in microseconds; generous for a loaded machine.
@@ -32,6 +32,8 @@ COPY_PAUSE = 1.0
 COPY_ROW = "r\tA\n"
 COPY_CHUNK = COPY_ROW * 4096
 COPY_TIMES = 16
+#: Seconds between looks at a waiting client's pool (`_kept`): a step through a free pool takes milliseconds.
+KEPT_LOOK = 0.2
 
 
 async def waited(s: Scenario, client: Client, step: str, holder: Client, call: Awaitable[Any] | None = None) -> Any:
@@ -39,23 +41,55 @@ async def waited(s: Scenario, client: Client, step: str, holder: Client, call: A
     longer, while every server connection of the scenario sits idle, means the pooler keeps the client from one
     (Stalled); `holder`, the application whose connection the pooler keeps it for, then leaves (its connection
     closed, as an application that gives up does), so nothing waits on after the probe. While one is busy, the
-    step was only slow."""
+    step was only slow. Before the bound, every KEPT_LOOK seconds, the same stall is known once it is
+    conclusive (`_kept`): the pooler says it keeps each of those idle servers for a client while another waits."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    task = asyncio.ensure_future(call if call is not None else s.observe(client, step, "1"))
+    kept: str | None = None
     try:
-        return await asyncio.wait_for(call if call is not None else s.observe(client, step, "1"), IDLE_BOUND)
-    except TimeoutError:
-        witness = s.witness
-        if witness is None:
-            raise
-        servers = {p.server for p in s.proofs if witness.alive(p.server)}
-        idle = witness.idle(servers)
-        if not idle or len(idle) < len(servers):
-            raise
-        last = {p.server: p for p in s.proofs}
-        sat = "; ".join(f"{server} sat idle after {last[server].client}'s {last[server].step!r}" for server in idle)
-        with contextlib.suppress(Exception):  # the measurement is taken: closing is the harness's clean-up
-            await asyncio.wait_for(holder.close(), IDLE_BOUND)
-        raise Stalled(f"{client.label}'s {step!r} waited {IDLE_BOUND:.0f} s for a server connection while {sat}: "
-                      f"the pooler kept it for {holder.label}") from None
+        done, _ = await asyncio.wait({task}, timeout=min(KEPT_LOOK, IDLE_BOUND))
+        while not done and (left := began + IDLE_BOUND - loop.time()) > 0:
+            kept = await _kept(s)
+            if kept is not None:
+                break
+            done, _ = await asyncio.wait({task}, timeout=min(KEPT_LOOK, left))
+        if task in done:
+            return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            task.add_done_callback(_retrieved)
+            await asyncio.wait({task}, timeout=CANCEL_GRACE)
+    witness = s.witness
+    if witness is None:
+        raise TimeoutError(f"{client.label}'s {step!r} did not return within {IDLE_BOUND:.0f} s")
+    servers = {p.server for p in s.proofs if witness.alive(p.server)}
+    idle = witness.idle(servers)
+    if not idle or len(idle) < len(servers):
+        raise TimeoutError(f"{client.label}'s {step!r} did not return within {IDLE_BOUND:.0f} s")
+    last = {p.server: p for p in s.proofs}
+    sat = "; ".join(f"{server} sat idle after {last[server].client}'s {last[server].step!r}" for server in idle)
+    with contextlib.suppress(Exception):  # the measurement is taken: closing is the harness's clean-up
+        await asyncio.wait_for(holder.close(), IDLE_BOUND)
+    waited_for = f"{IDLE_BOUND:.0f} s" if kept is None else f"{loop.time() - began:.1f} s ({kept})"
+    raise Stalled(f"{client.label}'s {step!r} waited {waited_for} for a server connection while {sat}: "
+                  f"the pooler kept it for {holder.label}") from None
+
+
+async def _kept(s: Scenario) -> str | None:
+    """The stall IDLE_BOUND would find, known now: every server connection of the scenario sits idle, reading
+    its client's next message (PostgreSQL sent its ReadyForQuery), no timer of PostgreSQL's ends an idle
+    session, and the pooler keeps each for a client while another waits, with no timer of its own within
+    IDLE_BOUND (Scenario.pool_kept). Nothing in the probe sends on the keeping client meanwhile: what the
+    pooler keeps now it still keeps at the bound. In words, else None."""
+    witness = s.witness
+    if witness is None or s.pool_kept is None:
+        return None
+    servers = {p.server for p in s.proofs if witness.alive(p.server)}
+    if not servers or len(witness.reading(servers)) < len(servers) or witness.idle_timers():
+        return None
+    return await s.pool_kept({server.pid for server in servers}, IDLE_BOUND)
 
 
 @probe("copy_error_autocommit", "COPY FROM STDIN outside a transaction, its data failing while the client still "

@@ -46,6 +46,26 @@ PLACEMENT_TRIES = 10
 STEP_BOUND = 10.0
 #: Seconds a call cancelled at STEP_BOUND has to end before the scenario goes on without it.
 CANCEL_GRACE = 2.0
+#: Seconds a client's call runs before the witness starts counting the runs of its statements (a step takes
+#: milliseconds; the count costs the witness a query per look).
+LOOP_WATCH = 0.5
+#: Runs of the client's own tagged statements within one call that make it a driver's loop (ActiveRecord 6.1
+#: re-runs a statement PostgreSQL refuses with 0A000 forever): no driver retries a statement more than a few
+#: times on its own, and an application's call sends its statement once.
+LOOP_RUNS = 100
+#: Seconds between the witness's looks while the count grows, and once it did not for LOOP_QUIET seconds.
+LOOP_LOOK = 0.01
+LOOP_IDLE_LOOK = 0.1
+LOOP_QUIET = 0.5
+
+
+def looping(runs: set[tuple[ServerId, str]], at_least: int) -> str | None:
+    """The runs of one client's statements the witness counted within one call (each a backend and the start
+    of a statement there), in words, when they are `at_least` many: a driver that loops; else None."""
+    if len(runs) < at_least:
+        return None
+    servers = sorted({str(server) for server, _ in runs})
+    return f"its statements {len(runs)} times on {', '.join(servers)}"
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:
@@ -81,6 +101,10 @@ class Scenario:
     #: the route's word, once a driver's cancel returned after its peer closed the cancel connection,
     #: that no cancel request is in flight any more (probes/cancel.py); None where the route cannot tell
     cancels_settled: Callable[[], Awaitable[str | None]] | None = None
+    #: the route's word, given the pids of server connections, that the pooler keeps them for a client while
+    #: another client waits, with no timer of its own that could change that within the seconds given (PgBouncer's
+    #: console, admin.kept); None where the route cannot tell: a waiting client is then known stalled at its bound
+    pool_kept: Callable[[set[int], float], Awaitable[str | None]] | None = None
     #: O, the harness's observer through the pooler, where connected clients share server connections
     #: (transaction or statement mode); None elsewhere: a client's own connection observes for it
     observer: Callable[[], Awaitable[Client]] | None = None
@@ -190,28 +214,49 @@ class Scenario:
     async def _bounded(self, client: Client, step: str, call: Awaitable[T]) -> T:
         """A client's call, bounded by STEP_BOUND: past it, a stalled pool is an outcome (`_stalled`), looked at
         while the call still waits; the call is then cancelled, and left after CANCEL_GRACE if its driver does
-        not let it go (psycopg 3.1's COPY waits for a server that never answers)."""
+        not let it go (psycopg 3.1's COPY waits for a server that never answers). Before the bound, from
+        LOOP_WATCH on, the witness counts the runs of the client's statements since the call began: LOOP_RUNS of
+        them is its driver's loop (`looping`), a stall measured then instead of at the bound."""
         task = asyncio.ensure_future(call)
-        done, _ = await asyncio.wait({task}, timeout=STEP_BOUND)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        done, _ = await asyncio.wait({task}, timeout=STEP_BOUND if self.witness is None else LOOP_WATCH)
+        runs: set[tuple[ServerId, str]] = set()
+        looped: str | None = None
+        grew = began  # when the count last grew
+        while task not in done and self.witness is not None and (left := began + STEP_BOUND - loop.time()) > 0:
+            seen = self.witness.runs(tag(self.token, client.label), loop.time() - began)
+            if not seen <= runs:
+                grew = loop.time()
+            runs |= seen
+            looped = looping(runs, LOOP_RUNS)
+            if looped is not None:
+                break
+            look = LOOP_LOOK if loop.time() - grew < LOOP_QUIET else LOOP_IDLE_LOOK
+            done, _ = await asyncio.wait({task}, timeout=min(left, look))
         if task in done:
             return task.result()
         try:
-            self._stalled(client, step)
+            self._stalled(client, step, looped and f"{looped} within {loop.time() - began:.1f} s")
         finally:
             task.cancel()
             task.add_done_callback(_retrieved)
             await asyncio.wait({task}, timeout=CANCEL_GRACE)
         raise TimeoutError(f"{client.label}'s {step!r} did not return within {STEP_BOUND:.0f} s")
 
-    def _stalled(self, client: Client, step: str) -> None:
-        """After a step ran out of time: when a server connection this scenario's clients used sits in a
-        transaction nobody ended, the pool stalled (an outcome: Stalled, and the harness ends that backend);
-        when the client's own driver kept sending statements all along, its call never returns (a retry loop:
-        Stalled too); else the step was only slow, and the timeout stays an error."""
+    def _stalled(self, client: Client, step: str, looped: str | None = None) -> None:
+        """After a step ran out of time, or its driver was seen looping (`looped`: the runs counted): when a
+        server connection this scenario's clients used sits in a transaction nobody ended, the pool stalled (an
+        outcome: Stalled, and the harness ends that backend); when the client's own driver kept sending
+        statements all along, its call never returns (a retry loop: Stalled too); else the step was only
+        slow, and the timeout stays an error."""
         if self.witness is None:
             return
         held = self.witness.holding({p.server for p in self.proofs})
         if not held:
+            if looped is not None:
+                raise Stalled(f"{client.label}'s {step!r} did not return while its driver ran {looped}: a loop, "
+                              "the application's call never returns")
             mine = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
             sent = self.witness.busy(mine) if mine is not None else None
             if sent is not None:  # its driver kept sending statements all along: a retry that never ends
@@ -224,8 +269,8 @@ class Scenario:
         last = {p.server: p for p in self.proofs}
         who = "; ".join(f"{server} stayed {state} after {last[server].client}'s {last[server].step!r}"
                         for server, state in held)
-        raise Stalled(f"{client.label}'s {step!r} waited {STEP_BOUND:.0f} s for a server connection: {who}: "
-                      "the pool stalled")
+        waited = f"{STEP_BOUND:.0f} s" if looped is None else f"while its driver ran {looped}"
+        raise Stalled(f"{client.label}'s {step!r} waited {waited} for a server connection: {who}: the pool stalled")
 
     def _connected(self, client: Client, got: Attempt) -> bool:
         """Whether the client may still be asked something after this step: not closed under it, and not in a

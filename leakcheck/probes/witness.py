@@ -152,6 +152,23 @@ class Witness:
                                  ([s.pid for s in servers],)).fetchall()
         return [server for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
 
+    def reading(self, servers: set[ServerId]) -> list[ServerId]:
+        """Which of these backends sit idle waiting to read their client's next message (wait event ClientRead):
+        PostgreSQL sends its ReadyForQuery before it waits so, whereas it reports `idle` just before it."""
+        rows = self.conn.execute(
+            f"SELECT {_IDENTITY} FROM pg_stat_activity WHERE state = 'idle' AND wait_event = 'ClientRead' "
+            "AND pid = ANY(%s)", ([s.pid for s in servers],)).fetchall()
+        return [server for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
+
+    def idle_timers(self) -> list[str]:
+        """PostgreSQL's own timer that ends an idle session (idle_session_timeout), where the server or a
+        database or role setting gives it one."""
+        rows = self.conn.execute(
+            "SELECT 'idle_session_timeout = ' || setting FROM pg_settings WHERE name = 'idle_session_timeout' "
+            "AND setting <> '0' UNION ALL SELECT c FROM pg_db_role_setting, unnest(setconfig) AS c "
+            "WHERE split_part(c, '=', 1) = 'idle_session_timeout'").fetchall()
+        return [str(r[0]) for r in rows]
+
     def busy(self, server: ServerId) -> str | None:
         """The statement that backend started within the last two seconds, if it did: a driver that keeps
         sending (a retry loop) while its caller waits."""
@@ -159,6 +176,16 @@ class Witness:
             f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) "
             "AND query_start > clock_timestamp() - interval '2 seconds'", (server.pid, server.started)).fetchone()
         return None if row is None else str(row[0] or "")
+
+    def runs(self, tag_text: str, within: float) -> set[tuple[ServerId, str]]:
+        """The statements holding `tag_text` that the server shows started within the last `within` seconds: each
+        a backend and its statement's start (pg_stat_activity shows a backend's latest statement only, so
+        looks taken one after another count runs at least as many as these)."""
+        rows = self.conn.execute(
+            f"SELECT {_IDENTITY}, query_start::text FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND strpos(query, %s) > 0 AND query_start > clock_timestamp() - make_interval(secs => %s)",
+            (tag_text, within)).fetchall()
+        return {(ServerId(int(r[0]), str(r[1])), str(r[2])) for r in rows}
 
     def terminate(self, server: ServerId) -> None:
         """End that backend (the harness's own clean-up of a stalled pool: the probe has measured already)."""

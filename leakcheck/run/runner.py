@@ -215,6 +215,7 @@ async def _measure(
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect_b(where), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
+                        pool_kept=pool_kept(target, endpoint),
                         resets_configured=resets_after_transaction(target),
                         clients_are_agents=not (target.driver.native and b_app.driver.native))
     try:
@@ -298,6 +299,25 @@ def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitabl
         untold = count is None  # its console cannot say (PgBouncer before 1.18): the bound it is, without asking again
         return f"{teller} then counted no cancel request in flight" if count == 0 else None
     return pooler
+
+
+def pool_kept(target: Target, endpoint: Endpoint) -> Callable[[set[int], float], Awaitable[str | None]] | None:
+    """The route's word that the pooler keeps server connections for a client while another waits
+    (Scenario.pool_kept): a pooler leakcheck started in transaction mode from its own config, for applications
+    at their defaults (nothing of theirs sets a timer on the session), whose console says so (its product's
+    `kept_for`: PgBouncer's). None elsewhere: a waiting client is known stalled at its bound."""
+    pooler = target.pooler
+    if (endpoint.dsn or endpoint.members or pooler is None or not pooler.kind.started
+            or target.route is not Route.TRANSACTION or pooler.config or target.a_app.settings
+            or target.b_app.settings):
+        return None
+    kept_for = product(pooler.kind).kept_for
+    if kept_for is None:
+        return None
+
+    async def console(pids: set[int], bound: float) -> str | None:
+        return await asyncio.to_thread(kept_for, endpoint, pids, bound)
+    return console
 
 
 def may_hold(plan: ProbePlan) -> bool:

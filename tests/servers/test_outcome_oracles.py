@@ -215,3 +215,36 @@ def test_a_security_probes_insert_that_is_there_is_read_back_before_its_clean_up
     got = _measured(measure, body, "read_only_kept_insert", Route.DIRECT)
     assert got.verdict is Verdict.ISOLATED and Fact.LOST_WRITE not in got.facts, got.evidence
     assert "every write reported committed is in the database (1)" in got.evidence
+
+
+async def _runs(s: Scenario, times: int | None, sql: str = "SELECT 1") -> None:
+    """A's one call: its statement `times` times (None: for ever, a driver's loop), 20 ms apart."""
+    done = 0
+    while times is None or done < times:
+        await s.a.query(s.tagged(s.a, sql))
+        done += 1
+        await asyncio.sleep(0.02)
+
+
+def test_a_call_whose_driver_runs_its_statement_a_hundred_times_is_a_loop_stalled_before_the_bound(
+        measure: Measure) -> None:
+    async def body(s: Scenario) -> Observation:
+        await s.observe(s.a, "connected", "1")
+        await s._bounded(s.a, "a call that loops", _runs(s, None))
+        return Observation(evidence="A's call returned")
+
+    got = _measured(measure, body, "loop")
+    assert got.verdict is Verdict.BREAKS and Fact.STALLED in got.facts, got.evidence
+    assert "times on pid" in got.evidence and "a loop" in got.evidence, got.evidence  # not the bound's word
+
+
+def test_a_call_that_runs_its_statement_often_or_long_but_returns_is_no_loop(measure: Measure) -> None:
+    async def body(s: Scenario) -> Observation:
+        await s.observe(s.a, "connected", "1")
+        await s._bounded(s.a, "a call of 99 statements", _runs(s, 99))  # about 2.5 s: looked at all along
+        await s._bounded(s.a, "a long statement", _runs(s, 1, "SELECT pg_sleep(1.5)"))
+        await s.observe(s.b, "after A's calls", "1")
+        return Observation(evidence="A's calls returned")
+
+    got = _measured(measure, body, "no_loop")
+    assert got.verdict is Verdict.ISOLATED and Fact.STALLED not in got.facts, got.evidence

@@ -311,6 +311,12 @@ class AgentClient:
         if lease.returned:
             return
         lease.returned = True
+        if lease.agent.busy:
+            # still in a call the harness gave up on (a driver's loop, a pool that stalled): a close would wait
+            # CLOSE_TIMEOUT behind it, and the stop a further STOP_TIMEOUT for an agent that reads no input
+            # meanwhile. It ends now; the next probe of this slot starts a fresh agent.
+            await asyncio.to_thread(lease.agent.stop, 0)
+            return
         try:
             await asyncio.to_thread(lease.agent.request, "close", CLOSE_TIMEOUT, by=self.label)
         except AgentFault:

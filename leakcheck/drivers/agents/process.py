@@ -207,6 +207,11 @@ class AgentProcess:
     def alive(self) -> bool:
         return not self._stopped and not self._ended_within(0)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request is still in flight: a later one waits for its answer (the agent answers in order)."""
+        return self._lock.locked()
+
     def _ended_within(self, seconds: float) -> bool:
         """Whether the agent ended within `seconds` (its pidfd turns readable at its end). It is not reaped
         here: its pid, the id of its group, stays its own until stop() has signalled the group (a reaped

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -134,3 +135,66 @@ def reset_pool(endpoint: Endpoint, conn: psycopg.Connection[Any] | None = None, 
         raise StartError(
             f"could not reset PgBouncer's pool at {endpoint.host}:{endpoint.port} ({one_line(exc, 160)})"
         ) from None
+
+
+#: PgBouncer's timers that may end a client's hold on a server connection, or end or serve a client waiting for
+#: one (reserve_pool_timeout only with a reserve pool): set within a bound, a stall is only known at the bound.
+HOLD_TIMERS = ("query_timeout", "query_wait_timeout", "idle_transaction_timeout", "transaction_timeout",
+               "client_idle_timeout", "reserve_pool_timeout")
+
+
+@dataclass(frozen=True)
+class HoldLook:
+    """What PgBouncer's console said of the run's database, twice in a row (each read sent once the one
+    before was answered): its timers, its reserve pools, and SHOW SERVERS and SHOW CLIENTS each time."""
+
+    config: dict[str, str]
+    reserve: tuple[int, ...]  #: SHOW DATABASES' reserve_pool of the database (and SHOW CONFIG's reserve_pool_size)
+    reads: tuple[tuple[list[dict[str, str]], list[dict[str, str]]], ...]
+
+
+def hold_look(endpoint: Endpoint) -> HoldLook | None:
+    """PgBouncer's word on who holds the database's server connections (`HoldLook`), or None when its
+    console does not answer (each wait bounded: console.CONNECT_TIMEOUT, console.CONSOLE_TIMEOUT)."""
+    try:
+        with connect(endpoint) as conn:
+            config = show_config(conn)
+            pools = [row for row in execute(conn, "SHOW DATABASES") if row.get("name") == DBNAME]
+            reads = []
+            for _ in range(2):
+                servers = [row for row in execute(conn, "SHOW SERVERS") if row.get("database") == DBNAME]
+                reads.append((servers, [row for row in execute(conn, "SHOW CLIENTS") if row.get("database") == DBNAME]))
+    except (psycopg.Error, StartError):
+        return None
+    reserve = tuple(int(row.get("reserve_pool") or 0) for row in pools) + (int(config.get("reserve_pool_size") or 0),)
+    return HoldLook(config, reserve, tuple(reads))
+
+
+def kept(look: HoldLook, pids: set[int], bound: float) -> str | None:
+    """Whether PgBouncer keeps every one of these server connections (PostgreSQL pids) for a client while
+    another client waits, in both reads, with no timer of its own (HOLD_TIMERS) that could change that within
+    `bound` seconds: in words, else None. A server PostgreSQL showed idle and reading before the first read
+    had handed PgBouncer its ReadyForQuery already; PgBouncer, one event loop, had read it by the second:
+    kept then, it stays kept until that client sends something or a timer fires."""
+    timers = [f"{key} = {look.config[key]}" for key in HOLD_TIMERS if 0 < _seconds(look.config.get(key)) <= bound
+              and (key != "reserve_pool_timeout" or any(look.reserve))]
+    if timers or not pids:
+        return None
+    links: list[dict[int, str]] = []
+    for servers, clients in look.reads:
+        linked = {int(row.get("remote_pid") or 0): row.get("link") or "" for row in servers
+                  if row.get("state") == "active"}
+        if not all(linked.get(pid) for pid in pids) or not any(row.get("state") == "waiting" for row in clients):
+            return None
+        links.append({pid: linked[pid] for pid in pids})
+    if any(got != links[0] for got in links):
+        return None
+    return (f"SHOW SERVERS showed {', '.join(f'pid {pid}' for pid in sorted(pids))} active for a client and SHOW "
+            f"CLIENTS a client waiting, twice, with no timer of PgBouncer's within {bound:g} s")
+
+
+def _seconds(value: str | None) -> float:
+    try:
+        return float(value or 0)
+    except ValueError:
+        return 0.0

@@ -1,0 +1,52 @@
+"""PgBouncer's console word that it keeps server connections for a client while another waits (admin.kept): in
+both reads, the same link, a client waiting, and no timer of its own within the bound."""
+
+from __future__ import annotations
+
+from leakcheck.provision.pgbouncer.admin import HoldLook, kept
+
+ACTIVE = [{"database": "leakcheck", "state": "active", "remote_pid": "42", "link": "0x1"}]
+WAITING = [{"database": "leakcheck", "state": "active", "link": "0x2"},
+           {"database": "leakcheck", "state": "waiting", "link": ""}]
+IDLE_CLIENTS = [{"database": "leakcheck", "state": "active", "link": "0x2"}]
+DEFAULTS = {"query_timeout": "0", "query_wait_timeout": "120", "reserve_pool_timeout": "5",
+            "idle_transaction_timeout": "0"}
+
+
+def _look(*reads: tuple[list[dict[str, str]], list[dict[str, str]]], config: dict[str, str] | None = None,
+          reserve: tuple[int, ...] = (0, 0)) -> HoldLook:
+    return HoldLook(DEFAULTS | (config or {}), reserve, reads)
+
+
+def test_a_server_kept_for_a_client_in_both_reads_while_another_waits_is_kept() -> None:
+    got = kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING)), {42}, 5.0)
+    assert got is not None and "pid 42" in got
+
+
+def test_a_server_released_by_the_second_read_is_not_kept() -> None:
+    released = [{"database": "leakcheck", "state": "idle", "remote_pid": "42", "link": ""}]
+    assert kept(_look((ACTIVE, WAITING), (released, WAITING)), {42}, 5.0) is None
+
+
+def test_a_server_linked_to_another_client_in_the_second_read_is_not_kept() -> None:
+    moved = [dict(ACTIVE[0], link="0x3")]
+    assert kept(_look((ACTIVE, WAITING), (moved, WAITING)), {42}, 5.0) is None
+
+
+def test_no_client_waiting_is_no_kept_pool() -> None:
+    assert kept(_look((ACTIVE, IDLE_CLIENTS), (ACTIVE, IDLE_CLIENTS)), {42}, 5.0) is None
+
+
+def test_one_of_the_servers_not_shown_is_not_kept() -> None:
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING)), {42, 43}, 5.0) is None
+
+
+def test_a_timer_of_pgbouncers_within_the_bound_leaves_the_bound_to_decide() -> None:
+    for key in ("query_timeout", "query_wait_timeout", "idle_transaction_timeout", "client_idle_timeout"):
+        assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), config={key: "3"}), {42}, 5.0) is None, key
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), config={"query_wait_timeout": "6"}), {42}, 5.0)
+
+
+def test_the_reserve_pools_timer_counts_only_with_a_reserve_pool() -> None:
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), reserve=(0, 0)), {42}, 5.0) is not None
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), reserve=(1, 0)), {42}, 5.0) is None
