@@ -243,5 +243,6 @@ def unshared(observation: Observation, why: str) -> tuple[Verdict, str]:
     never hidden by "not applicable" (LOSES_WRITES when no error told it; BREAKS when one did)."""
     if Fact.LOST_WRITE not in observation.facts:
         return Verdict.NOT_APPLICABLE, why
-    verdict, _ = headline(observation.facts)
+    # the other facts were measured on servers A and B never shared: they name nothing here
+    verdict = Verdict.LOSES_WRITES if Fact.SILENT in observation.facts else Verdict.BREAKS
     return verdict, f"{observation.lost_write} lost. {observation.evidence}. The clients shared no server: {why}"

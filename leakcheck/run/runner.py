@@ -243,11 +243,11 @@ async def _measure(
 
 def refusal_outcome(refused: DriverRefused, proofs: Sequence[Proof]) -> Observation | None:
     """What a driver's refusal of a value its server reported (a catalogue refusal) means. None, not applicable:
-    A's driver refused the value A set itself, or refused before B acted (only A's own setting can have reached
-    it). Else the value reached an application that never set it (B's driver was told A's DateStyle), and
-    that application lost its connection: the probe ends there, a break (Fact.DISCONNECTED where its driver
-    closes the connection)."""
-    if refused.who == "A" and (refused.own or not any(p.client == "B" for p in proofs)):
+    a driver refused the value its own application set itself, or A's refused before B acted (only A's own
+    setting can have reached it). Else the value reached an application that never set it (B's driver was
+    told A's DateStyle), and that application lost its connection: the probe ends there, a break
+    (Fact.DISCONNECTED where its driver closes the connection)."""
+    if refused.own or (refused.who == "A" and not any(p.client == "B" for p in proofs)):
         return None
     return Observation(evidence="the probe ended there", broke=str(refused),
                        disconnected=str(refused) if refused.closed else None)

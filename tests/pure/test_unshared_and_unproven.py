@@ -105,3 +105,19 @@ def test_a_driver_refusing_a_value_is_not_applicable_only_for_its_own_setting_or
     assert after is not None and {Fact.BROKE, Fact.DISCONNECTED} <= set(after.facts)
     b = refusal_outcome(refused("B", closed=False), proofs(("A", 1)))
     assert b is not None and Fact.BROKE in b.facts and Fact.DISCONNECTED not in b.facts
+
+
+def test_a_lost_write_where_a_and_b_never_shared_is_named_by_its_own_facts_not_by_unproven_ones() -> None:
+    from leakcheck.model.verdicts import Observation, Verdict, unshared
+
+    told_and_leaked = Observation(evidence="e", lost_write="B's INSERT", leaked=True)
+    assert unshared(told_and_leaked, "apart")[0] is Verdict.BREAKS
+
+
+def test_b_refusing_the_value_b_set_itself_is_not_applicable() -> None:
+    from leakcheck.model.errors import DriverRefused
+    from leakcheck.run.runner import refusal_outcome
+
+    exc = DriverRefused("B's driver refused to go on: The server's DateStyle parameter was changed", "B", True)
+    exc.own = True
+    assert refusal_outcome(exc, proofs(("A", 1), ("B", 1))) is None
