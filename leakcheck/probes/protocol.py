@@ -50,11 +50,14 @@ async def waited(s: Scenario, client: Client, step: str, holder: Client, call: A
     try:
         done, _ = await asyncio.wait({task}, timeout=min(KEPT_LOOK, IDLE_BOUND))
         while not done and (left := began + IDLE_BOUND - loop.time()) > 0:
-            kept = await _kept(s)
-            if kept is not None:
+            try:  # a look is bounded by what is left of IDLE_BOUND (the console's own waits are longer)
+                kept = await asyncio.wait_for(_kept(s), left)
+            except TimeoutError:
+                kept = None
+            if kept is not None or task.done():
                 break
-            done, _ = await asyncio.wait({task}, timeout=min(KEPT_LOOK, left))
-        if task in done:
+            done, _ = await asyncio.wait({task}, timeout=min(KEPT_LOOK, max(0.0, began + IDLE_BOUND - loop.time())))
+        if task.done():  # returned, even during the last look: its result, never a stall
             return task.result()
     finally:
         if not task.done():
