@@ -112,14 +112,14 @@ async def temp_shadow(s: Scenario) -> Observation:
     # A: finds B's row in its own temp table?
     exists = await s.observe(s.a, "to_regclass", "to_regclass('pg_temp.lc_audit')::text")
     caught = await s.run(s.a, "read its temp table", f"SELECT count(*) FROM pg_temp.lc_audit WHERE note = {lit(note)}")
-    if not caught.failed and caught.value:
+    if not caught.failed and int(caught.value or 0) > 0:
         s.found(note)  # B's row is in the database, in A's temp table (the leak), where the witness cannot read
     s.read_back()  # before the clean-up
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
     return Observation(
         evidence=f"A: CREATE TEMP TABLE lc_audit. B's INSERT INTO lc_audit gave {wrote}; public.lc_audit then "
         f"held {real} of B's rows; A's temp table ({said(exists)}) held {caught}",
-        leaked=(not caught.failed and bool(caught.value)) or (not wrote.failed and int(real) == 0),
+        leaked=(not caught.failed and int(caught.value or 0) > 0) or (not wrote.failed and int(real) == 0),
         lost=exists is None,
         broke=str(wrote) if wrote.failed else None,
     )
