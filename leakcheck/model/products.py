@@ -108,7 +108,7 @@ PGBOUNCER = register(Product(
 ODYSSEY = register(Product(
     "odyssey", "Odyssey", may_hold=True, pool_shape=("pool", "pool_size"), image_option="--odyssey-image",
     advice=Advice(
-        handover="Keep Odyssey's `pool_discard yes` (or a `pool_discard_string` holding `DISCARD ALL`): it runs "
+        handover="Keep Odyssey's `pool_discard yes` (or a `pool_discard_query` holding `DISCARD ALL`): it runs "
                  "when a client leaves, before the next client gets that server connection.",
         prepares_tracked="Odyssey's `pool_reserve_prepared_statement` covers only protocol-level prepares",
         prepares_setting="pool_reserve_prepared_statement",

@@ -38,7 +38,8 @@ def _normal(statement: str) -> str:
 
 def is_safe_sql(value: str) -> bool:
     """Whether every `;`-separated statement of `value` is empty or one of SAFE_SQL."""
-    return all(not part.strip() or _normal(part) in _SAFE for part in value.split(";"))
+    # ASCII only: PostgreSQL's lexer folds and spaces ASCII alone (a dotless ı names another function)
+    return value.isascii() and all(not part.strip() or _normal(part) in _SAFE for part in value.split(";"))
 
 
 @dataclass(frozen=True)

@@ -243,3 +243,9 @@ def test_the_docs_list_the_statements_a_reset_or_check_query_may_hold_as_the_cod
     named = {name for team in (bouncer_settings.TEAM, odyssey_conf.TEAM, pgpool_conf.TEAM) for name in team.sql}
     assert named == set(re.findall(r"`([a-z_]+_query[a-z_]*)`", section))
 
+
+
+@pytest.mark.parametrize("value", ["SELECT pg_advısory_unlock_all()", "ſelect 1", "DISCARD\u00a0ALL", "DISCARD\x1cALL"])
+def test_a_reset_query_that_only_looks_safe_outside_ascii_is_refused_in_one_line(value: str) -> None:
+    with pytest.raises(UsageError, match="server_reset_query"):
+        Config.from_strings({"leakcheck_bouncer": "1.24", "leakcheck_bouncer_set": f"server_reset_query={value}"})
