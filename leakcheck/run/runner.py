@@ -12,7 +12,15 @@ from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.team import PREFIX as TEAM_PREFIX
 from leakcheck.drivers.clients import connect
 from leakcheck.drivers.interface import Client, ServerError
-from leakcheck.model.errors import DriverRefused, LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
+from leakcheck.model.errors import (
+    DriverRefused,
+    LeakcheckError,
+    MachineFault,
+    NotApplicable,
+    ProbeError,
+    ProvisionError,
+    one_line,
+)
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Driver, Pooler, Route, Target
@@ -246,9 +254,18 @@ def refusal_outcome(refused: DriverRefused, proofs: Sequence[Proof]) -> Observat
     a driver refused the value its own application set itself, or A's refused before B acted (only A's own
     setting can have reached it). Else the value reached an application that never set it (B's driver was
     told A's DateStyle), and that application lost its connection: the probe ends there, a break
-    (Fact.DISCONNECTED where its driver closes the connection)."""
+    (Fact.DISCONNECTED where its driver closes the connection). A break needs the proof that both applications
+    were on a server connection they share: the refused step itself proves nothing (it never returned its
+    identity), so an application refusing before any step of its own was proven is an error (ProbeError), not
+    a break on the other's proofs alone; an earlier proven step of it is the proof (`classify` checks it)."""
     if refused.own or (refused.who == "A" and not any(p.client == "B" for p in proofs)):
         return None
+    proven = {p.client for p in proofs}
+    if not {"A", "B"} <= proven:
+        other = "A" if refused.who == "B" else "B"
+        unproven = refused.who if refused.who not in proven else other
+        raise ProbeError(f"{refused}, before {unproven} proved any server connection: no proof that {refused.who} "
+                         f"shared a server connection with {other}, so the refusal is no measured break") from refused
     return Observation(evidence="the probe ended there", broke=str(refused),
                        disconnected=str(refused) if refused.closed else None)
 
