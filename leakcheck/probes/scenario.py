@@ -330,19 +330,25 @@ class Scenario:
         return value
 
     async def run(self, client: Client, step: str, sql: str, *, may_disconnect: bool = False,
-                  session_end_observed: bool = False) -> Attempt:
+                  session_end_observed: bool = False, wrote: tuple[str, str, str] | None = None) -> Attempt:
         """One statement, as the application sends it (autocommit, or inside the transaction it opened): its
         first column of its first row, or its error. `may_disconnect`: the step may end the client's
-        connection, which is then an outcome (Fact.DISCONNECTED), not a machine fault."""
+        connection, which is then an outcome (Fact.DISCONNECTED), not a machine fault. `wrote`: the row the
+        statement writes (table, column, value), into the ledger as `call` says."""
         return await self.call(client, step, client.query(self.tagged(client, sql)), may_disconnect=may_disconnect,
-                               session_end_observed=session_end_observed)
+                               session_end_observed=session_end_observed, wrote=wrote)
 
     async def call(self, client: Client, step: str, sent: Awaitable[list[Row]], *, may_disconnect: bool = False,
-                   session_end_observed: bool = False) -> Attempt:
+                   session_end_observed: bool = False, wrote: tuple[str, str, str] | None = None) -> Attempt:
         """`run` of a driver call that sends one tagged statement its own way (discovery's statement with a
-        bound parameter): proven as `run` proves, its first column of its first row, or its error."""
+        bound parameter): proven as `run` proves, its first column of its first row, or its error. `wrote`:
+        the row the statement writes (table, column, value), into the ledger (`wrote`) as soon as the call
+        returned, before a follow-up proof that may stall: a write the application was told is committed is
+        read back whatever the probe's later steps do."""
         got = await self._step(client, step, sent, may_disconnect=may_disconnect,
                                session_end_observed=session_end_observed)
+        if wrote is not None:
+            self.wrote(client, step, got, *wrote)
         ended = (may_disconnect or self.session_ends_observed) and got.error is not None and machine_fault(
             got.error.sqlstate, closed=got.error.closed, session_end_observed=False) is not None
         if not self._prove(client, step, None, silent=not got.failed) and self._connected(client, got) and not ended:
@@ -458,8 +464,8 @@ class Scenario:
         if prepared:
             self._last_prepared[client.label] = sql
         # proven as `call` proves a step: not seen, the client's next statement tells where it is
-        got = await self.call(client, step, client.prepared(sql) if prepared else client.query(sql))
-        self.wrote(client, step, got, WRITES_TABLE, "id", row)
+        got = await self.call(client, step, client.prepared(sql) if prepared else client.query(sql),
+                              wrote=(WRITES_TABLE, "id", row))
         return got if got.failed else Attempt()
 
     def wrote(self, client: Client, step: str, got: Attempt, table: str, column: str, value: str) -> None:
