@@ -23,14 +23,16 @@ from leakcheck.probes.scenario import CANCEL_GRACE, Scenario, _retrieved
 #: Seconds a client's statement may wait for a server connection that sits idle before the pool counts as
 #: stalled: the pooler hands a free server connection out in microseconds; generous for a loaded machine.
 IDLE_BOUND = 5.0
-#: A's COPY: its malformed first row, flushed; COPY_PAUSE seconds later (the server has failed the COPY and said
-#: ReadyForQuery meanwhile, a matter of milliseconds), 16 chunks of 16 kB of rows and the copy's end: the client
-#: still sending when the server has failed the COPY, as a bulk load whose data fails early (PgBouncer's own
-#: test of it waits 1 s too). Without the pause the race went either way: PgBouncer 1.18 with asyncpg stalled
-#: in about half the runs with 1 MB after the first row.
+#: A's COPY: its malformed first row (one column of two), flushed; COPY_PAUSE seconds later (the server has failed
+#: the COPY and said ReadyForQuery meanwhile, a matter of milliseconds), 16 chunks of 16 kB of rows and the copy's
+#: end: the client still sending when the server has failed the COPY, as a bulk load whose data fails early
+#: (PgBouncer's own test of it waits 1 s too). Without the pause the race went either way: PgBouncer 1.18 with
+#: asyncpg stalled in about half the runs with 1 MB after the first row. Each row's id carries the scenario's token
+#: (`{token}`).
 COPY_PAUSE = 1.0
-COPY_ROW = "r\tA\n"
-COPY_CHUNK = COPY_ROW * 4096
+COPY_FIRST = "{token}-malformed\n"
+COPY_ROW = "{token}-copy\tA\n"
+COPY_CHUNK_BYTES = 16 * 1024
 COPY_TIMES = 16
 #: Seconds between looks at a waiting client's pool (`_kept`): a step through a free pool takes milliseconds.
 KEPT_LOOK = 0.2
@@ -105,8 +107,10 @@ async def copy_error_autocommit(s: Scenario) -> Observation:
     # A: COPY ... FROM STDIN in autocommit through its driver's copy API, as a bulk load whose data fails early:
     # a malformed first row (one column of two), flushed; the rest of its rows once the server has failed the
     # COPY (COPY_PAUSE); then the copy's end. Its end may close A's connection, or never come.
+    row = COPY_ROW.format(token=s.token)
+    chunk = row * (COPY_CHUNK_BYTES // len(row))
     copy = CopyIn(sql=s.tagged(s.a, f"COPY {WRITES_TABLE} (id, who) FROM STDIN"), table=WRITES_TABLE,
-                  columns=("id", "who"), first=f"{s.token}-malformed\n", rows=COPY_CHUNK, times=COPY_TIMES,
+                  columns=("id", "who"), first=COPY_FIRST.format(token=s.token), rows=chunk, times=COPY_TIMES,
                   pause=COPY_PAUSE)
     copied = await waited(s, s.a, "COPY", s.a, attempt(s.a.copy_in(copy), session_end_observed=True))
     error = copied.error
@@ -120,7 +124,7 @@ async def copy_error_autocommit(s: Scenario) -> Observation:
     await waited(s, s.b, "statement after A's COPY", holder=s.a)
     a_server, b_server = (_last(s, who) for who in ("A", "B"))
     return Observation(
-        evidence=f"A's COPY (a malformed first row, {len(COPY_CHUNK) * COPY_TIMES // 1024} kB more {COPY_PAUSE:.0f} s "
+        evidence=f"A's COPY (a malformed first row, {len(chunk) * COPY_TIMES // 1024} kB more {COPY_PAUSE:.0f} s "
         f"later) gave {copied}; "
         f"A's next statement: {a_next} (on {a_server}); B's ran on {b_server}",
     )
