@@ -113,10 +113,18 @@ async def copy_error_autocommit(s: Scenario) -> Observation:
                   columns=("id", "who"), first=COPY_FIRST.format(token=s.token), rows=chunk, times=COPY_TIMES,
                   pause=COPY_PAUSE)
     copied = await waited(s, s.a, "COPY", s.a, attempt(s.a.copy_in(copy), session_end_observed=True))
+    for sent in dict.fromkeys(line.split("\t", 1)[0] for line in (copy.first + row).splitlines()):
+        s.wrote(s.a, "COPY", copied, WRITES_TABLE, "id", sent)  # its rows, as a write's: read back after the probe
     error = copied.error
-    if error is not None and error.closed:
+    if error is None:  # told it succeeded: a row of it missing is a lost write, the outcome
+        s.read_back()
+        if not s.missing():
+            raise ProbeError(f"A's COPY of a malformed row gave {copied}, and its rows are in the database, not a data "
+                             "error: nothing was exercised")
+        return Observation(evidence=f"A's COPY of a malformed first row gave {copied}: told it succeeded")
+    if error.closed:
         s.ledger.disconnected(s.a.label, "COPY", str(error))
-    elif error is None or not error.sqlstate.startswith("22"):
+    elif not error.sqlstate.startswith("22"):
         raise ProbeError(f"A's COPY of a malformed row gave {copied}, not a data error: nothing was exercised")
     # A: its next statement; then B's (in a pool of one, on the server connection A's COPY used).
     a_next = "none: its connection was closed" if s.ledger.disconnects else said(

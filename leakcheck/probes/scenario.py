@@ -492,6 +492,10 @@ class Scenario:
         for (table, column), ids in where.items():
             self._present |= self.witness.present(table, ids, column)
 
+    def missing(self) -> list[str]:
+        """The rows read back so far (`read_back`) that the applications were told are committed and are not there."""
+        return [w.id for w in self.ledger.told_committed() if id(w) in self._read and w.id not in self._present]
+
     def found(self, value: str) -> None:
         """A row the probe's own proven read found in the database where the witness cannot read it (another
         session's temp table): it is no lost write."""
