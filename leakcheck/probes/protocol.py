@@ -84,15 +84,15 @@ async def waited(s: Scenario, client: Client, step: str, holder: Client, call: A
 
 async def _kept(s: Scenario) -> str | None:
     """The stall IDLE_BOUND would find, known now: every server connection of the scenario sits idle, reading
-    its client's next message (PostgreSQL sent its ReadyForQuery), no timer of PostgreSQL's ends an idle
-    session, and the pooler keeps each for a client while another waits, with no timer of its own within
-    IDLE_BOUND (Scenario.pool_kept). Nothing in the probe sends on the keeping client meanwhile: what the
-    pooler keeps now it still keeps at the bound. In words, else None."""
+    its client's next message (PostgreSQL sent its ReadyForQuery), and the route says the pooler keeps each for a
+    client while another waits in a full pool, with no timer of its own or of PostgreSQL's within IDLE_BOUND
+    (Scenario.pool_kept). Nothing in the probe sends on the keeping client meanwhile: what the pooler keeps now
+    it still keeps at the bound. In words, else None."""
     witness = s.witness
     if witness is None or s.pool_kept is None:
         return None
     servers = {p.server for p in s.proofs if witness.alive(p.server)}
-    if not servers or len(witness.reading(servers)) < len(servers) or witness.idle_timers():
+    if not servers or len(witness.reading(servers)) < len(servers):
         return None
     return await s.pool_kept({server.pid for server in servers}, IDLE_BOUND)
 

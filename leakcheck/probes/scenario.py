@@ -102,8 +102,9 @@ class Scenario:
     #: that no cancel request is in flight any more (probes/cancel.py); None where the route cannot tell
     cancels_settled: Callable[[], Awaitable[str | None]] | None = None
     #: the route's word, given the pids of server connections, that the pooler keeps them for a client while
-    #: another client waits, with no timer of its own that could change that within the seconds given (PgBouncer's
-    #: console, admin.kept); None where the route cannot tell: a waiting client is then known stalled at its bound
+    #: another client waits in a full pool, with no timer of the pooler's or PostgreSQL's that could change that
+    #: within the seconds given (PgBouncer's console, admin.kept; run/runner.py pool_kept); None where the route
+    #: cannot tell: a waiting client is then known stalled at its bound
     pool_kept: Callable[[set[int], float], Awaitable[str | None]] | None = None
     #: O, the harness's observer through the pooler, where connected clients share server connections
     #: (transaction or statement mode); None elsewhere: a client's own connection observes for it

@@ -223,7 +223,7 @@ async def _measure(
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect_b(where), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
-                        pool_kept=pool_kept(target, endpoint),
+                        pool_kept=pool_kept(target, endpoint, witness),
                         resets_configured=resets_after_transaction(target),
                         clients_are_agents=not (target.driver.native and b_app.driver.native))
     try:
@@ -318,22 +318,31 @@ def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitabl
     return pooler
 
 
-def pool_kept(target: Target, endpoint: Endpoint) -> Callable[[set[int], float], Awaitable[str | None]] | None:
+def pool_kept(target: Target, endpoint: Endpoint,
+              witness: Witness | None) -> Callable[[set[int], float], Awaitable[str | None]] | None:
     """The route's word that the pooler keeps server connections for a client while another waits
     (Scenario.pool_kept): a pooler leakcheck started in transaction mode from its own config, for applications
     at their defaults (nothing of theirs sets a timer on the session), whose console says so (its product's
-    `kept_for`: PgBouncer's). None elsewhere: a waiting client is known stalled at its bound."""
+    `kept_for`: PgBouncer's), where PostgreSQL has no timer that ends an idle session (the witness's
+    `idle_timers`). What does not change within a probe is read once per probe: PostgreSQL's timers at the first
+    look, the pooler's settings by its `kept_for`. None elsewhere: a waiting client is known stalled at its
+    bound."""
     pooler = target.pooler
-    if (endpoint.dsn or endpoint.members or pooler is None or not pooler.kind.started
+    if (endpoint.dsn or endpoint.members or pooler is None or not pooler.kind.started or witness is None
             or target.route is not Route.TRANSACTION or pooler.config or target.a_app.settings
             or target.b_app.settings):
         return None
     kept_for = product(pooler.kind).kept_for
     if kept_for is None:
         return None
+    watch = kept_for(endpoint)
+    timers: list[str] | None = None
 
     async def console(pids: set[int], bound: float) -> str | None:
-        return await asyncio.to_thread(kept_for, endpoint, pids, bound)
+        nonlocal timers
+        if timers is None:
+            timers = witness.idle_timers()
+        return None if timers else await asyncio.to_thread(watch, pids, bound)
     return console
 
 
