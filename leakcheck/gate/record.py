@@ -29,7 +29,7 @@ from leakcheck.gate import expectations
 from leakcheck.gate.baseline import Expectation
 from leakcheck.gate.judge import Policy, judge
 from leakcheck.model.errors import LeakcheckError
-from leakcheck.model.target import PoolerKind, Route, Target
+from leakcheck.model.target import Route, Target
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.probes import PROBES
 
@@ -114,7 +114,7 @@ def controls_of(target: Target) -> tuple[Target, ...]:
     pooler: leakcheck cannot change its mode); each with the same applications."""
     direct = tuple(replace(target, pooler=None, route=route) for route in (Route.DIRECT, Route.SHARED))
     pooler = target.pooler
-    if pooler is None or pooler.kind is PoolerKind.RUNNING:
+    if pooler is None or not pooler.kind.started:
         return direct
     return (*direct, replace(target, pooler=pooler.in_session_mode, route=Route.SESSION))
 

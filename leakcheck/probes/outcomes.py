@@ -1,9 +1,10 @@
 """What the application lost: the outcome oracles every scenario keeps, beside the state its probe looks at.
 
 - **Writes** (`Fact.LOST_WRITE`): every row a client writes through `Scenario.write` (or a probe's own INSERT
-  recorded by `Scenario.wrote`: the security probes' rows in lc_audit and lc_child) goes into the ledger,
-  with whether the application was told it is committed (its autocommit statement, or its transaction's
-  commit, returned without an error). After the probe the witness reads them back from PostgreSQL
+  run with `wrote=`: the security probes' rows in lc_audit and lc_child) goes into the ledger as soon as the
+  client's call returned, before any follow-up proof of its step, with whether the application was told it
+  is committed (its autocommit statement, or its transaction's commit, returned without an error): a later
+  step that stalls never hides it. After the probe (a stalled one too) the witness reads them back from PostgreSQL
   itself: a row the application was told is committed and is not there is a lost write; *silent* when
   no error reached that client between the write and the end of its transaction.
 - **Connections** (`Fact.DISCONNECTED`, `Fact.MOVED`): a step that may end its client's connection says so

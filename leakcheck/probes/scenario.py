@@ -102,8 +102,9 @@ class Scenario:
     #: that no cancel request is in flight any more (probes/cancel.py); None where the route cannot tell
     cancels_settled: Callable[[], Awaitable[str | None]] | None = None
     #: the route's word, given the pids of server connections, that the pooler keeps them for a client while
-    #: another client waits, with no timer of its own that could change that within the seconds given (PgBouncer's
-    #: console, admin.kept); None where the route cannot tell: a waiting client is then known stalled at its bound
+    #: another client waits in a full pool, with no timer of the pooler's or PostgreSQL's that could change that
+    #: within the seconds given (PgBouncer's console, admin.kept; run/runner.py pool_kept); None where the route
+    #: cannot tell: a waiting client is then known stalled at its bound
     pool_kept: Callable[[set[int], float], Awaitable[str | None]] | None = None
     #: O, the harness's observer through the pooler, where connected clients share server connections
     #: (transaction or statement mode); None elsewhere: a client's own connection observes for it
@@ -330,19 +331,25 @@ class Scenario:
         return value
 
     async def run(self, client: Client, step: str, sql: str, *, may_disconnect: bool = False,
-                  session_end_observed: bool = False) -> Attempt:
+                  session_end_observed: bool = False, wrote: tuple[str, str, str] | None = None) -> Attempt:
         """One statement, as the application sends it (autocommit, or inside the transaction it opened): its
         first column of its first row, or its error. `may_disconnect`: the step may end the client's
-        connection, which is then an outcome (Fact.DISCONNECTED), not a machine fault."""
+        connection, which is then an outcome (Fact.DISCONNECTED), not a machine fault. `wrote`: the row the
+        statement writes (table, column, value), into the ledger as `call` says."""
         return await self.call(client, step, client.query(self.tagged(client, sql)), may_disconnect=may_disconnect,
-                               session_end_observed=session_end_observed)
+                               session_end_observed=session_end_observed, wrote=wrote)
 
     async def call(self, client: Client, step: str, sent: Awaitable[list[Row]], *, may_disconnect: bool = False,
-                   session_end_observed: bool = False) -> Attempt:
+                   session_end_observed: bool = False, wrote: tuple[str, str, str] | None = None) -> Attempt:
         """`run` of a driver call that sends one tagged statement its own way (discovery's statement with a
-        bound parameter): proven as `run` proves, its first column of its first row, or its error."""
+        bound parameter): proven as `run` proves, its first column of its first row, or its error. `wrote`:
+        the row the statement writes (table, column, value), into the ledger (`wrote`) as soon as the call
+        returned, before a follow-up proof that may stall: a write the application was told is committed is
+        read back whatever the probe's later steps do."""
         got = await self._step(client, step, sent, may_disconnect=may_disconnect,
                                session_end_observed=session_end_observed)
+        if wrote is not None:
+            self.wrote(client, step, got, *wrote)
         ended = (may_disconnect or self.session_ends_observed) and got.error is not None and machine_fault(
             got.error.sqlstate, closed=got.error.closed, session_end_observed=False) is not None
         if not self._prove(client, step, None, silent=not got.failed) and self._connected(client, got) and not ended:
@@ -458,8 +465,8 @@ class Scenario:
         if prepared:
             self._last_prepared[client.label] = sql
         # proven as `call` proves a step: not seen, the client's next statement tells where it is
-        got = await self.call(client, step, client.prepared(sql) if prepared else client.query(sql))
-        self.wrote(client, step, got, WRITES_TABLE, "id", row)
+        got = await self.call(client, step, client.prepared(sql) if prepared else client.query(sql),
+                              wrote=(WRITES_TABLE, "id", row))
         return got if got.failed else Attempt()
 
     def wrote(self, client: Client, step: str, got: Attempt, table: str, column: str, value: str) -> None:
@@ -485,6 +492,10 @@ class Scenario:
             self._read.add(id(w))
         for (table, column), ids in where.items():
             self._present |= self.witness.present(table, ids, column)
+
+    def missing(self) -> list[str]:
+        """The rows read back so far (`read_back`) that the applications were told are committed and are not there."""
+        return [w.id for w in self.ledger.told_committed() if id(w) in self._read and w.id not in self._present]
 
     def found(self, value: str) -> None:
         """A row the probe's own proven read found in the database where the witness cannot read it (another

@@ -27,8 +27,8 @@ async def session_authorization(s: Scenario) -> Observation:
     await s.change(s.a, "SET SESSION AUTHORIZATION", "SET SESSION AUTHORIZATION leakcheck_app")
     # B: who is it now? Its audit row records session_user.
     seen = await s.observe(s.b, "read session_user", "session_user")
-    wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)}) RETURNING who")
-    s.wrote(s.b, "INSERT", wrote, "public.lc_audit", "note", note)
+    wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)}) RETURNING who",
+                        wrote=("public.lc_audit", "note", note))
     mine = await s.observe(s.a, "read session_user", "session_user")
     s.read_back()  # before the clean-up: a row B was told is committed and is missing is a lost write
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
@@ -105,8 +105,8 @@ async def temp_shadow(s: Scenario) -> Observation:
     # A: a temp table named like the real table lc_audit; pg_temp comes first in every search_path.
     await s.change(s.a, "CREATE TEMP TABLE lc_audit", "CREATE TEMP TABLE lc_audit (note text, who text)")
     # B: writes to "lc_audit", meaning the real one, then looks for its row there.
-    wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)})")
-    s.wrote(s.b, "INSERT", wrote, "public.lc_audit", "note", note)
+    wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)})",
+                        wrote=("public.lc_audit", "note", note))
     real = await s.observe(s.b, "read public.lc_audit",
                            f"(SELECT count(*) FROM public.lc_audit WHERE note = {lit(note)})")
     # A: finds B's row in its own temp table?
@@ -148,8 +148,8 @@ async def read_only(s: Scenario) -> Observation:
     note = s.name("note")
     await s.change(s.a, "SET SESSION CHARACTERISTICS", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
     b_seen = await s.observe(s.b, "read default_transaction_read_only", setting("default_transaction_read_only"))
-    wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)})")
-    s.wrote(s.b, "INSERT", wrote, "public.lc_audit", "note", note)
+    wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_audit (note) VALUES ({lit(note)})",
+                        wrote=("public.lc_audit", "note", note))
     mine = await s.observe(s.a, "read default_transaction_read_only", setting("default_transaction_read_only"))
     s.read_back()  # before the clean-up
     await s.run(s.b, "clean up", f"DELETE FROM public.lc_audit WHERE note = {lit(note)}")
@@ -169,8 +169,8 @@ async def replication_role(s: Scenario) -> Observation:
     await s.change(s.a, "SET session_replication_role", "SET session_replication_role = replica")
     b_seen = await s.observe(s.b, "read session_replication_role", setting("session_replication_role"))
     # B: a child row whose parent does not exist must fail its foreign key (23503).
-    wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_child (parent) VALUES ({orphan})")
-    s.wrote(s.b, "INSERT", wrote, "public.lc_child", "parent", str(orphan))
+    wrote = await s.run(s.b, "INSERT", f"INSERT INTO lc_child (parent) VALUES ({orphan})",
+                        wrote=("public.lc_child", "parent", str(orphan)))
     mine = await s.observe(s.a, "read session_replication_role", setting("session_replication_role"))
     s.read_back()  # before the clean-up
     await s.run(s.a, "clean up", f"DELETE FROM lc_child WHERE parent = {orphan}")

@@ -62,10 +62,11 @@ class PoolerProduct:
     #: how many cancel requests it still forwards (None when it cannot say) and who tells (`PgBouncer's SHOW
     #: POOLS`, as evidence reads it); None: nothing tells, a probe waits its bound
     cancels_in_flight: tuple[Callable[[Endpoint], int | None], str] | None = None
-    #: its console's word that it keeps these server connections (PostgreSQL pids) for a client while another
-    #: waits, with no timer of its own ending that within the bound (seconds): in words, else None; None: it
-    #: cannot tell, a waiting client is known stalled at its bound
-    kept_for: Callable[[Endpoint, set[int], float], str | None] | None = None
+    #: its console's word, made once per probe for the pooler at the endpoint (its settings read once), that it
+    #: keeps these server connections (PostgreSQL pids) for a client while another waits in a full pool, with no
+    #: timer of its own ending that within the bound (seconds): in words, else None; None: it cannot tell, a
+    #: waiting client is known stalled at its bound
+    kept_for: Callable[[Endpoint], Callable[[set[int], float], str | None]] | None = None
 
     @property
     def kind(self) -> PoolerKind:

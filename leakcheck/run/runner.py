@@ -12,7 +12,15 @@ from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.team import PREFIX as TEAM_PREFIX
 from leakcheck.drivers.clients import connect
 from leakcheck.drivers.interface import Client, ServerError
-from leakcheck.model.errors import DriverRefused, LeakcheckError, MachineFault, NotApplicable, ProvisionError, one_line
+from leakcheck.model.errors import (
+    DriverRefused,
+    LeakcheckError,
+    MachineFault,
+    NotApplicable,
+    ProbeError,
+    ProvisionError,
+    one_line,
+)
 from leakcheck.model.faults import machine_fault
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.target import Driver, Pooler, Route, Target
@@ -215,7 +223,7 @@ async def _measure(
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect_b(where), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
-                        pool_kept=pool_kept(target, endpoint),
+                        pool_kept=pool_kept(target, endpoint, witness),
                         resets_configured=resets_after_transaction(target),
                         clients_are_agents=not (target.driver.native and b_app.driver.native))
     try:
@@ -246,9 +254,18 @@ def refusal_outcome(refused: DriverRefused, proofs: Sequence[Proof]) -> Observat
     a driver refused the value its own application set itself, or A's refused before B acted (only A's own
     setting can have reached it). Else the value reached an application that never set it (B's driver was
     told A's DateStyle), and that application lost its connection: the probe ends there, a break
-    (Fact.DISCONNECTED where its driver closes the connection)."""
+    (Fact.DISCONNECTED where its driver closes the connection). A break needs the proof that both applications
+    were on a server connection they share: the refused step itself proves nothing (it never returned its
+    identity), so an application refusing before any step of its own was proven is an error (ProbeError), not
+    a break on the other's proofs alone; an earlier proven step of it is the proof (`classify` checks it)."""
     if refused.own or (refused.who == "A" and not any(p.client == "B" for p in proofs)):
         return None
+    proven = {p.client for p in proofs}
+    if not {"A", "B"} <= proven:
+        other = "A" if refused.who == "B" else "B"
+        unproven = refused.who if refused.who not in proven else other
+        raise ProbeError(f"{refused}, before {unproven} proved any server connection: no proof that {refused.who} "
+                         f"shared a server connection with {other}, so the refusal is no measured break") from refused
     return Observation(evidence="the probe ended there", broke=str(refused),
                        disconnected=str(refused) if refused.closed else None)
 
@@ -301,22 +318,31 @@ def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitabl
     return pooler
 
 
-def pool_kept(target: Target, endpoint: Endpoint) -> Callable[[set[int], float], Awaitable[str | None]] | None:
+def pool_kept(target: Target, endpoint: Endpoint,
+              witness: Witness | None) -> Callable[[set[int], float], Awaitable[str | None]] | None:
     """The route's word that the pooler keeps server connections for a client while another waits
     (Scenario.pool_kept): a pooler leakcheck started in transaction mode from its own config, for applications
     at their defaults (nothing of theirs sets a timer on the session), whose console says so (its product's
-    `kept_for`: PgBouncer's). None elsewhere: a waiting client is known stalled at its bound."""
+    `kept_for`: PgBouncer's), where PostgreSQL has no timer that ends an idle session (the witness's
+    `idle_timers`). What does not change within a probe is read once per probe: PostgreSQL's timers at the first
+    look, the pooler's settings by its `kept_for`. None elsewhere: a waiting client is known stalled at its
+    bound."""
     pooler = target.pooler
-    if (endpoint.dsn or endpoint.members or pooler is None or not pooler.kind.started
+    if (endpoint.dsn or endpoint.members or pooler is None or not pooler.kind.started or witness is None
             or target.route is not Route.TRANSACTION or pooler.config or target.a_app.settings
             or target.b_app.settings):
         return None
     kept_for = product(pooler.kind).kept_for
     if kept_for is None:
         return None
+    watch = kept_for(endpoint)
+    timers: list[str] | None = None
 
     async def console(pids: set[int], bound: float) -> str | None:
-        return await asyncio.to_thread(kept_for, endpoint, pids, bound)
+        nonlocal timers
+        if timers is None:
+            timers = witness.idle_timers()
+        return None if timers else await asyncio.to_thread(watch, pids, bound)
     return console
 
 

@@ -13,6 +13,7 @@ import pytest
 from leakcheck.config import preflight
 from leakcheck.config.config import Config
 from leakcheck.gate.expectations import key
+from leakcheck.gate.record import controls_of
 from leakcheck.model import products as records
 from leakcheck.model.errors import UsageError
 from leakcheck.model.products import Product
@@ -101,6 +102,20 @@ def test_a_registered_product_is_found_by_the_native_backend_and_its_policies_by
     probe = PROBES[0]
     assert subject_mode(pooler).value == "transaction" and not is_running_pooler(target)
     assert may_hold(ProbePlan(probe, target, pool_settings(probe, target)))
+
+
+def test_a_registered_product_leakcheck_does_not_start_has_no_session_control_as_the_running_pooler_has_none(
+) -> None:
+    # one question, "did leakcheck start this pooler", asked of the product's record (kind.started) everywhere
+    products.register(PoolerProduct(Product("fakedsn", "a running FakePool", started=False), _resolve, _process,
+                                    TeamSettings("FakePool", frozenset())))
+    try:
+        target = Target(Version.parse("16.4"), Pooler(PoolerKind("fakedsn"), config="staging"), Route.TRANSACTION,
+                        Driver.PSYCOPG)
+        assert is_running_pooler(target)
+        assert [t.route for t in controls_of(target)] == [Route.DIRECT, Route.SHARED]
+    finally:
+        del products.PRODUCTS["fakedsn"], records.PRODUCTS["fakedsn"]
 
 
 def test_an_unknown_kind_is_not_a_kind() -> None:

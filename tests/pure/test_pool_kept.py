@@ -1,21 +1,26 @@
 """PgBouncer's console word that it keeps server connections for a client while another waits (admin.kept): in
-both reads, the same link, a client waiting, and no timer of its own within the bound."""
+both reads, the same link, a client waiting in a full pool, and no timer of its own within the bound."""
 
 from __future__ import annotations
 
-from leakcheck.provision.pgbouncer.admin import HoldLook, kept
+from leakcheck.provision.pgbouncer.admin import HoldLook, HoldSettings, Read, kept
 
 ACTIVE = [{"database": "leakcheck", "state": "active", "remote_pid": "42", "link": "0x1"}]
-WAITING = [{"database": "leakcheck", "state": "active", "link": "0x2"},
-           {"database": "leakcheck", "state": "waiting", "link": ""}]
-IDLE_CLIENTS = [{"database": "leakcheck", "state": "active", "link": "0x2"}]
+WAITING = [{"database": "leakcheck", "user": "app", "state": "active", "link": "0x2"},
+           {"database": "leakcheck", "user": "app", "state": "waiting", "link": ""}]
+IDLE_CLIENTS = [{"database": "leakcheck", "user": "app", "state": "active", "link": "0x2"}]
+#: SHOW POOLS: the app's pool holds one server connection (PgBouncer 1.18+ columns)
+POOLS = [{"database": "leakcheck", "user": "app", "cl_active": "1", "cl_waiting": "1", "sv_active": "1",
+          "sv_active_cancel": "0", "sv_being_canceled": "0", "sv_idle": "0", "sv_used": "0", "sv_tested": "0",
+          "sv_login": "0"}]
 DEFAULTS = {"query_timeout": "0", "query_wait_timeout": "120", "reserve_pool_timeout": "5",
             "idle_transaction_timeout": "0"}
 
 
 def _look(*reads: tuple[list[dict[str, str]], list[dict[str, str]]], config: dict[str, str] | None = None,
-          reserve: tuple[int, ...] = (0, 0)) -> HoldLook:
-    return HoldLook(DEFAULTS | (config or {}), reserve, reads)
+          reserve: tuple[int, ...] = (0, 0), pool_size: int = 1, pools: list[dict[str, str]] = POOLS) -> HoldLook:
+    both: tuple[Read, ...] = tuple((servers, clients, pools) for servers, clients in reads)
+    return HoldLook(HoldSettings(DEFAULTS | (config or {}), reserve, pool_size), both)
 
 
 def test_a_server_kept_for_a_client_in_both_reads_while_another_waits_is_kept() -> None:
@@ -50,3 +55,20 @@ def test_a_timer_of_pgbouncers_within_the_bound_leaves_the_bound_to_decide() -> 
 def test_the_reserve_pools_timer_counts_only_with_a_reserve_pool() -> None:
     assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), reserve=(0, 0)), {42}, 5.0) is not None
     assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), reserve=(1, 0)), {42}, 5.0) is None
+
+
+def test_a_client_waiting_while_its_pool_has_a_free_slot_is_not_kept_from_one() -> None:
+    # a pool of two holding one server connection opens another for the waiting client
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), pool_size=2), {42}, 5.0) is None
+    logging_in = [dict(POOLS[0], sv_login="1")]  # the second is being opened: the pool is full, counted as PgBouncer
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), pool_size=2, pools=logging_in), {42}, 5.0) is not None
+
+
+def test_a_client_waiting_in_another_users_pool_that_is_not_full_is_not_kept() -> None:
+    other = [dict(WAITING[0]), dict(WAITING[1], user="other")]
+    pools = [*POOLS, dict(POOLS[0], user="other", sv_active="0", cl_waiting="1")]
+    assert kept(_look((ACTIVE, other), (ACTIVE, other), pools=pools), {42}, 5.0) is None
+
+
+def test_a_pool_whose_size_was_not_shown_is_never_full() -> None:
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), pool_size=0), {42}, 5.0) is None

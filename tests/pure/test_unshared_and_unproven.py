@@ -103,8 +103,24 @@ def test_a_driver_refusing_a_value_is_not_applicable_only_for_its_own_setting_or
     assert refusal_outcome(refused("A", own=True), proofs(("B", 1), ("A", 1))) is None  # at A's own SET
     after = refusal_outcome(refused("A"), proofs(("A", 1), ("B", 1)))
     assert after is not None and {Fact.BROKE, Fact.DISCONNECTED} <= set(after.facts)
-    b = refusal_outcome(refused("B", closed=False), proofs(("A", 1)))
+    b = refusal_outcome(refused("B", closed=False), proofs(("B", 1), ("A", 1)))  # B proved its server first
     assert b is not None and Fact.BROKE in b.facts and Fact.DISCONNECTED not in b.facts
+
+
+def test_b_refusing_a_value_before_it_proved_any_server_is_an_error_not_a_break_on_a_s_proof_alone() -> None:
+    import pytest
+
+    from leakcheck.model.errors import DriverRefused, ProbeError
+    from leakcheck.model.verdicts import Verdict, classify
+    from leakcheck.run.runner import refusal_outcome
+
+    exc = DriverRefused("B's driver refused to go on: The server's DateStyle parameter was changed", "B", True)
+    with pytest.raises(ProbeError, match="no proof that B shared a server connection with A"):
+        refusal_outcome(exc, proofs(("A", 1), ("A", 1)))
+    # an earlier step of B proves it on A's server: the break rests on that proof (classify checks the sharing)
+    broke = refusal_outcome(exc, proofs(("A", 1), ("B", 1)))
+    assert broke is not None
+    assert classify(Route.TRANSACTION, proofs(("A", 1), ("B", 1)), broke)[0] is Verdict.BREAKS
 
 
 def test_a_lost_write_where_a_and_b_never_shared_is_named_by_its_own_facts_not_by_unproven_ones() -> None:

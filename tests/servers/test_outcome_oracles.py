@@ -12,7 +12,7 @@ import pytest
 
 from leakcheck.model.target import Driver, Route
 from leakcheck.model.verdicts import Fact, Observation, Outcome, Verdict
-from leakcheck.probes import security
+from leakcheck.probes import protocol, security
 from leakcheck.probes.base import Probe, probe
 from leakcheck.probes.outcomes import WRITES_TABLE
 from leakcheck.probes.scenario import Scenario
@@ -215,6 +215,34 @@ def test_a_security_probes_insert_that_is_there_is_read_back_before_its_clean_up
     got = _measured(measure, body, "read_only_kept_insert", Route.DIRECT)
     assert got.verdict is Verdict.ISOLATED and Fact.LOST_WRITE not in got.facts, got.evidence
     assert "every write reported committed is in the database (1)" in got.evidence
+
+
+async def _copy_with_its_rows_vanishing(s: Scenario) -> Observation:
+    """copy_error_autocommit itself, while a trigger the test makes (and removes after it) drops this scenario's rows
+    from lc_writes: a COPY that succeeds is told so by PostgreSQL, and none of its rows is kept."""
+    name = f"lc_vanish_{s.token}"
+    with _superuser(s) as conn:
+        conn.execute(f"CREATE FUNCTION public.{name}() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'")
+        conn.execute(f"CREATE TRIGGER {name} BEFORE INSERT ON public.{WRITES_TABLE} FOR EACH ROW "
+                     f"WHEN (NEW.id LIKE '{s.token}-%') EXECUTE FUNCTION public.{name}()")
+    try:
+        return await protocol.copy_error_autocommit.body(s)
+    finally:
+        with _superuser(s) as conn:
+            conn.execute(f"DROP TRIGGER IF EXISTS {name} ON public.{WRITES_TABLE}")
+            conn.execute(f"DROP FUNCTION IF EXISTS public.{name}()")
+
+
+def test_a_copy_told_it_succeeded_whose_rows_are_not_in_the_database_is_a_silent_lost_write(
+        measure: Measure, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocol, "COPY_FIRST", "{token}-first\tA\n")  # well-formed: the COPY succeeds
+
+    async def body(s: Scenario) -> Observation:
+        return await _copy_with_its_rows_vanishing(s)
+
+    got = _measured(measure, body, "copy_lost_rows")
+    assert got.verdict is Verdict.LOSES_WRITES and {Fact.LOST_WRITE, Fact.SILENT} <= set(got.facts), got.evidence
+    assert "A's row" in got.evidence and "-first (COPY) was reported committed" in got.evidence, got.evidence
 
 
 async def _runs(s: Scenario, times: int | None, sql: str = "SELECT 1") -> None:

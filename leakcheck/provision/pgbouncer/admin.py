@@ -144,53 +144,102 @@ HOLD_TIMERS = ("query_timeout", "query_wait_timeout", "idle_transaction_timeout"
 
 
 @dataclass(frozen=True)
-class HoldLook:
-    """What PgBouncer's console said of the run's database, twice in a row (each read sent once the one
-    before was answered): its timers, its reserve pools, and SHOW SERVERS and SHOW CLIENTS each time."""
+class HoldSettings:
+    """What PgBouncer runs the run's database's pool with, read once per probe (`KeptWatch`): its timers (SHOW
+    CONFIG), its reserve pools and its pool's size (SHOW DATABASES)."""
 
     config: dict[str, str]
     reserve: tuple[int, ...]  #: SHOW DATABASES' reserve_pool of the database (and SHOW CONFIG's reserve_pool_size)
-    reads: tuple[tuple[list[dict[str, str]], list[dict[str, str]]], ...]
+    #: SHOW DATABASES' pool_size of the database (its own, else default_pool_size); 0 when not shown
+    pool_size: int
 
 
-def hold_look(endpoint: Endpoint) -> HoldLook | None:
-    """PgBouncer's word on who holds the database's server connections (`HoldLook`), or None when its
-    console does not answer (each wait bounded: console.CONNECT_TIMEOUT, console.CONSOLE_TIMEOUT)."""
-    try:
-        with connect(endpoint) as conn:
-            config = show_config(conn)
-            pools = [row for row in execute(conn, "SHOW DATABASES") if row.get("name") == DBNAME]
-            reads = []
-            for _ in range(2):
-                servers = [row for row in execute(conn, "SHOW SERVERS") if row.get("database") == DBNAME]
-                reads.append((servers, [row for row in execute(conn, "SHOW CLIENTS") if row.get("database") == DBNAME]))
-    except (psycopg.Error, StartError):
-        return None
-    reserve = tuple(int(row.get("reserve_pool") or 0) for row in pools) + (int(config.get("reserve_pool_size") or 0),)
-    return HoldLook(config, reserve, tuple(reads))
+def hold_settings(conn: psycopg.Connection[Any]) -> HoldSettings:
+    """PgBouncer's settings of the run's database's pool (`HoldSettings`)."""
+    config = show_config(conn)
+    pools = [row for row in execute(conn, "SHOW DATABASES") if row.get("name") == DBNAME]
+    reserve = tuple(int(row.get("reserve_pool") or row.get("reserve_pool_size") or 0) for row in pools)
+    sizes = [int(row.get("pool_size") or 0) for row in pools]
+    return HoldSettings(config, (*reserve, int(config.get("reserve_pool_size") or 0)), min(sizes, default=0))
+
+
+#: One console read of the run's database: SHOW SERVERS', SHOW CLIENTS' and SHOW POOLS' rows.
+Read = tuple[list[dict[str, str]], list[dict[str, str]], list[dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class HoldLook:
+    """What PgBouncer's console said of the run's database: its settings (read once per probe) and, twice in a
+    row (each read sent once the one before was answered), SHOW SERVERS, SHOW CLIENTS and SHOW POOLS."""
+
+    settings: HoldSettings
+    reads: tuple[Read, ...]
+
+
+def hold_reads(conn: psycopg.Connection[Any]) -> tuple[Read, ...]:
+    """Two console reads of who holds and who waits for the run's database's server connections (`HoldLook`)."""
+    reads = []
+    for _ in range(2):
+        servers = [row for row in execute(conn, "SHOW SERVERS") if row.get("database") == DBNAME]
+        clients = [row for row in execute(conn, "SHOW CLIENTS") if row.get("database") == DBNAME]
+        reads.append((servers, clients, _pools(conn)))
+    return tuple(reads)
+
+
+class KeptWatch:
+    """PgBouncer's word, at each look of one probe, that it keeps server connections for a client while another
+    waits (`kept`): its settings read at the first look only, the console's two reads at every look. None when
+    its console does not answer (each wait bounded: console.CONNECT_TIMEOUT, console.CONSOLE_TIMEOUT)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.settings: HoldSettings | None = None
+
+    def __call__(self, pids: set[int], bound: float) -> str | None:
+        try:
+            with connect(self.endpoint) as conn:
+                if self.settings is None:
+                    self.settings = hold_settings(conn)
+                look = HoldLook(self.settings, hold_reads(conn))
+        except (psycopg.Error, StartError):
+            return None
+        return kept(look, pids, bound)
+
+
+def full(servers: int, size: int) -> bool:
+    """Whether a pool holding `servers` server connections (SHOW POOLS' sv_* columns: every one PgBouncer counts
+    against the pool's size, logins and cancel connections too) opens no other one for a waiting client."""
+    return size > 0 and servers >= size
 
 
 def kept(look: HoldLook, pids: set[int], bound: float) -> str | None:
     """Whether PgBouncer keeps every one of these server connections (PostgreSQL pids) for a client while
-    another client waits, in both reads, with no timer of its own (HOLD_TIMERS) that could change that within
-    `bound` seconds: in words, else None. A server PostgreSQL showed idle and reading before the first read
-    had handed PgBouncer its ReadyForQuery already; PgBouncer, one event loop, had read it by the second:
-    kept then, it stays kept until that client sends something or a timer fires."""
-    timers = [f"{key} = {look.config[key]}" for key in HOLD_TIMERS if 0 < _seconds(look.config.get(key)) <= bound
-              and (key != "reserve_pool_timeout" or any(look.reserve))]
+    another client waits in a full pool (`full`: no server connection is opened for it), in both reads, with no
+    timer of its own (HOLD_TIMERS) that could change that within `bound` seconds: in words, else None. A server
+    PostgreSQL showed idle and reading before the first read had handed PgBouncer its ReadyForQuery already;
+    PgBouncer, one event loop, had read it by the second: kept then, it stays kept until that client sends
+    something or a timer fires."""
+    config, size = look.settings.config, look.settings.pool_size
+    timers = [f"{key} = {config[key]}" for key in HOLD_TIMERS if 0 < _seconds(config.get(key)) <= bound
+              and (key != "reserve_pool_timeout" or any(look.settings.reserve))]
     if timers or not pids:
         return None
     links: list[dict[int, str]] = []
-    for servers, clients in look.reads:
+    for servers, clients, pools in look.reads:
         linked = {int(row.get("remote_pid") or 0): row.get("link") or "" for row in servers
                   if row.get("state") == "active"}
-        if not all(linked.get(pid) for pid in pids) or not any(row.get("state") == "waiting" for row in clients):
+        held = {row.get("user"): sum(int(value or 0) for name, value in row.items() if name.startswith("sv_"))
+                for row in pools}
+        waiting = [row.get("user") for row in clients if row.get("state") == "waiting"]
+        if (not all(linked.get(pid) for pid in pids) or not waiting
+                or not all(full(held.get(user, 0), size) for user in waiting)):
             return None
         links.append({pid: linked[pid] for pid in pids})
     if any(got != links[0] for got in links):
         return None
     return (f"SHOW SERVERS showed {', '.join(f'pid {pid}' for pid in sorted(pids))} active for a client and SHOW "
-            f"CLIENTS a client waiting, twice, with no timer of PgBouncer's within {bound:g} s")
+            f"CLIENTS a client waiting in a full pool of {size} (SHOW POOLS), twice, with no timer of PgBouncer's "
+            f"within {bound:g} s")
 
 
 def _seconds(value: str | None) -> float:

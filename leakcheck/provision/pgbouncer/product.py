@@ -7,7 +7,7 @@ from pathlib import Path
 
 from leakcheck.model.products import PGBOUNCER
 from leakcheck.model.versions import Spec
-from leakcheck.provision.base import Binary, Endpoint
+from leakcheck.provision.base import Binary
 from leakcheck.provision.pgbouncer import admin, settings, team_ini
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
 from leakcheck.provision.pgbouncer.fleet import BouncerFleet
@@ -33,10 +33,6 @@ def _team_value(path: str, name: str) -> str | None:
     return team_ini.load(path).value(name)
 
 
-def _kept_for(endpoint: Endpoint, pids: set[int], bound: float) -> str | None:
-    look = admin.hold_look(endpoint)
-    return None if look is None else admin.kept(look, pids, bound)
-
-
 PRODUCT = PoolerProduct(PGBOUNCER, _resolve, _process, settings.TEAM, team_value=_team_value,
-                        cancels_in_flight=(admin.cancels_until_closed, "PgBouncer's SHOW POOLS"), kept_for=_kept_for)
+                        cancels_in_flight=(admin.cancels_until_closed, "PgBouncer's SHOW POOLS"),
+                        kept_for=admin.KeptWatch)
