@@ -6,6 +6,7 @@ import collections
 import logging
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -255,6 +256,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if run is None:
         return
     mark("session finish")
+    _quiet_unused_hypothesis(config)
     if gather.is_worker(config):  # the controller writes; it gets this worker's outcomes in its reports
         config.workeroutput[gather.WORKER_OUTPUT_KEY] = run.describe()  # type: ignore[attr-defined]
         return
@@ -265,6 +267,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config.stash[RECORDED] = lines
     if not written and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+#: hypothesis' pytest plugin (installed with leakcheck[discover]): its terminal summary imports the hypothesis
+#: package whether or not a test used it, about 1 s of a matrix's end where bytecode is not cached
+#: (PYTHONDONTWRITEBYTECODE: pytest then rewrites the package's asserts at every run).
+HYPOTHESIS_PLUGIN = "hypothesispytest"
+
+
+def _quiet_unused_hypothesis(config: pytest.Config, modules: Mapping[str, object] = sys.modules) -> None:
+    """A matrix session in which nothing imported hypothesis (`modules`) has nothing for its summary to say: its
+    plugin is unregistered before the summary (a session with a hypothesis test, or discovery, keeps it)."""
+    plugin = config.pluginmanager.get_plugin(HYPOTHESIS_PLUGIN)
+    if plugin is not None and "hypothesis" not in modules:
+        config.pluginmanager.unregister(plugin)
 
 
 class _QuietReportsAside:

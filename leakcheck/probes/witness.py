@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -62,6 +64,11 @@ def check_fits(statement: str, size: int) -> None:
                          "own servers have it)")
 
 
+#: Seconds after which the witness reads the server's clock again rather than reckon it from its latest reading.
+CLOCK_FRESH = 2.0
+#: Seconds taken off a reckoned server time: datetime rounds to microseconds, the server's reading is one too.
+CLOCK_GRAIN = 2e-6
+
 #: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
 _IDENTITY = "pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text"
 
@@ -86,18 +93,44 @@ class Witness:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
+        #: how far the server's clock is ahead of this process's (time.time()), at least: from the latest of the
+        #: witness's statements that read the server's clock, its reading minus the local time once its answer was in
+        self._ahead = 0.0
+        self._ahead_at = 0.0  #: the local time of that reading
         self._mark = self._now()  #: the server's clock at the witness's last look
         self._since = self._mark  #: the look before it: when the step now being proven began, at the latest
         self._size: int | None = None  #: track_activity_query_size, read on first use
 
-    def _now(self) -> str:
-        row = self.conn.execute("SELECT clock_timestamp()::text").fetchone()
+    def _read_clock(self, server: datetime, asked: float) -> datetime:
+        """Learn how far the server's clock is ahead from `server`, its clock_timestamp() in a statement sent at
+        local time `asked`: read before the answer was in, so the server's time at any later local moment t is at
+        least t + (server - answer's arrival); a moment's server time computed so is never later than the truth."""
+        answered = time.time()
+        self._ahead, self._ahead_at = server.timestamp() - answered, answered
+        return server
+
+    def _now(self) -> datetime:
+        asked = time.time()
+        row = self.conn.execute("SELECT clock_timestamp()").fetchone()
         assert row is not None
-        return str(row[0])
+        return self._read_clock(row[0], asked)
 
     def start(self) -> None:
-        """A probe, or a client's step, starts: statements before this moment are never sighted or confirmed."""
-        self._mark = self._since = self._now()
+        """A probe, or a client's step, starts: statements before this moment are never sighted or confirmed.
+        The moment in the server's clock is the local time plus how far the server's clock is ahead at least (read
+        at the latest look; on one host the clocks are one), so it may be earlier than the truth by one look's
+        round trip, never later: no statement of the step is missed. A reading older than CLOCK_FRESH seconds is
+        read again (a server on another host drifts)."""
+        now = time.time()
+        if now - self._ahead_at > CLOCK_FRESH or now < self._ahead_at:
+            self._mark = self._since = self._now()
+            return
+        self._mark = self._since = datetime.fromtimestamp(now + self._ahead - CLOCK_GRAIN, tz=UTC)
+
+    @property
+    def began(self) -> datetime:
+        """When the step now being proven began (the server's clock), at the latest."""
+        return self._since
 
     def fits(self, statement: str) -> str:
         """The tagged statement, if pg_stat_activity keeps all of it on this server (`check_fits`)."""
@@ -112,13 +145,14 @@ class Witness:
     def look(self, tag_text: str) -> Sighting | None:
         """The backend that ran a statement holding `tag_text` since the previous look, if one did. Two
         such backends for one step is a harness error (a tag names one client of one scenario)."""
+        asked = time.time()
         rows = self.conn.execute(
-            f"SELECT {_IDENTITY}, coalesce(state, ''), query_start > %s::timestamptz, clock_timestamp()::text "
-            "FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND strpos(query, %s) > 0",
-            (self._mark, tag_text)).fetchall()
-        fresh = [r for r in rows if r[3]]
+            f"SELECT clock_timestamp(), a.* FROM (SELECT {_IDENTITY}, coalesce(state, ''), query_start > %s "
+            "FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND strpos(query, %s) > 0) AS a RIGHT JOIN "
+            "(VALUES (1)) AS one ON true", (self._mark, tag_text)).fetchall()
+        fresh = [r[1:] for r in rows if r[4]]
         self._since = self._mark  # what `confirms` compares with, for this step
-        self._mark = str(rows[0][4]) if rows else self._now()
+        self._mark = self._read_clock(rows[0][0], asked)
         if len(fresh) > 1:
             raise ProbeError(f"the statement tagged {tag_text} ran on {len(fresh)} backends at once "
                              f"({', '.join(str(r[0]) for r in fresh)}): a tag names one client's step")
@@ -205,7 +239,7 @@ class Witness:
         after the client's: PDO reads a column's table after a query; `stands_for` judges it). That
         statement's text, or None when the server shows no such backend."""
         row = self.conn.execute(
-            f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND query_start > %s::timestamptz",
+            f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND query_start > %s",
             (server.pid, server.started, self._since)).fetchone()
         return None if row is None else str(row[0] or "")
 

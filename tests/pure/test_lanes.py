@@ -7,7 +7,7 @@ from leakcheck.model.target import NATIVE_DRIVERS, Driver, Pooler, PoolerKind, R
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
-from leakcheck.run.lanes import MAX_POOLERS_PER_PG, MAX_RUNS, check_capacity, default_jobs, lane_of
+from leakcheck.run.lanes import MAX_POOLERS_PER_PG, MAX_RUNS, check_capacity, default_jobs, lane_of, runs_agents
 
 PG, B = Version((16, 14)), Pooler(PoolerKind.PGBOUNCER, Version((1, 24, 1)))
 ONE = next(p for p in PROBES if p.id == "timezone")
@@ -34,11 +34,25 @@ def test_drivers_routes_pool_sizes_and_pooler_settings_get_lanes_of_their_own() 
 
 
 @pytest.mark.parametrize(("cores", "lanes"), [(None, 4), (1, 4), (2, 8), (3, 8), (64, 8)])
-def test_the_default_is_four_lanes_per_core_and_never_more_than_eight(
+def test_with_agents_the_default_is_four_lanes_per_core_and_never_more_than_eight(
+    cores: int | None, lanes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert default_jobs(agents=True) == lanes
+
+
+@pytest.mark.parametrize(("cores", "lanes"), [(None, 6), (1, 6), (2, 12), (3, 12), (64, 12)])
+def test_in_process_drivers_alone_get_six_lanes_per_core_and_never_more_than_twelve(
     cores: int | None, lanes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: cores)
     assert default_jobs() == lanes
+
+
+def test_a_matrix_runs_agents_when_either_application_of_a_pair_is_one() -> None:
+    native = Target(PG, None, Route.DIRECT, Driver.PSYCOPG)
+    assert not runs_agents([(ONE, native)])
+    assert runs_agents([(ONE, native), (ONE, Target(PG, None, Route.DIRECT, Driver("pgjdbc")))])
 
 
 def test_when_lanes_cannot_start_every_test_gets_the_failure_instead_of_waiting() -> None:

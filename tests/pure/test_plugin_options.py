@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from leakcheck import plugin
 from leakcheck.run.matrix import MatrixRun
 
 
@@ -116,3 +117,13 @@ def test_the_drivers_help_names_every_driver_drivers_takes() -> None:
     text = next(help_text for flag, _, help_text, _ in OPTIONS if flag == "--drivers")
     named = set(re.findall(r"[a-z][a-z0-9-]*", text))
     assert [d for d in known_drivers() if d not in named] == []
+
+
+def test_a_matrix_session_that_never_imported_hypothesis_skips_its_plugins_summary(pytester: pytest.Pytester) -> None:
+    # hypothesis' summary imports the whole package (about 1 s where bytecode is not cached) to say nothing
+    config = pytester.parseconfigure()
+    assert config.pluginmanager.get_plugin(plugin.HYPOTHESIS_PLUGIN) is not None
+    plugin._quiet_unused_hypothesis(config, modules={"hypothesis": object()})
+    assert config.pluginmanager.get_plugin(plugin.HYPOTHESIS_PLUGIN) is not None
+    plugin._quiet_unused_hypothesis(config, modules={})
+    assert config.pluginmanager.get_plugin(plugin.HYPOTHESIS_PLUGIN) is None
