@@ -4,6 +4,7 @@ witness's session that answers as PostgreSQL would)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -28,10 +29,10 @@ class _Session:
     def execute(self, sql: str, params: Any = None) -> Any:
         if "track_activity_query_size" in sql:
             rows = [(self.size,)]
-        elif "clock_timestamp()::text" in sql and "FROM pg_stat_activity" not in sql:
-            rows = [("2026-12-06 00:00:00+00",)]
-        elif "strpos(query" in sql:
-            rows = []  # no backend shows the tag: no sighting
+        elif sql == "SELECT clock_timestamp()":
+            rows = [(datetime.now(UTC),)]
+        elif "strpos(query" in sql and "RIGHT JOIN" in sql:
+            rows = [(datetime.now(UTC), None, None, None, None)]  # the clock; no backend shows the tag: no sighting
         elif "SELECT query FROM pg_stat_activity" in sql:
             rows = [] if self.last is None else [(self.last,)]
         else:
