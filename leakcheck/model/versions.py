@@ -36,7 +36,7 @@ class Version:
         return Version(self.parts[:n])
 
     def __str__(self) -> str:
-        return ".".join(str(p) for p in self.parts)
+        return ".".join(map(str, self.parts))
 
 
 @dataclass(frozen=True)
