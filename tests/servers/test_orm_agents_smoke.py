@@ -14,7 +14,7 @@ import pytest
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.client import AgentClient
-from leakcheck.drivers.agents.install import missing_apt
+from leakcheck.drivers.agents.install import installed, missing_apt
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import connect
 from leakcheck.drivers.interface import ServerError
@@ -145,3 +145,14 @@ def test_an_orm_agent_cancels_the_statement_its_connection_runs(orm: Driver, dir
             await client.close()
 
     asyncio.run(run())
+
+
+def test_the_activerecord_agents_install_leaves_rubys_compiled_files_for_its_starts() -> None:
+    # bootsnap, as a Rails application boots: each agent start loads ActiveRecord compiled (8 lanes x A, B, C
+    # and a restart after each loop stall boot it again); written by the install's own start
+    found = shipped("activerecord")
+    assert found is not None
+    if absent := missing_apt(found.spec):
+        pytest.skip(f"activerecord agent: {', '.join(absent)} missing")
+    compiled = [f for f in (installed(found.spec).folder / "cache").rglob("*") if f.is_file()]
+    assert len(compiled) > 100, compiled

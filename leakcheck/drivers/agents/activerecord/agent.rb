@@ -1,6 +1,8 @@
 # leakcheck agent for Rails' ActiveRecord (Debian's ruby-activerecord, its postgresql adapter over ruby-pg):
 # one client slot, JSON lines on stdin/stdout (agent protocol 1).
 #
+# The agent boots as a Rails application does (bootsnap, as every `rails new` application's config/boot.rb
+# sets it up, caches Ruby's compiled files beside it).
 # A probe's client is one checkout of ActiveRecord's pool: connect = establish_connection with the
 # settings (prepared_statements, advisory_locks, libpq's options) + ActiveRecord::Base.connection (the adapter sets its
 # session up as in any Rails application: client_min_messages, standard_conforming_strings, timezone UTC,
@@ -14,6 +16,13 @@
 # begin/commit/rollback = begin_db_transaction / commit_db_transaction / exec_rollback_db_transaction.
 # cancel = PG::Connection#cancel on the adapter's raw connection, from the stdin reader thread.
 
+require "bootsnap"
+# Ruby's compiled files in cache/ beside the agent (written by its first start, at install); a folder this
+# user cannot write is left alone, as bootsnap fails where it cannot write a missing entry.
+if File.writable?(__dir__)
+  Bootsnap.setup(cache_dir: File.join(__dir__, "cache"), development_mode: false, load_path_cache: false,
+                 compile_cache_yaml: false, compile_cache_json: false)
+end
 require "active_record"
 require "active_record/connection_adapters/postgresql_adapter" # and ruby-pg with it
 require_relative "protocol" # ruby-pg's, shared with the ruby-pg agent
