@@ -53,7 +53,11 @@ LOOP_WATCH = 0.5
 #: re-runs a statement PostgreSQL refuses with 0A000 forever): no driver retries a statement more than a few
 #: times on its own, and an application's call sends its statement once.
 LOOP_RUNS = 100
-#: Seconds between the witness's looks while the count grows, and once it did not for LOOP_QUIET seconds.
+#: Seconds between the witness's looks: while the count grew within LOOP_BURST seconds (a loop's statement
+#: starts again every few milliseconds, and the call spins until the count is made), while it grew within
+#: LOOP_QUIET seconds, and once it did not.
+LOOP_AGAIN = 0.002
+LOOP_BURST = 0.05
 LOOP_LOOK = 0.01
 LOOP_IDLE_LOOK = 0.1
 LOOP_QUIET = 0.5
@@ -236,7 +240,8 @@ class Scenario:
             looped = looping(runs, LOOP_RUNS)
             if looped is not None:
                 break
-            look = LOOP_LOOK if loop.time() - grew < LOOP_QUIET else LOOP_IDLE_LOOK
+            quiet = loop.time() - grew
+            look = LOOP_AGAIN if quiet < LOOP_BURST else LOOP_LOOK if quiet < LOOP_QUIET else LOOP_IDLE_LOOK
             done, _ = await asyncio.wait({task}, timeout=min(left, look))
         if task in done:
             return task.result()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,50 @@ def test_a_call_whose_one_statement_keeps_running_is_no_loop_and_returns(monkeyp
         return 7
 
     assert asyncio.run(s._bounded(s.a, "run", slow())) == 7
+
+
+def _paces(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:
+    """The timeouts of the scenario's waits on its call: LOOP_WATCH, then one a look."""
+    monkeypatch.setattr(scenario_module, "LOOP_WATCH", 0.01)
+    paces: list[float | None] = []
+    real = asyncio.wait
+
+    async def wait(tasks: Any, timeout: float | None = None) -> Any:
+        paces.append(timeout)
+        return await real(tasks, timeout=timeout)
+
+    monkeypatch.setattr(asyncio, "wait", wait)
+    return paces
+
+
+def test_while_a_calls_statements_keep_starting_again_the_witness_looks_again_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a loop spins (its agent, the pooler, the server) until the count is made: 100 looks at 10 ms each took
+    # ActiveRecord's loops 3-4 s on a busy machine, 1-2 s at LOOP_AGAIN
+    paces = _paces(monkeypatch)
+    s = _scenario(_Witness(new_each_look=True))
+
+    async def step() -> None:
+        await s._bounded(s.a, "run", asyncio.sleep(60))
+
+    with pytest.raises(Stalled, match="its statements 100 times"):
+        asyncio.run(step())
+    looks = paces[1:-1]  # (the last: the cancelled call's CANCEL_GRACE)
+    assert len(looks) == 99 and set(looks) == {scenario_module.LOOP_AGAIN}
+
+
+def test_a_call_whose_one_statement_keeps_running_is_looked_at_ever_more_slowly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    paces = _paces(monkeypatch)
+    monkeypatch.setattr(scenario_module, "LOOP_QUIET", 0.1)
+    s = _scenario(_Witness(new_each_look=False))
+
+    async def slow() -> int:
+        await asyncio.sleep(0.3)
+        return 7
+
+    assert asyncio.run(s._bounded(s.a, "run", slow())) == 7
+    looks = [pace for pace in paces[1:] if pace is not None]
+    order = [scenario_module.LOOP_AGAIN, scenario_module.LOOP_LOOK, scenario_module.LOOP_IDLE_LOOK]
+    assert looks[0] == scenario_module.LOOP_AGAIN and looks[-1] == scenario_module.LOOP_IDLE_LOOK
+    assert [order.index(pace) for pace in looks] == sorted(order.index(pace) for pace in looks), looks

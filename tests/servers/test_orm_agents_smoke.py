@@ -14,7 +14,7 @@ import pytest
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.client import AgentClient
-from leakcheck.drivers.agents.install import missing_apt
+from leakcheck.drivers.agents.install import installed, missing_apt
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.clients import connect
 from leakcheck.drivers.interface import ServerError
@@ -145,3 +145,47 @@ def test_an_orm_agent_cancels_the_statement_its_connection_runs(orm: Driver, dir
             await client.close()
 
     asyncio.run(run())
+
+
+@pytest.fixture
+def activerecord() -> Iterator[Driver]:
+    found = shipped("activerecord")
+    assert found is not None
+    if absent := missing_apt(found.spec):
+        pytest.skip(f"activerecord agent: {', '.join(absent)} missing")
+    yield Driver("activerecord")
+    agents.stop_all()
+
+
+def test_the_activerecord_agents_install_leaves_rubys_compiled_files_for_its_starts(activerecord: Driver) -> None:
+    # bootsnap, as a Rails application boots: each agent start loads ActiveRecord compiled (8 lanes x A, B, C
+    # and a restart after each loop stall boot it again); written by the install's own start
+    found = shipped(activerecord.value)
+    assert found is not None
+    compiled = [f for f in (installed(found.spec).folder / "cache").rglob("*") if f.is_file()]
+    assert len(compiled) > 100, compiled
+
+
+def test_each_client_of_one_activerecord_agent_is_a_new_connection_set_up_with_its_own_settings(
+        activerecord: Driver, direct: Endpoint) -> None:
+    # the agent establishes its pool once for its settings, as an application at boot: each client is still a
+    # new connection of it (a new backend, its session set up again), and other settings make another pool
+    async def run() -> list[tuple[int, int, str, int]]:
+        seen = []
+        for settings in ((), (), (("prepared_statements", "false"),), ()):
+            client = await _client(activerecord, direct, settings)
+            try:
+                await client.prepared("SELECT 1")
+                [(backend, style, named)] = await client.query(
+                    "SELECT pg_backend_pid(), current_setting('intervalstyle'), count(*) FROM pg_prepared_statements")
+                await client.execute("SET intervalstyle = postgres")  # what the next client must not see
+                seen.append((client.agent_pid, backend, style, named))
+            finally:
+                await client.close()
+        return seen
+
+    seen = asyncio.run(run())
+    assert len({agent for agent, *_ in seen}) == 1, seen
+    assert len({backend for _, backend, *_ in seen}) == 4, seen
+    assert [(style, named) for *_, style, named in seen] == [("iso_8601", 1), ("iso_8601", 1), ("iso_8601", 0),
+                                                            ("iso_8601", 1)]

@@ -376,7 +376,7 @@ CATALOGUE: tuple[Shipped, ...] = (
             id="activerecord",
             language="ruby",
             sources=("agent.rb", RUBY_PROTOCOL),
-            apt=("ruby-activerecord", "ruby-pg"),
+            apt=("ruby-activerecord", "ruby-pg", "ruby-bootsnap"),
             run=("ruby", "{dir}/agent.rb"),
             settings=(("prepared_statements", "true"), ("advisory_locks", "true"), ("options", "")),
         ),

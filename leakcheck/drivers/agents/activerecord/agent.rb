@@ -1,10 +1,13 @@
 # leakcheck agent for Rails' ActiveRecord (Debian's ruby-activerecord, its postgresql adapter over ruby-pg):
 # one client slot, JSON lines on stdin/stdout (agent protocol 1).
 #
-# A probe's client is one checkout of ActiveRecord's pool: connect = establish_connection with the
-# settings (prepared_statements, advisory_locks, libpq's options) + ActiveRecord::Base.connection (the adapter sets its
-# session up as in any Rails application: client_min_messages, standard_conforming_strings, timezone UTC,
-# intervalstyle iso_8601); close = remove_connection.
+# As a Rails application, the agent boots once (bootsnap, as every `rails new` application's config/boot.rb
+# sets it up, caches Ruby's compiled files beside it) and establishes its pool once for its settings
+# (establish_connection: prepared_statements, advisory_locks, libpq's options; again only when a connect
+# brings other settings). A probe's client is a new connection of that pool: connect =
+# ActiveRecord::Base.connection (a new adapter, which sets its session up as in any Rails application:
+# client_min_messages, standard_conforming_strings, timezone UTC, intervalstyle iso_8601, and reads its type
+# map from pg_type); close = the pool's disconnect! (the connection closed, the pool kept, as after a fork).
 # query and execute = execute(sql) (the simple query protocol, no named statement; query's values read
 # from their text form); prepared = select_all("#{sql} LIMIT $1", binds, preparable) (a write: exec_query with
 # `RETURNING $1`, as `create` binds its values)
@@ -14,6 +17,13 @@
 # begin/commit/rollback = begin_db_transaction / commit_db_transaction / exec_rollback_db_transaction.
 # cancel = PG::Connection#cancel on the adapter's raw connection, from the stdin reader thread.
 
+require "bootsnap"
+# Ruby's compiled files in cache/ beside the agent (written by its first start, at install); a folder this
+# user cannot write is left alone, as bootsnap fails where it cannot write a missing entry.
+if File.writable?(__dir__)
+  Bootsnap.setup(cache_dir: File.join(__dir__, "cache"), development_mode: false, load_path_cache: false,
+                 compile_cache_yaml: false, compile_cache_json: false)
+end
 require "active_record"
 require "active_record/connection_adapters/postgresql_adapter" # and ruby-pg with it
 require_relative "protocol" # ruby-pg's, shared with the ruby-pg agent
@@ -41,6 +51,7 @@ class Agent
   def initialize
     @conn = nil
     @raw = nil
+    @config = nil # the pool's settings
   end
 
   def answer(request)
@@ -72,7 +83,7 @@ class Agent
   def close
     @raw = nil
     @conn = nil
-    ActiveRecord::Base.remove_connection
+    ActiveRecord::Base.connection_pool.disconnect! if @config
   rescue StandardError
     nil
   end
@@ -132,7 +143,11 @@ class Agent
 
       config[name.to_sym] = value == "true"
     end
-    ActiveRecord::Base.establish_connection(config)
+    unless config == @config
+      @config = nil
+      ActiveRecord::Base.establish_connection(config)
+      @config = config
+    end
     @conn = ActiveRecord::Base.connection
     @raw = @conn.raw_connection
   end
