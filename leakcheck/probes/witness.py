@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -68,6 +69,8 @@ def check_fits(statement: str, size: int) -> None:
 CLOCK_FRESH = 2.0
 #: Seconds taken off a reckoned server time: datetime rounds to microseconds, the server's reading is one too.
 CLOCK_GRAIN = 2e-6
+#: How many of its latest clock readings the witness keeps (a look a step: a probe's worth).
+CLOCK_READINGS = 64
 
 #: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
 _IDENTITY = "pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text"
@@ -93,39 +96,38 @@ class Witness:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
-        #: how far the server's clock is ahead of this process's (time.time()), at least: from the latest of the
-        #: witness's statements that read the server's clock, its reading minus the local time once its answer was in
-        self._ahead = 0.0
-        self._ahead_at = 0.0  #: the local time of that reading
+        #: the witness's latest readings of the server's clock: when each answer was in (local time.time()) and the
+        #: server's reading minus that time, which is how far the server's clock is ahead of this process's, at least
+        self._ahead: deque[tuple[float, float]] = deque(maxlen=CLOCK_READINGS)
         self._mark = self._now()  #: the server's clock at the witness's last look
         self._since = self._mark  #: the look before it: when the step now being proven began, at the latest
         self._size: int | None = None  #: track_activity_query_size, read on first use
 
-    def _read_clock(self, server: datetime, asked: float) -> datetime:
-        """Learn how far the server's clock is ahead from `server`, its clock_timestamp() in a statement sent at
-        local time `asked`: read before the answer was in, so the server's time at any later local moment t is at
-        least t + (server - answer's arrival); a moment's server time computed so is never later than the truth."""
+    def _read_clock(self, server: datetime) -> datetime:
+        """Keep `server`, the clock_timestamp() of a statement whose answer is in now: read before it arrived, so
+        the server's time at any later local moment t is at least t + (server - now)."""
         answered = time.time()
-        self._ahead, self._ahead_at = server.timestamp() - answered, answered
+        self._ahead.append((answered, server.timestamp() - answered))
         return server
 
     def _now(self) -> datetime:
-        asked = time.time()
         row = self.conn.execute("SELECT clock_timestamp()").fetchone()
         assert row is not None
-        return self._read_clock(row[0], asked)
+        return self._read_clock(row[0])
 
     def start(self) -> None:
         """A probe, or a client's step, starts: statements before this moment are never sighted or confirmed.
-        The moment in the server's clock is the local time plus how far the server's clock is ahead at least (read
-        at the latest look; on one host the clocks are one), so it may be earlier than the truth by one look's
-        round trip, never later: no statement of the step is missed. A reading older than CLOCK_FRESH seconds is
-        read again (a server on another host drifts)."""
+        The moment in the server's clock is the local time plus how far the server's clock is ahead at least: the
+        largest of the readings of the last CLOCK_FRESH seconds, each a lower bound (on one host the clocks are
+        one), so it is earlier than the truth by the quickest recent look's return at most, never later: no
+        statement of the step is missed, and one sent before the step began is let in only within that margin.
+        Without a recent reading (a server on another host drifts; this clock went back) it is read again."""
         now = time.time()
-        if now - self._ahead_at > CLOCK_FRESH or now < self._ahead_at:
+        recent = [ahead for at, ahead in self._ahead if 0 <= now - at <= CLOCK_FRESH]
+        if not recent:
             self._mark = self._since = self._now()
             return
-        self._mark = self._since = datetime.fromtimestamp(now + self._ahead - CLOCK_GRAIN, tz=UTC)
+        self._mark = self._since = datetime.fromtimestamp(now + max(recent) - CLOCK_GRAIN, tz=UTC)
 
     @property
     def began(self) -> datetime:
@@ -145,14 +147,13 @@ class Witness:
     def look(self, tag_text: str) -> Sighting | None:
         """The backend that ran a statement holding `tag_text` since the previous look, if one did. Two
         such backends for one step is a harness error (a tag names one client of one scenario)."""
-        asked = time.time()
         rows = self.conn.execute(
             f"SELECT clock_timestamp(), a.* FROM (SELECT {_IDENTITY}, coalesce(state, ''), query_start > %s "
             "FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND strpos(query, %s) > 0) AS a RIGHT JOIN "
             "(VALUES (1)) AS one ON true", (self._mark, tag_text)).fetchall()
         fresh = [r[1:] for r in rows if r[4]]
         self._since = self._mark  # what `confirms` compares with, for this step
-        self._mark = self._read_clock(rows[0][0], asked)
+        self._mark = self._read_clock(rows[0][0])
         if len(fresh) > 1:
             raise ProbeError(f"the statement tagged {tag_text} ran on {len(fresh)} backends at once "
                              f"({', '.join(str(r[0]) for r in fresh)}): a tag names one client's step")
