@@ -163,7 +163,7 @@ class Scenario:
         if self.route is Route.TRANSACTION:
             home = self._home.setdefault(slot, server)
             was_there = any(p.client == label and p.slot is slot and p.server == home for p in self.proofs)
-            if server != home and was_there and self.witness is not None and not self.witness.alive(home):
+            if server != home and was_there and self.witness is not None and self.witness.ended(home):
                 # the server connection this client shared ended; the pooler handed it a new one
                 self._epoch[slot] = self._epoch.get(slot, 0) + 1
                 self._home[slot] = server

@@ -69,6 +69,8 @@ def check_fits(statement: str, size: int) -> None:
 CLOCK_FRESH = 2.0
 #: Seconds taken off a reckoned server time: datetime rounds to microseconds, the server's reading is one too.
 CLOCK_GRAIN = 2e-6
+#: Seconds a backend whose connection was just closed may still show in pg_stat_activity while it exits.
+ENDING_BOUND = 1.0
 #: How many of its latest clock readings the witness keeps (a look a step: a probe's worth).
 CLOCK_READINGS = 64
 
@@ -233,6 +235,16 @@ class Witness:
             f"SELECT count(*) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",
             (server.pid, server.started)).fetchone()
         return bool(row and row[0])
+
+    def ended(self, server: ServerId, within: float = ENDING_BOUND) -> bool:
+        """Whether that backend is gone, or goes within `within` seconds: a backend whose connection the pooler
+        has just closed still shows in pg_stat_activity for a moment while it exits."""
+        deadline = time.monotonic() + within
+        while self.alive(server):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     def confirms(self, server: ServerId) -> str | None:
         """A client's word about the step `look` just found no sighting for: that backend exists with that start
