@@ -71,7 +71,8 @@ CLOCK_FRESH = 2.0
 CLOCK_GRAIN = 2e-6
 #: Seconds a backend whose connection was just closed may still show in pg_stat_activity while it exits.
 ENDING_BOUND = 1.0
-#: How many of its latest clock readings the witness keeps (a look a step: a probe's worth).
+#: How many clock readings the witness keeps at most: a full window drops its first, the largest, so the begin it
+#: reckons is then earlier, never later.
 CLOCK_READINGS = 64
 
 #: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
@@ -99,7 +100,8 @@ class Witness:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
         #: the witness's latest readings of the server's clock: when each answer was in (local time.time()) and the
-        #: server's reading minus that time, which is how far the server's clock is ahead of this process's, at least
+        #: server's reading minus that time, which is how far the server's clock is ahead of this process's, at least.
+        #: Only the readings no later one bettered are kept (a sliding window's maximum), so the first is the largest.
         self._ahead: deque[tuple[float, float]] = deque(maxlen=CLOCK_READINGS)
         self._mark = self._now()  #: the server's clock at the witness's last look
         self._since = self._mark  #: the look before it: when the step now being proven began, at the latest
@@ -109,7 +111,10 @@ class Witness:
         """Keep `server`, the clock_timestamp() of a statement whose answer is in now: read before it arrived, so
         the server's time at any later local moment t is at least t + (server - now)."""
         answered = time.time()
-        self._ahead.append((answered, server.timestamp() - answered))
+        ahead = server.timestamp() - answered
+        while self._ahead and self._ahead[-1][1] <= ahead:  # a later reading at least as large outlives it
+            self._ahead.pop()
+        self._ahead.append((answered, ahead))
         return server
 
     def _now(self) -> datetime:
@@ -125,11 +130,12 @@ class Witness:
         statement of the step is missed, and one sent before the step began is let in only within that margin.
         Without a recent reading (a server on another host drifts; this clock went back) it is read again."""
         now = time.time()
-        recent = [ahead for at, ahead in self._ahead if 0 <= now - at <= CLOCK_FRESH]
-        if not recent:
+        while self._ahead and now - self._ahead[0][0] > CLOCK_FRESH:
+            self._ahead.popleft()
+        if not self._ahead or self._ahead[0][0] > now:  # none recent, or this clock went back
             self._mark = self._since = self._now()
             return
-        self._mark = self._since = datetime.fromtimestamp(now + max(recent) - CLOCK_GRAIN, tz=UTC)
+        self._mark = self._since = datetime.fromtimestamp(now + self._ahead[0][1] - CLOCK_GRAIN, tz=UTC)
 
     @property
     def began(self) -> datetime:

@@ -105,3 +105,38 @@ def test_a_write_the_witness_did_not_see_is_proven_by_the_clients_next_statement
     asyncio.run(s.write(cast(Any, a), "INSERT"))
     assert [p.step for p in s.proofs] == ["INSERT: where"]
     assert [w.told_committed for w in s.ledger.writes] == [True]
+
+
+class _Clock:
+    """The witness's session as a clock only: each `SELECT clock_timestamp()` answers the local time (a
+    stand-in for time.time) plus the next of `aheads`."""
+
+    def __init__(self, local: list[float], aheads: list[float]) -> None:
+        self.local, self.aheads = local, aheads
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        assert sql == "SELECT clock_timestamp()", sql
+        reading = datetime.fromtimestamp(self.local[0] + self.aheads.pop(0), tz=UTC)
+        return SimpleNamespace(fetchone=lambda: (reading,))
+
+
+def test_a_step_begins_at_the_largest_clock_reading_of_the_last_two_seconds_and_older_ones_are_forgotten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    local = [100.0]
+    monkeypatch.setattr("leakcheck.probes.witness.time.time", lambda: local[0])
+    clock = _Clock(local, [0.5, 0.2, 0.3, 0.1])
+    witness = Witness(cast(Any, clock))  # reads the clock once: 0.5 ahead at 100.0
+    for at in (100.5, 101.0):  # 0.2, then 0.3 ahead
+        local[0] = at
+        witness._now()
+    grain = 2e-6
+
+    def began_at(at: float) -> float:
+        local[0] = at
+        witness.start()
+        return witness.began.timestamp()
+
+    assert began_at(101.2) == pytest.approx(101.2 + 0.5 - grain, abs=1e-6)  # the largest of the three
+    assert began_at(102.3) == pytest.approx(102.3 + 0.3 - grain, abs=1e-6)  # 100.0's is older than 2 s
+    assert began_at(103.5) == pytest.approx(103.5 + 0.1, abs=1e-6)  # none recent: the clock is read again
+    assert clock.aheads == []
