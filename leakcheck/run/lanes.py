@@ -10,6 +10,7 @@ pytest's items then take their outcomes in pytest's own order.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -124,6 +125,9 @@ class Lanes:
         longest = sorted(lanes, key=lambda key: -len(lanes[key]))  # the longest first: no long lane is the tail
         lanes = dict(zip(longest, staggered([lanes[key] for key in longest], self.jobs), strict=True))
         mark("lanes start")
+        # What the run made so far (pytest's items, the targets, the modules) lives to its end: out of the
+        # collector's sight, a full collection during the probes walks only what they make.
+        gc.freeze()
         # A stop signal now ends the run at once: only each fork holds it (provision/host/forks.py).
         with timed("servers"):
             self._start_together([items[0] for items in lanes.values()])
@@ -141,6 +145,7 @@ class Lanes:
         interrupted (the servers are stopped next, which ends a probe stuck on a hung one), else each
         bounded by its timeout."""
         self._stop.set()
+        gc.unfreeze()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             wait(self._lanes, timeout=CLOSE_GRACE if signals.received() else None)

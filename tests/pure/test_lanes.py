@@ -82,6 +82,30 @@ def test_when_lanes_cannot_start_every_test_gets_the_failure_instead_of_waiting(
     assert all(isinstance(f, Future) for f in lanes._futures.values())
 
 
+def test_what_the_run_made_before_its_lanes_start_is_out_of_the_collectors_sight_until_they_close() -> None:
+    import gc
+
+    from leakcheck.run.lanes import Lanes
+
+    class Down:
+        def warm(self, pgs: object, poolers: object) -> None:
+            pass
+
+        def postgres(self, pg: Version) -> None:
+            raise RuntimeError("no server here")
+
+    lanes = Lanes(Down(), 1, lambda p, t: p.id)  # type: ignore[arg-type]
+    target = Target(PG, None, Route.DIRECT, Driver.PSYCOPG)
+    gc.unfreeze()
+    try:
+        lanes.start([(ONE, target)])
+        assert gc.get_freeze_count() > 0
+        lanes.result(ONE, target)
+    finally:
+        lanes.close()
+    assert gc.get_freeze_count() == 0
+
+
 def _native_shape(poolers: int, pgs: int = 3) -> list[tuple[Probe, Target]]:
     """The full native matrix's shape: every probe, both drivers, the transaction and session routes."""
     cells = [Pooler(PoolerKind.PGBOUNCER, Version((1, n, 0))) for n in range(poolers)]
