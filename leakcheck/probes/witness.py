@@ -11,7 +11,8 @@ backend that exists with that start time and whose last statement, run after the
 the client's step (`stands_for`): its own, the pooler's reset, its driver's own; never another client's.
 
 One witness per lane thread and PostgreSQL (a superuser session straight to the server, never
-through the pooler), reused by the lane's probes: a synchronous psycopg connection, since each probe
+through the pooler: on the server's own Unix socket where leakcheck started it, Endpoint.for_harness), reused
+by the lane's probes: a synchronous psycopg connection, since each probe
 runs on an event loop of its own.
 """
 

@@ -43,6 +43,10 @@ class Endpoint:
     #: a fleet (--bouncer-fleet): each process at its own address (its Unix socket folder in the run's
     #: folder, on the fleet's port), in the fleet's order; `host:port` is the port they share
     members: tuple[Endpoint, ...] = ()
+    #: the server's Unix socket folder, which only its user (and root) may enter and where it trusts them: the
+    #: harness's own session (the witness) connects there (no TCP stack between its looks and the server); no
+    #: client is ever given it. Empty where there is none (containers, a server the user gave).
+    own_socket: str = ""
 
     @property
     def password(self) -> str:
@@ -54,6 +58,10 @@ class Endpoint:
         secret = f" password={_value(self.password)}" if self.password else ""
         return (f"host={_value(self.host)} port={self.port} user={_value(self.user)} "
                 f"dbname={_value(dbname or self.dbname)}{secret}")
+
+    def for_harness(self) -> Endpoint:
+        """Where the harness's own session connects: the server's own socket where there is one, else here."""
+        return replace(self, host=self.own_socket, own_socket="") if self.own_socket and not self.members else self
 
     def as_user(self, user: str) -> Endpoint:
         """The same server for another of the run's roles (a DSN's own user serves every role)."""

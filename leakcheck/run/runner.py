@@ -431,7 +431,7 @@ def witness_of(backend: Backend, target: Target) -> Witness:
     pooler has one through --direct-dsn (config refuses --pooled-dsn without it): no probe proves its sharing
     on a client's word, so a backend without PostgreSQL is an error here."""
     direct = backend.postgres(target.pg)
-    witness = witness_for(direct.as_user(USER))
+    witness = witness_for(direct.as_user(USER).for_harness())
     witness.start()
     return witness
 

@@ -56,3 +56,17 @@ def test_a_statement_from_before_the_previous_look_is_never_sighted_again(witnes
             assert witness.look(marker) is not None
             witness.start()
             assert witness.look(marker) is None, f"step {n}'s statement was sighted again after the next step began"
+
+
+def test_the_lanes_witness_talks_to_postgresql_on_its_own_socket_and_clients_still_get_tcp(
+        native: NativeBackend, server: Endpoint) -> None:
+    from leakcheck.model.target import Driver, Route, Target
+    from leakcheck.run.runner import witness_of
+
+    pg = native.resolve_pg(parse_spec("16", "--pg"))
+    witness = witness_of(native, Target(pg, None, Route.DIRECT, Driver.PSYCOPG))
+    try:
+        assert witness.conn.info.host == server.own_socket and server.own_socket.startswith("/")
+    finally:
+        witness.close()
+    assert server.host == "127.0.0.1" and f"host={server.host} " in server.conninfo()

@@ -319,8 +319,10 @@ class PgServer:
         return self.install.version
 
     def endpoint(self) -> Endpoint:
-        """The superuser over TCP, with every role's password for this run."""
-        return Endpoint(self.host, self.port, credentials=self.credentials)
+        """The superuser over TCP, with every role's password for this run (and the server's own socket folder,
+        for the harness's own session: Endpoint.for_harness)."""
+        own = str(self.tmpdir / "sock") if self.tmpdir is not None else ""
+        return Endpoint(self.host, self.port, credentials=self.credentials, own_socket=own)
 
     def socket_endpoint(self) -> Endpoint:
         """The same server on its Unix socket, where PgBouncer connects: trust, as for `admin`, in a folder
