@@ -252,11 +252,13 @@ class Scenario:
         try:
             self._stalled(client, step, looped and f"{looped} within {loop.time() - began:.1f} s")
         finally:
-            if looped is not None:  # measured (Stalled is raised): the loop is ended, not only left
-                await self._end_loop(client, task)
-            task.cancel()
-            task.add_done_callback(_retrieved)
-            await asyncio.wait({task}, timeout=CANCEL_GRACE)
+            try:
+                if looped is not None:  # measured (Stalled is raised): the loop is ended, not only left
+                    await self._end_loop(client, task)
+            finally:
+                task.cancel()
+                task.add_done_callback(_retrieved)
+                await asyncio.wait({task}, timeout=CANCEL_GRACE)
         raise TimeoutError(f"{client.label}'s {step!r} did not return within {STEP_BOUND:.0f} s")
 
     async def _end_loop(self, client: Client, task: asyncio.Future[Any]) -> None:
