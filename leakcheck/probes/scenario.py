@@ -61,6 +61,10 @@ LOOP_BURST = 0.05
 LOOP_LOOK = 0.01
 LOOP_IDLE_LOOK = 0.1
 LOOP_QUIET = 0.5
+#: Seconds a driver's loop, once measured, has to end when the witness ends the backends its statements run on
+#: (`_end_loop`): a call that returns leaves its agent to the slot's next probe, instead of a new agent started
+#: there (ActiveRecord's boot); one that does not is left as before (its agent is stopped when its client closes).
+LOOP_END = 1.0
 
 
 def looping(runs: set[tuple[ServerId, str]], at_least: int) -> str | None:
@@ -248,10 +252,25 @@ class Scenario:
         try:
             self._stalled(client, step, looped and f"{looped} within {loop.time() - began:.1f} s")
         finally:
-            task.cancel()
-            task.add_done_callback(_retrieved)
-            await asyncio.wait({task}, timeout=CANCEL_GRACE)
+            try:
+                if looped is not None:  # measured (Stalled is raised): the loop is ended, not only left
+                    await self._end_loop(client, task)
+            finally:
+                task.cancel()
+                task.add_done_callback(_retrieved)
+                await asyncio.wait({task}, timeout=CANCEL_GRACE)
         raise TimeoutError(f"{client.label}'s {step!r} did not return within {STEP_BOUND:.0f} s")
+
+    async def _end_loop(self, client: Client, task: asyncio.Future[Any]) -> None:
+        """After a driver's loop was measured: the witness ends the backends that run the client's statements until
+        its call returns (the driver's statement then fails with the connection: through a pooler, once it ends
+        while linked to the client; a lane's pooler serves only its own probes) or LOOP_END seconds passed."""
+        assert self.witness is not None
+        loop = asyncio.get_running_loop()
+        until = loop.time() + LOOP_END
+        while not task.done() and (left := until - loop.time()) > 0:
+            self.witness.end_runs(tag(self.token, client.label))
+            await asyncio.wait({task}, timeout=min(left, LOOP_LOOK))
 
     def _stalled(self, client: Client, step: str, looped: str | None = None) -> None:
         """After a step ran out of time, or its driver was seen looping (`looped`: the runs counted): when a

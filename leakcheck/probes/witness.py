@@ -236,6 +236,14 @@ class Witness:
         self.conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",
                           (server.pid, server.started))
 
+    def end_runs(self, tag_text: str) -> int:
+        """End every backend whose statement holds `tag_text` (the harness's own end of a driver's loop its
+        probe has measured already: its call then fails and returns); how many there were."""
+        rows = self.conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND strpos(query, %s) > 0", (tag_text,)).fetchall()
+        return len(rows)
+
     def alive(self, server: ServerId) -> bool:
         """Whether that backend (pid and start time) still exists."""
         row = self.conn.execute(

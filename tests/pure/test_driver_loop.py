@@ -1,6 +1,7 @@
 """A driver that loops (ActiveRecord 6.1 re-runs a statement PostgreSQL refuses, for ever) is a stall measured
 once the witness counted LOOP_RUNS runs of the client's statements within one call, not at the step's bound;
-a call that keeps one statement running, or returns, is no loop."""
+a call that keeps one statement running, or returns, is no loop. Once measured, the loop is ended (the witness
+ends the backends its statements run on) and its call waited for, within LOOP_END."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class _Witness:
 
     new_each_look: bool
     looks: itertools.count[int] = field(default_factory=itertools.count)
+    ended: list[str] = field(default_factory=list)  #: the tags whose backends it ended
+    #: set when it ends them: the looping call fails and returns (None: the call goes on regardless)
+    call_ends: asyncio.Event | None = None
 
     def runs(self, tag_text: str, within: float) -> set[tuple[ServerId, str]]:
         n = next(self.looks)
@@ -41,6 +45,18 @@ class _Witness:
 
     def busy(self, server: ServerId) -> str | None:
         return None
+
+    def end_runs(self, tag_text: str) -> int:
+        self.ended.append(tag_text)
+        if self.call_ends is not None:
+            self.call_ends.set()
+        return 1
+
+
+async def _loop_call(witness: _Witness) -> None:
+    """A driver's loop that runs until the witness ends its backends."""
+    witness.call_ends = asyncio.Event()
+    await witness.call_ends.wait()
 
 
 def _scenario(witness: _Witness) -> Scenario:
@@ -61,7 +77,7 @@ def test_a_call_whose_statement_starts_again_at_every_look_is_stalled_as_a_loop_
     s = _scenario(_Witness(new_each_look=True))
 
     async def step() -> None:
-        await asyncio.wait_for(s._bounded(s.a, "run", asyncio.sleep(60)), 5)
+        await asyncio.wait_for(s._bounded(s.a, "run", _loop_call(s.witness)), 5)  # type: ignore[arg-type]
 
     with pytest.raises(Stalled, match="its statements 100 times on pid 7 within .* a loop"):
         asyncio.run(step())
@@ -102,11 +118,11 @@ def test_while_a_calls_statements_keep_starting_again_the_witness_looks_again_at
     s = _scenario(_Witness(new_each_look=True))
 
     async def step() -> None:
-        await s._bounded(s.a, "run", asyncio.sleep(60))
+        await s._bounded(s.a, "run", _loop_call(s.witness))  # type: ignore[arg-type]
 
     with pytest.raises(Stalled, match="its statements 100 times"):
         asyncio.run(step())
-    looks = paces[1:-1]  # (the last: the cancelled call's CANCEL_GRACE)
+    looks = paces[1:-2]  # (the last two: the wait for the ended call, and the cancelled call's CANCEL_GRACE)
     assert len(looks) == 99 and set(looks) == {scenario_module.LOOP_AGAIN}
 
 
@@ -125,3 +141,40 @@ def test_a_call_whose_one_statement_keeps_running_is_looked_at_ever_more_slowly(
     order = [scenario_module.LOOP_AGAIN, scenario_module.LOOP_LOOK, scenario_module.LOOP_IDLE_LOOK]
     assert looks[0] == scenario_module.LOOP_AGAIN and looks[-1] == scenario_module.LOOP_IDLE_LOOK
     assert [order.index(pace) for pace in looks] == sorted(order.index(pace) for pace in looks), looks
+
+
+def test_once_a_loop_is_measured_the_witness_ends_its_backends_and_its_call_returns_before_the_scenario_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # an agent whose call returned is free when its client closes: given back to its slot, not stopped (a new
+    # agent booted for the lane's next probe); the verdict is the loop's, taken before
+    monkeypatch.setattr(scenario_module, "LOOP_WATCH", 0.01)
+    witness = _Witness(new_each_look=True)
+    s = _scenario(witness)
+    returned: list[bool] = []
+
+    async def loop_then_fail() -> None:
+        await _loop_call(witness)
+        returned.append(True)
+        raise ConnectionError("the server closed the connection")
+
+    async def step() -> None:
+        await s._bounded(s.a, "run", loop_then_fail())
+
+    with pytest.raises(Stalled, match="its statements 100 times .* a loop"):
+        asyncio.run(step())
+    assert witness.ended == [f"/* leakcheck {s.token} A */"] and returned == [True]
+
+
+def test_a_loop_that_goes_on_after_its_backends_were_ended_is_left_after_loop_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scenario_module, "LOOP_WATCH", 0.01)
+    monkeypatch.setattr(scenario_module, "LOOP_END", 0.05)
+    witness = _Witness(new_each_look=True)
+    s = _scenario(witness)
+
+    async def step() -> None:
+        await asyncio.wait_for(s._bounded(s.a, "run", asyncio.sleep(60)), 5)
+
+    with pytest.raises(Stalled, match="a loop"):
+        asyncio.run(step())
+    assert len(witness.ended) >= 2  # ended again at each look while the call went on

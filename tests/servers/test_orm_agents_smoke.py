@@ -20,6 +20,7 @@ from leakcheck.drivers.clients import connect
 from leakcheck.drivers.interface import ServerError
 from leakcheck.model.errors import NotApplicable
 from leakcheck.model.target import Driver, Setting
+from leakcheck.model.verdicts import Fact, Verdict
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from tests.support.servers import TEST_PG, Measure
@@ -189,3 +190,23 @@ def test_each_client_of_one_activerecord_agent_is_a_new_connection_set_up_with_i
     assert len({backend for _, backend, *_ in seen}) == 4, seen
     assert [(style, named) for *_, style, named in seen] == [("iso_8601", 1), ("iso_8601", 1), ("iso_8601", 0),
                                                             ("iso_8601", 1)]
+
+
+def test_after_activerecords_loop_is_measured_its_call_is_ended_and_its_agent_serves_the_next_probe(
+        activerecord: Driver, measure: Measure) -> None:
+    # ActiveRecord 6.1 re-runs cached_plan_search_path's refused statement for ever through PgBouncer 1.24: the
+    # witness ends the backends it runs on once the loop is measured, the call fails and returns, and A's agent
+    # is given back to its slot (the next probe of the lane boots none), a fresh connection for its next client
+    first = measure("cached_plan_search_path", "16", "1.24", activerecord)
+    assert first.verdict is Verdict.BREAKS and Fact.STALLED in first.facts, first.evidence
+    assert "a loop" in first.evidence, first.evidence
+
+    def kept() -> list[int]:
+        return [agent.pid for (driver, _, label, _), idle in agents._idle.items()
+                if (driver, label) == ("activerecord", "A") for agent in idle if agent.alive]
+
+    first_agent = kept()
+    assert len(first_agent) == 1, agents._idle
+    again = measure("cached_plan_search_path", "16", "1.24", activerecord)
+    assert again.verdict is Verdict.BREAKS and Fact.STALLED in again.facts, again.evidence
+    assert kept() == first_agent
