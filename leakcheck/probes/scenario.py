@@ -264,12 +264,17 @@ class Scenario:
     async def _end_loop(self, client: Client, task: asyncio.Future[Any]) -> None:
         """After a driver's loop was measured: the witness ends the backends that run the client's statements until
         its call returns (the driver's statement then fails with the connection: through a pooler, once it ends
-        while linked to the client; a lane's pooler serves only its own probes) or LOOP_END seconds passed."""
+        while linked to the client; a lane's pooler serves only its own probes) or LOOP_END seconds passed. It is
+        clean-up after the verdict: a witness that fails here leaves the call as before (its agent is stopped when
+        its client closes), and the measured loop stands (a server that went away is the runner's watcher's)."""
         assert self.witness is not None
         loop = asyncio.get_running_loop()
         until = loop.time() + LOOP_END
         while not task.done() and (left := until - loop.time()) > 0:
-            self.witness.end_runs(tag(self.token, client.label))
+            try:
+                self.witness.end_runs(tag(self.token, client.label))
+            except Exception:  # noqa: BLE001 - best effort: the stall is measured already
+                return
             await asyncio.wait({task}, timeout=min(left, LOOP_LOOK))
 
     def _stalled(self, client: Client, step: str, looped: str | None = None) -> None:

@@ -178,3 +178,23 @@ def test_a_loop_that_goes_on_after_its_backends_were_ended_is_left_after_loop_en
     with pytest.raises(Stalled, match="a loop"):
         asyncio.run(step())
     assert len(witness.ended) >= 2  # ended again at each look while the call went on
+
+
+def test_a_loop_whose_end_fails_is_still_the_measured_stall_and_its_call_is_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # ending the loop is the harness's clean-up after the verdict: the witness failing there (its server went
+    # away: the runner's watcher tells that apart) must not turn the measured loop into a harness error
+    monkeypatch.setattr(scenario_module, "LOOP_WATCH", 0.01)
+    witness = _Witness(new_each_look=True)
+
+    def broken(tag_text: str) -> int:
+        raise OSError("the witness's connection was closed")
+
+    witness.end_runs = broken  # type: ignore[method-assign]
+    s = _scenario(witness)
+
+    async def step() -> None:
+        await asyncio.wait_for(s._bounded(s.a, "run", asyncio.sleep(60)), 5)
+
+    with pytest.raises(Stalled, match="a loop"):
+        asyncio.run(step())
