@@ -254,15 +254,15 @@ class Scenario:
         finally:
             try:
                 if looped is not None:  # measured (Stalled is raised): the loop is ended, not only left
-                    await self._end_loop(client, task)
+                    await self._end_loop(client, task, {server for server, _ in runs})
             finally:
                 task.cancel()
                 task.add_done_callback(_retrieved)
                 await asyncio.wait({task}, timeout=CANCEL_GRACE)
         raise TimeoutError(f"{client.label}'s {step!r} did not return within {STEP_BOUND:.0f} s")
 
-    async def _end_loop(self, client: Client, task: asyncio.Future[Any]) -> None:
-        """After a driver's loop was measured: the witness ends the backends that run the client's statements until
+    async def _end_loop(self, client: Client, task: asyncio.Future[Any], servers: set[ServerId]) -> None:
+        """After a driver's loop was measured: the witness ends the backends it was counted on (`servers`) until
         its call returns (the driver's statement then fails with the connection: through a pooler, once it ends
         while linked to the client; a lane's pooler serves only its own probes) or LOOP_END seconds passed. It is
         clean-up after the verdict: a witness that fails here leaves the call as before (its agent is stopped when
@@ -272,7 +272,7 @@ class Scenario:
         until = loop.time() + LOOP_END
         while not task.done() and (left := until - loop.time()) > 0:
             try:
-                self.witness.end_runs(tag(self.token, client.label))
+                self.witness.end_runs(tag(self.token, client.label), servers)
             except Exception:  # noqa: BLE001 - best effort: the stall is measured already
                 return
             await asyncio.wait({task}, timeout=min(left, LOOP_LOOK))

@@ -236,12 +236,15 @@ class Witness:
         self.conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s)",
                           (server.pid, server.started))
 
-    def end_runs(self, tag_text: str) -> int:
-        """End every backend whose statement holds `tag_text` (the harness's own end of a driver's loop its
-        probe has measured already: its call then fails and returns); how many there were."""
+    def end_runs(self, tag_text: str, servers: set[ServerId]) -> int:
+        """End those of `servers` (the backends a driver's loop was counted on) whose statement still holds
+        `tag_text`: the harness's own end of a loop its probe has measured already (its call then fails and
+        returns); never another backend (an idle one an earlier step used; a running pooler's, the team's too).
+        How many there were."""
         rows = self.conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-            "AND strpos(query, %s) > 0", (tag_text,)).fetchall()
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            f"AND strpos(query, %s) > 0 AND ({_IDENTITY}) IN (SELECT * FROM unnest(%s::int[], %s::text[]))",
+            (tag_text, [s.pid for s in servers], [s.started for s in servers])).fetchall()
         return len(rows)
 
     def alive(self, server: ServerId) -> bool:

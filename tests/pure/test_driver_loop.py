@@ -46,7 +46,8 @@ class _Witness:
     def busy(self, server: ServerId) -> str | None:
         return None
 
-    def end_runs(self, tag_text: str) -> int:
+    def end_runs(self, tag_text: str, servers: set[ServerId]) -> int:
+        assert servers == {SERVER}  # only the backends the loop was counted on
         self.ended.append(tag_text)
         if self.call_ends is not None:
             self.call_ends.set()
@@ -187,7 +188,7 @@ def test_a_loop_whose_end_fails_is_still_the_measured_stall_and_its_call_is_left
     monkeypatch.setattr(scenario_module, "LOOP_WATCH", 0.01)
     witness = _Witness(new_each_look=True)
 
-    def broken(tag_text: str) -> int:
+    def broken(tag_text: str, servers: set[ServerId]) -> int:
         raise OSError("the witness's connection was closed")
 
     witness.end_runs = broken  # type: ignore[method-assign]
