@@ -213,7 +213,7 @@ class PsycopgClient:
             async with self.conn.cursor() as cur, cur.copy(copy.sql, writer=(
                     AsyncLibpqWriter(cur, flush_threshold=0) if _FLUSH_THRESHOLD else AsyncLibpqWriter(cur))) as stream:
                 await stream.write(copy.first.encode())
-                await asyncio.sleep(copy.pause)
+                await copy.paused()
                 rows = copy.rows.encode()
                 for _ in range(copy.times):
                     await stream.write(rows)
@@ -357,7 +357,7 @@ class AsyncpgClient:
     async def copy_in(self, copy: CopyIn) -> None:
         async def rows() -> AsyncIterator[bytes]:
             yield copy.first.encode()  # asyncpg sends each item as it comes
-            await asyncio.sleep(copy.pause)
+            await copy.paused()
             body = copy.rows.encode()
             for _ in range(copy.times):
                 yield body

@@ -4,7 +4,9 @@ rows, notifications, a COPY, a pipeline, a server's error. The in-process driver
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from leakcheck.model.faults import NO_SQLSTATE
@@ -35,7 +37,8 @@ Row = tuple[Any, ...]
 @dataclass(frozen=True)
 class CopyIn:
     """What a client sends with COPY ... FROM STDIN (text format): `first`, sent on at once (flushed); then,
-    `pause` seconds later, `rows` `times` times; then the copy's end."""
+    once `settled` returns (the harness has seen the server fail the COPY), else `pause` seconds later (an
+    agent's copy, which takes no signal mid-call), `rows` `times` times; then the copy's end."""
 
     sql: str  #: the statement, for a driver whose copy API takes one
     table: str  #: the table and its columns, for a driver whose copy API writes the statement itself
@@ -44,6 +47,11 @@ class CopyIn:
     rows: str
     times: int
     pause: float = 0.0
+    settled: Callable[[], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
+
+    async def paused(self) -> None:
+        """The wait between `first` and the rest, in a client of leakcheck's own process."""
+        await (self.settled() if self.settled is not None else asyncio.sleep(self.pause))
 
 
 @dataclass(frozen=True)

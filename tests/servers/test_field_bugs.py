@@ -47,6 +47,8 @@ def test_a_copy_whose_data_fails_early_keeps_the_pool_s_server_connection_on_1_2
     fixed = measure("copy_error_autocommit", TEST_PG[0], "1.26", Driver.PSYCOPG)
     assert fixed.verdict is Verdict.ISOLATED, fixed.evidence
     assert "22P04" in fixed.evidence  # the COPY failed on its malformed row, as designed
+    # the rest of A's data went once the witness saw the server fail the COPY, not after a pause by time
+    assert "after the server was seen to fail it" in fixed.evidence, fixed.evidence
 
 
 @needs("1.24", "1.26")
