@@ -117,7 +117,7 @@ async def copy_error_autocommit(s: Scenario) -> Observation:
     seen: list[float] = []
     copy = CopyIn(sql=s.tagged(s.a, f"COPY {WRITES_TABLE} (id, who) FROM STDIN"), table=WRITES_TABLE,
                   columns=("id", "who"), first=COPY_FIRST.format(token=s.token), rows=chunk, times=COPY_TIMES,
-                  pause=COPY_PAUSE, settled=_copy_failed(s, _last(s, "A"), seen))
+                  pause=COPY_PAUSE, settled=_copy_failed(s, seen))
     copied = await waited(s, s.a, "COPY", s.a, attempt(s.a.copy_in(copy), session_end_observed=True))
     for sent in dict.fromkeys(line.split("\t", 1)[0] for line in (copy.first + row).splitlines()):
         s.wrote(s.a, "COPY", copied, WRITES_TABLE, "id", sent)  # its rows, as a write's: read back after the probe
@@ -144,19 +144,20 @@ async def copy_error_autocommit(s: Scenario) -> Observation:
     )
 
 
-def _copy_failed(s: Scenario, server: ServerId | None, seen: list[float]) -> Callable[[], Awaitable[None]] | None:
-    """The end of A's COPY pause where the witness watches `server` (A's proven server connection): once it sees
-    the server has failed the COPY, COPY_SETTLE seconds later (how long after the pause began goes to `seen`); at
-    COPY_PAUSE, unseen, as an agent's pause ends. None (a pause by time) without a witness or a proof."""
-    witness = s.witness
-    if witness is None or server is None:
+def _copy_failed(s: Scenario, seen: list[float]) -> Callable[[], Awaitable[None]] | None:
+    """The end of A's COPY pause where the witness watches the server connections this scenario proved so far
+    (the COPY runs on one of them, or the pause runs to its bound): once it sees one has failed the COPY,
+    COPY_SETTLE seconds later (how long after the pause began goes to `seen`); at COPY_PAUSE, unseen, as an
+    agent's pause ends. None (a pause by time) without a witness or a proof."""
+    witness, servers = s.witness, {p.server for p in s.proofs}
+    if witness is None or not servers:
         return None
 
     async def settled() -> None:
         loop = asyncio.get_running_loop()
         began = loop.time()
         while loop.time() - began < COPY_PAUSE:
-            if witness.failed_copy(server):
+            if witness.failed_copy(servers):
                 seen.append(loop.time() - began)
                 await asyncio.sleep(COPY_SETTLE)
                 return

@@ -204,14 +204,14 @@ class Witness:
             "AND pid = ANY(%s)", ([s.pid for s in servers],)).fetchall()
         return [server for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
 
-    def failed_copy(self, server: ServerId) -> bool:
-        """Whether that backend's latest statement is a COPY FROM STDIN it has ended and it now waits for its
-        client's next message (`idle`, ClientRead: its ReadyForQuery is sent): a COPY it failed while its client
-        was still sending, for it is the client's own end of the copy that ends one otherwise."""
+    def failed_copy(self, servers: set[ServerId]) -> bool:
+        """Whether one of these backends' latest statement is a COPY FROM STDIN it has ended and it now waits for
+        its client's next message (`idle`, ClientRead: its ReadyForQuery is sent): a COPY it failed while its
+        client was still sending, for it is the client's own end of the copy that ends one otherwise."""
         row = self.conn.execute(
-            f"SELECT count(*) FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND state = 'idle' "
-            "AND wait_event = 'ClientRead' AND strpos(upper(query), 'FROM STDIN') > 0",
-            (server.pid, server.started)).fetchone()
+            f"SELECT count(*) FROM pg_stat_activity WHERE ({_IDENTITY}) IN (SELECT * FROM unnest(%s::int[], "
+            "%s::text[])) AND state = 'idle' AND wait_event = 'ClientRead' AND strpos(upper(query), 'FROM STDIN') > 0",
+            ([s.pid for s in servers], [s.started for s in servers])).fetchone()
         return bool(row and row[0])
 
     def idle_timers(self) -> list[str]:
