@@ -65,7 +65,7 @@ def test_a_pip_agent_is_made_in_a_venv_of_debians_python3_with_its_pinned_packag
         def stop(self) -> None:
             pass
 
-    monkeypatch.setattr(install.Installed, "start", lambda self: Started())
+    monkeypatch.setattr(install.Installed, "start", lambda self, **_: Started())
     made = install._make(DJANGO.spec, tmp_path, "key")
     venv = ran[0][3]
     assert ran[0] == ["/usr/bin/python3", "-m", "venv", venv] and venv.endswith("/venv")

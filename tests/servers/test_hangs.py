@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from leakcheck.drivers.agents.catalogue import shipped
+from leakcheck.drivers.agents.install import missing_apt
 from leakcheck.model.target import Driver, Pooler, PoolerKind, Route, Target
 from leakcheck.model.verdicts import Outcome, Verdict
 from leakcheck.model.versions import parse_spec
 from leakcheck.probes import PROBES
+from leakcheck.provision.host import tagged
 from leakcheck.provision.host.owner import start_time
 from leakcheck.provision.host.proc_sockets import children_of
 from leakcheck.provision.host.sysv_shm import attached, recorded_segment
@@ -345,3 +348,26 @@ def test_ctrl_c_while_discover_waits_on_a_hung_agent_ends_within_seconds_and_lea
     assert proc.returncode == 130, err
     assert err.rstrip().endswith("leakcheck: interrupted") and "Traceback" not in err, err
     assert running(recorded(path, at_least=0)) == [], "an agent outlived discover"
+
+
+def _activerecord_processes(run: int) -> list[int]:
+    """The ActiveRecord preloader and agents of the leakcheck process `run` (their tag names it)."""
+    return [pid for pid, value in tagged._tagged() if value.split(".")[0] == str(run)]
+
+
+def test_ctrl_c_while_activerecord_agents_run_ends_their_preloader_and_its_forks(tmp_path: Path) -> None:
+    found = shipped("activerecord")
+    assert found is not None
+    if missing_apt(found.spec):
+        pytest.skip("activerecord agent: its Debian packages are missing")
+    with _leakcheck(tmp_path, "run", *_CELL, "--drivers=activerecord", "--controls=no") as proc:
+        until = time.monotonic() + 120
+        while len(started := _activerecord_processes(proc.pid)) < 3 and time.monotonic() < until:
+            time.sleep(0.05)
+        assert len(started) >= 3, "the preloader and its agents did not start"
+        names = {(cmdline(pid) or [""])[0] for pid in started}
+        assert "leakcheck-activerecord-preloader" in names, names
+        proc.send_signal(signal.SIGINT)
+        _, err = _output_within(proc, 30, "Ctrl-C did not end a run of ActiveRecord agents")
+    assert proc.returncode == 130, err
+    assert running(started) == [] and _activerecord_processes(proc.pid) == [], "agents outlived the run"

@@ -5,8 +5,10 @@ its prepared path with the settings teams flip, and a cancel."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -22,7 +24,9 @@ from leakcheck.model.errors import NotApplicable
 from leakcheck.model.target import Driver, Setting
 from leakcheck.model.verdicts import Fact, Verdict
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.host import tagged
 from leakcheck.provision.postgres.fixtures import APP_ROLE
+from tests.support.agents import running
 from tests.support.servers import TEST_PG, Measure
 
 pytestmark = pytest.mark.servers
@@ -210,3 +214,34 @@ def test_after_activerecords_loop_is_measured_its_call_is_ended_and_its_agent_se
     again = measure("cached_plan_search_path", "16", "1.24", activerecord)
     assert again.verdict is Verdict.BREAKS and Fact.STALLED in again.facts, again.evidence
     assert kept() == first_agent
+
+
+def test_two_activerecord_agents_of_a_run_are_forks_of_one_preloader_each_its_own_application(
+        activerecord: Driver, direct: Endpoint) -> None:
+    # as Puma or Unicorn fork a booted Rails application's workers: ActiveRecord is loaded once, in the run's
+    # preloader, and each agent is a fork of it with its own session, tag and connections; the end of the
+    # run leaves no ruby process
+    async def run() -> list[tuple[int, int]]:
+        clients: list[AgentClient] = []
+        try:
+            for label in "AB":  # held together: two agents
+                client = await connect(activerecord, label, direct)
+                assert isinstance(client, AgentClient)
+                clients.append(client)
+            return [(client.agent_pid, int(str((await client.query("SELECT pg_backend_pid()"))[0][0])))
+                    for client in clients]
+        finally:
+            for client in clients:
+                await client.close()
+
+    seen = asyncio.run(run())
+    [(agent_a, backend_a), (agent_b, backend_b)] = seen
+    assert agent_a != agent_b and backend_a != backend_b, seen
+    parents = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in (agent_a, agent_b)}
+    assert len(parents) == 1 and os.getpid() not in parents, parents
+    [preloader] = parents
+    assert Path(f"/proc/{preloader}/cmdline").read_bytes().startswith(b"leakcheck-activerecord-preloader")
+    assert all(os.getsid(pid) == pid for pid in (agent_a, agent_b))
+    agents.stop_all()
+    assert running([agent_a, agent_b, preloader]) == []
+    assert [pid for pid, tag in tagged._tagged() if tag.startswith(tagged.run_tag() + "/")] == []

@@ -375,9 +375,10 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="activerecord",
             language="ruby",
-            sources=("agent.rb", RUBY_PROTOCOL),
+            sources=("agent.rb", RUBY_PROTOCOL, "preload.rb"),
             apt=("ruby-activerecord", "ruby-pg", "ruby-bootsnap"),
             run=("ruby", "{dir}/agent.rb"),
+            preload=("ruby", "{dir}/agent.rb", "--preload", "{fd}"),
             settings=(("prepared_statements", "true"), ("advisory_locks", "true"), ("options", "")),
         ),
         "name ~ '^a[0-9]+$'",

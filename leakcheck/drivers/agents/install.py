@@ -63,8 +63,10 @@ class Installed:
     def argv(self) -> list[str]:
         return [part.replace("{dir}", str(self.folder)) for part in self.spec.run]
 
-    def start(self) -> AgentProcess:
-        return AgentProcess(self.spec.id, self.argv(), self.folder)
+    def start(self, preloaded: bool = True) -> AgentProcess:
+        """A new agent process: a fork of the run's preloader when its spec has one (`preloaded`)."""
+        preload = [part.replace("{dir}", str(self.folder)) for part in self.spec.preload] if preloaded else []
+        return AgentProcess(self.spec.id, self.argv(), self.folder, preload=preload or None)
 
 
 def missing_apt(spec: AgentSpec) -> list[str]:
@@ -166,7 +168,8 @@ def _make(spec: AgentSpec, store: Path, key: str) -> Installed:
             argv = [_fill(part, values) for part in command]
             _run(argv, work, f"building the {spec.id} agent ({' '.join(argv)})", env, spec.build_timeout)
         folder = store / key
-        agent = Installed(spec, work, None, "").start()  # its hello names the release npm or apt installed
+        # its hello names the release npm or apt installed (a start of its own: no preloader of a folder renamed next)
+        agent = Installed(spec, work, None, "").start(preloaded=False)
         agent.stop()
         hello = {"release": agent.hello.get("release", ""), "runtime": agent.hello.get("runtime", "")}
         (work / "agent.json").write_text(json.dumps(hello) + "\n")

@@ -21,6 +21,7 @@ import collections
 import contextlib
 import itertools
 import json
+import logging
 import os
 import pwd
 import queue
@@ -33,9 +34,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from leakcheck.drivers.agents.preload import Forked, Preloader, PreloadFailed
 from leakcheck.model.errors import LeakcheckError
 from leakcheck.provision.host import tagged
 from leakcheck.provision.host.system import ServerUser
+
+log = logging.getLogger(__name__)
 
 PROTOCOL = 1
 #: Seconds an agent may take to start and answer `hello` (a JVM is the slowest).
@@ -148,10 +152,13 @@ class AgentProcess:
     """A started agent: `request()` sends one request and waits (bounded) for its answer."""
 
     def __init__(self, driver: str, argv: list[str], folder: Path, *, user: ServerUser | None = None,
-                 hello_timeout: float = HELLO_TIMEOUT, named: bool = True, about: str | None = None) -> None:
+                 hello_timeout: float = HELLO_TIMEOUT, named: bool = True, about: str | None = None,
+                 preload: list[str] | None = None) -> None:
         """`user`: run it as that user (a team's agent when leakcheck is root); `named`: its hello
         must name `driver` (a team's agent names itself); `about`: what messages call it (default
-        "the DRIVER agent")."""
+        "the DRIVER agent"); `preload`: the command of the driver's preloader (preload.py): the agent
+        is a fork of the run's one (started with its first agent), or started on its own when that
+        preloader fails."""
         self.driver = driver
         self.about = about or f"the {driver} agent"
         self._lock = threading.Lock()  # one request at a time (cancel aside)
@@ -168,18 +175,20 @@ class AgentProcess:
         self._run = tagged.run_tag()
         uid, gid, groups = user.popen_ids() if user is not None else (None, None, None)
         _sweep_once()
+        forked = _forked(preload, folder, tagged.tag(self._serial), hello_timeout) if preload and user is None else None
         try:
             # A session of its own: it and its children form a group that stop() signals as one, and no
             # terminal's Ctrl-C reaches them (leakcheck stops them itself, in order).
-            self._proc = subprocess.Popen(argv, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, user=uid, group=gid, extra_groups=groups,
-                                          env=environment(user, tagged.tag(self._serial)), start_new_session=True)
+            self._proc: subprocess.Popen[bytes] | Forked = forked or subprocess.Popen(
+                argv, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, user=uid,
+                group=gid, extra_groups=groups, env=environment(user, tagged.tag(self._serial)),
+                start_new_session=True)
         except OSError as exc:
             raise AgentFault(f"{self.about} could not be started ({' '.join(argv)}): {exc}") from exc
         with _live_lock:
             _live.add(self)
-        try:  # not reaped yet: the pid is its own
-            self._pidfd: int | None = os.pidfd_open(self._proc.pid)
+        try:  # not reaped yet: the pid is its own (a fork's: its preloader's pidfd)
+            self._pidfd: int | None = None if forked else os.pidfd_open(self._proc.pid)
         except OSError:  # a kernel before 5.3: _ended_within looks every 20 ms instead
             self._pidfd = None
         assert self._proc.stdin is not None and self._proc.stdout is not None and self._proc.stderr is not None
@@ -216,6 +225,8 @@ class AgentProcess:
         """Whether the agent ended within `seconds` (its pidfd turns readable at its end). It is not reaped
         here: its pid, the id of its group, stays its own until stop() has signalled the group (a reaped
         pid may be reused)."""
+        if isinstance(self._proc, Forked):  # not our child: its preloader's
+            return self._proc.ended_within(seconds)
         until = time.monotonic() + seconds
         while True:
             try:
@@ -407,7 +418,42 @@ def stop_every(grace: float = STOP_TIMEOUT) -> None:
     with _live_lock:
         agents = list(_live)
     stop_together(agents, grace)
+    with _preload_lock:
+        preloaders = [preloader for preloader in _preloaders.values() if preloader is not None]
+        _preloaders.clear()
+    for preloader in preloaders:
+        preloader.stop(min(grace, TERM_TIMEOUT))
     tagged.kill_tagged(tagged.run_tag())
+
+
+_preloaders: dict[tuple[str, ...], Preloader | None] = {}  # None: it failed, agents start on their own
+_preload_lock = threading.Lock()
+
+
+def _forked(preload: list[str], folder: Path, tag: str, boot_timeout: float) -> Forked | None:
+    """A fork of the run's preloader of that command (started now if it is the first), or None when the
+    preloader failed (it is stopped, and this run's later agents of the driver start on their own)."""
+    key = (*preload, str(folder))
+    with _preload_lock:
+        if key not in _preloaders:
+            try:
+                _preloaders[key] = Preloader(preload, folder, next(_serials), boot_timeout)
+            except PreloadFailed as exc:
+                log.warning(f"the preloader {' '.join(preload)} {exc}: its agents start on their own")
+                _preloaders[key] = None
+        preloader = _preloaders[key]
+    if preloader is None:
+        return None
+    try:
+        return preloader.fork(tag)
+    except PreloadFailed as exc:
+        with _preload_lock:
+            if _preloaders.get(key) is preloader:
+                _preloaders[key] = None
+        log.warning(f"the preloader {' '.join(preload)} (pid {preloader.proc.pid}) {exc}: its agents start "
+                    "on their own")
+        preloader.stop(0)
+        return None
 
 
 atexit.register(stop_every, TERM_TIMEOUT)

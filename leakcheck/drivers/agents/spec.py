@@ -40,6 +40,9 @@ class AgentSpec:
     tools: tuple[tuple[str, str], ...] = ()
     #: the command that starts one agent process; "{dir}" is its cache folder
     run: tuple[str, ...] = ()
+    #: the command of its preloader, if it has one (preload.py: one process per run that loads what the
+    #: agent requires once and forks each agent); "{dir}" as in `run`, "{fd}" the preloader's socket
+    preload: tuple[str, ...] = ()
     #: the driver settings it accepts (--driver-set ID:NAME=V), with their defaults as the driver has them
     settings: tuple[tuple[str, str], ...] = ()
     #: startup parameters the driver always sends that PgBouncer refuses unless it is told to ignore

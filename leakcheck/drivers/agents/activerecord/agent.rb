@@ -191,4 +191,11 @@ class Agent
   end
 end
 
-Protocol.serve(Agent.new)
+# `--preload FD`: the preloader (preload.rb): each agent a fork of this process, its requires loaded once.
+if ARGV.first == "--preload"
+  require_relative "preload"
+  $PROGRAM_NAME = "leakcheck-activerecord-preloader"
+  Preload.serve(Integer(ARGV[1]), "leakcheck-activerecord") { Protocol.serve(Agent.new) }
+else
+  Protocol.serve(Agent.new)
+end
