@@ -29,6 +29,8 @@ from leakcheck.provision.host import tagged
 
 #: Seconds a preloader request may take (the first waits for its boot: hello's bound, process.HELLO_TIMEOUT).
 REQUEST_TIMEOUT = 10.0
+#: Seconds a reap request may take: it comes while an agent is stopped, whose stop is bounded.
+REAP_TIMEOUT = 1.0
 
 
 class PreloadFailed(Exception):
@@ -44,6 +46,8 @@ class Preloader:
         self._link = ours
         self._lock = threading.Lock()
         self._stopped = False
+        #: why it is asked nothing more: an answer it owes may still come, and would answer the next request
+        self._broken: str | None = None
         self._stopping = threading.Lock()
         self._boot_timeout = boot_timeout  # the first request's bound: it waits for the requires
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (kept until stop())
@@ -60,25 +64,29 @@ class Preloader:
             theirs.close()
         self.serial = serial
 
-    def _ask(self, message: bytes, fds: list[int] | None = None) -> str:
-        """Its answer to one request (PreloadFailed when none comes in time or it ended)."""
+    def _ask(self, message: bytes, fds: list[int] | None = None, bound: float | None = None) -> str:
+        """Its answer to one request, within `bound` seconds (default REQUEST_TIMEOUT, the first request its
+        boot's too). PreloadFailed when none comes in time or it ended: it is then asked nothing more, for
+        an answer that comes late would be read as the next request's."""
         # (the request before may wait for its boot; each is bounded)
-        if not self._lock.acquire(timeout=self._boot_timeout + REQUEST_TIMEOUT):
+        if not self._lock.acquire(timeout=bound if bound is not None else self._boot_timeout + REQUEST_TIMEOUT):
             raise PreloadFailed(f"was still busy with an earlier request after {self._boot_timeout:.0f} s")
         try:
-            if self._stopped:
-                raise PreloadFailed("was stopped")
+            if self._stopped or self._broken:
+                raise PreloadFailed(f"was stopped ({self._broken})" if self._broken else "was stopped")
             timeout, self._boot_timeout = self._boot_timeout, REQUEST_TIMEOUT
             try:
-                self._link.settimeout(timeout)
+                self._link.settimeout(bound if bound is not None else timeout)
                 socket.send_fds(self._link, [message], fds or [])
                 answer = self._link.recv(256)
             except OSError as exc:  # (socket.timeout included)
+                self._broken = f"gave no answer to {message.decode(errors='replace')!r}"
                 raise PreloadFailed(f"gave no answer ({exc or 'timed out'}){self._said()}") from exc
+            if not answer:
+                self._broken = "had ended"
+                raise PreloadFailed(f"had ended{self._said()}")
         finally:
             self._lock.release()
-        if not answer:
-            raise PreloadFailed(f"had ended{self._said()}")
         return answer.decode(errors="replace")
 
     def _said(self) -> str:
@@ -102,28 +110,33 @@ class Preloader:
         finally:
             for fd in theirs:
                 os.close(fd)
+        pidfd = None
         try:
             pid = int(answer)
             pidfd = os.pidfd_open(pid)  # a zombie until reaped: the pid is still its own
+            if pid <= 1 or parent_of(pid) != self.proc.pid:  # (after the pidfd: it names that process for good)
+                raise ValueError(f"pid {pid} is not a child of the preloader (pid {self.proc.pid})")
         except (ValueError, OSError) as exc:
-            for fd in ours:
+            for fd in ours if pidfd is None else (*ours, pidfd):
                 os.close(fd)
+            self._broken = f"answered a fork with {answer[:200]!r}"
             raise PreloadFailed(f"answered a fork with {answer[:200]!r} ({exc})") from exc
         return Forked(self, pid, pidfd, ours)
 
     def reap(self, pid: int) -> int | None:
         """The exit status of its ended child `pid` (-SIGNAL when killed; None: unknown), collected."""
         try:
-            answer = self._ask(f"reap {pid}".encode())
+            answer = self._ask(f"reap {pid}".encode(), bound=REAP_TIMEOUT)
         except PreloadFailed:
             return None  # it ended: its zombies went to init, which collects them
         with contextlib.suppress(ValueError):
             return int(answer)
         return None
 
-    def stop(self, grace: float) -> None:
-        """End it: its socket closed (it ends), after `grace` seconds SIGKILL to its group; then every
-        process still carrying its tag (a fork of it left running). Bounded."""
+    def stop(self, grace: float, forks: bool = True) -> None:
+        """End it: its socket closed (it ends), after `grace` seconds SIGKILL to its group (itself: each fork
+        leads a session of its own); then, with `forks` (the run's end), every process still carrying its tag
+        (a fork of it left running). Without, its forks serve on until their own stop. Bounded."""
         with self._stopping:
             if self._stopped:
                 return
@@ -132,9 +145,11 @@ class Preloader:
             self._link.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(grace)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        tagged.kill_tagged(tagged.run_tag(), self.serial)
+        if self.proc.returncode is None:  # not reaped: its pid is still its own
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        if forks:
+            tagged.kill_tagged(tagged.run_tag(), self.serial)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(grace + 1)
         if self._lock.acquire(timeout=REQUEST_TIMEOUT):  # (a request gives up at once on a socket shut down)
@@ -156,6 +171,19 @@ class Forked:
         self.stderr: IO[bytes] = os.fdopen(fds[2], "rb", buffering=0)
         self.returncode: int | None = None
 
+    def signal(self, signum: int) -> None:
+        """Signal it through its pidfd: never another process, even once its preloader is gone and init
+        has reaped it (its pid free for another)."""
+        if self.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(self.pidfd, signum)
+
+    def close(self) -> None:
+        """Its pidfd closed (a stop that could not see it end)."""
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
     def ended_within(self, seconds: float) -> bool:
         """Whether it ended within `seconds` (its pidfd turns readable at its end)."""
         if self.pidfd is None:
@@ -170,6 +198,14 @@ class Forked:
             raise subprocess.TimeoutExpired(str(self.pid), timeout)
         if self.pidfd is not None:
             self.returncode = self._preloader.reap(self.pid)
-            os.close(self.pidfd)
-            self.pidfd = None
+            self.close()
         return self.returncode
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid /proc gives for `pid`, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])

@@ -245,6 +245,9 @@ class AgentProcess:
                 time.sleep(min(0.02, left))
 
     def _signal_group(self, signum: signal.Signals) -> None:
+        if isinstance(self._proc, Forked):  # not our child: its pidfd, never a pid init may have freed
+            self._proc.signal(signum)  # (what it starts carries its own tag: kill_tagged ends that)
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
 
@@ -384,6 +387,8 @@ class AgentProcess:
             tagged.kill_tagged(self._run, self._serial)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(TERM_TIMEOUT)  # reaped (a SIGKILLed process ends at once)
+            if isinstance(self._proc, Forked):
+                self._proc.close()
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
@@ -452,7 +457,7 @@ def _forked(preload: list[str], folder: Path, tag: str, boot_timeout: float) -> 
                 _preloaders[key] = None
         log.warning(f"the preloader {' '.join(preload)} (pid {preloader.proc.pid}) {exc}: its agents start "
                     "on their own")
-        preloader.stop(0)
+        preloader.stop(0, forks=False)  # its forks serving other lanes end with their own stop
         return None
 
 

@@ -54,6 +54,10 @@ module Preload
         agent.call
         $stdout.flush
         exit!(0)
+      rescue SignalException => e # ended by a signal, as a process that keeps its default handler is
+        Signal.trap(e.signo, "DEFAULT")
+        Process.kill(e.signo, Process.pid)
+        sleep
       rescue Exception => e # rubocop:disable Lint/RescueException
         warn("#{e.class}: #{e.message}")
         exit!(1)
