@@ -34,7 +34,7 @@ COPY_PAUSE = 1.0
 #: server has failed the COPY and sent its ReadyForQuery (a look every COPY_LOOK seconds), COPY_SETTLE seconds
 #: later (the pooler reads that ReadyForQuery before A's next data reaches it); COPY_PAUSE is then its bound.
 COPY_LOOK = 0.01
-COPY_SETTLE = 0.1
+COPY_SETTLE = 0.05
 COPY_FIRST = "{token}-malformed\n"
 COPY_ROW = "{token}-copy\tA\n"
 COPY_CHUNK_BYTES = 16 * 1024
@@ -168,7 +168,7 @@ def _copy_failed(s: Scenario, seen: list[float]) -> Callable[[], Awaitable[None]
 
 def _after(seen: list[float]) -> str:
     if seen:
-        return f"{COPY_SETTLE:.1f} s after the server was seen to fail it ({seen[0]:.2f} s after the first row)"
+        return f"{COPY_SETTLE:.2f} s after the server was seen to fail it ({seen[0]:.2f} s after the first row)"
     return f"{COPY_PAUSE:.0f} s later"
 
 
