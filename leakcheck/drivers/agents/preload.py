@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from leakcheck.provision.host import tagged
+from leakcheck.provision.host.proc_sockets import parent_of
 
 #: Seconds a preloader request may take (the first waits for its boot: hello's bound, process.HELLO_TIMEOUT).
 REQUEST_TIMEOUT = 10.0
@@ -114,7 +115,8 @@ class Preloader:
         try:
             pid = int(answer)
             pidfd = os.pidfd_open(pid)  # a zombie until reaped: the pid is still its own
-            if pid <= 1 or parent_of(pid) != self.proc.pid:  # (after the pidfd: it names that process for good)
+            # (read after the pidfd is open: that names the process for good)
+            if pid <= 1 or parent_of(Path(f"/proc/{pid}/stat").read_text()) != self.proc.pid:
                 raise ValueError(f"pid {pid} is not a child of the preloader (pid {self.proc.pid})")
         except (ValueError, OSError) as exc:
             for fd in ours if pidfd is None else (*ours, pidfd):
@@ -201,11 +203,3 @@ class Forked:
             self.close()
         return self.returncode
 
-
-def parent_of(pid: int) -> int | None:
-    """The parent pid /proc gives for `pid`, None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
