@@ -37,8 +37,8 @@ Row = tuple[Any, ...]
 @dataclass(frozen=True)
 class CopyIn:
     """What a client sends with COPY ... FROM STDIN (text format): `first`, sent on at once (flushed); then,
-    once `settled` returns (the harness has seen the server fail the COPY), else `pause` seconds later (an
-    agent's copy, which takes no signal mid-call), `rows` `times` times; then the copy's end."""
+    once `settled` returns (the harness has seen the server fail the COPY, or its bound passed), else `pause`
+    seconds later (an agent's copy whose agent takes no `go`), `rows` `times` times; then the copy's end."""
 
     sql: str  #: the statement, for a driver whose copy API takes one
     table: str  #: the table and its columns, for a driver whose copy API writes the statement itself
@@ -47,11 +47,18 @@ class CopyIn:
     rows: str
     times: int
     pause: float = 0.0
-    settled: Callable[[], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
+    #: the harness's wait for the server's failure of the COPY: how long after it began the server was seen
+    #: to fail it (the pause ends then), None at its bound, unseen
+    settled: Callable[[], Awaitable[float | None]] | None = field(default=None, compare=False, repr=False)
+    #: what `settled` returned, where the client's pause ended on it (the probe's evidence says so)
+    seen: list[float] = field(default_factory=list, compare=False, repr=False)
 
     async def paused(self) -> None:
         """The wait between `first` and the rest, in a client of leakcheck's own process."""
-        await (self.settled() if self.settled is not None else asyncio.sleep(self.pause))
+        if self.settled is None:
+            await asyncio.sleep(self.pause)
+        elif (when := await self.settled()) is not None:
+            self.seen.append(when)
 
 
 @dataclass(frozen=True)

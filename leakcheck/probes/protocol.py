@@ -30,9 +30,10 @@ IDLE_BOUND = 5.0
 #: asyncpg stalled in about half the runs with 1 MB after the first row. Each row's id carries the scenario's token
 #: (`{token}`).
 COPY_PAUSE = 1.0
-#: Where the witness watches A's server connection (leakcheck's own clients), the pause ends once it sees the
-#: server has failed the COPY and sent its ReadyForQuery (a look every COPY_LOOK seconds), COPY_SETTLE seconds
-#: later (the pooler reads that ReadyForQuery before A's next data reaches it); COPY_PAUSE is then its bound.
+#: Where the witness watches A's server connection, the pause ends once it sees the server has failed the COPY
+#: and sent its ReadyForQuery (a look every COPY_LOOK seconds), COPY_SETTLE seconds later (the pooler reads that
+#: ReadyForQuery before A's next data reaches it): leakcheck's own clients then send on, an agent on the `go` the
+#: harness then sends it (docs/agent-protocol.md); COPY_PAUSE is then its bound.
 COPY_LOOK = 0.01
 COPY_SETTLE = 0.05
 COPY_FIRST = "{token}-malformed\n"
@@ -114,10 +115,9 @@ async def copy_error_autocommit(s: Scenario) -> Observation:
     # COPY (COPY_PAUSE); then the copy's end. Its end may close A's connection, or never come.
     row = COPY_ROW.format(token=s.token)
     chunk = row * (COPY_CHUNK_BYTES // len(row))
-    seen: list[float] = []
     copy = CopyIn(sql=s.tagged(s.a, f"COPY {WRITES_TABLE} (id, who) FROM STDIN"), table=WRITES_TABLE,
                   columns=("id", "who"), first=COPY_FIRST.format(token=s.token), rows=chunk, times=COPY_TIMES,
-                  pause=COPY_PAUSE, settled=_copy_failed(s, seen))
+                  pause=COPY_PAUSE, settled=_copy_failed(s))
     copied = await waited(s, s.a, "COPY", s.a, attempt(s.a.copy_in(copy), session_end_observed=True))
     for sent in dict.fromkeys(line.split("\t", 1)[0] for line in (copy.first + row).splitlines()):
         s.wrote(s.a, "COPY", copied, WRITES_TABLE, "id", sent)  # its rows, as a write's: read back after the probe
@@ -138,37 +138,40 @@ async def copy_error_autocommit(s: Scenario) -> Observation:
     await waited(s, s.b, "statement after A's COPY", holder=s.a)
     a_server, b_server = (_last(s, who) for who in ("A", "B"))
     return Observation(
-        evidence=f"A's COPY (a malformed first row, {len(chunk) * COPY_TIMES // 1024} kB more {_after(seen)}) "
+        evidence=f"A's COPY (a malformed first row, {len(chunk) * COPY_TIMES // 1024} kB more {_after(copy.seen)}) "
         f"gave {copied}; "
         f"A's next statement: {a_next} (on {a_server}); B's ran on {b_server}",
     )
 
 
-def _copy_failed(s: Scenario, seen: list[float]) -> Callable[[], Awaitable[None]] | None:
+def _copy_failed(s: Scenario) -> Callable[[], Awaitable[float | None]] | None:
     """The end of A's COPY pause where the witness watches the server connections this scenario proved so far
     (the COPY runs on one of them, or the pause runs to its bound): once it sees one has failed the COPY,
-    COPY_SETTLE seconds later (how long after the pause began goes to `seen`); at COPY_PAUSE, unseen, as an
-    agent's pause ends. None (a pause by time) without a witness or a proof."""
+    COPY_SETTLE seconds later (it returns how long after the pause began it saw it: CopyIn.seen keeps that where
+    the client's pause ended on it); at COPY_PAUSE, unseen (None). None (a pause by time) without a witness or a
+    proof."""
     witness, servers = s.witness, {p.server for p in s.proofs}
     if witness is None or not servers:
         return None
 
-    async def settled() -> None:
+    async def settled() -> float | None:
         loop = asyncio.get_running_loop()
         began = loop.time()
         while loop.time() - began < COPY_PAUSE:
             if witness.failed_copy(servers):
-                seen.append(loop.time() - began)
+                seen = loop.time() - began
                 await asyncio.sleep(COPY_SETTLE)
-                return
+                return seen
             await asyncio.sleep(COPY_LOOK)
+        return None
 
     return settled
 
 
 def _after(seen: list[float]) -> str:
     if seen:
-        return f"{COPY_SETTLE:.2f} s after the server was seen to fail it ({seen[0]:.2f} s after the first row)"
+        return (f"{COPY_SETTLE:.2f} s after the server was seen to fail it ({seen[0]:.2f} s after the witness began "
+                "to watch)")
     return f"{COPY_PAUSE:.0f} s later"
 
 

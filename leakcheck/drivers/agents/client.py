@@ -161,7 +161,11 @@ class AgentClient:
         return self._lease.agent.pid
 
     async def _call(self, op: str, **fields: Any) -> dict[str, Any]:
-        answer = self._absorb(await asyncio.to_thread(self._lease.agent.request, op, by=self.label, **fields))
+        return self._checked(op, self._absorb(await asyncio.to_thread(self._lease.agent.request, op, by=self.label,
+                                                                      **fields)))
+
+    def _checked(self, op: str, answer: dict[str, Any]) -> dict[str, Any]:
+        """The answer to `op` where it is `ok`; else its error raised, as the harness reads it."""
         if answer.get("ok"):
             return answer
         error = answer.get("error") or {}
@@ -247,13 +251,34 @@ class AgentClient:
 
     async def copy_in(self, copy: CopyIn) -> None:
         """The optional `copy_in` op (hello's `ops`): COPY ... FROM STDIN through the driver's copy API;
-        NotApplicable, in words, where the agent does not offer it."""
+        NotApplicable, in words, where the agent does not offer it. An agent that offers `go` too ends the
+        copy's pause on the `go` sent once `copy.settled` has seen the server fail the COPY (its answer says
+        `"go": true` where its pause ended on it: `copy.seen` then keeps when), else `pause_ms` later."""
         agent = self._lease.agent
-        if "copy_in" not in (agent.hello.get("ops") or ()):
+        ops = agent.hello.get("ops") or ()
+        if "copy_in" not in ops:
             raise NotApplicable(f"the {agent.driver} agent does not answer copy_in: {self._shipped.copy}")
+        fields: dict[str, Any] = {"sql": copy.sql, "table": copy.table, "columns": list(copy.columns),
+                                  "first": copy.first, "rows": copy.rows, "times": copy.times,
+                                  "pause_ms": round(copy.pause * 1000)}
         with timed("statements"):
-            await self._call("copy_in", sql=copy.sql, table=copy.table, columns=list(copy.columns),
-                             first=copy.first, rows=copy.rows, times=copy.times, pause_ms=round(copy.pause * 1000))
+            if copy.settled is None or "go" not in ops:
+                await self._call("copy_in", **fields)
+                return
+            call = asyncio.ensure_future(asyncio.to_thread(agent.request, "copy_in", by=self.label, **fields))
+            watch = asyncio.ensure_future(copy.settled())
+            try:
+                await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+                seen = watch.result() if watch.done() else None
+                if seen is not None and not call.done():  # read beside the copy, answered at once
+                    self._absorb(await asyncio.to_thread(agent.request, "go", by=self.label))
+                answer = self._absorb(await call)
+            finally:  # (done already, but where the witness failed or the probe gave up on the copy)
+                for task in (call, watch):
+                    task.cancel()
+            if seen is not None and answer.get("go") is True:
+                copy.seen.append(seen)
+            self._checked("copy_in", answer)
 
     async def pipeline(self, commands: tuple[Piped, ...]) -> Pipelined:
         raise NotApplicable(f"the {self._lease.agent.driver} agent sends no pipeline: {self._shipped.pipeline}")

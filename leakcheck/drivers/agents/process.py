@@ -54,6 +54,8 @@ TERM_TIMEOUT = 1.0
 MAX_LINE = 16 * 2**20
 #: The longest stderr line kept (bytes); the rest of a longer one is dropped.
 STDERR_LINE = 1000
+#: The ops sent while an earlier request runs, read by the agent mid-call (docs/agent-protocol.md).
+BESIDE = ("cancel", "go")
 #: Seconds between two looks at whether a reader or a writer should give up (a stop).
 _LOOK = 0.25
 #: What a team's agent run as another user gets of leakcheck's environment (besides that user's HOME,
@@ -161,7 +163,7 @@ class AgentProcess:
         preloader fails."""
         self.driver = driver
         self.about = about or f"the {driver} agent"
-        self._lock = threading.Lock()  # one request at a time (cancel aside)
+        self._lock = threading.Lock()  # one request at a time (BESIDE aside)
         self._route = threading.Lock()  # guards the writes to stdin, _next and _waiting
         self._stopping = threading.Lock()
         self._closing = threading.Event()  # set by stop(): readers and writers give up
@@ -296,9 +298,9 @@ class AgentProcess:
     def request(self, op: str, timeout: float = REQUEST_TIMEOUT, by: str = "", **fields: Any) -> dict[str, Any]:
         """The answer to one request (`ok` false included); AgentFault when none comes in time (`by`:
         the client that asks, A, B or C, for that message). Requests wait for the one before (the agent
-        answers in order), except `cancel`, which is sent while an earlier request runs and may be
+        answers in order), except `cancel` and `go`, which are sent while an earlier request runs and may be
         answered first (answers are matched by id)."""
-        if op == "cancel":
+        if op in BESIDE:
             return self._exchange(op, timeout, by, fields)
         if not self._lock.acquire(timeout=timeout):
             raise self._fault(f"was still busy with an earlier request when {op!r} waited {timeout:.0f} s", by)
