@@ -51,6 +51,18 @@ def test_a_copy_whose_data_fails_early_keeps_the_pool_s_server_connection_on_1_2
     assert "after the server was seen to fail it" in fixed.evidence, fixed.evidence
 
 
+@needs("1.26")
+@pytest.mark.parametrize("driver", [Driver(d) for d in ("ruby-pg", "pgx-v5", "pgjdbc", "postgres-js")], ids=str)
+def test_an_agent_s_copy_sends_the_rest_of_its_data_on_the_go_the_harness_sends_once_the_server_failed_it(
+        measure: Measure, driver: Driver) -> None:
+    # each language's agent reads the `go` beside its running copy_in (a thread, a goroutine, Node's event loop)
+    # and its answer says its pause ended on it: not the 1 s bound it pauses without one
+    outcome = measure("copy_error_autocommit", TEST_PG[0], "1.26", driver)
+    assert outcome.verdict is Verdict.ISOLATED, outcome.evidence
+    assert "22P04" in outcome.evidence, outcome.evidence
+    assert "after the server was seen to fail it" in outcome.evidence, outcome.evidence
+
+
 @needs("1.24", "1.26")
 def test_parse_and_close_in_one_pipeline_get_their_answers_out_of_order_on_1_24_and_in_order_on_1_26(
         measure: Measure) -> None:

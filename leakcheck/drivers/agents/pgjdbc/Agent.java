@@ -2,7 +2,8 @@
 //
 // query = a plain Statement with its prepareThreshold at 0; prepared = one cached PreparedStatement per SQL text (pgjdbc names it
 // S_n on the server from its prepareThreshold-th execution); cancel = Statement.cancel() from the
-// stdin reader thread while the worker runs the request before it; copy_in = the CopyManager's CopyIn. Its
+// stdin reader thread while the worker runs the request before it; copy_in = the CopyManager's CopyIn (its
+// pause ends on a `go`, read by that thread too). Its
 // argument, when given, is the driver id its hello says: `pgjdbc-maven` runs this file with Maven Central's
 // jar, `pgjdbc` with Debian's. `--load-and-exit` is the build's class-data archive run (loadJarOf).
 
@@ -29,7 +30,9 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import java.util.jar.JarEntry;
 import java.util.jar.JarFile;
@@ -51,6 +54,10 @@ public final class Agent {
     private volatile long cancelSignalTimeoutMs = 10_000L;
     private final Map<String, PreparedStatement> prepared = new HashMap<>();
     private volatile Statement running;
+    /** The pause of the copy_in now running, which a `go` (read by the stdin reader thread) ends; null when none runs. */
+    private static volatile CountDownLatch pausing;
+    /** Whether the last copy_in's pause ended on a `go` (its answer's "go"). */
+    private boolean went;
 
     /** A request the caller got wrong (class "usage"). */
     static final class Usage extends Exception {
@@ -106,7 +113,7 @@ public final class Agent {
         }
     }
 
-    /** The stdin reader: acts on `cancel` at once, queues everything else for the worker. */
+    /** The stdin reader: acts on `cancel` and `go` at once, queues everything else for the worker. */
     private static void read(LinkedBlockingQueue<Map<String, Object>> queue, Function<Object, Map<String, Object>> cancel) {
         try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
             String line;
@@ -121,6 +128,10 @@ public final class Agent {
                 }
                 if ("cancel".equals(request.get("op"))) {
                     send(cancel.apply(request.get("id")));
+                } else if ("go".equals(request.get("op"))) { // the copy_in now pausing goes on (none: nothing)
+                    CountDownLatch latch = pausing;
+                    if (latch != null) latch.countDown();
+                    send(success(request.get("id")));
                 } else {
                     queue.add(request);
                 }
@@ -161,6 +172,7 @@ public final class Agent {
         Object id = request.get("id");
         String op = String.valueOf(request.get("op"));
         Map<String, Object> answer;
+        went = false;
         try {
             answer = success(id);
             run(op, request, answer);
@@ -173,6 +185,7 @@ public final class Agent {
         } catch (RuntimeException e) { // a request of the wrong shape, or a driver fault
             answer = failure(id, "", e.getClass().getName(), String.valueOf(e.getMessage()));
         }
+        if ("copy_in".equals(op) && went) answer.put("go", true);
         if (conn != null) drain(answer);
         return answer;
     }
@@ -186,7 +199,7 @@ public final class Agent {
                 answer.put("driver", driver);
                 answer.put("release", release != null ? release : org.postgresql.util.DriverInfo.DRIVER_VERSION);
                 answer.put("runtime", "java " + System.getProperty("java.version"));
-                answer.put("ops", List.of("copy_in"));
+                answer.put("ops", List.of("copy_in", "go"));
                 return;
             case "connect":
                 connect(request);
@@ -247,15 +260,20 @@ public final class Agent {
         }
     }
 
-    /** COPY ... FROM STDIN: the first chunk flushed at once, the rest after the pause, then the copy's end; on
-     *  an error the copy is cancelled (CopyFail), as CopyManager.copyIn(sql, stream) does. */
+    /** COPY ... FROM STDIN: the first chunk flushed at once, the rest after the pause (until a `go`, or its
+     *  bound), then the copy's end; on an error the copy is cancelled (CopyFail), as CopyManager.copyIn(sql,
+     *  stream) does. */
     private void copyIn(String sql, Map<String, Object> request) throws SQLException, Usage {
-        CopyIn copy = conn.unwrap(PGConnection.class).getCopyAPI().copyIn(sql);
+        CountDownLatch latch = new CountDownLatch(1);
+        pausing = latch; // a `go` from now on ends this copy's pause
+        CopyIn copy = null;
         try {
+            copy = conn.unwrap(PGConnection.class).getCopyAPI().copyIn(sql);
             byte[] first = text(request, "first").getBytes(StandardCharsets.UTF_8);
             copy.writeToCopy(first, 0, first.length);
             copy.flushCopy();
-            Thread.sleep(((Number) request.get("pause_ms")).longValue());
+            went = latch.await(((Number) request.get("pause_ms")).longValue(), TimeUnit.MILLISECONDS);
+            pausing = null;
             byte[] rows = text(request, "rows").getBytes(StandardCharsets.UTF_8);
             int times = ((Number) request.get("times")).intValue();
             for (int i = 0; i < times; i++) copy.writeToCopy(rows, 0, rows.length);
@@ -264,7 +282,8 @@ public final class Agent {
             Thread.currentThread().interrupt();
             throw new SQLException("interrupted during COPY");
         } finally {
-            if (copy.isActive()) {
+            pausing = null;
+            if (copy != null && copy.isActive()) {
                 try {
                     copy.cancelCopy();
                 } catch (SQLException ignored) { // the copy's own error is what the caller gets

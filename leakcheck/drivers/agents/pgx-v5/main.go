@@ -88,7 +88,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	switch r.Op {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx-v5", release(), "go "+strings.TrimPrefix(runtime.Version(), "go")
-		ans["ops"] = []string{"cancel_key", "bind", "copy_in"}
+		ans["ops"] = []string{"cancel_key", "bind", "copy_in", "go"}
 		return nil
 	case "connect":
 		return a.connect(ctx, r)

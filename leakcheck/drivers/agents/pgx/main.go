@@ -87,6 +87,8 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	switch r.Op {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx", release, "go "+strings.TrimPrefix(runtime.Version(), "go")
+		// no `go` (protocol.go): pgconn v1's CopyFrom returns at the server's error, while its reader still
+		// pauses in a goroutine of its own, so the pause never holds the call
 		ans["ops"] = []string{"cancel_key", "bind", "copy_in"}
 		return nil
 	case "connect":

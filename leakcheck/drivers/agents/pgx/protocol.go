@@ -57,12 +57,32 @@ func texts(rows [][][]byte) [][]any {
 }
 
 // copySource is what CopyFrom reads: its first chunk at once (pgconn writes each read as one CopyData), the
-// rest after the pause, then the end.
+// rest after the pause (until a `go`, or its bound), then the end.
 type copySource struct {
 	chunks [][]byte
 	pause  time.Duration
 	i      int
 	paused bool
+	gate   chan struct{} // closed by a `go`
+}
+
+// pausing is the gate of the copy_in now running, which a `go` (read by serve's stdin reader) closes; nil
+// when none runs. went says whether the last copy_in's pause ended on it (its answer's "go").
+var pausing = struct {
+	sync.Mutex
+	gate chan struct{}
+	went bool
+}{}
+
+// goOn is a `go`: the pause of the copy_in now running ends (with none running, nothing happens).
+func goOn(id any) answer {
+	pausing.Lock()
+	defer pausing.Unlock()
+	if pausing.gate != nil {
+		close(pausing.gate)
+		pausing.gate = nil
+	}
+	return answer{"id": id, "ok": true}
 }
 
 func (c *copySource) Read(p []byte) (int, error) {
@@ -70,7 +90,18 @@ func (c *copySource) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if c.i == 1 && !c.paused {
-		time.Sleep(c.pause)
+		timer := time.NewTimer(c.pause)
+		select {
+		case <-c.gate:
+			pausing.Lock()
+			pausing.went = true
+			pausing.Unlock()
+		case <-timer.C:
+		}
+		timer.Stop()
+		pausing.Lock()
+		pausing.gate = nil
+		pausing.Unlock()
 		c.paused = true
 	}
 	n := copy(p, c.chunks[c.i])
@@ -82,13 +113,18 @@ func (c *copySource) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// copyChunks is a copy_in request's data: its first row, then `times` times the rest.
+// copyChunks is a copy_in request's data: its first row, then `times` times the rest; its pause is the one a
+// `go` ends from now on.
 func copyChunks(r request) *copySource {
 	chunks := [][]byte{[]byte(r.First)}
 	for i := 0; i < r.Times; i++ {
 		chunks = append(chunks, []byte(r.Rows))
 	}
-	return &copySource{chunks: chunks, pause: time.Duration(r.PauseMS) * time.Millisecond}
+	gate := make(chan struct{})
+	pausing.Lock()
+	pausing.gate, pausing.went = gate, false
+	pausing.Unlock()
+	return &copySource{chunks: chunks, pause: time.Duration(r.PauseMS) * time.Millisecond, gate: gate}
 }
 
 type answer map[string]any
@@ -120,7 +156,8 @@ type client interface {
 	close()
 }
 
-// serve reads requests from stdin: `cancel` is acted on at once, the others answered in order.
+// serve reads requests from stdin: `cancel` and `go` are acted on at once, the others answered in order (a
+// copy_in's answer says "go": true where its pause ended on a `go`).
 func serve(a client) {
 	requests := make(chan request)
 	go func() {
@@ -137,6 +174,8 @@ func serve(a client) {
 				send(a.failure(id.ID, usage{"usage", "bad request line: " + err.Error()}))
 			} else if r.Op == "cancel" {
 				send(a.cancel(r.ID))
+			} else if r.Op == "go" {
+				send(goOn(r.ID))
 			} else {
 				requests <- r
 			}
@@ -144,7 +183,16 @@ func serve(a client) {
 		close(requests)
 	}()
 	for r := range requests {
-		send(a.answer(r))
+		ans := a.answer(r)
+		if r.Op == "copy_in" {
+			pausing.Lock()
+			if pausing.went {
+				ans["go"] = true
+			}
+			pausing.gate, pausing.went = nil, false
+			pausing.Unlock()
+		}
+		send(ans)
 		if r.Op == "exit" {
 			break
 		}

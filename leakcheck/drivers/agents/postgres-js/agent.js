@@ -15,6 +15,7 @@ let conn = null // its reserved connection
 let lost = null // { closed } of the instance: its connection was closed by the server or pooler
 let notifications = []
 let running = null // the query now running, for `cancel`
+let pausing = null // the pause of the copy_in now running, for `go`: { went, resolve }
 
 function encode(value, oid) {
   if (value === null || value === undefined) return 'null'
@@ -91,7 +92,7 @@ async function close() {
 
 const ops = {
   hello: async () => ({ protocol: 1, driver: 'postgres-js', release: RELEASE, runtime: `node ${process.versions.node}`,
-    ops: ['copy_in'] }),
+    ops: ['copy_in', 'go'] }),
   connect: async (req) => { await connect(req); return {} },
   // The harness way: unsafe() without values runs the simple query protocol, nothing prepared.
   query: async (req) => ({ rows: rowsOf(await run(usable().unsafe(req.sql).values())) }),
@@ -104,17 +105,31 @@ const ops = {
     }
     return { rows: rowsOf(result) }
   },
-  // COPY ... FROM STDIN through postgres.js's writable(): the first chunk, the rest after the pause, then end().
+  // COPY ... FROM STDIN through postgres.js's writable(): the first chunk, the rest after the pause (until a
+  // `go`, or its bound), then end(). Its answer says "go": true where its pause ended on a `go`.
   copy_in: async (req) => {
-    const stream = await run(usable().unsafe(req.sql).writable())
-    const done = new Promise((resolve, reject) => { stream.on('finish', resolve); stream.on('error', reject) })
-    done.catch(() => {})
-    stream.write(req.first)
-    await new Promise((resolve) => setTimeout(resolve, req.pause_ms))
-    for (let i = 0; i < req.times && !stream.destroyed; i++) stream.write(req.rows)
-    if (!stream.destroyed) stream.end()
-    await done
-    return {}
+    const pause = { went: false }
+    try {
+      const stream = await run(usable().unsafe(req.sql).writable())
+      const done = new Promise((resolve, reject) => { stream.on('finish', resolve); stream.on('error', reject) })
+      done.catch(() => {})
+      stream.write(req.first)
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, req.pause_ms)
+        pause.resolve = () => { clearTimeout(timer); pause.went = true; resolve() }
+        pausing = pause
+      })
+      pausing = null
+      for (let i = 0; i < req.times && !stream.destroyed; i++) stream.write(req.rows)
+      if (!stream.destroyed) stream.end()
+      await done
+      return pause.went ? { go: true } : {}
+    } catch (err) {
+      if (pause.went) err.went = true
+      throw err
+    } finally {
+      pausing = null
+    }
   },
   free: async () => { throw Object.assign(new Error('postgres.js has no API to free a prepared statement'), { unsupported: true }) },
   begin: async () => { await run(usable().unsafe('BEGIN')); return {} },
@@ -128,6 +143,7 @@ function answer(id, body, err) {
   if (err) {
     const cls = err.usage ? 'usage' : err.unsupported ? 'unsupported' : null
     out.error = cls ? { sqlstate: '', class: cls, message: err.message } : failure(err)
+    if (err.went) out.go = true // a copy_in's pause ended on a `go`
   }
   if (sql) {
     out.notifications = notifications.splice(0)
@@ -155,6 +171,10 @@ lines.on('line', (line) => {
     // postgres.js's own: a CancelRequest on a new connection. Its promise rejects when the peer resets
     // that connection (Odyssey does; PgBouncer closes it): a peer's way to end it, not the agent's end.
     Promise.resolve(running.cancel()).catch((err) => process.stderr.write(`cancel connection: ${err.message}\n`))
+    return answer(req.id, {})
+  }
+  if (req.op === 'go') { // the copy_in now pausing goes on (none: nothing)
+    if (pausing) pausing.resolve()
     return answer(req.id, {})
   }
   if (req.op === 'exit') {

@@ -3,7 +3,8 @@
 # query = exec_params (the unnamed statement); execute = exec (the simple query protocol);
 # prepared = prepare("a#{n}") per SQL text, Rails' names a1, a2... per connection, + exec_prepared;
 # free = DEALLOCATE by name, as Rails' statement pool does; cancel = conn.cancel from the stdin
-# reader thread while the worker runs the request before it; copy_in = copy_data with put_copy_data.
+# reader thread while the worker runs the request before it; copy_in = copy_data with put_copy_data (its
+# pause ends on a `go`, read by that thread too).
 
 require "pg"
 require_relative "protocol" # shared with the activerecord agent
@@ -31,6 +32,7 @@ class Agent
 
   def answer(request)
     answer = { "id" => request["id"], "ok" => true }
+    @went = false
     begin
       run(request["op"].to_s, request, answer)
     rescue PG::Error => e
@@ -40,6 +42,7 @@ class Agent
     rescue StandardError => e # a request of the wrong shape
       answer = Protocol.failure(request["id"], "", e.class.name, e.message)
     end
+    answer["go"] = true if @went # a copy_in's pause ended on a `go`
     Protocol.drain(answer, @conn, REPORTED) if @conn
     answer
   end
@@ -66,7 +69,7 @@ class Agent
     when "hello"
       answer.merge!("protocol" => 1, "driver" => "ruby-pg", "release" => PG::VERSION,
                     "runtime" => "ruby #{RUBY_VERSION} libpq #{PG.library_version.divmod(10_000).join('.')}",
-                    "ops" => ["bind", "copy_in"])
+                    "ops" => ["bind", "copy_in", "go"])
       return
     when "connect" then return connect(request)
     when "close" then return close
@@ -107,13 +110,15 @@ class Agent
     @conn = PG.connect(params)
   end
 
-  # COPY ... FROM STDIN: the first chunk sent on at once, the rest after the pause, then the copy's end
-  # (copy_data's put_copy_end; its error raised from get_last_result).
+  # COPY ... FROM STDIN: the first chunk sent on at once, the rest after the pause (until a `go`, or its bound),
+  # then the copy's end (copy_data's put_copy_end; its error raised from get_last_result). @went: whether its
+  # pause ended on a `go`.
   def copy_in(sql, request)
+    Protocol::PAUSE.arm
     @conn.copy_data(sql) do
       @conn.put_copy_data(request["first"].to_s)
       @conn.flush
-      sleep(request["pause_ms"].to_i / 1000.0)
+      @went = Protocol::PAUSE.wait(request["pause_ms"].to_i / 1000.0)
       rows = request["rows"].to_s
       request["times"].to_i.times { @conn.put_copy_data(rows) }
     end

@@ -1,6 +1,6 @@
 # What leakcheck's Ruby agents share (ruby-pg/ and activerecord/ run this file beside their agent.rb):
-# agent protocol 1's failure answers and its request loop, JSON lines on stdin/stdout, a cancel acted on
-# at once by the stdin reader thread while the main thread runs the request before it; a value from its
+# agent protocol 1's failure answers and its request loop, JSON lines on stdin/stdout, a cancel and a go acted
+# on at once by the stdin reader thread while the main thread runs the request before it; a value from its
 # text form, and the notifications and ParameterStatus values of ruby-pg's connection after each answer.
 
 require "json"
@@ -49,6 +49,42 @@ module Protocol
     answer["notifications"] = notes
   end
 
+  # The pause of the copy_in now running (a `go` ends it: `open`; with none running, nothing happens).
+  class Pause
+    def initialize
+      @lock = Mutex.new
+      @opened = ConditionVariable.new
+      @armed = false
+      @open = false
+    end
+
+    # From now on a `go` ends the pause `wait` waits.
+    def arm
+      @lock.synchronize { @armed, @open = true, false }
+    end
+
+    def open
+      @lock.synchronize do
+        @open = true if @armed
+        @opened.signal
+      end
+    end
+
+    # Waits until a `go` or `seconds` passed; whether it ended on a `go`.
+    def wait(seconds)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
+      @lock.synchronize do
+        until @open || (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) <= 0
+          @opened.wait(@lock, left)
+        end
+        @armed = false
+        @open
+      end
+    end
+  end
+
+  PAUSE = Pause.new
+
   def self.send_line(answer)
     OUT.synchronize do
       $stdout.write("#{JSON.generate(answer)}\n")
@@ -56,7 +92,7 @@ module Protocol
     end
   end
 
-  # Answer stdin's requests (agent.answer, agent.cancel) until exit or its end, then agent.close.
+  # Answer stdin's requests (agent.answer, agent.cancel; a `go` ends PAUSE) until exit or its end, then agent.close.
   def self.serve(agent)
     queue = Queue.new
     Thread.new do
@@ -69,7 +105,13 @@ module Protocol
           send_line(failure(nil, "", "usage", e.message))
           next
         end
-        request["op"] == "cancel" ? send_line(agent.cancel(request["id"])) : queue << request
+        case request["op"]
+        when "cancel" then send_line(agent.cancel(request["id"]))
+        when "go"
+          PAUSE.open
+          send_line({ "id" => request["id"], "ok" => true })
+        else queue << request
+        end
       end
       queue << nil
     end
