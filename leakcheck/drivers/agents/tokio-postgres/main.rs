@@ -5,9 +5,11 @@
 //! (default: one `Client::prepare` per text, kept, then `query(&statement)`; tokio-postgres names
 //! it s<N> from a counter of the whole process), `query` (`query(text)`: a statement s<N> prepared,
 //! run and closed per call) or `query_typed`; free = dropping the kept Statement (tokio-postgres
-//! sends Close); begin/commit/rollback = `Client::transaction`; cancel = `CancelToken::cancel_query`,
-//! sent from the stdin reader while the request before it runs. Notifications and ParameterStatus
-//! values come from the Connection, polled by its own task.
+//! sends Close); begin/commit/rollback = `Client::transaction`; cancel = the CancelToken's CancelRequest
+//! (`cancel_query_raw` on a connection the agent opens where `cancel_query` would: the same bytes, the
+//! same early shutdown of its writing side), sent from the stdin reader while the request before it
+//! runs; the agent then reads that connection to its end, so it can say `closed`. Notifications and
+//! ParameterStatus values come from the Connection, polled by its own task.
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -15,8 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc;
+use tokio::time::timeout;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Config, GenericClient, NoTls, Row, Statement, Transaction};
 
@@ -30,6 +34,11 @@ const REPORTED: &[&str] = &[
     "server_version", "session_authorization", "standard_conforming_strings", "TimeZone",
 ];
 const SETTINGS: &[&str] = &["method", "options", "application_name"];
+/// The connect's bound (tokio-postgres's connect_timeout), for the cancel's connection too.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the agent reads the cancel connection for its end: a peer that keeps it open longer gets an
+/// answer without `closed` (as node-postgres's agent gives up after 5 s).
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Self {
@@ -47,6 +56,15 @@ struct Seen {
     parameters: Map<String, Value>,
 }
 
+/// Where a connection's cancel goes: its key, and the host and port it was opened on (where
+/// `CancelToken::cancel_query` would connect: a host starting with `/` is a Unix socket's folder).
+#[derive(Clone)]
+struct CancelTo {
+    token: CancelToken,
+    host: String,
+    port: u16,
+}
+
 /// One open connection: its client, the application's kept statements, and what its Connection saw.
 struct Session {
     client: Client,
@@ -61,7 +79,7 @@ fn send(answer: Map<String, Value>) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let key: Arc<Mutex<Option<CancelToken>>> = Arc::default();
+    let key: Arc<Mutex<Option<CancelTo>>> = Arc::default();
     let (requests, mut queue) = mpsc::unbounded_channel::<Value>();
     let reader_key = key.clone();
     tokio::spawn(async move {
@@ -72,8 +90,8 @@ async fn main() {
             }
             match serde_json::from_str::<Value>(&line) {
                 Ok(request) if request["op"] == "cancel" => {
-                    let token = reader_key.lock().unwrap().clone();
-                    tokio::spawn(async move { send(finish(request["id"].clone(), cancel(token).await, None)) });
+                    let to = reader_key.lock().unwrap().clone();
+                    tokio::spawn(async move { send(finish(request["id"].clone(), cancel(to).await, None)) });
                 }
                 Ok(request) => drop(requests.send(request)),
                 Err(e) => send(finish(Value::Null, Err(Failure::usage("usage", format!("bad request line: {e}"))), None)),
@@ -98,7 +116,8 @@ async fn main() {
                 session = None;
                 match connect(&request).await {
                     Ok(opened) => {
-                        *key.lock().unwrap() = Some(opened.client.cancel_token());
+                        let (host, port) = (request["host"].as_str().unwrap_or_default(), port(&request));
+                        *key.lock().unwrap() = Some(CancelTo { token: opened.client.cancel_token(), host: host.into(), port });
                         session = Some(opened);
                         Ok(Map::new())
                     }
@@ -198,8 +217,8 @@ fn hello() -> Map<String, Value> {
 async fn connect(request: &Value) -> Result<Session, Failure> {
     let text = |key: &str| request[key].as_str().unwrap_or_default().to_string();
     let mut config = Config::new();
-    config.host(text("host")).port(request["port"].as_u64().unwrap_or(5432) as u16).user(text("user"))
-        .password(text("password")).dbname(text("dbname")).connect_timeout(Duration::from_secs(10));
+    config.host(text("host")).port(port(request)).user(text("user"))
+        .password(text("password")).dbname(text("dbname")).connect_timeout(CONNECT_TIMEOUT);
     let mut method = "prepare".to_string();
     for (name, value) in request["settings"].as_object().into_iter().flatten() {
         let value = value.as_str().unwrap_or_default();
@@ -246,12 +265,51 @@ async fn connect(request: &Value) -> Result<Session, Failure> {
     Ok(Session { client, method, statements: HashMap::new(), seen })
 }
 
-/// tokio-postgres's cancel: a CancelRequest with the connection's key, on a connection of its own.
-/// It returns once written and shut down, without waiting for the peer's end: never `closed`.
-async fn cancel(token: Option<CancelToken>) -> Answer {
-    let token = token.ok_or_else(|| Failure::usage("usage", "not connected: send connect first"))?;
-    token.cancel_query(NoTls).await?;
-    Ok(Map::new())
+fn port(request: &Value) -> u16 {
+    request["port"].as_u64().unwrap_or(5432) as u16
+}
+
+/// tokio-postgres's cancel: `cancel_query_raw` writes the CancelRequest with the connection's key and shuts
+/// the writing side at once, as `cancel_query` does on a connection of its own; the agent opens that
+/// connection itself, where `cancel_query` would, so that it can read it afterwards: `closed` once the peer
+/// ended it (it read the request; a reset counts, as Odyssey resets), else no `closed` after CANCEL_WAIT.
+async fn cancel(to: Option<CancelTo>) -> Answer {
+    let to = to.ok_or_else(|| Failure::usage("usage", "not connected: send connect first"))?;
+    let closed = if to.host.starts_with('/') {
+        let socket = format!("{}/.s.PGSQL.{}", to.host, to.port);
+        let stream = timeout(CONNECT_TIMEOUT, UnixStream::connect(socket)).await;
+        cancel_on(&to.token, opened(stream)?).await?
+    } else {
+        let stream = timeout(CONNECT_TIMEOUT, TcpStream::connect((to.host.as_str(), to.port))).await;
+        let stream = opened(stream)?;
+        stream.set_nodelay(true).map_err(io_failure)?; // as tokio-postgres's own sockets
+        cancel_on(&to.token, stream).await?
+    };
+    let mut answer = Map::new();
+    if closed {
+        answer.insert("closed".into(), json!(true));
+    }
+    Ok(answer)
+}
+
+/// The CancelRequest sent on `stream`, then whether its peer ended it within CANCEL_WAIT.
+async fn cancel_on<S: AsyncRead + AsyncWrite + Unpin>(token: &CancelToken, mut stream: S) -> Result<bool, Failure> {
+    token.cancel_query_raw(&mut stream, NoTls).await?;
+    let mut byte = [0u8; 1];
+    Ok(match timeout(CANCEL_WAIT, stream.read(&mut byte)).await {
+        Ok(Ok(read)) => read == 0,
+        Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Err(_) => false,
+    })
+}
+
+fn opened<S>(stream: Result<std::io::Result<S>, tokio::time::error::Elapsed>) -> Result<S, Failure> {
+    stream.map_err(|_| Failure::driver("", "std::io::Error", "timed out opening the cancel connection"))?
+        .map_err(io_failure)
+}
+
+fn io_failure(e: std::io::Error) -> Failure {
+    Failure::driver("", "std::io::Error", &e.to_string())
 }
 
 /// Lets the Connection's task read what already arrived (a notification before the answer's end).
