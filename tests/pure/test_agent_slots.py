@@ -1,7 +1,8 @@
 """Agents are reused per lane thread and client label, except those of a driver that names its
-statements from a counter of the whole process (catalogue `names_per_process`, pgx): they serve one
-probe each, so A's and B's histories are equal whatever the lane ran before. Real processes (a
-Python program speaking the agent protocol's hello), no server."""
+statements from a counter of the whole process (catalogue `names_per_process`, pgx, tokio-postgres)
+which may have named one: they serve that probe only, so every probe starts with counters where a fresh
+process's are, whatever the lane ran before. Real processes (a Python program speaking the agent
+protocol's hello), no server."""
 
 from __future__ import annotations
 
@@ -77,3 +78,42 @@ def test_an_agent_whose_driver_drops_notifications_makes_reading_them_not_applic
     with pytest.raises(NotApplicable, match="the fake agent receives no notifications: its connection drops them"):
         _ = dropping.notifications
     assert _client("'ops': []").notifications == []
+
+
+def _named_per_process(named: str) -> tuple[Shipped, object]:
+    """A driver whose names count per process, and the start of a fake agent of it whose answers add `named`."""
+    program = _AGENT.replace("'driver': 'fake'}", "'driver': 'fake'" + named + "}")
+    tokio_like = Shipped(AgentSpec("fake", "python", ()), "false", names_per_process=True)
+    return tokio_like, lambda: AgentProcess("fake", [sys.executable, "-c", program], Path("/"))
+
+
+def _served(shipped: Shipped, start: object) -> AgentProcess:
+    """The agent process of one client of label A, connected and closed."""
+    import asyncio
+
+    from leakcheck.provision.base import Endpoint
+
+    async def one() -> AgentProcess:
+        client = await agents.AgentClient.open(shipped, start, "A", Endpoint("127.0.0.1", 1))  # type: ignore[arg-type]
+        await client.close()
+        return client._lease.agent
+
+    return asyncio.run(one())
+
+
+def test_an_agent_that_names_per_process_and_says_it_named_none_serves_the_next_probe_too() -> None:
+    shipped, start = _named_per_process(", 'named': False")
+    agents.next_probe()
+    first = _served(shipped, start)
+    agents.next_probe()
+    assert _served(shipped, start) is first and first.alive
+
+
+def test_an_agent_that_names_per_process_and_may_have_named_one_serves_only_that_probe() -> None:
+    for named in (", 'named': True", ""):  # its word, or no word (pgx v4's agent)
+        shipped, start = _named_per_process(named)
+        agents.next_probe()
+        first = _served(shipped, start)
+        assert _served(shipped, start) is first  # the same probe reconnects through the same process
+        agents.next_probe()
+        assert _served(shipped, start) is not first and not first.alive

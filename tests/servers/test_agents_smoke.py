@@ -50,6 +50,10 @@ ERROR_CLASSES = {"pgjdbc": "org.postgresql.util.PSQLException", "pgjdbc-maven": 
 #: how the statement a cancel stopped fails: pgx v4 cancels by context and closes its connection
 CANCELLED = {"pgjdbc": "57014", "pgjdbc-maven": "57014", "ruby-pg": "57014", "pgx": "08006", "pgx-v5": "57014",
              "tokio-postgres": "57014", "hibernate": "57014"}
+#: whether a cancel of a running statement says `closed` (the peer ended the cancel connection: PostgreSQL does
+#: once it signalled the backend): pgx v4's context cancel sends it from a goroutine, unwatched (the JVM agents'
+#: word depends on when pgjdbc sees the statement: not checked here)
+SAYS_CLOSED = {"ruby-pg": True, "pgx": False, "pgx-v5": True, "tokio-postgres": True}
 #: settings for the checks: pgjdbc names its statement at the first execution, not the fifth (under Hibernate
 #: at the second: HikariCP's SHOW TRANSACTION ISOLATION LEVEL, once per connection, stays unnamed); Prisma
 #: names none without a statementNameGenerator
@@ -259,6 +263,49 @@ def test_a_cancel_stops_the_running_statement_or_says_it_cannot(
     answers = {each["id"]: each for each in (agent.answer(), agent.answer())}  # either may come first
     assert answers[cancel]["ok"] is True, answers
     assert answers[sleeping]["error"]["sqlstate"] == CANCELLED[spec.id], answers
+    if spec.id in SAYS_CLOSED:
+        assert answers[cancel].get("closed", False) is SAYS_CLOSED[spec.id], answers
+
+
+def test_tokio_postgres_cancels_on_a_unix_socket_as_on_tcp_and_says_closed(
+    spec: AgentSpec, agent: Agent, postgres: PgServer
+) -> None:
+    if spec.id != "tokio-postgres":
+        pytest.skip("only tokio-postgres's agent opens its cancel connection itself (where cancel_query would)")
+    socket = postgres.socket_endpoint()  # a folder, as a fleet member's host
+    ok(agent.connect(socket, {}))
+    sleeping = agent.send("query", sql="SELECT pg_sleep(20)")
+    wait_until_running(postgres.endpoint(), "SELECT pg_sleep(20)")
+    cancel = agent.send("cancel")
+    answers = {each["id"]: each for each in (agent.answer(), agent.answer())}
+    assert (answers[cancel]["ok"], answers[cancel].get("closed")) == (True, True), answers
+    assert answers[sleeping]["error"]["sqlstate"] == "57014", answers
+
+
+def test_tokio_postgres_says_its_process_named_a_statement_once_its_driver_wrote_a_named_parse(
+    spec: AgentSpec, built: Path, server: Endpoint
+) -> None:
+    if spec.id != "tokio-postgres":
+        pytest.skip("only tokio-postgres's agent says `named`: its names count over the process")
+    calls = {  # what each fresh agent runs (the last step answers), and whether it says so then
+        "a prepare": (("prepared", "SELECT 1"),), "a query of built-in types": (("query", "SELECT 1, 'a'::text"),),
+        "a query with no row": (("query", "SELECT 1 WHERE false"),), "a SET": (("query", "SET work_mem = '2MB'"),),
+        "a transaction": (("begin", ""), ("execute", "SELECT 1"), ("commit", "")),
+        # tokio-postgres prepares s<N> to read the type's name from pg_type
+        "a query of a type not built in": (("execute", "CREATE TYPE pg_temp.mood AS ENUM ('ok')"),
+                                           ("query", "SELECT 'ok'::pg_temp.mood")),
+    }
+    said = {}
+    for what, steps in calls.items():
+        agent = Agent(spec, built)
+        try:
+            assert ok(agent.connect(server, {}))["named"] is False
+            said[what] = [ok(agent(op, sql=sql, times=1))["named"] for op, sql in steps][-1]
+            assert ok(agent("close"))["named"] is said[what]
+        finally:
+            agent.stop()
+    assert said == {"a prepare": True, "a query of built-in types": False, "a query with no row": False,
+                    "a SET": False, "a transaction": False, "a query of a type not built in": True}
 
 
 def test_two_agents_never_share_a_process_or_a_session(spec: AgentSpec, built: Path, server: Endpoint) -> None:

@@ -140,7 +140,8 @@ class Shipped:
     #: application set reaching it is its application's loss (breaks), never "not applicable" (run/runner.py)
     refused_values: Literal["", "closes", "keeps"] = ""
     #: the driver names statements from a counter of the whole process (pgx's lrupsc_N_M), not per
-    #: connection: its agents serve one probe each (client.py), so A's and B's histories are equal
+    #: connection: an agent of it that may have named one serves only that probe (client.py, its close
+    #: answer's `named`), so every probe starts with counters where a fresh process's are
     names_per_process: bool = False
     #: why the driver cannot ask for a newer protocol than 3.0 (PostgreSQL 18's 3.2): agent protocol 1's
     #: connect has no field for it, and no shipped driver here could
@@ -304,7 +305,7 @@ CATALOGUE: tuple[Shipped, ...] = (
         pipeline=_NO_PIPELINE.format("sqlx 0.9"),
     ),
     # tokio-postgres 0.7 (crates.io, Cargo.lock): Client::prepare names statements s0, s1... from a counter
-    # of the whole process, not of the connection
+    # of the whole process, not of the connection (its agent says `named` once its driver wrote a named Parse)
     Shipped(
         _cargo("tokio-postgres", "1.85", (("method", "prepare"), ("options", ""), ("application_name", ""))),
         "name ~ '^s[0-9]+$'",

@@ -4,11 +4,14 @@ An agent is started once per lane and client slot (the lane's thread and the cli
 or C) and reused by the next probe of that lane, with a fresh connection each time; a lease is
 exclusive, so two clients never share an agent process. A driver whose statement names count over
 the whole process (catalogue `names_per_process`) would carry its history from probe to probe (on
-the shared route only A's agent connects): its agents serve one probe each (`next_probe()`, called
-by the runner as each probe starts, ends the lane thread's earlier ones), so every probe measures
-two identical processes started together. `stop_all()` ends every agent at the end of the run, all at
-once (process.py: each with everything it started); an agent also ends when its stdin closes (when
-leakcheck itself ends).
+the shared route only A's agent connects): an agent of it that may have named a statement serves
+only the probe it did so in (`next_probe()`, called by the runner as each probe starts, ends the
+lane thread's earlier ones), so every probe starts with processes whose counters are where a fresh
+process's are. Whether it may have is the agent's own word: its close answer's `named` false (the
+tokio-postgres agent notes every call that can advance the counter); an agent that does not say so
+(pgx v4's: every connection's statement cache takes a number) serves one probe. `stop_all()` ends every
+agent at the end of the run, all at once (process.py: each with everything it started); an agent also
+ends when its stdin closes (when leakcheck itself ends).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from leakcheck.provision.host.timing import timed
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
 CLOSE_TIMEOUT = 5.0
 
-#: An agent slot: the driver, the lane's thread, the client's label, and the probe it serves (None: any probe).
+#: An agent slot: the driver, the lane's thread, the client's label, and the probe it serves (None: any probe;
+#: a number: only that one, for an agent whose statement names count over its process and which may have named one).
 Slot = tuple[str, str, str, int | None]
 
 _lock = threading.Lock()
@@ -61,17 +65,20 @@ def next_probe() -> None:
 
 
 def _slot(shipped: Shipped, label: str) -> Slot:
+    """The slot of this probe: an agent that may have named a statement in it is given back there."""
     probe = getattr(_probes, "count", 0) if shipped.names_per_process else None
     return shipped.spec.id, threading.current_thread().name, label, probe  # the lane's thread, not a worker's
 
 
 def _lease(start: Callable[[], AgentProcess], slot: Slot) -> AgentProcess:
+    """An idle agent of the slot (first one that served this probe alone, then one for any probe), else a new one."""
     with _lock:
-        idle = _idle.get(slot, [])
-        while idle:
-            agent = idle.pop()
-            if agent.alive:
-                return agent
+        for each in dict.fromkeys((slot, (*slot[:3], None))):
+            idle = _idle.get(each, [])
+            while idle:
+                agent = idle.pop()
+                if agent.alive:
+                    return agent
     with timed("agent starts"):  # (inside the connect's time: benchmark.py counts them apart)
         return start()
 
@@ -343,7 +350,8 @@ class AgentClient:
             await asyncio.to_thread(lease.agent.stop, 0)
             return
         try:
-            await asyncio.to_thread(lease.agent.request, "close", CLOSE_TIMEOUT, by=self.label)
+            closed = await asyncio.to_thread(lease.agent.request, "close", CLOSE_TIMEOUT, by=self.label)
         except AgentFault:
             return  # already stopped: the next probe of this slot starts a fresh agent
-        _give_back(lease.slot, lease.agent)
+        # Any later probe may have it unless it may have named a statement (its word: the module's docstring).
+        _give_back(lease.slot if closed.get("named") is not False else (*lease.slot[:3], None), lease.agent)

@@ -5,18 +5,29 @@
 //! (default: one `Client::prepare` per text, kept, then `query(&statement)`; tokio-postgres names
 //! it s<N> from a counter of the whole process), `query` (`query(text)`: a statement s<N> prepared,
 //! run and closed per call) or `query_typed`; free = dropping the kept Statement (tokio-postgres
-//! sends Close); begin/commit/rollback = `Client::transaction`; cancel = `CancelToken::cancel_query`,
-//! sent from the stdin reader while the request before it runs. Notifications and ParameterStatus
-//! values come from the Connection, polled by its own task.
+//! sends Close); begin/commit/rollback = `Client::transaction`; cancel = the CancelToken's CancelRequest
+//! (`cancel_query_raw` on a connection the agent opens where `cancel_query` would: the same bytes, the
+//! same early shutdown of its writing side), sent from the stdin reader while the request before it
+//! runs; the agent then reads that connection to its end, so it can say `closed`. Notifications and
+//! ParameterStatus values come from the Connection, polled by its own task.
+//!
+//! connect = `Config::connect`'s two halves: the socket it would open (`socket`), then `connect_raw` on
+//! it, so that the agent sees what the driver writes: every answer says whether the process's driver has
+//! named a statement yet (`named`), since tokio-postgres counts s<N> over the whole process.
 
 use std::collections::HashMap;
 use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, BufReader, ReadBuf};
+use tokio::net::{TcpSocket, UnixStream};
 use tokio::sync::mpsc;
+use tokio::time::timeout;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Config, GenericClient, NoTls, Row, Statement, Transaction};
 
@@ -30,6 +41,11 @@ const REPORTED: &[&str] = &[
     "server_version", "session_authorization", "standard_conforming_strings", "TimeZone",
 ];
 const SETTINGS: &[&str] = &["method", "options", "application_name"];
+/// The connect's bound (tokio-postgres's connect_timeout), for the cancel's connection too.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the agent reads the cancel connection for its end: a peer that keeps it open longer gets an
+/// answer without `closed` (as node-postgres's agent gives up after 5 s).
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Self {
@@ -47,6 +63,116 @@ struct Seen {
     parameters: Map<String, Value>,
 }
 
+/// Whether this process's driver has written a Parse message with a name (any but the unnamed statement's ""):
+/// tokio-postgres names every statement it prepares s<N> from one counter of the process (`Client::prepare`,
+/// `query(text)`, and the statement it looks a type up with). False: the counter is where a fresh process's
+/// is, so leakcheck may serve a later probe with this process (drivers/agents/client.py).
+static NAMED: AtomicBool = AtomicBool::new(false);
+
+/// A connection's socket: TCP or Unix.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// The socket `Config::connect` opens (tokio-postgres's connect_socket): TCP to each address of the host in
+/// turn, with TCP_NODELAY and keepalive (its defaults: on, the system's 2 h), or the Unix socket
+/// .s.PGSQL.<port> in a host that is a folder; each within CONNECT_TIMEOUT.
+async fn socket(host: &str, port: u16) -> std::io::Result<Box<dyn Io>> {
+    let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out");
+    if host.starts_with('/') {
+        let path = format!("{host}/.s.PGSQL.{port}");
+        return Ok(Box::new(timeout(CONNECT_TIMEOUT, UnixStream::connect(path)).await.map_err(|_| timed_out())??));
+    }
+    let mut last = std::io::Error::new(std::io::ErrorKind::InvalidInput, "could not resolve any addresses");
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        socket.set_keepalive(true)?;
+        match timeout(CONNECT_TIMEOUT, socket.connect(addr)).await.map_err(|_| timed_out()) {
+            Ok(Ok(stream)) => {
+                stream.set_nodelay(true)?;
+                return Ok(Box::new(stream));
+            }
+            Ok(Err(e)) | Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A connection's socket, with what the driver writes on it read as frontend messages as it goes: a Parse
+/// with a name sets NAMED. The first message (the startup packet) has no type byte; every later one has.
+struct Watched {
+    io: Box<dyn Io>,
+    /// the message header read so far (type and length, or the startup packet's length)
+    head: Vec<u8>,
+    /// bytes of the current message's body still to come
+    left: usize,
+    /// the current message is a Parse whose name's first byte is still to come
+    parse: bool,
+    typed: bool,
+}
+
+impl Watched {
+    fn new(io: Box<dyn Io>) -> Self {
+        Watched { io, head: Vec::with_capacity(5), left: 0, parse: false, typed: false }
+    }
+
+    fn written(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.left == 0 {
+                let size = if self.typed { 5 } else { 4 };
+                let take = (size - self.head.len()).min(bytes.len());
+                self.head.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                if self.head.len() == size {
+                    let length = u32::from_be_bytes(self.head[size - 4..].try_into().unwrap()) as usize;
+                    self.parse = self.typed && self.head[0] == b'P';
+                    self.left = length.saturating_sub(4);
+                    self.typed = true;
+                    self.head.clear();
+                }
+                continue;
+            }
+            if self.parse && bytes[0] != 0 {
+                NAMED.store(true, Ordering::SeqCst);
+            }
+            self.parse = false;
+            let skip = self.left.min(bytes.len());
+            self.left -= skip;
+            bytes = &bytes[skip..];
+        }
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let written = ready!(Pin::new(&mut self.io).poll_write(cx, buf))?;
+        self.written(&buf[..written]);
+        Poll::Ready(Ok(written))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// Where a connection's cancel goes: its key, and the host and port it was opened on (where
+/// `CancelToken::cancel_query` would connect: a host starting with `/` is a Unix socket's folder).
+#[derive(Clone)]
+struct CancelTo {
+    token: CancelToken,
+    host: String,
+    port: u16,
+}
+
 /// One open connection: its client, the application's kept statements, and what its Connection saw.
 struct Session {
     client: Client,
@@ -61,7 +187,7 @@ fn send(answer: Map<String, Value>) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let key: Arc<Mutex<Option<CancelToken>>> = Arc::default();
+    let key: Arc<Mutex<Option<CancelTo>>> = Arc::default();
     let (requests, mut queue) = mpsc::unbounded_channel::<Value>();
     let reader_key = key.clone();
     tokio::spawn(async move {
@@ -72,8 +198,8 @@ async fn main() {
             }
             match serde_json::from_str::<Value>(&line) {
                 Ok(request) if request["op"] == "cancel" => {
-                    let token = reader_key.lock().unwrap().clone();
-                    tokio::spawn(async move { send(finish(request["id"].clone(), cancel(token).await, None)) });
+                    let to = reader_key.lock().unwrap().clone();
+                    tokio::spawn(async move { send(finish(request["id"].clone(), cancel(to).await, None)) });
                 }
                 Ok(request) => drop(requests.send(request)),
                 Err(e) => send(finish(Value::Null, Err(Failure::usage("usage", format!("bad request line: {e}"))), None)),
@@ -98,7 +224,8 @@ async fn main() {
                 session = None;
                 match connect(&request).await {
                     Ok(opened) => {
-                        *key.lock().unwrap() = Some(opened.client.cancel_token());
+                        let (host, port) = (request["host"].as_str().unwrap_or_default(), port(&request));
+                        *key.lock().unwrap() = Some(CancelTo { token: opened.client.cancel_token(), host: host.into(), port });
                         session = Some(opened);
                         Ok(Map::new())
                     }
@@ -198,8 +325,7 @@ fn hello() -> Map<String, Value> {
 async fn connect(request: &Value) -> Result<Session, Failure> {
     let text = |key: &str| request[key].as_str().unwrap_or_default().to_string();
     let mut config = Config::new();
-    config.host(text("host")).port(request["port"].as_u64().unwrap_or(5432) as u16).user(text("user"))
-        .password(text("password")).dbname(text("dbname")).connect_timeout(Duration::from_secs(10));
+    config.user(text("user")).password(text("password")).dbname(text("dbname"));
     let mut method = "prepare".to_string();
     for (name, value) in request["settings"].as_object().into_iter().flatten() {
         let value = value.as_str().unwrap_or_default();
@@ -215,7 +341,9 @@ async fn connect(request: &Value) -> Result<Session, Failure> {
             _ => return Err(Failure::usage("usage", format!("unknown tokio-postgres setting {name} (known: {SETTINGS:?})"))),
         }
     }
-    let (client, mut connection) = config.connect(NoTls).await?;
+    // `Config::connect` is this: its socket, then the startup on it (connect_raw); opened here to watch it.
+    let io = socket(&text("host"), port(request)).await.map_err(unconnected)?;
+    let (client, mut connection) = config.connect_raw(Watched::new(io), NoTls).await?;
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let task_seen = seen.clone();
     tokio::spawn(async move {
@@ -246,12 +374,34 @@ async fn connect(request: &Value) -> Result<Session, Failure> {
     Ok(Session { client, method, statements: HashMap::new(), seen })
 }
 
-/// tokio-postgres's cancel: a CancelRequest with the connection's key, on a connection of its own.
-/// It returns once written and shut down, without waiting for the peer's end: never `closed`.
-async fn cancel(token: Option<CancelToken>) -> Answer {
-    let token = token.ok_or_else(|| Failure::usage("usage", "not connected: send connect first"))?;
-    token.cancel_query(NoTls).await?;
-    Ok(Map::new())
+fn port(request: &Value) -> u16 {
+    request["port"].as_u64().unwrap_or(5432) as u16
+}
+
+/// tokio-postgres's cancel: `cancel_query_raw` writes the CancelRequest with the connection's key and shuts
+/// the writing side at once, as `cancel_query` does on a connection of its own; the agent opens that
+/// connection itself, where `cancel_query` would, so that it can read it afterwards: `closed` once the peer
+/// ended it (it read the request; a reset counts, as Odyssey resets), else no `closed` after CANCEL_WAIT.
+async fn cancel(to: Option<CancelTo>) -> Answer {
+    let to = to.ok_or_else(|| Failure::usage("usage", "not connected: send connect first"))?;
+    let mut stream = socket(&to.host, to.port).await.map_err(unconnected)?;
+    to.token.cancel_query_raw(&mut stream, NoTls).await?;
+    let mut byte = [0u8; 1];
+    let closed = match timeout(CANCEL_WAIT, stream.read(&mut byte)).await {
+        Ok(Ok(read)) => read == 0,
+        Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Err(_) => false,
+    };
+    let mut answer = Map::new();
+    if closed {
+        answer.insert("closed".into(), json!(true));
+    }
+    Ok(answer)
+}
+
+/// A socket that could not be opened, in tokio-postgres's words for it (its Error of kind Connect).
+fn unconnected(e: std::io::Error) -> Failure {
+    Failure::driver("", "tokio_postgres::Error", &format!("error connecting to server: {e}"))
 }
 
 /// Lets the Connection's task read what already arrived (a notification before the answer's end).
@@ -264,6 +414,7 @@ async fn settle() {
 /// The answer for request `id`, with what the Connection's task saw since the last answer when connected.
 fn finish(id: Value, answer: Answer, seen: Option<&Mutex<Seen>>) -> Map<String, Value> {
     let mut out = protocol::reply(id, answer);
+    out.insert("named".into(), json!(NAMED.load(Ordering::SeqCst)));
     if let Some(seen) = seen {
         let mut seen = seen.lock().unwrap();
         out.insert("notifications".into(), Value::Array(std::mem::take(&mut seen.notifications)));
