@@ -274,6 +274,6 @@ def test_a_python_preloader_whose_imports_started_a_thread_forks_nothing_and_its
     # a fork copies no thread but the one that forks, and every lock another thread held stays held in it
     monkeypatch.setenv("STARTED_THREAD", "1")
     started = [_start(python) for _ in range(2)]
-    assert [agent.request("who")["ppid"] for agent in started] == [os.getpid()] * 2
-    assert "the agent's imports started threads" in caplog.text and process._preloaders != {}
-    assert _preloader_pids() == []
+    assert [agent.request("who")["ppid"] for agent in started] == [os.getpid()] * 2, caplog.text
+    assert "the agent's imports started threads" in caplog.text, caplog.text
+    assert process._preloaders != {} and _preloader_pids() == [], process._preloaders
