@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from leakcheck.drivers.agents import client as agents
+from leakcheck.drivers.agents import process
 from leakcheck.drivers.agents.catalogue import shipped
 from leakcheck.drivers.agents.client import AgentClient
 from leakcheck.drivers.agents.install import installed, missing_apt
@@ -25,6 +26,7 @@ from leakcheck.model.target import Driver, Setting
 from leakcheck.model.verdicts import Fact, Verdict
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host import tagged
+from leakcheck.provision.host.proc_sockets import parent_of
 from leakcheck.provision.postgres.fixtures import APP_ROLE
 from tests.support.agents import running
 from tests.support.servers import TEST_PG, Measure
@@ -216,16 +218,16 @@ def test_after_activerecords_loop_is_measured_its_call_is_ended_and_its_agent_se
     assert kept() == first_agent
 
 
-def test_two_activerecord_agents_of_a_run_are_forks_of_one_preloader_each_its_own_application(
-        activerecord: Driver, direct: Endpoint) -> None:
-    # as Puma or Unicorn fork a booted Rails application's workers: ActiveRecord is loaded once, in the run's
-    # preloader, and each agent is a fork of it with its own session, tag and connections; the end of the
-    # run leaves no ruby process
+def test_two_agents_of_an_orm_are_forks_of_one_preloader_of_the_run_each_its_own_application(
+        orm: Driver, direct: Endpoint) -> None:
+    # as Puma or Unicorn fork a booted Rails application's workers, and gunicorn --preload a Python
+    # application's: the ORM is loaded once, in the run's preloader, and each agent is a fork of it with its
+    # own session, tag and connections; the end of the run leaves none of them running
     async def run() -> list[tuple[int, int]]:
         clients: list[AgentClient] = []
         try:
             for label in "AB":  # held together: two agents
-                client = await connect(activerecord, label, direct)
+                client = await connect(orm, label, direct)
                 assert isinstance(client, AgentClient)
                 clients.append(client)
             return [(client.agent_pid, int(str((await client.query("SELECT pg_backend_pid()"))[0][0])))
@@ -237,10 +239,9 @@ def test_two_activerecord_agents_of_a_run_are_forks_of_one_preloader_each_its_ow
     seen = asyncio.run(run())
     [(agent_a, backend_a), (agent_b, backend_b)] = seen
     assert agent_a != agent_b and backend_a != backend_b, seen
-    parents = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in (agent_a, agent_b)}
-    assert len(parents) == 1 and os.getpid() not in parents, parents
+    parents = {parent_of(Path(f"/proc/{pid}/stat").read_text()) for pid in (agent_a, agent_b)}
+    assert parents == {p.proc.pid for p in process._preloaders.values() if p is not None}, parents
     [preloader] = parents
-    assert Path(f"/proc/{preloader}/cmdline").read_bytes().startswith(b"leakcheck-activerecord-preloader")
     assert all(os.getsid(pid) == pid for pid in (agent_a, agent_b))
     agents.stop_all()
     assert running([agent_a, agent_b, preloader]) == []

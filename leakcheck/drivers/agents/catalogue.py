@@ -82,8 +82,9 @@ CARGO_ENV = (("CARGO_HOME", "{cache}/cargo"), ("CARGO_TARGET_DIR", "{cache}/targ
 
 #: What the Rust agents share (the protocol's failures, answers and hello), beside their main.rs
 RUST_PROTOCOL = "../sqlx/protocol.rs"
-#: What the Python ORM agents share (the request loop, answers, hello, the harness ops, cancel), beside their agent.py
-PYTHON_PROTOCOL = "../django/protocol.py"
+#: What the Python ORM agents share (the request loop, answers, hello, the harness ops, cancel), beside their agent.py,
+#: and their preloader (as gunicorn --preload: each agent a fork of one process that imported it)
+PYTHON_SHARED = ("../django/protocol.py", "../django/preload.py")
 #: What the Ruby agents share (failure answers, the request loop, typed values, notifications), beside their agent.rb
 RUBY_PROTOCOL = "../ruby-pg/protocol.rb"
 
@@ -107,9 +108,10 @@ GO_ENV = (("GOMODCACHE", "{cache}/gomod"), ("GOCACHE", "{cache}/gocache"), ("GOT
 
 
 #: The ORM agents' psycopg (the one leakcheck itself uses), pinned with what pip brought with it, and
-#: how a venv agent starts (install.py makes {dir}/venv with Debian's python3).
+#: how a venv agent starts (install.py makes {dir}/venv with Debian's python3), and its preloader.
 _PSYCOPG = ("psycopg==3.3.9", "psycopg-binary==3.3.9", "typing_extensions==4.16.0")
 _VENV = ("{dir}/venv/bin/python", "{dir}/agent.py")
+_VENV_PRELOAD = (*_VENV, "--preload", "{fd}")
 
 
 #: A driver that speaks protocol 3.0 only (its startup packet asks for 3.0, with no setting for another).
@@ -335,10 +337,11 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="django",
             language="python",
-            sources=("agent.py", PYTHON_PROTOCOL),
+            sources=("agent.py", *PYTHON_SHARED),
             apt=("python3-venv",),
             pip=("Django==5.2.19", "asgiref==3.13.0", "sqlparse==0.6.1", *_PSYCOPG),
             run=_VENV,
+            preload=_VENV_PRELOAD,
             settings=(
                 ("DISABLE_SERVER_SIDE_CURSORS", "false"),
                 ("CONN_MAX_AGE", "0"),
@@ -359,10 +362,11 @@ CATALOGUE: tuple[Shipped, ...] = (
         AgentSpec(
             id="sqlalchemy",
             language="python",
-            sources=("agent.py", PYTHON_PROTOCOL),
+            sources=("agent.py", *PYTHON_SHARED),
             apt=("python3-venv",),
             pip=("SQLAlchemy==2.1.9", *_PSYCOPG),
             run=_VENV,
+            preload=_VENV_PRELOAD,
             settings=(("pool_pre_ping", "false"), ("poolclass", "QueuePool"), ("prepare_threshold", "5"),
                       ("options", "")),
         ),

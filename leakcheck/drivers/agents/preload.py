@@ -1,15 +1,18 @@
 """A preloader: one booted process of an agent that forks the run's agents of that driver
-(docs/agent-protocol.md, "Preloaded agents"), as Puma or Unicorn fork a Rails application's workers.
+(docs/agent-protocol.md, "Preloaded agents"), as Puma or Unicorn fork a Rails application's workers and
+gunicorn --preload a Python application's.
 
-A driver whose spec has `preload` (ActiveRecord: Rails, ActiveRecord and ruby-pg take a quarter of a
-second of CPU to load) gets one per run, started with the first agent: its requires are loaded once, and
-each agent is still a process of its own (a fork: its own session and process group, its own
-connections). It is told what to do on a SOCK_SEQPACKET socket leakcheck keeps the other end of: a fork
-request carries the new agent's stdin, stdout and stderr (SCM_RIGHTS) and its tag, and is answered with
-its pid once it leads its own session; a reap request collects a child's exit status (a child stays a
-zombie until then, so the pid stop() signals stays its own). The end of that socket (leakcheck ended)
-ends the preloader; it carries the run's tag, so the end of a run and the next run's sweep end it and
-every fork of it (a fork's /proc environ is its parent's: the preloader's tag) as they end agents.
+A driver whose spec has `preload` gets one per run, started with the first agent: the agent's imports are
+loaded once (ActiveRecord's Rails, ActiveRecord and ruby-pg take a quarter of a second of CPU, Django's or
+SQLAlchemy's with psycopg 0.3-0.4 s), and each agent is still a process of its own (a fork: its own session
+and process group, its own connections). The preloaders (activerecord/preload.rb, django/preload.py) speak
+one protocol, read here. It is told what to do on a SOCK_SEQPACKET socket leakcheck keeps the other end
+of: a fork request carries the new agent's stdin, stdout and stderr (SCM_RIGHTS) and its tag, and is
+answered with its pid once it leads its own session; a reap request collects a child's exit status (a
+child stays a zombie until then, so the pid stop() signals stays its own). The end of that socket
+(leakcheck ended) ends the preloader; it carries the run's tag, so the end of a run and the next run's
+sweep end it and every fork of it (a fork's /proc environ is its parent's: the preloader's tag) as they
+end agents.
 """
 
 from __future__ import annotations

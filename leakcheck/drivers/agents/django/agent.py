@@ -122,4 +122,4 @@ class Agent(protocol.Agent):
 
 
 if __name__ == "__main__":
-    protocol.serve(Agent())
+    protocol.main(Agent)

@@ -10,7 +10,8 @@ agent protocol 1 (docs/agent-protocol.md) over the psycopg 3 connection under th
 - cancel: psycopg's cancel_safe(); after each answer, psycopg's notifies(timeout=0) and parameter_status.
 
 Each agent's ORM code (connect, close, and the ops the ORM runs: prepared, free, begin, commit, rollback)
-stays in its agent.py, a subclass of Agent.
+stays in its agent.py, a subclass of Agent; its `main` starts it, or with `--preload FD` its preloader
+(preload.py: one process a run that imported the agent, each agent a fork of it).
 """
 
 from __future__ import annotations
@@ -21,10 +22,16 @@ import math
 import queue
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.types.string import TextLoader
+
+if TYPE_CHECKING:  # run from the agent's folder, beside this file (drivers/agents/install.py)
+    import leakcheck.drivers.agents.django.preload as preload
+else:
+    import preload
 
 #: ParameterStatus names PostgreSQL reports.
 REPORTED = ("application_name", "client_encoding", "DateStyle", "default_transaction_read_only", "in_hot_standby",
@@ -194,3 +201,12 @@ def serve(agent: Agent) -> None:
         if request.get("op") == "exit":
             break
     agent.close()
+
+
+def main(agent: Callable[[], Agent]) -> None:
+    """The agent's process: one `agent()` serving stdin; with `--preload FD` the driver's preloader, each
+    agent a fork of this process that serves its own (preload.py)."""
+    if sys.argv[1:2] == ["--preload"]:
+        preload.serve(int(sys.argv[2]), lambda: serve(agent()))
+    else:
+        serve(agent())

@@ -27,6 +27,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy
+import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401 (create_engine's: loaded as an app's engine at import)
 from sqlalchemy import URL, create_engine, text
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool, QueuePool
@@ -119,4 +120,4 @@ class Agent(protocol.Agent):
 
 
 if __name__ == "__main__":
-    protocol.serve(Agent())
+    protocol.main(Agent)
