@@ -411,7 +411,9 @@ CATALOGUE: tuple[Shipped, ...] = (
     ),
     # Spring Boot 4 + Hibernate ORM 7 + HikariCP + pgjdbc (Maven Central: pom.xml names Spring Boot's parent,
     # which manages the others' versions). A Hibernate native query is a PreparedStatement pgjdbc names S_n
-    # from its prepareThreshold-th run of the text; pgjdbc's Agent.java is compiled beside it (JSON, rows)
+    # from its prepareThreshold-th run of the text; pgjdbc's Agent.java is compiled beside it (JSON, rows).
+    # The agent keeps SCRAM's SaltedPassword per password, salt and rounds (RFC 5802 5.1): C1 has no SHA-256
+    # intrinsic, and every connect is still a full SCRAM login
     replace(
         _PGJDBC,
         spec=replace(
