@@ -34,6 +34,8 @@ JUNIXSOCKET_JAR = "/usr/share/java/junixsocket-common.jar"
 MAVEN_LIB = ("mvn", "-B", "-q", "-Dstyle.color=never", "-Dmaven.repo.local={cache}/m2", "dependency:copy-dependencies",
              "-DoutputDirectory={dir}/lib", "-DincludeScope=runtime", "-Dmdep.stripVersion=true")
 
+#: Every JVM agent (Agent.java's KeptSaltedPasswords) keeps SCRAM's SaltedPassword per password, salt and rounds, as
+#: RFC 5802 5.1 lets a client: C1 has no SHA-256 intrinsic (~13 ms of CPU a login); every connect is a full login.
 #: A JVM agent's class-data archive (Java's AppCDS): the build runs it once with ArchiveClassesAtExit to archive the
 #: classes it loads (Agent.java's loadJarOf: every class of the driver's jar, and for hibernate what Spring Boot and
 #: Hibernate load at boot), and each start maps them instead of reading and verifying them again. The archive takes
@@ -412,8 +414,8 @@ CATALOGUE: tuple[Shipped, ...] = (
     # Spring Boot 4 + Hibernate ORM 7 + HikariCP + pgjdbc (Maven Central: pom.xml names Spring Boot's parent,
     # which manages the others' versions). A Hibernate native query is a PreparedStatement pgjdbc names S_n
     # from its prepareThreshold-th run of the text; pgjdbc's Agent.java is compiled beside it (JSON, rows).
-    # The agent keeps SCRAM's SaltedPassword per password, salt and rounds (RFC 5802 5.1): C1 has no SHA-256
-    # intrinsic, and every connect is still a full SCRAM login
+    # Like pgjdbc's, the agent keeps SCRAM's SaltedPassword per password, salt and rounds (RFC 5802 5.1): C1 has
+    # no SHA-256 intrinsic, and every connect is still a full SCRAM login
     replace(
         _PGJDBC,
         spec=replace(

@@ -13,12 +13,6 @@
 // cancelQuery with the connection's key when nothing runs. The application (SpringApplication, Hibernate's
 // EntityManagerFactory) boots at the first request that needs JPA.
 
-import java.security.InvalidKeyException;
-import java.security.NoSuchAlgorithmException;
-import java.security.Provider;
-import java.security.Security;
-import java.security.spec.InvalidKeySpecException;
-import java.security.spec.KeySpec;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
@@ -27,13 +21,8 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
 
-import javax.crypto.SecretKey;
-import javax.crypto.SecretKeyFactory;
-import javax.crypto.SecretKeyFactorySpi;
-import javax.crypto.spec.PBEKeySpec;
 import javax.sql.DataSource;
 
 import com.zaxxer.hikari.HikariConfig;
@@ -92,62 +81,6 @@ public class HibernateAgent {
         Refused(String kind, String message) { super(message); this.kind = kind; }
     }
 
-    /**
-     * SCRAM's SaltedPassword (PBKDF2 with HMAC-SHA-256: 4096 rounds by default), kept per password, salt, rounds
-     * and length, as RFC 5802 (section 5.1) lets a client keep it for the next login to the same server, which
-     * offers the same salt: each login still runs SCRAM in full, its messages the same bytes. pgjdbc derives it
-     * afresh at every login through this JCE algorithm; the agent's JVM compiles with C1 only (its boot is most of
-     * its cost), which has no SHA-256 intrinsic: ~13 ms of CPU a login where an application's C2 takes ~1 ms.
-     */
-    static final class KeptSaltedPasswords extends Provider {
-        private static final String ALGORITHM = "PBKDF2WithHmacSHA256";
-        private static final Map<List<Object>, byte[]> KEPT = new ConcurrentHashMap<>();
-
-        KeptSaltedPasswords() {
-            super("leakcheck-scram", "1", ALGORITHM + " kept per (password, salt, rounds, length)");
-            putService(new Service(this, "SecretKeyFactory", ALGORITHM, KeptSaltedPasswords.class.getName(), null, null) {
-                @Override
-                public Object newInstance(Object parameter) {
-                    return new Factory();
-                }
-            });
-        }
-
-        private static final class Factory extends SecretKeyFactorySpi {
-            @Override
-            protected SecretKey engineGenerateSecret(KeySpec spec) throws InvalidKeySpecException {
-                if (!(spec instanceof PBEKeySpec)) throw new InvalidKeySpecException("not a PBEKeySpec");
-                PBEKeySpec pbe = (PBEKeySpec) spec;
-                List<Object> key = List.of(new String(pbe.getPassword()), java.util.HexFormat.of().formatHex(pbe.getSalt()),
-                        pbe.getIterationCount(), pbe.getKeyLength());
-                byte[] derived = KEPT.get(key);
-                if (derived == null) {
-                    derived = sunJce().generateSecret(spec).getEncoded();
-                    KEPT.put(key, derived);
-                }
-                return new javax.crypto.spec.SecretKeySpec(derived, ALGORITHM);
-            }
-
-            @Override
-            protected KeySpec engineGetKeySpec(SecretKey key, Class<?> spec) throws InvalidKeySpecException {
-                return sunJce().getKeySpec(key, spec);
-            }
-
-            @Override
-            protected SecretKey engineTranslateKey(SecretKey key) throws InvalidKeyException {
-                return sunJce().translateKey(key);
-            }
-
-            private static SecretKeyFactory sunJce() {
-                try {
-                    return SecretKeyFactory.getInstance(ALGORITHM, "SunJCE");
-                } catch (NoSuchAlgorithmException | java.security.NoSuchProviderException e) {
-                    throw new IllegalStateException(e);
-                }
-            }
-        }
-    }
-
     @Bean
     DataSource dataSource() {
         return SOURCE;
@@ -177,7 +110,7 @@ public class HibernateAgent {
         // warnings only, as Spring Boot's logging.level.root below (logback's own default is DEBUG, until it boots)
         ((ch.qos.logback.classic.Logger) org.slf4j.LoggerFactory.getLogger(org.slf4j.Logger.ROOT_LOGGER_NAME))
                 .setLevel(ch.qos.logback.classic.Level.WARN);
-        Security.insertProviderAt(new KeptSaltedPasswords(), 1);
+        Agent.keepSaltedPasswords();
         HibernateAgent agent = new HibernateAgent();
         if (args.length > 0 && args[0].equals("--boot-and-exit")) { // the build's class-data archive run
             agent.boot();

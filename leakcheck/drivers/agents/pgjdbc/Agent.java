@@ -15,6 +15,12 @@ import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.net.URISyntaxException;
 import java.nio.charset.StandardCharsets;
+import java.security.InvalidKeyException;
+import java.security.NoSuchAlgorithmException;
+import java.security.Provider;
+import java.security.Security;
+import java.security.spec.InvalidKeySpecException;
+import java.security.spec.KeySpec;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
@@ -30,12 +36,18 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import java.util.jar.JarEntry;
 import java.util.jar.JarFile;
+
+import javax.crypto.SecretKey;
+import javax.crypto.SecretKeyFactory;
+import javax.crypto.SecretKeyFactorySpi;
+import javax.crypto.spec.PBEKeySpec;
 
 import org.postgresql.PGConnection;
 import org.postgresql.PGNotification;
@@ -64,12 +76,74 @@ public final class Agent {
         Usage(String message) { super(message); }
     }
 
+    /**
+     * SCRAM's SaltedPassword (PBKDF2 with HMAC-SHA-256: 4096 rounds by default), kept per password, salt, rounds
+     * and length, as RFC 5802 (section 5.1) lets a client keep it for the next login to the same server, which
+     * offers the same salt: each login still runs SCRAM in full, its messages the same bytes. pgjdbc derives it
+     * afresh at every login through this JCE algorithm; the agents' JVMs compile with C1 only (their start is most
+     * of their cost), which has no SHA-256 intrinsic: ~13 ms of CPU a login where an application's C2 takes ~1 ms.
+     */
+    static final class KeptSaltedPasswords extends Provider {
+        private static final String ALGORITHM = "PBKDF2WithHmacSHA256";
+        private static final Map<List<Object>, byte[]> KEPT = new ConcurrentHashMap<>();
+
+        KeptSaltedPasswords() {
+            super("leakcheck-scram", "1", ALGORITHM + " kept per (password, salt, rounds, length)");
+            putService(new Service(this, "SecretKeyFactory", ALGORITHM, KeptSaltedPasswords.class.getName(), null, null) {
+                @Override
+                public Object newInstance(Object parameter) {
+                    return new Factory();
+                }
+            });
+        }
+
+        private static final class Factory extends SecretKeyFactorySpi {
+            @Override
+            protected SecretKey engineGenerateSecret(KeySpec spec) throws InvalidKeySpecException {
+                if (!(spec instanceof PBEKeySpec)) throw new InvalidKeySpecException("not a PBEKeySpec");
+                PBEKeySpec pbe = (PBEKeySpec) spec;
+                List<Object> key = List.of(new String(pbe.getPassword()), java.util.HexFormat.of().formatHex(pbe.getSalt()),
+                        pbe.getIterationCount(), pbe.getKeyLength());
+                byte[] derived = KEPT.get(key);
+                if (derived == null) {
+                    derived = sunJce().generateSecret(spec).getEncoded();
+                    KEPT.put(key, derived);
+                }
+                return new javax.crypto.spec.SecretKeySpec(derived, ALGORITHM);
+            }
+
+            @Override
+            protected KeySpec engineGetKeySpec(SecretKey key, Class<?> spec) throws InvalidKeySpecException {
+                return sunJce().getKeySpec(key, spec);
+            }
+
+            @Override
+            protected SecretKey engineTranslateKey(SecretKey key) throws InvalidKeyException {
+                return sunJce().translateKey(key);
+            }
+
+            private static SecretKeyFactory sunJce() {
+                try {
+                    return SecretKeyFactory.getInstance(ALGORITHM, "SunJCE");
+                } catch (NoSuchAlgorithmException | java.security.NoSuchProviderException e) {
+                    throw new IllegalStateException(e);
+                }
+            }
+        }
+    }
+
+    /** Puts KeptSaltedPasswords ahead of SunJCE's PBKDF2 (the pgjdbc, pgjdbc-maven and hibernate agents). */
+    static void keepSaltedPasswords() {
+        Security.insertProviderAt(new KeptSaltedPasswords(), 1);
+    }
+
     public static void main(String[] args) throws Exception {
         if (args.length > 0 && args[0].equals("--load-and-exit")) {
             loadJarOf(org.postgresql.Driver.class);
             System.exit(0);
         }
         if (args.length > 0) driver = args[0];
+        keepSaltedPasswords();
         Agent agent = new Agent();
         serve(agent::answer, agent::cancel);
         agent.close();
