@@ -308,6 +308,21 @@ def test_tokio_postgres_says_its_process_named_a_statement_once_its_driver_wrote
                     "a SET": False, "a transaction": False, "a query of a type not built in": True}
 
 
+def test_tokio_postgres_says_named_after_a_prepare_its_driver_failed_before_writing_a_parse(
+    spec: AgentSpec, built: Path, server: Endpoint
+) -> None:
+    if spec.id != "tokio-postgres":
+        pytest.skip("only tokio-postgres's agent says `named`: its names count over the process")
+    agent = Agent(spec, built)  # its prepare takes s<N> first, then fails to encode the Parse (a NUL in the text)
+    try:
+        assert ok(agent.connect(server, {}))["named"] is False
+        failed = agent("prepared", sql="SELECT 1\u0000", times=1)
+        assert (failed["ok"], failed.get("named")) == (False, True), failed
+        assert agent("close").get("named") is True
+    finally:
+        agent.stop()
+
+
 def test_two_agents_never_share_a_process_or_a_session(spec: AgentSpec, built: Path, server: Endpoint) -> None:
     a, b = Agent(spec, built), Agent(spec, built)
     try:

@@ -51,7 +51,12 @@ impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Self {
         match e.as_db_error() {
             Some(db) => Failure::driver(db.code().code(), "tokio_postgres::error::DbError", db.message()),
-            None => Failure::driver(if e.is_closed() { "08006" } else { "" }, "tokio_postgres::Error", &e.to_string()),
+            None => {
+                // the driver failed, not the server: a prepare may have taken its s<N> before its Parse was
+                // written (encoding, a closed connection), so this process no longer says its counter is fresh
+                NAMED.store(true, Ordering::SeqCst);
+                Failure::driver(if e.is_closed() { "08006" } else { "" }, "tokio_postgres::Error", &e.to_string())
+            }
         }
     }
 }
@@ -97,6 +102,10 @@ async fn socket(host: &str, port: u16) -> std::io::Result<Box<dyn Io>> {
     Err(last)
 }
 
+/// The frontend messages' type bytes tokio-postgres writes (Parse, Bind, Describe, Execute, Sync, Query, Close,
+/// Flush, Terminate, CopyData, CopyDone, CopyFail, and the password and SASL responses).
+const FRONTEND: &[u8] = b"PBDESQCHXdcfp";
+
 /// A connection's socket, with what the driver writes on it read as frontend messages as it goes: a Parse
 /// with a name sets NAMED. The first message (the startup packet) has no type byte; every later one has.
 struct Watched {
@@ -125,6 +134,9 @@ impl Watched {
                 if self.head.len() == size {
                     let length = u32::from_be_bytes(self.head[size - 4..].try_into().unwrap()) as usize;
                     self.parse = self.typed && self.head[0] == b'P';
+                    if length < 4 || (self.typed && !FRONTEND.contains(&self.head[0])) {
+                        NAMED.store(true, Ordering::SeqCst); // lost track of the messages: no longer says fresh
+                    }
                     self.left = length.saturating_sub(4);
                     self.typed = true;
                     self.head.clear();
