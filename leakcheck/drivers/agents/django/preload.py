@@ -64,7 +64,12 @@ def spawn(link: socket.socket, fds: list[int], tag: str, agent: Callable[[], Non
     if len(fds) != 3:
         return f"error: fork takes 3 descriptors, got {len(fds)}"
     ready, made = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(ready)
+        os.close(made)
+        raise
     if pid == 0:
         code = 1
         try:
