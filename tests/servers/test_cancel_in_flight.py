@@ -1,6 +1,8 @@
 """A pool reset while PgBouncer still forwards a cancel request: PgBouncer 1.18.0 crashed on the KILL
 (`FATAL @src/objects.c:1052 in function disconnect_client(): bad client state: 1`, pgbouncer#801, fixed
-in 1.19.1 by #846), which is what turned pgx's cells on 1.18 into errors after cancel_own.
+in 1.19.1 by #846), which is what turned pgx's cells on 1.18 into errors after cancel_own. And a cancel
+connection its client ends while PgBouncer 1.18.0 still forwards the request crashes it the same way
+(`bad client state: 0`): pgx's agents gave up on theirs after 5 s (cancel_late on the session route).
 
 Real servers: the test's own PostgreSQL, stopped (SIGSTOP) so that a cancel PgBouncer forwards to it stays
 in flight (the kernel accepts the connection; nobody answers), and continued by a timer.
@@ -19,12 +21,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from leakcheck.model.errors import StartError
-from leakcheck.model.pool_settings import PoolSettings
+from leakcheck.drivers.agents.catalogue import shipped
+from leakcheck.drivers.agents.install import installed
+from leakcheck.drivers.agents.process import AgentProcess
+from leakcheck.model.errors import LeakcheckError, StartError
+from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import parse_spec
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.host.system import ServerUser, cache_root
@@ -47,6 +53,14 @@ def _postmaster(postgres: PgServer) -> int:
 def _in_flight(endpoint: Endpoint) -> int:
     with admin.connect(endpoint) as console:
         return admin.cancels_in_flight(console)
+
+
+def _settled_or_gone(endpoint: Endpoint) -> bool:
+    """PgBouncer forwards no cancel request, or its console does not answer (its log then says why)."""
+    try:
+        return _in_flight(endpoint) == 0
+    except psycopg.Error:
+        return True
 
 
 def _sleeping(direct: Endpoint) -> int:
@@ -137,3 +151,58 @@ def test_a_cancel_still_in_flight_after_the_bound_fails_the_reset_with_one_line_
         assert "still forwarded 1 cancel request(s)" in message and "\n" not in message, message
         assert bouncer.ended() is None and "FATAL" not in bouncer.log_text(), bouncer.log_text()[-2000:]
         bouncer.reset()  # PostgreSQL continued: the cancel completed, the next reset goes through
+
+
+#: Seconds PostgreSQL stays stopped while PgBouncer forwards an agent's cancel: more than the 5 s pgx's agents
+#: gave their CancelRequest before, less than pgx's own bound (15 s).
+HOLD = 6.0
+
+
+def test_pgx_agents_wait_while_pgbouncer_118_forwards_their_cancel_and_pgbouncer_survives(
+    postgres: PgServer, user: ServerUser
+) -> None:
+    # Session mode: A's connection, idle once its first statement ran, stays linked to its server, so PgBouncer
+    # 1.18 forwards a cancel with A's key (cancel_late's A); PostgreSQL, stopped, leaves it in flight HOLD seconds.
+    agents: list[AgentProcess] = []
+    binary = resolve_bouncer(parse_spec("1.18", "--bouncer"), cache_root())
+    pid = _postmaster(postgres)
+    try:
+        for driver in ("pgx", "pgx-v5"):
+            found = shipped(driver)
+            assert found is not None
+            try:
+                agents.append(installed(found.spec).start(preloaded=False))
+            except LeakcheckError as exc:
+                pytest.skip(f"the {driver} agent: {exc}")
+        with BouncerProcess(binary, PoolSettings(PoolMode.SESSION, 2), postgres.endpoint(), user) as bouncer:
+            at = bouncer.endpoint()
+            for agent in agents:
+                assert agent.request("connect", host=at.host, port=at.port, user=at.user, password=at.password,
+                                     dbname=at.dbname, settings={})["ok"] is True
+                assert agent.request("query", sql="SELECT 1")["rows"] == [[1]]  # now linked to its server
+            answers: dict[str, dict[str, Any]] = {}
+
+            def cancel(agent: AgentProcess) -> None:
+                answers[agent.driver] = agent.request("cancel")
+
+            asking = [threading.Thread(target=cancel, args=(agent,)) for agent in agents]
+            resume = threading.Timer(HOLD, os.kill, (pid, signal.SIGCONT))
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                resume.start()
+                for each in asking:
+                    each.start()
+                for each in asking:
+                    each.join(3 * BOUND)
+            finally:
+                resume.cancel()
+                os.kill(pid, signal.SIGCONT)
+            _until(lambda: _settled_or_gone(bouncer.endpoint()), "PgBouncer never finished forwarding the cancels")
+            assert bouncer.ended() is None and "FATAL" not in bouncer.log_text(), bouncer.log_text()[-2000:]
+            for agent in agents:  # the peer closed the connection: PostgreSQL acted on the request
+                assert answers.get(agent.driver, {}).get("closed") is True, answers
+            bouncer.reset()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        for agent in agents:
+            agent.stop()

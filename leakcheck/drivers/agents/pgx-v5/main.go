@@ -61,7 +61,7 @@ func (a *agent) cancel(id any) answer {
 	if conn == nil {
 		return a.failure(id, usage{"usage", "not connected: send connect first"})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cancelWait)
 	defer cancel()
 	if err := conn.PgConn().CancelRequest(ctx); err != nil {
 		return a.failure(id, err)

@@ -55,7 +55,7 @@ func (a *agent) cancel(id any) answer {
 	// Nothing runs: pgconn's CancelRequest sends this connection's key all the same, and returns once it
 	// read the peer's end of the cancel connection (io.EOF): closed. (A running query's context cancel
 	// above has pgconn send it from a goroutine: not closed.)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cancelWait)
 	defer cancel()
 	if err := a.conn.PgConn().CancelRequest(ctx); err != nil {
 		return a.failure(id, err)

@@ -22,6 +22,12 @@ var reported = []string{"application_name", "client_encoding", "DateStyle", "def
 	"server_encoding", "server_version", "session_authorization", "standard_conforming_strings", "TimeZone",
 	"pgbouncer.version", "pgbouncer.pool_mode", "pgbouncer.max_prepared_statements"}
 
+// cancelWait bounds the agent's CancelRequest, which returns once the peer closed the cancel connection: pgconn's
+// own bound for the cancel it sends when a query's context ends (asyncClose, v4 and v5). Given up sooner, pgconn
+// closes that connection while a pooler may still forward the request, and PgBouncer 1.18.0 then exits
+// (pgbouncer#801): the agent's 5 s, on a loaded machine, did so (cancel_late on the session route).
+const cancelWait = 15 * time.Second
+
 type request struct {
 	ID       any               `json:"id"`
 	Op       string            `json:"op"`
