@@ -56,9 +56,12 @@ def _in_flight(endpoint: Endpoint) -> int:
 
 
 def _settled_or_gone(endpoint: Endpoint) -> bool:
-    """PgBouncer forwards no cancel request, or its console does not answer (its log then says why)."""
+    """PgBouncer holds no cancel request and no connection it forwards one on (SHOW POOLS), or its console does
+    not answer (its log then says why)."""
+    counts = ("cl_active_cancel_req", "cl_waiting_cancel_req", "sv_active_cancel")
     try:
-        return _in_flight(endpoint) == 0
+        with admin.connect(endpoint) as console:
+            return not any(int(row.get(name) or 0) for row in admin.execute(console, "SHOW POOLS") for name in counts)
     except psycopg.Error:
         return True
 
