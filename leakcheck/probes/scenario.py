@@ -65,6 +65,9 @@ LOOP_QUIET = 0.5
 #: (`_end_loop`): a call that returns leaves its agent to the slot's next probe, instead of a new agent started
 #: there (ActiveRecord's boot); one that does not is left as before (its agent is stopped when its client closes).
 LOOP_END = 1.0
+#: Seconds between looks, while a client's call waits (from LOOP_WATCH on), at whether the pool is held for another
+#: client's open transaction with nothing that could end it before STEP_BOUND (`_held_kept`).
+HELD_LOOK = 0.2
 
 
 def looping(runs: set[tuple[ServerId, str]], at_least: int) -> str | None:
@@ -141,6 +144,9 @@ class Scenario:
     _held_open: set[ServerId] = field(default_factory=set)
     _writes: int = 0
     _last_prepared: dict[str, str] = field(default_factory=dict)
+    #: a statement of the clients named a timeout (a session's own timer may end a transaction the pool is held by)
+    _timers_named: bool = False
+    _transaction_timers: list[str] | None = None  #: PostgreSQL's, read at the first look (`_held_kept`)
     _read: set[int] = field(default_factory=set)  #: the writes read back (ids of their Write)
     _present: set[str] = field(default_factory=set)  #: the rows read back that were there
 
@@ -157,6 +163,7 @@ class Scenario:
     def tagged(self, client: Client, sql: str) -> str:
         """The statement as the client sends it: with the comment the witness finds it by (refused when the
         server would cut that comment off in pg_stat_activity: `Witness.fits`)."""
+        self._timers_named = self._timers_named or "timeout" in sql.lower()
         text = f"{sql} {tag(self.token, client.label)}"
         return self.witness.fits(text) if self.witness is not None else text
 
@@ -228,15 +235,18 @@ class Scenario:
         while the call still waits; the call is then cancelled, and left after CANCEL_GRACE if its driver does
         not let it go (psycopg 3.1's COPY waits for a server that never answers). Before the bound, from
         LOOP_WATCH on, the witness counts the runs of the client's statements since the call began: LOOP_RUNS of
-        them is its driver's loop (`looping`), a stall measured then instead of at the bound."""
+        them is its driver's loop (`looping`), a stall measured then instead of at the bound; and every HELD_LOOK
+        seconds whether the stall the bound would find is known already (`_held_kept`)."""
         task = asyncio.ensure_future(call)
         loop = asyncio.get_running_loop()
         began = loop.time()
-        done, _ = await asyncio.wait({task}, timeout=STEP_BOUND if self.witness is None else LOOP_WATCH)
+        await asyncio.wait({task}, timeout=STEP_BOUND if self.witness is None else LOOP_WATCH)
         runs: set[tuple[ServerId, str]] = set()
         looped: str | None = None
+        kept: str | None = None
         grew = began  # when the count last grew
-        while task not in done and self.witness is not None and (left := began + STEP_BOUND - loop.time()) > 0:
+        held_look = began  # when the pool was last looked at
+        while not task.done() and self.witness is not None and (left := began + STEP_BOUND - loop.time()) > 0:
             seen = self.witness.runs(tag(self.token, client.label), loop.time() - began)
             if not seen <= runs:
                 grew = loop.time()
@@ -244,13 +254,20 @@ class Scenario:
             looped = looping(runs, LOOP_RUNS)
             if looped is not None:
                 break
+            if loop.time() - held_look >= HELD_LOOK:
+                held_look = loop.time()
+                kept = await self._held_kept()
+                if kept is not None and not task.done() and self._held():
+                    break
+                kept = None  # (or let go meanwhile: the call waits on)
             quiet = loop.time() - grew
             look = LOOP_AGAIN if quiet < LOOP_BURST else LOOP_LOOK if quiet < LOOP_QUIET else LOOP_IDLE_LOOK
-            done, _ = await asyncio.wait({task}, timeout=min(left, look))
-        if task in done:
+            await asyncio.wait({task}, timeout=min(left, look))
+        if task.done():  # returned, even during the last look: its result, never a stall
             return task.result()
         try:
-            self._stalled(client, step, looped and f"{looped} within {loop.time() - began:.1f} s")
+            took = f"{loop.time() - began:.1f} s"
+            self._stalled(client, step, looped and f"{looped} within {took}", kept and f"{took} ({kept})")
         finally:
             try:
                 if looped is not None:  # measured (Stalled is raised): the loop is ended, not only left
@@ -277,16 +294,43 @@ class Scenario:
                 return
             await asyncio.wait({task}, timeout=min(left, LOOP_LOOK))
 
-    def _stalled(self, client: Client, step: str, looped: str | None = None) -> None:
-        """After a step ran out of time, or its driver was seen looping (`looped`: the runs counted): when a
+    async def _held_kept(self) -> str | None:
+        """The pool stall STEP_BOUND would find (`_stalled`), known now, in words (else None): a server connection
+        this scenario's clients used sits in a transaction nobody ended, reading its client's next message, and
+        the route says the pooler keeps it for that client while another waits in a full pool, with no timer of
+        its own within STEP_BOUND (Scenario.pool_kept); PostgreSQL has no timer that ends an idle transaction,
+        and no statement of the clients named a timeout. Nothing but the holding client could end that
+        transaction, and the probe sends it nothing while this call waits."""
+        witness = self.witness
+        if witness is None or self.pool_kept is None or self._timers_named:
+            return None
+        held = {server for server, _ in witness.holding({p.server for p in self.proofs}, reading=True)
+                if server not in self._held_open}
+        if not held:
+            return None
+        if self._transaction_timers is None:
+            self._transaction_timers = witness.transaction_timers()
+        if self._transaction_timers:
+            return None
+        return await self.pool_kept({server.pid for server in held}, STEP_BOUND)
+
+    def _held(self) -> list[tuple[ServerId, str]]:
+        """The server connections this scenario's clients used that sit in a transaction nobody ended (and their
+        state), those it keeps open on purpose aside."""
+        assert self.witness is not None
+        return [(server, state) for server, state in self.witness.holding({p.server for p in self.proofs})
+                if server not in self._held_open]
+
+    def _stalled(self, client: Client, step: str, looped: str | None = None, kept: str | None = None) -> None:
+        """After a step ran out of time, or its driver was seen looping (`looped`: the runs counted), or the
+        stall was known before (`kept`: how long it waited, and the pooler's word): when a
         server connection this scenario's clients used sits in a transaction nobody ended, the pool stalled (an
         outcome: Stalled, and the harness ends that backend); when the client's own driver kept sending
         statements all along, its call never returns (a retry loop: Stalled too); else the step was only
         slow, and the timeout stays an error."""
         if self.witness is None:
             return
-        held = [(server, state) for server, state in self.witness.holding({p.server for p in self.proofs})
-                if server not in self._held_open]
+        held = self._held()
         if not held:
             if looped is not None:
                 raise Stalled(f"{client.label}'s {step!r} did not return while its driver ran {looped}: a loop, "
@@ -303,7 +347,7 @@ class Scenario:
         last = {p.server: p for p in self.proofs}
         who = "; ".join(f"{server} stayed {state} after {last[server].client}'s {last[server].step!r}"
                         for server, state in held)
-        waited = f"{STEP_BOUND:.0f} s" if looped is None else f"while its driver ran {looped}"
+        waited = kept or (f"{STEP_BOUND:.0f} s" if looped is None else f"while its driver ran {looped}")
         raise Stalled(f"{client.label}'s {step!r} waited {waited} for a server connection: {who}: the pool stalled")
 
     def _connected(self, client: Client, got: Attempt) -> bool:

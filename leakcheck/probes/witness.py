@@ -182,11 +182,14 @@ class Witness:
             raise ProbeError(f"the statement marked {marker} runs on {len(rows)} backends at once")
         return ServerId(int(rows[0][0]), str(rows[0][1])) if rows else None
 
-    def holding(self, servers: set[ServerId]) -> list[tuple[ServerId, str]]:
-        """Which of these backends sit in an open transaction (and its state): what a pool that stalled waits for."""
+    def holding(self, servers: set[ServerId], *, reading: bool = False) -> list[tuple[ServerId, str]]:
+        """Which of these backends sit in an open transaction (and its state): what a pool that stalled waits for.
+        `reading`: only those waiting to read their client's next message (wait event ClientRead: PostgreSQL
+        sent its ReadyForQuery)."""
+        waiting = " AND wait_event = 'ClientRead'" if reading else ""
         rows = self.conn.execute(
             f"SELECT {_IDENTITY}, state FROM pg_stat_activity WHERE state LIKE 'idle in transaction%%' "
-            "AND pid = ANY(%s)", ([s.pid for s in servers],)).fetchall()
+            f"AND pid = ANY(%s){waiting}", ([s.pid for s in servers],)).fetchall()
         return [(server, str(r[2])) for r in rows if (server := ServerId(int(r[0]), str(r[1]))) in servers]
 
     def idle(self, servers: set[ServerId]) -> list[ServerId]:
@@ -221,6 +224,16 @@ class Witness:
             "SELECT 'idle_session_timeout = ' || setting FROM pg_settings WHERE name = 'idle_session_timeout' "
             "AND setting <> '0' UNION ALL SELECT c FROM pg_db_role_setting, unnest(setconfig) AS c "
             "WHERE split_part(c, '=', 1) = 'idle_session_timeout'").fetchall()
+        return [str(r[0]) for r in rows]
+
+    def transaction_timers(self) -> list[str]:
+        """PostgreSQL's own timers that end a session idle in a transaction (idle_in_transaction_session_timeout,
+        and 17's transaction_timeout), where the server or a database or role setting gives it one."""
+        names = ("idle_in_transaction_session_timeout", "transaction_timeout")
+        rows = self.conn.execute(
+            "SELECT name || ' = ' || setting FROM pg_settings WHERE name = ANY(%s) AND setting <> '0' UNION ALL "
+            "SELECT c FROM pg_db_role_setting, unnest(setconfig) AS c WHERE split_part(c, '=', 1) = ANY(%s)",
+            (list(names), list(names))).fetchall()
         return [str(r[0]) for r in rows]
 
     def busy(self, server: ServerId) -> str | None:

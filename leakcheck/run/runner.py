@@ -223,7 +223,9 @@ async def _measure(
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect_b(where), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
-                        pool_kept=pool_kept(target, endpoint, witness),
+                        # (a startup parameter that names a timeout may set a timer on A's session)
+                        pool_kept=None if probe.startup and "timeout" in probe.startup[0] else pool_kept(
+                            target, endpoint, witness),
                         resets_configured=resets_after_transaction(target),
                         clients_are_agents=not (target.driver.native and b_app.driver.native))
     try:

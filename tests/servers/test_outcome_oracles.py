@@ -172,6 +172,30 @@ def test_a_client_waiting_for_a_server_another_clients_open_transaction_holds_is
     assert "the pool stalled" in got.evidence
 
 
+def test_a_stalled_pool_the_pooler_keeps_for_an_open_transaction_is_measured_on_its_word_not_at_the_bound(
+        measure: Measure) -> None:
+    async def body(s: Scenario) -> Observation:
+        return await _held_or_not(s, hold=True)
+
+    got = _measured(measure, body, "stalled_kept")  # STEP_BOUND as shipped (10 s)
+    assert got.verdict is Verdict.BREAKS and Fact.STALLED in got.facts, got.evidence
+    assert "the pool stalled" in got.evidence and "SHOW SERVERS showed pid" in got.evidence, got.evidence
+
+
+def test_a_stalled_pool_after_a_statement_that_names_a_timeout_is_measured_at_the_bound(
+        measure: Measure, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("leakcheck.probes.scenario.STEP_BOUND", 1.0)
+
+    async def body(s: Scenario) -> Observation:
+        # B's session may end an idle transaction by its own timer: the pooler's word is not enough then
+        await s.change(s.b, "SET a timer", "SET idle_in_transaction_session_timeout = '60s'")
+        return await _held_or_not(s, hold=True)
+
+    got = _measured(measure, body, "stalled_timer")
+    assert got.verdict is Verdict.BREAKS and Fact.STALLED in got.facts, got.evidence
+    assert "waited 1 s for a server connection" in got.evidence and "SHOW SERVERS" not in got.evidence, got.evidence
+
+
 def test_a_client_after_another_clients_ended_transaction_does_not_stall(
         measure: Measure, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("leakcheck.probes.scenario.STEP_BOUND", 1.0)

@@ -44,6 +44,11 @@ from leakcheck.provision.host.timing import timed
 
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
 CLOSE_TIMEOUT = 5.0
+#: Seconds a client's close waits for the answer to a call the harness gave up on before the agent is stopped
+#: instead: a call held by a stalled pool returns within milliseconds once the harness ended what held it (the
+#: server connection left in a transaction ended, the holding client closed first), and its agent then serves
+#: the slot's next probe instead of a fresh one (a JVM's start and first connect: ~0.5 s of CPU).
+ABANDONED_END = 1.0
 
 #: An agent slot: the driver, the lane's thread, the client's label, and the probe it serves (None: any probe;
 #: a number: only that one, for an agent whose statement names count over its process and which may have named one).
@@ -343,10 +348,10 @@ class AgentClient:
         if lease.returned:
             return
         lease.returned = True
-        if lease.agent.busy:
-            # still in a call the harness gave up on (a driver's loop, a pool that stalled): a close would wait
-            # CLOSE_TIMEOUT behind it, and the stop a further STOP_TIMEOUT for an agent that reads no input
-            # meanwhile. It ends now; the next probe of this slot starts a fresh agent.
+        if lease.agent.busy and not await asyncio.to_thread(lease.agent.idle_within, ABANDONED_END):
+            # still in a call the harness gave up on (a driver's loop, a pool that stalled) that did not end within
+            # ABANDONED_END: a close would wait CLOSE_TIMEOUT behind it, and the stop a further STOP_TIMEOUT for an
+            # agent that reads no input meanwhile. It ends now; the next probe of this slot starts a fresh agent.
             await asyncio.to_thread(lease.agent.stop, 0)
             return
         try:

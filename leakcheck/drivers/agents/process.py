@@ -223,6 +223,14 @@ class AgentProcess:
         """Whether a request is still in flight: a later one waits for its answer (the agent answers in order)."""
         return self._lock.locked()
 
+    def idle_within(self, seconds: float) -> bool:
+        """Whether the request in flight (if any) got its answer within `seconds`: the agent is then free for the
+        next one."""
+        if not self._lock.acquire(timeout=seconds):
+            return False
+        self._lock.release()
+        return True
+
     def _ended_within(self, seconds: float) -> bool:
         """Whether the agent ended within `seconds` (its pidfd turns readable at its end). It is not reaped
         here: its pid, the id of its group, stays its own until stop() has signalled the group (a reaped
