@@ -2,7 +2,25 @@
 // leakcheck's agent for postgres.js (npm "postgres"): one client slot, one postgres() instance of one
 // reserved connection per `connect`. Protocol: docs/agent-protocol.md (JSON lines on stdin/stdout).
 const readline = require('node:readline')
-const postgres = require('postgres')
+const crypto = require('node:crypto')
+
+// SCRAM's SaltedPassword kept per (password, salt, rounds, length, hash), as RFC 5802 5.1 lets a client keep it
+// (the JVM agents do, Agent.java's KeptSaltedPasswords): postgres.js derives it with crypto.pbkdf2Sync at every
+// login, ~1 ms of CPU for PostgreSQL's 4096 rounds. Each connect is still a full SCRAM login, its messages the
+// same bytes (a new nonce, the proof computed from the same SaltedPassword); a new password or salt derives anew.
+const pbkdf2Sync = crypto.pbkdf2Sync
+const salted = new Map()
+crypto.pbkdf2Sync = function keptPbkdf2Sync(password, salt, iterations, keylen, digest) {
+  const key = JSON.stringify([Buffer.from(password).toString('base64'), Buffer.from(salt).toString('base64'),
+    iterations, keylen, digest])
+  let derived = salted.get(key)
+  if (!derived) {
+    derived = pbkdf2Sync(password, salt, iterations, keylen, digest)
+    salted.set(key, Buffer.from(derived))
+  }
+  return Buffer.from(derived) // a copy: the caller may write into its own
+}
+const postgres = require('postgres') // (its `require('crypto')` is the same module object: it calls the kept one)
 
 // (its package.json is not among the package's exports: read from the agent's own node_modules)
 const RELEASE = require(require('node:path').join(__dirname, 'node_modules', 'postgres', 'package.json')).version
