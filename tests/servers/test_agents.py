@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.client import AgentClient
@@ -259,3 +262,41 @@ def test_discovery_asks_an_agent_without_a_prepared_path_for_none(measure: Measu
     direct = measure.backend.postgres(measure.pg(TEST_PG[0])).as_user(APP_ROLE)
     assert asyncio.run(abilities(Driver("prisma"), direct)).prepared is False
     assert asyncio.run(abilities(Driver("prisma"), direct, (("statementNameGenerator", "hash"),))).prepared is True
+
+
+def test_postgres_js_logs_in_after_its_roles_password_changed_and_never_with_a_wrong_one(measure: Measure) -> None:
+    """The agent keeps SCRAM's SaltedPassword per (password, salt, rounds): a new password, or the same one with a
+    new salt, is derived anew, and a wrong password after a right one is still refused by the server."""
+    admin = measure.backend.postgres(measure.pg(TEST_PG[0]))
+    role = "leakcheck_scram_kept"
+
+    def password(secret: str) -> None:
+        with psycopg.connect(admin.conninfo(), autocommit=True) as session:
+            session.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+            session.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
+                                                                                sql.Literal(secret)))
+
+    async def login(secret: str) -> str:
+        where = replace(admin, user=role, credentials=((role, secret),))
+        try:
+            client = await connect(Driver("postgres-js"), "A", where)
+        except ServerError as exc:
+            return exc.sqlstate
+        try:
+            return str((await client.query("SELECT current_user"))[0][0])
+        finally:
+            await client.close()
+
+    async def run() -> list[str]:
+        password("first-secret")
+        said = [await login("first-secret"), await login("first-secret"), await login("wrong-secret")]
+        password("second-secret")
+        said += [await login("first-secret"), await login("second-secret")]
+        password("second-secret")  # the same password with a new salt
+        return [*said, await login("second-secret")]
+
+    try:
+        assert asyncio.run(run()) == [role, role, "28P01", "28P01", role, role]
+    finally:
+        with psycopg.connect(admin.conninfo(), autocommit=True) as session:
+            session.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
