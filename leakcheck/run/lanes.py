@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from leakcheck.drivers.agents.catalogue import AGENT_LANES, shipped
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import Target
+from leakcheck.model.target import Driver, Target
 from leakcheck.model.verdicts import Outcome, ServerId, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
@@ -74,11 +74,15 @@ def runs_agents(work: Sequence[Work]) -> bool:
 
 
 def agent_lanes_per_core(work: Sequence[Work]) -> int:
-    """Lanes per core for a matrix that runs agents: the fewest any of its shipped drivers asks for (catalogue
-    `lanes_per_core`), else AGENT_LANES (a team's own agent too)."""
-    drivers = {d for _, target in work for d in (target.driver, target.b_app.driver) if not d.native}
-    asked = (entry.lanes_per_core for entry in map(shipped, sorted(drivers)) if entry is not None)
-    return min(asked, default=AGENT_LANES)
+    """Lanes per core for a matrix that runs agents: what its runs' drivers ask for (catalogue `lanes_per_core`;
+    a run the fewest of its two applications' drivers', AGENT_LANES for psycopg, asyncpg and a team's own agent),
+    averaged over the runs and rounded: a matrix of hibernate alone runs its 2, one of many drivers about 4."""
+    def asked(driver: Driver) -> int:
+        entry = None if driver.native else shipped(driver)
+        return AGENT_LANES if entry is None else entry.lanes_per_core
+
+    each = [min(asked(target.driver), asked(target.b_app.driver)) for _, target in work]
+    return max(1, round(sum(each) / len(each))) if each else AGENT_LANES
 
 
 def staggered(lanes: Sequence[Sequence[Work]], jobs: int) -> list[list[Work]]:

@@ -66,9 +66,10 @@ def test_an_agent_that_asks_two_lanes_per_core_gets_them_and_never_more_than_eig
 
 
 @pytest.mark.parametrize(("drivers", "per_core"), [
-    (("pgjdbc",), 4), (("hibernate",), 2), (("psycopg", "pgjdbc", "hibernate"), 2), (("cmd:/opt/agent",), 4),
+    (("pgjdbc",), 4), (("hibernate",), 2), (("hibernate", "hibernate", "pgjdbc"), 3), (("cmd:/opt/agent",), 4),
+    (("psycopg", "pgjdbc", "django", "sqlx", "prisma", "hibernate"), 4),
 ])
-def test_a_matrix_runs_as_few_lanes_per_core_as_any_of_its_drivers_asks(
+def test_a_matrix_runs_the_lanes_per_core_its_runs_drivers_ask_for_on_average(
     drivers: tuple[str, ...], per_core: int
 ) -> None:
     work = [(ONE, Target(PG, None, Route.DIRECT, Driver(d))) for d in drivers]
