@@ -16,8 +16,9 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
+from leakcheck.drivers.agents.catalogue import AGENT_LANES, shipped
 from leakcheck.model.errors import UsageError
-from leakcheck.model.target import Target
+from leakcheck.model.target import Driver, Target
 from leakcheck.model.verdicts import Outcome, ServerId, Verdict
 from leakcheck.probes.base import Probe
 from leakcheck.provision.base import Backend
@@ -57,19 +58,31 @@ def check_capacity(work: Sequence[Work]) -> None:
                              f"{MAX_POOLERS_PER_PG} one server holds (each keeps server connections); {_SPLIT}")
 
 
-def default_jobs(agents: bool = False) -> int:
+def default_jobs(agents: bool = False, per_core: int = AGENT_LANES) -> int:
     """Lanes at a time. Six per core, at most 12, where every client runs in leakcheck's own process (psycopg,
     asyncpg): a lane spends most of its time waiting for its servers, and a probe that sleeps (a COPY's pause,
     statement_timeout's) holds its lane meanwhile (measured on 2 cores, the default matrix: 8 lanes 41.6 s,
-    12 lanes 38.4 s, 16 lanes 38.7 s). Four per core, at most 8, where `agents` run: each lane keeps agent
-    processes of its own (a JVM each for pgjdbc), so more lanes start more of them."""
-    per_core, most = (4, 8) if agents else (6, 12)
+    12 lanes 38.4 s, 16 lanes 38.7 s). `per_core` (four by default), at most 8, where `agents` run: each lane
+    keeps agent processes of its own (a JVM each for pgjdbc), so more lanes start more of them."""
+    per_core, most = (per_core, 8) if agents else (6, 12)
     return max(1, min(most, per_core * (os.cpu_count() or 1)))
 
 
 def runs_agents(work: Sequence[Work]) -> bool:
     """Whether a client of any run is an agent process (a driver not in leakcheck's own process)."""
     return any(not (target.driver.native and target.b_app.driver.native) for _, target in work)
+
+
+def agent_lanes_per_core(work: Sequence[Work]) -> int:
+    """Lanes per core for a matrix that runs agents: what its runs' drivers ask for (catalogue `lanes_per_core`;
+    a run the fewest of its two applications' drivers', AGENT_LANES for psycopg, asyncpg and a team's own agent),
+    averaged over the runs and rounded: a matrix of hibernate alone runs its 2, one of many drivers about 4."""
+    def asked(driver: Driver) -> int:
+        entry = None if driver.native else shipped(driver)
+        return AGENT_LANES if entry is None else entry.lanes_per_core
+
+    each = [min(asked(target.driver), asked(target.b_app.driver)) for _, target in work]
+    return max(1, round(sum(each) / len(each))) if each else AGENT_LANES
 
 
 def staggered(lanes: Sequence[Sequence[Work]], jobs: int) -> list[list[Work]]:

@@ -32,7 +32,7 @@ from leakcheck.provision.pgbouncer.settings import header_keys
 from leakcheck.provision.postgres.fixtures import refuse_older
 from leakcheck.run import signals
 from leakcheck.run.failfast import FailFast
-from leakcheck.run.lanes import Lanes, check_capacity, default_jobs, runs_agents
+from leakcheck.run.lanes import Lanes, agent_lanes_per_core, check_capacity, default_jobs, runs_agents
 from leakcheck.run.runner import run_probe
 
 
@@ -185,7 +185,7 @@ class MatrixRun:
                 if failfast is not None:
                     failfast.current = name
 
-            jobs = self.config.jobs or default_jobs(runs_agents(work))
+            jobs = self.config.jobs or default_jobs(runs_agents(work), agent_lanes_per_core(work))
             self._lanes = Lanes(self.backend, jobs, _test_name, on_test)
             self._lanes.start(work)
 

@@ -7,7 +7,15 @@ from leakcheck.model.target import NATIVE_DRIVERS, Driver, Pooler, PoolerKind, R
 from leakcheck.model.versions import Version
 from leakcheck.probes import PROBES
 from leakcheck.probes.base import Probe
-from leakcheck.run.lanes import MAX_POOLERS_PER_PG, MAX_RUNS, check_capacity, default_jobs, lane_of, runs_agents
+from leakcheck.run.lanes import (
+    MAX_POOLERS_PER_PG,
+    MAX_RUNS,
+    agent_lanes_per_core,
+    check_capacity,
+    default_jobs,
+    lane_of,
+    runs_agents,
+)
 
 PG, B = Version((16, 14)), Pooler(PoolerKind.PGBOUNCER, Version((1, 24, 1)))
 ONE = next(p for p in PROBES if p.id == "timezone")
@@ -47,6 +55,25 @@ def test_in_process_drivers_alone_get_six_lanes_per_core_and_never_more_than_twe
 ) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: cores)
     assert default_jobs() == lanes
+
+
+@pytest.mark.parametrize(("cores", "lanes"), [(1, 2), (2, 4), (4, 8), (64, 8)])
+def test_an_agent_that_asks_two_lanes_per_core_gets_them_and_never_more_than_eight(
+    cores: int, lanes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert default_jobs(agents=True, per_core=2) == lanes
+
+
+@pytest.mark.parametrize(("drivers", "per_core"), [
+    (("pgjdbc",), 4), (("hibernate",), 2), (("hibernate", "hibernate", "pgjdbc"), 3), (("cmd:/opt/agent",), 4),
+    (("psycopg", "pgjdbc", "django", "sqlx", "prisma", "hibernate"), 4),
+])
+def test_a_matrix_runs_the_lanes_per_core_its_runs_drivers_ask_for_on_average(
+    drivers: tuple[str, ...], per_core: int
+) -> None:
+    work = [(ONE, Target(PG, None, Route.DIRECT, Driver(d))) for d in drivers]
+    assert agent_lanes_per_core(work) == per_core
 
 
 def test_a_matrix_runs_agents_when_either_application_of_a_pair_is_one() -> None:

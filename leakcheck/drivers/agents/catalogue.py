@@ -124,6 +124,10 @@ _LIBPQ_15 = "{} links Debian's libpq 15, which speaks protocol 3.0 only (max_pro
 _NO_PIPELINE = "{} has no public call that sends Parse and Close messages in one batch without a Sync"
 
 
+#: Lanes a core runs at once where agents run (run/lanes.py's default_jobs), unless an entry asks fewer
+AGENT_LANES = 4
+
+
 @dataclass(frozen=True)
 class Shipped:
     """One agent of the catalogue."""
@@ -154,6 +158,9 @@ class Shipped:
     copy: str = "its hello does not offer the op (docs/agent-protocol.md)"
     #: why the agent sends no pipeline of Parse and Close messages
     pipeline: str = "agent protocol 1 has no op that sends Parse and Close messages in one batch"
+    #: lanes a core runs at once in a matrix of this driver (run/lanes.py): each lane keeps agents of its own,
+    #: and where each costs more CPU to start and warm than its lane's waits hide, fewer lanes finish sooner
+    lanes_per_core: int = AGENT_LANES
 
     def startup_settings(self, startup: tuple[str, str]) -> dict[str, str]:
         """The connect request's settings that make the driver send `startup` (name, value) at connect."""
@@ -433,6 +440,9 @@ CATALOGUE: tuple[Shipped, ...] = (
         ),
         protocols="the hibernate agent asks pgjdbc for no protocol version but its 3.0",
         pipeline=_NO_PIPELINE.format("Hibernate"),
+        # Each lane's A, B and C are JVMs of their own (A's and B's boot Spring): on 2 cores, the default matrix
+        # took 56 s with 4 lanes, 56 s with 6 and 75 s with 8 (pytest's CPU 74, 86 and 106 s; 2026-12-06)
+        lanes_per_core=2,
     ),
 )
 

@@ -21,6 +21,8 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadPoolExecutor;
 import java.util.regex.Pattern;
 
 import javax.sql.DataSource;
@@ -63,6 +65,13 @@ public class HibernateAgent {
         public void afterPropertiesSet() { }
     };
 
+    /**
+     * The housekeeping thread of every pool the agent makes (HikariConfig.setScheduledExecutor, configured as
+     * Hikari configures its own): a slot's pools come one after another, and a pool of its own would start and
+     * stop a thread each time. Each pool still schedules and cancels its own tasks on it, as on its own.
+     */
+    private static final ScheduledThreadPoolExecutor HOUSEKEEPER = housekeeper();
+
     /** Plain statements through Spring JDBC: on the transaction's connection while one is open, else the pool's. */
     private final JdbcTemplate jdbc = new JdbcTemplate(SOURCE);
     /** Spring's shared EntityManager and its JpaTransactionManager, once the application has booted. */
@@ -79,6 +88,17 @@ public class HibernateAgent {
     static final class Refused extends Exception {
         final String kind;
         Refused(String kind, String message) { super(message); this.kind = kind; }
+    }
+
+    private static ScheduledThreadPoolExecutor housekeeper() {
+        ScheduledThreadPoolExecutor executor = new ScheduledThreadPoolExecutor(1, task -> {
+            Thread thread = new Thread(task, "leakcheck housekeeper");
+            thread.setDaemon(true);
+            return thread;
+        }, new ThreadPoolExecutor.DiscardPolicy());
+        executor.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
+        executor.setRemoveOnCancelPolicy(true);
+        return executor;
     }
 
     @Bean
@@ -283,6 +303,7 @@ public class HibernateAgent {
         config.setMinimumIdle(1);
         config.setConnectionTimeout(10_000L);
         config.setPoolName("leakcheck");
+        config.setScheduledExecutor(HOUSEKEEPER);
         cancelSignalTimeoutMs = 1000L * PGProperty.CANCEL_SIGNAL_TIMEOUT.getInt(props);
         try {
             pool = new HikariDataSource(config); // opens the connection now: a refused login is this answer
