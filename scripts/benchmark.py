@@ -76,7 +76,8 @@ def matrix(pg: str, bouncer: str, cache: str | None, drivers: str = "",
         timings = os.path.join(empty, "timings.json")
         if phases is not None:
             env["LEAKCHECK_TIMINGS"] = timings
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={empty}", empty,
+        # as the README's main command is typed: from an empty folder, naming no path (a matrix-only run)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={empty}",
                f"--pg={pg}", f"--bouncer={bouncer}", *([f"--drivers={drivers}"] if drivers else [])]
         launched, start = time.time(), time.perf_counter()
         done = subprocess.run(cmd, env=env, cwd=empty, capture_output=True, text=True, check=False)
