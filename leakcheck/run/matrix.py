@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -131,6 +133,14 @@ def client_cells(config: Config, version: Callable[[Driver], Version | None]) ->
     return list(dict.fromkeys(out))
 
 
+@functools.cache
+def _freeze_at_exit() -> None:
+    """At the interpreter's exit (an atexit handler), what is left goes out of the collector's sight: the
+    interpreter's last collections then walk none of it (they took ~0.25 s of a default matrix's end). Only at exit: a process that goes on after a run (discovery's labs, `leakcheck diff`'s two
+    sides, an in-process pytest) keeps collecting what it no longer uses."""
+    atexit.register(gc.freeze)
+
+
 @dataclass
 class MatrixRun:
     config: Config
@@ -171,9 +181,7 @@ class MatrixRun:
                     witnesses.close_all()  # the lanes' own sessions on PostgreSQL (probes/witness.py)
                 finally:
                     self._stack.close()
-                    # What is left lives to the process's exit: out of the collector's sight, the interpreter's last
-                    # collections at exit walk none of it (they took ~0.25 s of a default matrix's end).
-                    gc.freeze()
+                    _freeze_at_exit()
 
     @property
     def started(self) -> bool:
