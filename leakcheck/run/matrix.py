@@ -136,8 +136,9 @@ def client_cells(config: Config, version: Callable[[Driver], Version | None]) ->
 @functools.cache
 def _freeze_at_exit() -> None:
     """At the interpreter's exit (an atexit handler), what is left goes out of the collector's sight: the
-    interpreter's last collections then walk none of it (they took ~0.25 s of a default matrix's end). Only at exit: a process that goes on after a run (discovery's labs, `leakcheck diff`'s two
-    sides, an in-process pytest) keeps collecting what it no longer uses."""
+    interpreter's last collections then walk none of it (they took ~0.25 s of a default matrix's end). Only at
+    exit: a process that goes on after a run (discovery's labs, `leakcheck diff`'s two sides, an in-process
+    pytest) keeps collecting what it no longer uses."""
     atexit.register(gc.freeze)
 
 
