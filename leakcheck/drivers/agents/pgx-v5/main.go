@@ -53,7 +53,7 @@ func main() {
 
 // cancel sends the connection's CancelRequest, whether a request runs or not (pgconn reads the key it
 // holds; the request's own goroutine keeps the connection). CancelRequest returns once it read the
-// peer's end of the cancel connection, or when its 5 s context ended first: closed only in the first case.
+// peer's end of the cancel connection, or when its context (cancelWait, protocol.go) ended first: closed only in the first case.
 func (a *agent) cancel(id any) answer {
 	a.mu.Lock()
 	conn := a.conn
