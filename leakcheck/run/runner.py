@@ -133,9 +133,11 @@ def _endpoint(backend: Backend, plan: ProbePlan) -> Iterator[Endpoint]:
 
 
 async def _close(*clients: Client) -> None:
+    """Each client closed, each given the longest an agent's close takes (agents.CLOSE_BOUND: cut short, it would
+    leave its agent running until the run's end); leakcheck's own drivers close within milliseconds."""
     for client in clients:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.close(), 5)
+            await asyncio.wait_for(client.close(), agents.CLOSE_BOUND)
 
 
 def is_running_pooler(target: Target) -> bool:

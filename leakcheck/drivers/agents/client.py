@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from leakcheck.drivers.agents.catalogue import Shipped
 from leakcheck.drivers.agents.install import installed
 from leakcheck.drivers.agents.process import (
+    STOP_BOUND,
     STOP_TIMEOUT,
     AgentFault,
     AgentProcess,
@@ -49,6 +50,11 @@ CLOSE_TIMEOUT = 5.0
 #: server connection left in a transaction ended, the holding client closed first), and its agent then serves
 #: the slot's next probe instead of a fresh one (a JVM's start and first connect: ~0.5 s of CPU).
 ABANDONED_END = 1.0
+#: The longest a client's close takes (`AgentClient.close`): ABANDONED_END for a call the harness gave up on, then
+#: CLOSE_TIMEOUT for the close's answer, then, when none came, the agent's stop (STOP_BOUND). Whoever bounds a close
+#: (the runner's `_close`) gives it this long: a close cut short would leave its agent neither given back nor stopped,
+#: running until the run's end (`stop_all`); one cut short all the same (a probe's own bound) stops its agent.
+CLOSE_BOUND = ABANDONED_END + CLOSE_TIMEOUT + STOP_BOUND
 
 #: An agent slot: the driver, the lane's thread, the client's label, and the probe it serves (None: any probe;
 #: a number: only that one, for an agent whose statement names count over its process and which may have named one).
@@ -348,6 +354,15 @@ class AgentClient:
         if lease.returned:
             return
         lease.returned = True
+        try:
+            await self._close(lease)
+        except asyncio.CancelledError:
+            # cut short (its caller's bound): the agent is stopped, in a thread of its own since this task ends now,
+            # rather than left running, neither given back nor stopped, until the run's end
+            threading.Thread(target=lease.agent.stop, args=(0,), name=f"agent-close-{self.label}", daemon=True).start()
+            raise
+
+    async def _close(self, lease: _Lease) -> None:
         if lease.agent.busy and not await asyncio.to_thread(lease.agent.idle_within, ABANDONED_END):
             # still in a call the harness gave up on (a driver's loop, a pool that stalled) that did not end within
             # ABANDONED_END: a close would wait CLOSE_TIMEOUT behind it, and the stop a further STOP_TIMEOUT for an

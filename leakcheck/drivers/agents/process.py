@@ -58,6 +58,9 @@ STDERR_LINE = 1000
 BESIDE = ("cancel", "go")
 #: Seconds between two looks at whether a reader or a writer should give up (a stop).
 _LOOK = 0.25
+#: The longest stop() takes at its default grace: STOP_TIMEOUT, TERM_TIMEOUT after SIGTERM, TERM_TIMEOUT for the
+#: reaping after SIGKILL, and its two readers' joins (2 * _LOOK each).
+STOP_BOUND = STOP_TIMEOUT + 2 * TERM_TIMEOUT + 2 * 2 * _LOOK
 #: What a team's agent run as another user gets of leakcheck's environment (besides that user's HOME,
 #: USER and LOGNAME, and the tag): the rest (root's tokens, keys, proxies) is not a client's business.
 PASSED = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR")
