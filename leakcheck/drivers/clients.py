@@ -19,7 +19,9 @@ import dataclasses
 import functools
 import importlib.metadata
 import inspect
+import os
 import select
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ from leakcheck.model.target import Driver, Setting
 from leakcheck.model.versions import Version, version_in_output
 from leakcheck.provision.base import Endpoint
 from leakcheck.provision.dsn_backend import CONNECT_TIMEOUT, connect_timeout, without_connect_timeout
+from leakcheck.provision.host.proc_sockets import Ends
 from leakcheck.provision.host.timing import timed
 
 
@@ -242,6 +245,13 @@ class PsycopgClient:
     def reported(self, name: str) -> str | None:
         return self.conn.info.parameter_status(name)
 
+    def connections(self) -> set[Ends]:
+        try:
+            fd = self.conn.pgconn.socket
+        except psycopg.OperationalError:  # closed
+            return set()
+        return _ends(lambda: _socket_ends(fd))
+
     def alias(self, label: str) -> PsycopgClient:
         return dataclasses.replace(self, label=label)  # same connection, same notification list
 
@@ -386,6 +396,12 @@ class AsyncpgClient:
         except AttributeError:
             return None
 
+    def connections(self) -> set[Ends]:
+        transport = getattr(self.conn, "_transport", None)  # asyncpg's own, of its one connection
+        if transport is None or transport.is_closing():
+            return set()
+        return _ends(lambda: (transport.get_extra_info("sockname"), transport.get_extra_info("peername")))
+
     def alias(self, label: str) -> AsyncpgClient:
         return dataclasses.replace(self, label=label)
 
@@ -456,3 +472,21 @@ async def _connect(driver: Driver, label: str, endpoint: Endpoint, settings: tup
     if start is not None:
         return await AgentClient.open(found, start, label, endpoint, settings, chosen)
     return await AgentClient.connect(found, label, endpoint, settings, chosen)
+
+
+def _socket_ends(fd: int) -> tuple[Any, Any]:
+    """A socket's own and its peer's address, read on a duplicate of its descriptor (the driver keeps its own)."""
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        return sock.getsockname(), sock.getpeername()
+
+
+def _ends(read: Callable[[], tuple[Any, Any]]) -> set[Ends]:
+    """The one TCP connection whose ends `read` gives ((address, port, ...) each), else none (a Unix socket's are
+    paths; a connection that closed meanwhile has none)."""
+    try:
+        near, far = read()
+    except OSError:
+        return set()
+    if not (isinstance(near, tuple) and isinstance(far, tuple)):
+        return set()
+    return {(str(near[0]), int(near[1]), str(far[0]), int(far[1]))}

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
+from leakcheck.provision.host.proc_sockets import Ends
 
 
 class ServerError(Exception):
@@ -147,6 +148,12 @@ class Client(Protocol):
         ...
 
     def reported(self, name: str) -> str | None: ...
+
+    def connections(self) -> set[Ends]:
+        """The TCP connections its driver holds now, each as its own and its peer's address and port (what a
+        pooler's SHOW CLIENTS names a client by); empty where none can be read (then no pooler's word is about it)."""
+        ...
+
     def alias(self, label: str) -> Client: ...
     async def close(self) -> None: ...
 

@@ -12,6 +12,7 @@ from leakcheck.model.errors import MachineFault, NotApplicable, ProbeError
 from leakcheck.model.faults import NO_SQLSTATE, machine_fault
 from leakcheck.model.target import Route, Setting
 from leakcheck.model.verdicts import Observation, Scope, Verdict
+from leakcheck.provision.host.proc_sockets import Ends
 
 if TYPE_CHECKING:
     from leakcheck.probes.scenario import Scenario
@@ -121,6 +122,9 @@ class NotYet:
         raise self._early()
 
     def reported(self, name: str) -> str | None:
+        raise self._early()
+
+    def connections(self) -> set[Ends]:
         raise self._early()
 
     async def cancel(self) -> bool:

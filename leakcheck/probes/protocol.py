@@ -59,7 +59,7 @@ async def waited(s: Scenario, client: Client, step: str, holder: Client, call: A
         done, _ = await asyncio.wait({task}, timeout=min(KEPT_LOOK, IDLE_BOUND))
         while not done and (left := began + IDLE_BOUND - loop.time()) > 0:
             try:  # a look is bounded by what is left of IDLE_BOUND (the console's own waits are longer)
-                kept = await asyncio.wait_for(_kept(s), left)
+                kept = await asyncio.wait_for(_kept(s, client), left)
             except TimeoutError:
                 kept = None
             if kept is not None or task.done():
@@ -88,10 +88,10 @@ async def waited(s: Scenario, client: Client, step: str, holder: Client, call: A
                   f"the pooler kept it for {holder.label}") from None
 
 
-async def _kept(s: Scenario) -> str | None:
+async def _kept(s: Scenario, waiter: Client) -> str | None:
     """The stall IDLE_BOUND would find, known now: every server connection of the scenario sits idle, reading
     its client's next message (PostgreSQL sent its ReadyForQuery), and the route says the pooler keeps each for a
-    client while another waits in a full pool, with no timer of its own or of PostgreSQL's within IDLE_BOUND
+    client while `waiter` waits in a full pool, with no timer of its own or of PostgreSQL's within IDLE_BOUND
     (Scenario.pool_kept). Nothing in the probe sends on the keeping client meanwhile: what the pooler keeps now
     it still keeps at the bound. In words, else None."""
     witness = s.witness
@@ -100,7 +100,7 @@ async def _kept(s: Scenario) -> str | None:
     servers = {p.server for p in s.proofs if witness.alive(p.server)}
     if not servers or len(witness.reading(servers)) < len(servers):
         return None
-    return await s.pool_kept({server.pid for server in servers}, IDLE_BOUND)
+    return await s.pool_kept({server.pid for server in servers}, IDLE_BOUND, waiter)
 
 
 @probe("copy_error_autocommit", "COPY FROM STDIN outside a transaction, its data failing while the client still "

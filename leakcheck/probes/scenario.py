@@ -113,10 +113,10 @@ class Scenario:
     #: that no cancel request is in flight any more (probes/cancel.py); None where the route cannot tell
     cancels_settled: Callable[[], Awaitable[str | None]] | None = None
     #: the route's word, given the pids of server connections, that the pooler keeps them for a client while
-    #: another client waits in a full pool, with no timer of the pooler's or PostgreSQL's that could change that
-    #: within the seconds given (PgBouncer's console, admin.kept; run/runner.py pool_kept); None where the route
-    #: cannot tell: a waiting client is then known stalled at its bound
-    pool_kept: Callable[[set[int], float], Awaitable[str | None]] | None = None
+    #: the client given (the one whose call waits) waits in a full pool, with no timer of the pooler's or
+    #: PostgreSQL's that could change that within the seconds given (PgBouncer's console, admin.kept;
+    #: run/runner.py pool_kept); None where the route cannot tell: a waiting client is then known stalled at its bound
+    pool_kept: Callable[[set[int], float, Client], Awaitable[str | None]] | None = None
     #: O, the harness's observer through the pooler, where connected clients share server connections
     #: (transaction or statement mode); None elsewhere: a client's own connection observes for it
     observer: Callable[[], Awaitable[Client]] | None = None
@@ -256,7 +256,7 @@ class Scenario:
                 break
             if loop.time() - held_look >= HELD_LOOK:
                 held_look = loop.time()
-                kept = await self._held_kept()
+                kept = await self._held_kept(client)
                 if kept is not None and not task.done() and self._held():
                     break
                 kept = None  # (or let go meanwhile: the call waits on)
@@ -294,10 +294,10 @@ class Scenario:
                 return
             await asyncio.wait({task}, timeout=min(left, LOOP_LOOK))
 
-    async def _held_kept(self) -> str | None:
+    async def _held_kept(self, waiter: Client) -> str | None:
         """The pool stall STEP_BOUND would find (`_stalled`), known now, in words (else None): a server connection
         this scenario's clients used sits in a transaction nobody ended, reading its client's next message, and
-        the route says the pooler keeps it for that client while another waits in a full pool, with no timer of
+        the route says the pooler keeps it for that client while `waiter` waits in a full pool, with no timer of
         its own within STEP_BOUND (Scenario.pool_kept); PostgreSQL has no timer that ends an idle transaction,
         and no statement of the clients named a timeout. Nothing but the holding client could end that
         transaction, and the probe sends it nothing while this call waits."""
@@ -312,7 +312,7 @@ class Scenario:
             self._transaction_timers = witness.transaction_timers()
         if self._transaction_timers:
             return None
-        return await self.pool_kept({server.pid for server in held}, STEP_BOUND)
+        return await self.pool_kept({server.pid for server in held}, STEP_BOUND, waiter)
 
     def _held(self) -> list[tuple[ServerId, str]]:
         """The server connections this scenario's clients used that sit in a transaction nobody ended (and their

@@ -15,6 +15,7 @@ from leakcheck.model.team_settings import TeamSettings
 from leakcheck.model.versions import Spec
 from leakcheck.provision.base import Binary, Endpoint
 from leakcheck.provision.host.pooler_process import PoolerProcess
+from leakcheck.provision.host.proc_sockets import Ends
 from leakcheck.provision.host.system import ServerUser
 from leakcheck.provision.pgbouncer.fleet import BouncerFleet
 from leakcheck.provision.postgres.server import PgServer
@@ -63,10 +64,10 @@ class PoolerProduct:
     #: POOLS`, as evidence reads it); None: nothing tells, a probe waits its bound
     cancels_in_flight: tuple[Callable[[Endpoint], int | None], str] | None = None
     #: its console's word, made once per probe for the pooler at the endpoint (its settings read once), that it
-    #: keeps these server connections (PostgreSQL pids) for a client while another waits in a full pool, with no
-    #: timer of its own ending that within the bound (seconds): in words, else None; None: it cannot tell, a
-    #: waiting client is known stalled at its bound
-    kept_for: Callable[[Endpoint], Callable[[set[int], float], str | None]] | None = None
+    #: keeps these server connections (PostgreSQL pids) for a client while the waiting client (its TCP
+    #: connections) waits in a full pool, with no timer of its own ending that within the bound (seconds): in
+    #: words, else None; None: it cannot tell, a waiting client is known stalled at its bound
+    kept_for: Callable[[Endpoint], Callable[[set[int], float, set[Ends]], str | None]] | None = None
 
     @property
     def kind(self) -> PoolerKind:

@@ -329,7 +329,7 @@ def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitabl
 
 
 def pool_kept(target: Target, endpoint: Endpoint,
-              witness: Witness | None) -> Callable[[set[int], float], Awaitable[str | None]] | None:
+              witness: Witness | None) -> Callable[[set[int], float, Client], Awaitable[str | None]] | None:
     """The route's word that the pooler keeps server connections for a client while another waits
     (Scenario.pool_kept): a pooler leakcheck started in transaction mode from its own config, for applications
     at their defaults (nothing of theirs sets a timer on the session), whose console says so (its product's
@@ -348,11 +348,13 @@ def pool_kept(target: Target, endpoint: Endpoint,
     watch = kept_for(endpoint)
     timers: list[str] | None = None
 
-    async def console(pids: set[int], bound: float) -> str | None:
+    async def console(pids: set[int], bound: float, waiter: Client) -> str | None:
         nonlocal timers
         if timers is None:
             timers = witness.idle_timers()
-        return None if timers else await asyncio.to_thread(watch, pids, bound)
+        if timers:
+            return None
+        return await asyncio.to_thread(lambda: watch(pids, bound, waiter.connections()))
     return console
 
 

@@ -41,6 +41,7 @@ from leakcheck.model.errors import DriverRefused, NotApplicable
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Setting
 from leakcheck.provision.base import Endpoint
+from leakcheck.provision.host.proc_sockets import Ends, tcp_connections
 from leakcheck.provision.host.timing import timed
 
 #: Seconds closing a connection may take before the agent is stopped instead of reused.
@@ -345,6 +346,10 @@ class AgentClient:
                              f"{answer!r:.200}")
         assert isinstance(pid, int) and isinstance(key, int)
         return int32(pid), int32(key)  # pgx answers them unsigned
+
+    def connections(self) -> set[Ends]:
+        # the agent's process and what it started (its driver's own connections; a lease is one client's alone)
+        return tcp_connections(self._lease.agent.pid)
 
     def alias(self, label: str) -> AgentClient:
         return replace(self, label=label)  # same agent, connection, notification list and parameters

@@ -58,18 +58,27 @@ def idle_children(pid: int) -> list[int]:
 def parse_tcp_table(text: str, inodes: set[int] | None = None) -> dict[int, tuple[str, int]]:
     """/proc/net/tcp or tcp6 as {socket inode: (remote address, remote port)}; only `inodes` when given
     (found by text search first: a busy machine lists thousands of sockets, most in TIME_WAIT)."""
+    return {inode: (far, far_port) for inode, (_, _, far, far_port) in parse_tcp_ends(text, inodes).items()}
+
+
+#: A TCP connection's two ends: its own address and port, then its peer's.
+Ends = tuple[str, int, str, int]
+
+
+def parse_tcp_ends(text: str, inodes: set[int] | None = None) -> dict[int, Ends]:
+    """/proc/net/tcp or tcp6 as {socket inode: its Ends}; only `inodes` when given (see parse_tcp_table)."""
     if inodes is None:
         lines = text.splitlines()[1:]
     else:
         lines = [_line_at(text, at) for inode in inodes for at in _all(text, f" {inode} ")]
-    peers: dict[int, tuple[str, int]] = {}
+    ends: dict[int, Ends] = {}
     for line in lines:
         fields = line.split()
         if len(fields) < 10 or not fields[9].isdigit() or (inodes is not None and int(fields[9]) not in inodes):
             continue
-        address, _, port = fields[2].partition(":")
-        peers[int(fields[9])] = (_address(address), int(port, 16))
-    return peers
+        (near, _, near_port), (far, _, far_port) = fields[1].partition(":"), fields[2].partition(":")
+        ends[int(fields[9])] = (_address(near), int(near_port, 16), _address(far), int(far_port, 16))
+    return ends
 
 
 def _line_at(text: str, at: int) -> str:
@@ -114,6 +123,16 @@ def tcp_peers(inodes: set[int]) -> dict[int, tuple[str, int]]:
         with contextlib.suppress(OSError):
             peers.update(parse_tcp_table(Path(table).read_text(), inodes))
     return peers
+
+
+def tcp_connections(pid: int) -> set[Ends]:
+    """The TCP connections `pid` and every process it forked hold now, each as its Ends (empty when it ended)."""
+    inodes = set().union(*(socket_inodes(each) for each in process_tree(pid)))
+    found: set[Ends] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            found.update(parse_tcp_ends(Path(table).read_text(), inodes).values())
+    return found
 
 
 def connected_to(pids: list[int], address: str, port: int) -> list[int]:

@@ -13,6 +13,7 @@ import psycopg
 from leakcheck.model.errors import StartError, one_line
 from leakcheck.provision import console
 from leakcheck.provision.base import DBNAME, Endpoint
+from leakcheck.provision.host.proc_sockets import Ends
 
 #: How messages name it.
 CONSOLE = "PgBouncer's admin console"
@@ -195,7 +196,11 @@ class KeptWatch:
         self.endpoint = endpoint
         self.settings: HoldSettings | None = None
 
-    def __call__(self, pids: set[int], bound: float) -> str | None:
+    def __call__(self, pids: set[int], bound: float, waiter: set[Ends]) -> str | None:
+        """`waiter`: the TCP connections of the client whose call waits (its driver's, read just before)."""
+        ends = {(near, port) for near, port, _, far_port in waiter if far_port == self.endpoint.port}
+        if not ends:
+            return None
         try:
             with connect(self.endpoint) as conn:
                 if self.settings is None:
@@ -203,7 +208,7 @@ class KeptWatch:
                 look = HoldLook(self.settings, hold_reads(conn))
         except (psycopg.Error, StartError):
             return None
-        return kept(look, pids, bound)
+        return kept(look, pids, bound, ends)
 
 
 def full(servers: int, size: int) -> bool:
@@ -212,10 +217,12 @@ def full(servers: int, size: int) -> bool:
     return size > 0 and servers >= size
 
 
-def kept(look: HoldLook, pids: set[int], bound: float) -> str | None:
+def kept(look: HoldLook, pids: set[int], bound: float, waiter: set[tuple[str, int]]) -> str | None:
     """Whether PgBouncer keeps every one of these server connections (PostgreSQL pids) for a client while
-    another client waits in a full pool (`full`: no server connection is opened for it), in both reads, with no
-    timer of its own (HOLD_TIMERS) that could change that within `bound` seconds: in words, else None. A server
+    the client whose call waits (`waiter`: its address and port, as SHOW CLIENTS shows them) waits in a full pool
+    (`full`: no server connection is opened for it), in both reads, with no timer of its own (HOLD_TIMERS) that
+    could change that within `bound` seconds: in words, else None. Another client waiting proves nothing of that
+    call, which may wait on something else. A server
     PostgreSQL showed idle and reading before the first read had handed PgBouncer its ReadyForQuery already;
     PgBouncer, one event loop, had read it by the second: kept then, it stays kept until that client sends
     something or a timer fires."""
@@ -230,16 +237,25 @@ def kept(look: HoldLook, pids: set[int], bound: float) -> str | None:
                   if row.get("state") == "active"}
         held = {row.get("user"): sum(int(value or 0) for name, value in row.items() if name.startswith("sv_"))
                 for row in pools}
-        waiting = [row.get("user") for row in clients if row.get("state") == "waiting"]
+        waiting = [row.get("user") for row in clients if row.get("state") == "waiting" and _end(row) in waiter]
         if (not all(linked.get(pid) for pid in pids) or not waiting
                 or not all(full(held.get(user, 0), size) for user in waiting)):
             return None
         links.append({pid: linked[pid] for pid in pids})
     if any(got != links[0] for got in links):
         return None
+    shown = ", ".join(f"{near}:{port}" for near, port in sorted(waiter))
     return (f"SHOW SERVERS showed {', '.join(f'pid {pid}' for pid in sorted(pids))} active for a client and SHOW "
-            f"CLIENTS a client waiting in a full pool of {size} (SHOW POOLS), twice, with no timer of PgBouncer's "
-            f"within {bound:g} s")
+            f"CLIENTS the waiting client ({shown}) waiting in a full pool of {size} (SHOW POOLS), twice, with no "
+            f"timer of PgBouncer's within {bound:g} s")
+
+
+def _end(row: dict[str, str]) -> tuple[str, int]:
+    """A SHOW CLIENTS row's client address and port."""
+    try:
+        return row.get("addr") or "", int(row.get("port") or 0)
+    except ValueError:
+        return "", 0
 
 
 def _seconds(value: str | None) -> float:
