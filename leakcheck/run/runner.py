@@ -339,8 +339,13 @@ def pool_kept(target: Target, endpoint: Endpoint,
     bound."""
     pooler = target.pooler
     if (endpoint.dsn or endpoint.members or pooler is None or not pooler.kind.started or witness is None
-            or target.route is not Route.TRANSACTION or pooler.config or target.a_app.settings
-            or target.b_app.settings):
+            or target.route is not Route.TRANSACTION or target.a_app.settings or target.b_app.settings):
+        return None
+    if pooler.config:
+        # A team's ini: its [users] entries may give a user PgBouncer's own timers (1.24+: query_timeout,
+        # idle_transaction_timeout, client_idle_timeout; 1.25+ transaction_timeout), which neither SHOW CONFIG nor
+        # SHOW USERS shows; its [databases] (connect_query, a session timer on every server connection) never
+        # reach PgBouncer (team_ini.REPLACED_SECTIONS). What its console cannot say, the bound decides.
         return None
     kept_for = product(pooler.kind).kept_for
     if kept_for is None:

@@ -87,3 +87,11 @@ def test_a_pool_kept_while_another_client_waits_is_not_kept_from_the_client_whos
 def test_the_client_whose_call_waits_must_wait_in_both_reads() -> None:
     served = [dict(WAITING[0]), dict(WAITING[1], state="active", link="0x3")]
     assert kept(_look((ACTIVE, WAITING), (ACTIVE, served)), {42}, 5.0, ME) is None
+
+
+def test_a_pooler_that_hands_clients_timeouts_to_its_server_connections_is_never_kept_before_the_bound() -> None:
+    # a client's own idle_in_transaction_session_timeout (its startup packet's) reaches the server it is linked to
+    forwards = {"track_extra_parameters": "IntervalStyle, idle_in_transaction_session_timeout"}
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), config=forwards), {42}, 5.0, ME) is None
+    plain = {"track_extra_parameters": "IntervalStyle, search_path", "server_reset_query": "DISCARD ALL"}
+    assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), config=plain), {42}, 5.0, ME) is not None

@@ -10,12 +10,15 @@ from typing import Any
 import pytest
 
 from leakcheck.model.target import Driver, Route, Target
-from leakcheck.model.verdicts import Fact, Verdict
+from leakcheck.model.verdicts import Fact, Observation, Verdict
 from leakcheck.probes import PROBES
+from leakcheck.probes.base import probe
+from leakcheck.probes.scenario import Scenario
 from leakcheck.probes.witness import Witness
-from leakcheck.provision.pgbouncer import admin
+from leakcheck.provision.pgbouncer import admin, team_ini
+from leakcheck.provision.postgres.fixtures import APP_ROLE
 from leakcheck.run.runner import run_probe
-from tests.support.servers import Measure
+from tests.support.servers import Measure, enterable_folder
 
 pytestmark = pytest.mark.servers
 
@@ -56,3 +59,38 @@ def test_pgbouncer_s_settings_and_postgresql_s_idle_timers_are_read_once_per_pro
     assert got.verdict is Verdict.BREAKS and Fact.STALLED in got.facts, got.evidence
     assert "in a full pool of 1" in got.evidence, got.evidence
     assert reads == {"settings": 1, "timers": 1}
+
+
+@probe("oracle_held_timers", "A waits while B's open transaction holds the pool of one")
+async def _held(s: Scenario) -> Observation:
+    await s.observe(s.a, "connected", "1")
+    await s.begin(s.b, "B's transaction")
+    await s.run(s.b, "inside it", "SELECT 1")
+    await s.observe(s.a, "its next statement", "1")
+    return Observation(evidence="A ran after B's transaction")
+
+
+def test_a_team_ini_whose_users_timer_ends_the_held_transaction_gets_the_bound_s_verdict_not_an_early_stall(
+        measure: Measure) -> None:
+    # PgBouncer 1.24's per-user idle_transaction_timeout ([users]), which neither SHOW CONFIG nor SHOW USERS shows,
+    # ends B's idle transaction after 2 s: A is then served, within the bound (10 s as shipped), and nothing stalled
+    with enterable_folder() as folder:
+        ini = folder / "pgbouncer.ini"
+        ini.write_text(f"[pgbouncer]\npool_mode = transaction\n\n[users]\n{APP_ROLE} = idle_transaction_timeout=2\n")
+        ini.chmod(0o644)
+        team_ini.load.cache_clear()
+        pooler = replace(measure.bouncer("1.24"), config=str(ini))
+        got = run_probe(measure.backend, _held, Target(measure.pg("16"), pooler, Route.TRANSACTION, Driver.PSYCOPG))
+    assert got.verdict is not Verdict.ERROR and Fact.STALLED not in got.facts, got.evidence
+
+
+def test_a_pgbouncer_that_hands_clients_timeouts_to_its_servers_is_stalled_at_the_bound_not_on_its_console_word(
+        measure: Measure, monkeypatch: pytest.MonkeyPatch) -> None:
+    # track_extra_parameters naming a session timer: a client's own value of it (its startup packet's) would be set
+    # on the server connection B holds; the console cannot say whether one was, so the bound decides
+    monkeypatch.setattr("leakcheck.probes.scenario.STEP_BOUND", 1.0)
+    forwards = ("track_extra_parameters", "IntervalStyle,idle_in_transaction_session_timeout")
+    pooler = replace(measure.bouncer("1.24"), settings=(forwards,))
+    got = run_probe(measure.backend, _held, Target(measure.pg("16"), pooler, Route.TRANSACTION, Driver.PSYCOPG))
+    assert got.verdict is Verdict.BREAKS and Fact.STALLED in got.facts, got.evidence
+    assert "waited 1 s for a server connection" in got.evidence and "SHOW SERVERS" not in got.evidence, got.evidence

@@ -229,7 +229,7 @@ def kept(look: HoldLook, pids: set[int], bound: float, waiter: set[tuple[str, in
     config, size = look.settings.config, look.settings.pool_size
     timers = [f"{key} = {config[key]}" for key in HOLD_TIMERS if 0 < _seconds(config.get(key)) <= bound
               and (key != "reserve_pool_timeout" or any(look.settings.reserve))]
-    if timers or not pids:
+    if timers or session_timers(config) or not pids:
         return None
     links: list[dict[int, str]] = []
     for servers, clients, pools in look.reads:
@@ -256,6 +256,15 @@ def _end(row: dict[str, str]) -> tuple[str, int]:
         return row.get("addr") or "", int(row.get("port") or 0)
     except ValueError:
         return "", 0
+
+
+def session_timers(config: dict[str, str]) -> list[str]:
+    """The settings PgBouncer runs with (SHOW CONFIG) whose value names a timeout: not a timer of its own (those
+    are numbers) but a session's, which it would set on its server connections. track_extra_parameters naming
+    idle_in_transaction_session_timeout, say, hands each client's own value of it (its startup packet's, which a
+    team's agent may send unseen) to whatever server connection the client is linked to: a timer PostgreSQL would
+    run on a held transaction, that neither the witness nor the harness sees."""
+    return [f"{key} = {value}" for key, value in config.items() if "timeout" in value.lower()]
 
 
 def _seconds(value: str | None) -> float:
