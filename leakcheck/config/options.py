@@ -65,8 +65,8 @@ OPTIONS: tuple[tuple[str, str, str, str | None], ...] = (
     ("--report-md", "leakcheck_report_md", "write a Markdown report that fits a pull-request comment (tables, then "
      "each problem cell's evidence and advice folded) to this file at the end of the run", None),
     ("--jobs", "leakcheck_jobs", "how many independent cells (lanes) run at the same time: a number from 1 "
-     "to 64, or auto (six per core, at most 12; four per core, at most 8, where agents run, two for hibernate's "
-     "JVMs); default auto", "auto"),
+     "to 64, or auto (six per core, at most 12; four per core, at most 8, where agents run, two for pgjdbc's "
+     "and hibernate's JVMs); default auto", "auto"),
     ("--pg-image", "leakcheck_pg_image", "containers backend: PostgreSQL image template "
      "(default postgres:{version})", "postgres:{version}"),
     ("--bouncer-image", "leakcheck_bouncer_image", "containers backend: a PgBouncer image template to use "

@@ -66,14 +66,19 @@ def test_an_agent_that_asks_two_lanes_per_core_gets_them_and_never_more_than_eig
 
 
 @pytest.mark.parametrize(("drivers", "per_core"), [
-    (("pgjdbc",), 4), (("hibernate",), 2), (("hibernate", "hibernate", "pgjdbc"), 3), (("cmd:/opt/agent",), 4),
-    (("psycopg", "pgjdbc", "django", "sqlx", "prisma", "hibernate"), 4),
+    (("sqlx",), 4), (("hibernate",), 2), (("hibernate", "hibernate", "sqlx"), 3), (("cmd:/opt/agent",), 4),
+    (("psycopg", "pgx-v5", "django", "sqlx", "prisma", "hibernate"), 4),
 ])
 def test_a_matrix_runs_the_lanes_per_core_its_runs_drivers_ask_for_on_average(
     drivers: tuple[str, ...], per_core: int
 ) -> None:
     work = [(ONE, Target(PG, None, Route.DIRECT, Driver(d))) for d in drivers]
     assert agent_lanes_per_core(work) == per_core
+
+
+@pytest.mark.parametrize("driver", ["pgjdbc", "pgjdbc-maven"])
+def test_a_matrix_of_pgjdbc_runs_two_lanes_per_core_as_each_lane_starts_three_jvms(driver: str) -> None:
+    assert agent_lanes_per_core([(ONE, Target(PG, None, Route.DIRECT, Driver(driver)))]) == 2
 
 
 def test_a_matrix_runs_agents_when_either_application_of_a_pair_is_one() -> None:

@@ -140,6 +140,7 @@ public final class Agent {
     public static void main(String[] args) throws Exception {
         if (args.length > 0 && args[0].equals("--load-and-exit")) {
             loadJarOf(org.postgresql.Driver.class);
+            loadConnectPath();
             System.exit(0);
         }
         if (args.length > 0) driver = args[0];
@@ -165,6 +166,45 @@ public final class Agent {
                     Class.forName(name.substring(0, name.length() - 6).replace('/', '.'), false, loader);
                 } catch (LinkageError | ClassNotFoundException skipped) { // an optional dependency's
                 }
+            }
+        }
+    }
+
+    /**
+     * What an agent's start and first connect load from the JDK, for the build's class-data archive run (which
+     * archives every class a run loads; without it a start read ~570 classes from the JDK's modules): the request
+     * loop's queue and JSON, SCRAM's crypto (PBKDF2 through KeptSaltedPasswords, HMAC-SHA-256, SHA-256, the nonce's
+     * SecureRandom, Base64, SASLprep's Normalizer) and this agent's connect, to a loopback port of this run's own
+     * that closes each connection it accepts (no server: the connect fails). An agent's life never runs this.
+     */
+    static void loadConnectPath() throws Exception {
+        keepSaltedPasswords();
+        LinkedBlockingQueue<Map<String, Object>> queue = new LinkedBlockingQueue<>();
+        queue.add(END);
+        queue.take();
+        Json.write(Json.object("{\"id\": 1, \"op\": \"hello\", \"a\": [1, 2.5, true, null, \"\\u00e9\"]}"));
+        SecretKeyFactory.getInstance("PBKDF2WithHmacSHA256").generateSecret(new PBEKeySpec(new char[] {'x'}, new byte[16], 2, 256));
+        javax.crypto.Mac hmac = javax.crypto.Mac.getInstance("HmacSHA256");
+        hmac.init(new javax.crypto.spec.SecretKeySpec(new byte[32], "HmacSHA256"));
+        java.util.Base64.getEncoder().encodeToString(hmac.doFinal(java.security.MessageDigest.getInstance("SHA-256").digest(new byte[1])));
+        new java.security.SecureRandom().nextBytes(new byte[18]);
+        java.text.Normalizer.normalize("x", java.text.Normalizer.Form.NFKC);
+        try (java.net.ServerSocket listener = new java.net.ServerSocket(0, 8, java.net.InetAddress.getLoopbackAddress())) {
+            Thread closer = new Thread(() -> {
+                while (true) {
+                    try (java.net.Socket refused = listener.accept()) { // closed at once: the connect fails
+                    } catch (IOException e) {
+                        return; // the listener is closed
+                    }
+                }
+            }, "closer");
+            closer.setDaemon(true);
+            closer.start();
+            Agent agent = new Agent();
+            try {
+                agent.connect(Json.object("{\"host\": \"127.0.0.1\", \"port\": " + listener.getLocalPort()
+                        + ", \"user\": \"x\", \"password\": \"x\", \"dbname\": \"x\", \"settings\": {\"prepareThreshold\": \"5\"}}"));
+            } catch (SQLException expected) {
             }
         }
     }
