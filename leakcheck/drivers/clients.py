@@ -319,10 +319,11 @@ class AsyncpgClient:
         the same path without the padding.)"""
         conn = self.conn
         conn._check_open()
+        timeout = conn._protocol._get_timeout(None)  # as fetch(): a command_timeout, if one was given (None here)
         with conn._stmt_exclusive_section:
-            stmt = await conn._get_statement(sql, None, use_cache=False)
+            stmt = await conn._get_statement(sql, timeout, use_cache=False)
             return list(await conn._protocol.bind_execute(state=stmt, args=(), portal_name="", limit=0,
-                                                          return_extra=False, timeout=None))
+                                                          return_extra=False, timeout=timeout))
 
     async def _call(self, method: str, sql: str) -> Any:
         run = self._fetch_unnamed if method == "unnamed" else getattr(self.conn, method)
