@@ -8,8 +8,8 @@ client numbers its statements from 1 on its own, exactly as the only connection 
 process does (tests/servers/test_fresh_process.py checks this against two real processes).
 
 The harness's own statements (`query`, `execute`) add no driver state: psycopg runs them with
-prepare=False, asyncpg with a text longer than its max_cacheable_statement_size, so neither
-prepares a named statement. Only `prepared` takes the driver's prepared path, on purpose.
+prepare=False, asyncpg as fetch() runs a text longer than its max_cacheable_statement_size (the
+unnamed statement), so neither prepares a named statement. Only `prepared` takes the driver's prepared path, on purpose.
 """
 
 from __future__ import annotations
@@ -321,22 +321,32 @@ class AsyncpgClient:
         conn._leakcheck_seen = client.notifications
         return client
 
-    def _uncached(self, sql: str) -> str:
-        """The same statement, too long for asyncpg's statement cache: it runs unnamed."""
-        limit = int(getattr(self.conn._config, "max_cacheable_statement_size", 0) or 15 * 1024)
-        return f"{sql} /* leakcheck harness {'.' * (limit + 1 - len(sql))} */" if len(sql) <= limit else sql
+    async def _fetch_unnamed(self, sql: str) -> list[Any]:
+        """fetch() of a statement asyncpg's cache does not take: the unnamed statement's Parse and Describe, then
+        Bind and Execute, the messages fetch() sends for a text longer than max_cacheable_statement_size. (The
+        harness padded its text past that size: 15 KB more a statement for the pooler to relay and the server to
+        keep, and for every witness look on that server to copy and search: `_get_statement`'s use_cache=False is
+        the same path without the padding.)"""
+        conn = self.conn
+        conn._check_open()
+        timeout = conn._protocol._get_timeout(None)  # as fetch(): a command_timeout, if one was given (None here)
+        with conn._stmt_exclusive_section:
+            stmt = await conn._get_statement(sql, timeout, use_cache=False)
+            return list(await conn._protocol.bind_execute(state=stmt, args=(), portal_name="", limit=0,
+                                                          return_extra=False, timeout=timeout))
 
     async def _call(self, method: str, sql: str) -> Any:
+        run = self._fetch_unnamed if method == "unnamed" else getattr(self.conn, method)
         try:
             with timed("statements"):
-                return await getattr(self.conn, method)(sql)
+                return await run(sql)
         # InternalClientError: asyncpg's protocol after the server ended the connection mid-operation
         # (e.g. idle_in_transaction_session_timeout): a closed connection, as psycopg reports it.
         except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
             raise ServerError(_sqlstate(exc), str(exc).strip(), closed=self.conn.is_closed()) from exc
 
     async def query(self, sql: str) -> list[Row]:
-        return [tuple(r) for r in await self._call("fetch", self._uncached(sql))]
+        return [tuple(r) for r in await self._call("unnamed", sql)]
 
     async def execute(self, sql: str) -> None:
         await self._call("execute", sql)  # no arguments: the simple query protocol, nothing prepared

@@ -90,3 +90,25 @@ def test_the_harness_own_statements_leave_no_prepared_statement_behind(measure: 
         return rows
 
     assert asyncio.run(left()) == []
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=str)
+def test_the_harness_own_statement_reaches_the_server_as_written(measure: Measure, driver: Driver) -> None:
+    """asyncpg's ran padded past its max_cacheable_statement_size: 15 KB a statement for the pooler to relay and
+    every witness look to copy and search. Now it runs unnamed through asyncpg's uncached path, as written."""
+    direct = measure.backend.postgres(measure.pg(TEST_PG[0])).as_user(APP_ROLE)
+    text = "SELECT 'the harness, as written'::text"
+
+    async def kept() -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[object, ...]]]:
+        client, other = await connect(driver, "A", direct), await connect(Driver.PSYCOPG, "W", direct)
+        assert isinstance(client, AsyncpgClient | PsycopgClient)
+        answer = await client.query(text)
+        pid = (await client.query("SELECT pg_backend_pid()"))[0][0]
+        await client.query(text)  # its latest statement again, for the other session to read
+        seen = await other.query(f"SELECT query FROM pg_stat_activity WHERE pid = {int(str(pid))}")
+        prepared = await client.query("SELECT name FROM pg_prepared_statements")
+        await client.close()
+        await other.close()
+        return answer, seen, prepared
+
+    assert asyncio.run(kept()) == ([("the harness, as written",)], [(text,)], [])
