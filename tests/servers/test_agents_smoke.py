@@ -389,3 +389,17 @@ def test_a_refused_login_is_answered_in_the_servers_own_words(spec: AgentSpec, a
     answer = agent("connect", host=server.host, port=server.port, user=server.user, password="not-the-password",
                    dbname=server.dbname, settings={})
     assert answer["ok"] is False and "password authentication failed" in answer["error"]["message"], answer
+
+
+def test_a_refused_login_is_answered_as_it_comes_not_after_a_pools_wait(
+        spec: AgentSpec, agent: Agent, server: Endpoint) -> None:
+    # Hikari's start sleeps 1 s after a refused first login before it throws (HikariPool.checkFailFast): the
+    # hibernate agent's pool is handed the connection its connect opened, so a refusal is answered at once.
+    # The second refusal is timed (the first pays the agent's cold code).
+    refused = dict(host=server.host, port=server.port, user=server.user, password="not-the-password",
+                   dbname=server.dbname, settings={})
+    assert agent("connect", **refused)["ok"] is False
+    started = time.monotonic()
+    answer = agent("connect", **refused)
+    assert answer["ok"] is False and "password authentication failed" in answer["error"]["message"], answer
+    assert time.monotonic() - started < 0.5

@@ -29,6 +29,7 @@ import javax.sql.DataSource;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import com.zaxxer.hikari.util.DriverDataSource;
 import jakarta.persistence.EntityManager;
 import jakarta.persistence.EntityManagerFactory;
 import org.postgresql.PGConnection;
@@ -180,6 +181,23 @@ public class HibernateAgent {
         return answer;
     }
 
+    /** A DataSource whose first connection is one already opened (the pool's first, opened by `connect`). */
+    static final class Opened extends DelegatingDataSource {
+        private Connection first;
+
+        Opened(DataSource target, Connection first) {
+            super(target);
+            this.first = first;
+        }
+
+        @Override
+        public Connection getConnection() throws SQLException {
+            Connection connection = first;
+            first = null;
+            return connection != null ? connection : super.getConnection();
+        }
+    }
+
     private static SQLException sqlCause(Throwable e) {
         for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
             if (t instanceof SQLException) return (SQLException) t;
@@ -294,11 +312,16 @@ public class HibernateAgent {
             props.setProperty("socketFactoryArg", host + "/.s.PGSQL." + request.get("port"));
             host = "localhost";
         }
+        // The DataSource Hikari builds from a jdbcUrl, user and password (its DriverDataSource: pgjdbc's Driver
+        // with these properties), and the pool's first connection opened with it here: Hikari's start sleeps 1 s
+        // after a refused first login before it throws (HikariPool.checkFailFast, whatever its
+        // initializationFailTimeout), which an application pays once and the agent at each refused connect.
+        // The login, and every check the pool makes of the connection after it, are the same.
+        DataSource driver = new DriverDataSource(
+                "jdbc:postgresql://" + host + ":" + request.get("port") + "/" + text(request, "dbname"), null, props,
+                text(request, "user"), request.get("password") == null ? "" : text(request, "password"));
         HikariConfig config = new HikariConfig();
-        config.setJdbcUrl("jdbc:postgresql://" + host + ":" + request.get("port") + "/" + text(request, "dbname"));
-        config.setUsername(text(request, "user"));
-        config.setPassword(request.get("password") == null ? "" : text(request, "password"));
-        config.setDataSourceProperties(props);
+        config.setDataSource(new Opened(driver, driver.getConnection()));
         config.setMaximumPoolSize(1); // the slot's one connection: a bigger pool would be several clients
         config.setMinimumIdle(1);
         config.setConnectionTimeout(10_000L);
@@ -306,7 +329,7 @@ public class HibernateAgent {
         config.setScheduledExecutor(HOUSEKEEPER);
         cancelSignalTimeoutMs = 1000L * PGProperty.CANCEL_SIGNAL_TIMEOUT.getInt(props);
         try {
-            pool = new HikariDataSource(config); // opens the connection now: a refused login is this answer
+            pool = new HikariDataSource(config); // its checks of the connection opened above
         } catch (RuntimeException e) {
             SQLException cause = sqlCause(e);
             if (cause != null) throw cause;
