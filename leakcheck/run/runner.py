@@ -38,6 +38,11 @@ from leakcheck.run.watch import Gone, ServerLost, run_watched
 
 #: Seconds one probe may take, connections included, before it is an error.
 PROBE_TIMEOUT = 30.0
+#: The runner's bound on one client's close. An agent's close can take longer (agents.CLOSE_BOUND: a call it gave up
+#: on, the close's answer, then its stop); one cut short here stops its agent (AgentClient.close), so nothing is left
+#: running, and a probe's three closes after a step stalled to its bound still end within PROBE_TIMEOUT: a longer
+#: bound would turn a measured stall into an error.
+CLOSE_WAIT = 5.0
 #: How PgBouncer's refusal of a startup parameter reads ("unsupported startup parameter: search_path",
 #: "unsupported options startup parameter: parameter cannot be changed").
 STARTUP_REFUSAL = "startup parameter"
@@ -133,11 +138,10 @@ def _endpoint(backend: Backend, plan: ProbePlan) -> Iterator[Endpoint]:
 
 
 async def _close(*clients: Client) -> None:
-    """Each client closed, each given the longest an agent's close takes (agents.CLOSE_BOUND: cut short, it would
-    leave its agent running until the run's end); leakcheck's own drivers close within milliseconds."""
+    """Each client closed, each given CLOSE_WAIT; leakcheck's own drivers close within milliseconds."""
     for client in clients:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.close(), agents.CLOSE_BOUND)
+            await asyncio.wait_for(client.close(), CLOSE_WAIT)
 
 
 def is_running_pooler(target: Target) -> bool:

@@ -1,7 +1,6 @@
-"""A client's close is never cut short before an agent's close can end (ABANDONED_END for a call the harness gave
-up on, CLOSE_TIMEOUT for the close's answer, the agent's stop when none came): cut short, it would leave its agent
-neither given back nor stopped, running until the run's end. One cut short all the same (a probe's own bound)
-stops its agent."""
+"""A client's close cut short (the runner's CLOSE_WAIT, or a probe's own bound) stops its agent rather than leaving
+it neither given back nor stopped, running until the run's end; and the runner's bound keeps a probe whose step
+stalled to its bound, then closed three clients slowly, inside PROBE_TIMEOUT (a measured stall, not an error)."""
 
 from __future__ import annotations
 
@@ -16,13 +15,18 @@ from typing import Any
 from leakcheck.drivers.agents import client as client_module
 from leakcheck.drivers.agents import process
 from leakcheck.drivers.agents.client import ABANDONED_END, CLOSE_BOUND, CLOSE_TIMEOUT, AgentClient, _Lease
+from leakcheck.probes.scenario import CANCEL_GRACE, STEP_BOUND
 from leakcheck.run import runner
 
 
-def test_the_runner_gives_a_client_s_close_as_long_as_an_agent_s_close_can_take() -> None:
+def test_an_agent_s_close_bound_counts_its_own_waits_and_its_stop() -> None:
     # the close's own waits, then a stop at its default grace (the close request's fault stops the agent so)
     assert CLOSE_BOUND >= ABANDONED_END + CLOSE_TIMEOUT + process.STOP_TIMEOUT + 2 * process.TERM_TIMEOUT
-    assert "agents.CLOSE_BOUND" in inspect.getsource(runner._close)
+
+
+def test_a_stalled_step_and_three_slow_closes_still_end_within_the_probe_s_bound() -> None:
+    assert STEP_BOUND + CANCEL_GRACE + 3 * runner.CLOSE_WAIT < runner.PROBE_TIMEOUT
+    assert "CLOSE_WAIT" in inspect.getsource(runner._close)
 
 
 @dataclass

@@ -52,9 +52,9 @@ CLOSE_TIMEOUT = 5.0
 #: the slot's next probe instead of a fresh one (a JVM's start and first connect: ~0.5 s of CPU).
 ABANDONED_END = 1.0
 #: The longest a client's close takes (`AgentClient.close`): ABANDONED_END for a call the harness gave up on, then
-#: CLOSE_TIMEOUT for the close's answer, then, when none came, the agent's stop (STOP_BOUND). Whoever bounds a close
-#: (the runner's `_close`) gives it this long: a close cut short would leave its agent neither given back nor stopped,
-#: running until the run's end (`stop_all`); one cut short all the same (a probe's own bound) stops its agent.
+#: CLOSE_TIMEOUT for the close's answer, then, when none came, the agent's stop (STOP_BOUND). A close cut short sooner
+#: (the runner's CLOSE_WAIT, a probe's own bound) stops its agent: left, it would be neither given back nor stopped,
+#: running until the run's end (`stop_all`).
 CLOSE_BOUND = ABANDONED_END + CLOSE_TIMEOUT + STOP_BOUND
 
 #: An agent slot: the driver, the lane's thread, the client's label, and the probe it serves (None: any probe;
