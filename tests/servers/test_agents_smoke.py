@@ -402,4 +402,4 @@ def test_a_refused_login_is_answered_as_it_comes_not_after_a_pools_wait(
     started = time.monotonic()
     answer = agent("connect", **refused)
     assert answer["ok"] is False and "password authentication failed" in answer["error"]["message"], answer
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 0.9  # under Hikari's 1 s, with room for a loaded machine

@@ -196,6 +196,16 @@ public class HibernateAgent {
             first = null;
             return connection != null ? connection : super.getConnection();
         }
+
+        void closeUntaken() {
+            Connection connection = first;
+            first = null;
+            if (connection == null) return;
+            try {
+                connection.close();
+            } catch (SQLException ignored) { // its socket is closed all the same
+            }
+        }
     }
 
     private static SQLException sqlCause(Throwable e) {
@@ -321,16 +331,18 @@ public class HibernateAgent {
                 "jdbc:postgresql://" + host + ":" + request.get("port") + "/" + text(request, "dbname"), null, props,
                 text(request, "user"), request.get("password") == null ? "" : text(request, "password"));
         HikariConfig config = new HikariConfig();
-        config.setDataSource(new Opened(driver, driver.getConnection()));
         config.setMaximumPoolSize(1); // the slot's one connection: a bigger pool would be several clients
         config.setMinimumIdle(1);
         config.setConnectionTimeout(10_000L);
         config.setPoolName("leakcheck");
         config.setScheduledExecutor(HOUSEKEEPER);
         cancelSignalTimeoutMs = 1000L * PGProperty.CANCEL_SIGNAL_TIMEOUT.getInt(props);
+        Opened opened = new Opened(driver, driver.getConnection());
+        config.setDataSource(opened);
         try {
             pool = new HikariDataSource(config); // its checks of the connection opened above
         } catch (RuntimeException e) {
+            opened.closeUntaken(); // the pool closes one it took and failed to set up; not one it never took
             SQLException cause = sqlCause(e);
             if (cause != null) throw cause;
             throw e;
