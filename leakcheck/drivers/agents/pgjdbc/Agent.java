@@ -140,7 +140,11 @@ public final class Agent {
     public static void main(String[] args) throws Exception {
         if (args.length > 0 && args[0].equals("--load-and-exit")) {
             loadJarOf(org.postgresql.Driver.class);
-            loadConnectPath();
+            try {
+                loadConnectPath();
+            } catch (Exception e) { // the archive only misses those classes: the build goes on without them
+                System.err.println("agent: the archive run's connect path: " + e);
+            }
             System.exit(0);
         }
         if (args.length > 0) driver = args[0];
@@ -189,7 +193,8 @@ public final class Agent {
         java.util.Base64.getEncoder().encodeToString(hmac.doFinal(java.security.MessageDigest.getInstance("SHA-256").digest(new byte[1])));
         new java.security.SecureRandom().nextBytes(new byte[18]);
         java.text.Normalizer.normalize("x", java.text.Normalizer.Form.NFKC);
-        try (java.net.ServerSocket listener = new java.net.ServerSocket(0, 8, java.net.InetAddress.getLoopbackAddress())) {
+        java.net.InetAddress loopback = java.net.InetAddress.getByName("127.0.0.1"); // the one the connect names
+        try (java.net.ServerSocket listener = new java.net.ServerSocket(0, 8, loopback)) {
             Thread closer = new Thread(() -> {
                 while (true) {
                     try (java.net.Socket refused = listener.accept()) { // closed at once: the connect fails
