@@ -47,10 +47,10 @@ KEPT_LOOK = 0.2
 async def waited(s: Scenario, client: Client, step: str, holder: Client, call: Awaitable[Any] | None = None) -> Any:
     """`client`'s step (`call`, else its next statement, an observation), waited for IDLE_BOUND at most:
     longer, while every server connection of the scenario sits idle, means the pooler keeps the client from one
-    (Stalled); `holder`, the application whose connection the pooler keeps it for, then leaves (its connection
-    closed, as an application that gives up does), so nothing waits on after the probe. While one is busy, the
-    step was only slow. Before the bound, every KEPT_LOOK seconds, the same stall is known once it is
-    conclusive (`_kept`): the pooler says it keeps each of those idle servers for a client while another waits."""
+    (Stalled); `holder`, the application whose connection the pooler keeps it for, then leaves (its connection closed,
+    as an application that gives up does), so nothing waits on after the probe. While one is busy, the step was only
+    slow. Before the bound, every KEPT_LOOK seconds, the same stall is known once it is conclusive (`_kept`): the pooler
+    says it keeps each of those idle servers for a client while the waiting client itself waits."""
     loop = asyncio.get_running_loop()
     began = loop.time()
     task = asyncio.ensure_future(call if call is not None else s.observe(client, step, "1"))

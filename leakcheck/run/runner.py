@@ -334,8 +334,8 @@ def cancels_settled(target: Target, endpoint: Endpoint) -> Callable[[], Awaitabl
 
 def pool_kept(target: Target, endpoint: Endpoint,
               witness: Witness | None) -> Callable[[set[int], float, Client], Awaitable[str | None]] | None:
-    """The route's word that the pooler keeps server connections for a client while another waits
-    (Scenario.pool_kept): a pooler leakcheck started in transaction mode from its own config, for applications
+    """The route's word that the pooler keeps server connections for a client while the waiting client itself
+    waits (Scenario.pool_kept): a pooler leakcheck started in transaction mode from its own config, for applications
     at their defaults (nothing of theirs sets a timer on the session), whose console says so (its product's
     `kept_for`: PgBouncer's), where PostgreSQL has no timer that ends an idle session (the witness's
     `idle_timers`). What does not change within a probe is read once per probe: PostgreSQL's timers at the first
@@ -363,7 +363,8 @@ def pool_kept(target: Target, endpoint: Endpoint,
             timers = witness.idle_timers()
         if timers:
             return None
-        return await asyncio.to_thread(lambda: watch(pids, bound, waiter.connections()))
+        ends = waiter.connections()  # on the loop's thread, which alone uses the client's socket (psycopg's dup)
+        return await asyncio.to_thread(watch, pids, bound, ends)
     return console
 
 

@@ -1,5 +1,6 @@
-"""PgBouncer's console word that it keeps server connections for a client while another waits (admin.kept): in
-both reads, the same link, a client waiting in a full pool, and no timer of its own within the bound."""
+"""PgBouncer's console word that it keeps server connections for a client while the waiting client itself waits
+(admin.kept): in both reads, the same link, that client waiting in a full pool, and no timer of its own within the
+bound."""
 
 from __future__ import annotations
 

@@ -188,9 +188,9 @@ def hold_reads(conn: psycopg.Connection[Any]) -> tuple[Read, ...]:
 
 
 class KeptWatch:
-    """PgBouncer's word, at each look of one probe, that it keeps server connections for a client while another
-    waits (`kept`): its settings read at the first look only, the console's two reads at every look. None when
-    its console does not answer (each wait bounded: console.CONNECT_TIMEOUT, console.CONSOLE_TIMEOUT)."""
+    """PgBouncer's word, at each look of one probe, that it keeps server connections for a client while the waiting
+    client itself waits (`kept`): its settings read at the first look only, the console's two reads at every look.
+    None when its console does not answer (each wait bounded: console.CONNECT_TIMEOUT, console.CONSOLE_TIMEOUT)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
