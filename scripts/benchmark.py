@@ -184,7 +184,8 @@ def merge_phase(n: int) -> tuple[float, float]:
 
 
 def per_driver(pg: str, bouncer: str, base: float, only: list[str]) -> None:
-    """The matrix once per driver (`only` these and psycopg, else every one): runs, seconds, runs a
+    """The matrix once per driver (`only` these and psycopg, else every one), each after its agent is installed
+    and built (`leakcheck prepare`, untimed, as the servers are): runs, seconds, runs a
     second, the ratio to the floor (`base` runs a second) and to psycopg's (the target: within a factor
     of 2), as a Markdown table. Beside them what moves less with the machine's other jobs: the CPU the
     matrix's processes used a run (pytest, the servers it reaped and the agents), and the agents it
@@ -195,6 +196,9 @@ def per_driver(pg: str, bouncer: str, base: float, only: list[str]) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     every = ("psycopg", "asyncpg", *(s.spec.id for s in CATALOGUE))
     for driver in ("psycopg", *(d for d in only if d != "psycopg")) if only else every:
+        # warm, as the matrix is: its agent installed and built before it is timed (a first use builds it)
+        subprocess.run([sys.executable, "-m", "leakcheck.cli.main", "prepare", f"--pg={pg}", f"--bouncer={bouncer}",
+                        f"--drivers={driver}"], stdout=subprocess.DEVNULL, check=False)
         before, used = load(), children_cpu()
         phases: dict[str, float] = {}
         runs, seconds = matrix(pg, bouncer, None, driver, phases)
