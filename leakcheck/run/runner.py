@@ -176,12 +176,12 @@ async def _connect_a(probe: Probe, target: Target, where: Endpoint) -> Client:
         raise NotApplicable(f"A's connect with the startup parameter {name}={value} was refused: {words}") from exc
 
 
-def names_a_timer(probe: Probe, target: Target) -> bool:
-    """Whether the probe's startup parameter or a setting of A's or B's driver names a timeout: it may set a timer on
-    a client's own session (`options=-c idle_in_transaction_session_timeout=...`) that the witness, which reads the
-    server's, databases' and roles' settings, cannot see; the pool is then never judged kept before the bound."""
-    texts = [*(probe.startup or ()), *(f"{k}={v}" for k, v in (*target.driver_settings, *target.b_app.settings))]
-    return any("timeout" in text.lower() for text in texts)
+def names_a_timer(probe: Probe) -> bool:
+    """Whether the probe's startup parameter names a timeout: it may set a timer on A's own session, which the
+    witness, reading the server's, databases' and roles' settings, cannot see; the pool is then never judged kept
+    before the bound. A setting of A's or B's driver (`options=-c ..._timeout=...`) turns the early look off by
+    itself, whatever it names (`pool_kept`)."""
+    return any("timeout" in text.lower() for text in probe.startup or ())
 
 
 async def _measure(
@@ -237,7 +237,7 @@ async def _measure(
     scenario = Scenario(a=a, b=b, route=target.route, witness=witness, third=third, placement_promised=promised,
                         next_b=lambda: connect_b(where), addresses=addresses, holder=holder,
                         cancels_settled=cancels_settled(target, endpoint), observer=observer,
-                        pool_kept=None if names_a_timer(probe, target) else pool_kept(target, endpoint, witness),
+                        pool_kept=None if names_a_timer(probe) else pool_kept(target, endpoint, witness),
                         resets_configured=resets_after_transaction(target),
                         clients_are_agents=not (target.driver.native and b_app.driver.native))
     try:
