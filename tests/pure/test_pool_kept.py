@@ -4,6 +4,11 @@ bound."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
+
+from leakcheck.provision.pgbouncer import admin
 from leakcheck.provision.pgbouncer.admin import HoldLook, HoldSettings, Read, kept
 
 ACTIVE = [{"database": "leakcheck", "state": "active", "remote_pid": "42", "link": "0x1"}]
@@ -96,3 +101,14 @@ def test_a_pooler_that_hands_clients_timeouts_to_its_server_connections_is_never
     assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), config=forwards), {42}, 5.0, ME) is None
     plain = {"track_extra_parameters": "IntervalStyle, search_path", "server_reset_query": "DISCARD ALL"}
     assert kept(_look((ACTIVE, WAITING), (ACTIVE, WAITING), config=plain), {42}, 5.0, ME) is not None
+
+
+def test_a_waiting_clients_connection_to_another_host_on_the_poolers_port_is_not_its_connection_to_the_pooler(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a team's agent may hold a connection to another server that listens on the same port number
+    def no_console(endpoint: object) -> None:
+        raise AssertionError("the console was asked about a client that has no connection to this PgBouncer")
+
+    monkeypatch.setattr(admin, "connect", no_console)
+    watch = admin.KeptWatch(SimpleNamespace(host="127.0.0.1", port=6432))  # type: ignore[arg-type]
+    assert watch({1234}, 10.0, {("127.0.0.1", 50000, "127.0.0.2", 6432)}) is None

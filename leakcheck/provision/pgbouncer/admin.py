@@ -198,7 +198,9 @@ class KeptWatch:
 
     def __call__(self, pids: set[int], bound: float, waiter: set[Ends]) -> str | None:
         """`waiter`: the TCP connections of the client whose call waits (its driver's, read just before)."""
-        ends = {(near, port) for near, port, _, far_port in waiter if far_port == self.endpoint.port}
+        # its connections to this PgBouncer, by address and port (a team's agent may hold others, to other servers)
+        ends = {(near, port) for near, port, far, far_port in waiter
+                if (far, far_port) == (self.endpoint.host, self.endpoint.port)}
         if not ends:
             return None
         try:
