@@ -58,9 +58,6 @@ def _pgjdbc_build(jar: str) -> tuple[tuple[str, ...], ...]:
 #: archived by the build (Java's AppCDS: about 40% less CPU per agent), which takes jars only, named relative
 #: to the folder (the build's is renamed into place); the JVM's own warnings on stderr (stdout is the protocol's)
 HIBERNATE_JAVA = (*JVM, "-cp", f"agent.jar:lib/*:{JUNIXSOCKET_JAR}")
-#: C1 (the only compiler the JVMs run) compiles for a third of a hibernate agent's life: here it inlines less deep
-#: and smaller methods (Java 17's defaults: 9 levels, 35 bytes), so each compile is cheaper (round 37)
-HIBERNATE_C1 = ("-XX:C1MaxInlineLevel=2", "-XX:C1MaxInlineSize=10")
 
 #: `prisma generate` with nothing from outside npm: Prisma's CLI fetches its schema engine (for migrations,
 #: never run by generate, which uses the npm package's wasm) from binaries.prisma.sh before any command;
@@ -442,7 +439,7 @@ CATALOGUE: tuple[Shipped, ...] = (
                    ("jar", "cf", "{dir}/agent.jar", "-C", "{dir}/classes", "."),
                    (*HIBERNATE_JAVA, ARCHIVE, "HibernateAgent", "--boot-and-exit")),
             build_timeout=900.0,  # a first resolve fetches about 40 MB of jars; javac took 40 s on 2 busy cores
-            run=(*HIBERNATE_JAVA, *HIBERNATE_C1, ARCHIVED, "HibernateAgent"),
+            run=(*HIBERNATE_JAVA, ARCHIVED, "HibernateAgent"),
         ),
         protocols="the hibernate agent asks pgjdbc for no protocol version but its 3.0",
         pipeline=_NO_PIPELINE.format("Hibernate"),
