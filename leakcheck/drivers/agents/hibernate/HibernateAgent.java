@@ -137,18 +137,6 @@ public class HibernateAgent {
             agent.boot();
             Agent.loadJarOf(org.postgresql.Driver.class); // and what connect and the requests load after boot
             Agent.loadJarOf(HikariDataSource.class);
-            // Hibernate's query execution (~300 classes a life loaded from hibernate-core's jar), Spring's JDBC,
-            // transaction and JPA glue, and the JDK's part of a connect (Agent.loadConnectPath: SCRAM's crypto,
-            // sockets): an agent's life loaded ~870 classes from outside the archive, each read and verified
-            Agent.loadJarOf(org.hibernate.Version.class);
-            Agent.loadJarOf(JdbcTemplate.class);
-            Agent.loadJarOf(PlatformTransactionManager.class);
-            Agent.loadJarOf(SharedEntityManagerCreator.class);
-            try {
-                Agent.loadConnectPath();
-            } catch (Exception e) { // the archive only misses those classes: the build goes on without them
-                System.err.println("agent: the archive run's connect path: " + e);
-            }
             System.exit(0);
         }
         Agent.serve(agent::answer, agent::cancel); // (Spring binds a transaction to the worker thread: this one)
