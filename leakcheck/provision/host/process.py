@@ -26,14 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
 
 from leakcheck.model.errors import StartError
 from leakcheck.provision.host import forks, ledger, sysv
 from leakcheck.provision.host.owner import start_time, started_at
 from leakcheck.provision.host.proc_sockets import children_of
 from leakcheck.provision.host.strays import servers_in, stop_servers_in
-from leakcheck.provision.host.system import PortClash, ServerUser, die_with_parent, setpriv, setpriv_prefix
+from leakcheck.provision.host.system import PortClash, ServerUser, die_with_parent
 
 #: How a server that lost a race for its port says so; such a start is retried on another port.
 PORT_TAKEN = "Address already in use"
@@ -86,23 +85,6 @@ def stopped(pid: int) -> bool:
 STOPPED = "it is stopped (SIGSTOP): it cannot answer"
 
 
-#: Seconds setpriv has to exec the program (it takes about a millisecond).
-SETPRIV_BOUND = 5.0
-
-
-def past_setpriv(pid: int) -> None:
-    """Until the process runs its own program, not setpriv (or is gone): setpriv sets PDEATHSIG just before that
-    exec, so a thread that ends once spawn() returned still takes its server with it, as with preexec_fn."""
-    deadline = time.monotonic() + SETPRIV_BOUND
-    while time.monotonic() < deadline:
-        try:
-            if os.readlink(f"/proc/{pid}/exe") != setpriv():
-                return
-        except OSError:
-            return
-        time.sleep(0.0005)
-
-
 class ServerProcess:
     """One server program: started once, stopped once, its log kept after it ends."""
 
@@ -134,33 +116,22 @@ class ServerProcess:
     def spawn(self) -> None:
         """Start it, without waiting (several can then get ready at once). From the main thread, or a
         thread that lives as long as the server (PDEATHSIG acts when the thread that forked it ends)."""
+        uid, gid, groups = self.user.popen_ids()
         self._spawning = True
         with open(self.log, "ab") as out, forks.held():  # a stop signal acts once Popen has returned
             self._log_start = out.tell()
-            self._proc = self._popen(out)
+            self._proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd,
+                env=self.env, user=uid, group=gid, extra_groups=groups,
+                preexec_fn=functools.partial(die_with_parent, self.death_signal),  # noqa: PLW1509 (see ServerProcess.spawn)
+                start_new_session=True,
+            )
             if self.forks:  # before it can create anything: a run killed now is swept by this line
                 start = start_time(self._proc.pid)
                 if start is not None:
                     self._started = ledger.Started(self._proc.pid, start)
                     ledger.record_process(self.cwd, self._proc.pid, start)
         self._spawning = False
-
-    def _popen(self, out: IO[bytes]) -> subprocess.Popen[bytes]:
-        """As the server user with PDEATHSIG, in a session of its own: through setpriv where it is installed
-        (CPython can then vfork: see setpriv_prefix), else by subprocess itself in a forked child."""
-        common: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT,
-                                  "cwd": self.cwd, "env": self.env, "start_new_session": True}
-        prefix = setpriv_prefix(self.user, self.death_signal)
-        if prefix is not None:
-            proc = subprocess.Popen([*prefix, *self.argv], **common)
-            past_setpriv(proc.pid)
-            return proc
-        uid, gid, groups = self.user.popen_ids()
-        return subprocess.Popen(
-            self.argv, user=uid, group=gid, extra_groups=groups,
-            preexec_fn=functools.partial(die_with_parent, self.death_signal),  # noqa: PLW1509 (see ServerProcess.spawn)
-            **common,
-        )
 
     def wait(self, ready: Callable[[], str | None], timeout: float, hint: str = "", late: str = "") -> None:
         """Until `ready()` says so; StartError (PortClash for a lost port) when it exits or times out."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
-import functools
 import os
 import pwd
 import shutil
@@ -413,33 +412,6 @@ def _made_user() -> pwd.struct_passwd:
 _PR_SET_PDEATHSIG = 1
 #: Loaded once, in the parent: a forked child then calls prctl without dlopen (and its loader lock).
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-@functools.cache
-def setpriv() -> str | None:
-    """util-linux's setpriv, the file it runs from (as /proc/<pid>/exe names it), looked for once; None where it is
-    not installed or has no --pdeathsig (before util-linux 2.33): subprocess then switches the user itself."""
-    found = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
-    if found is None:
-        return None
-    try:
-        done = subprocess.run([found, "--help"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return os.path.realpath(found) if "--pdeathsig" in done.stdout else None
-
-
-def setpriv_prefix(user: ServerUser, sig: signal.Signals) -> list[str] | None:
-    """An argv prefix that runs the program as `user` (no supplementary groups) with PDEATHSIG `sig`, set by
-    setpriv after it switched user (a switch clears PDEATHSIG); None without setpriv. subprocess's own user=,
-    group= and preexec_fn make CPython fork the whole harness process, its pages then copied on write in the
-    child (~17 ms of CPU a spawn from a 300 MB process); without them it uses vfork (~2 ms with setpriv's exec)."""
-    program = setpriv()
-    if program is None:
-        return None
-    ids = [] if user.is_self else [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups"]
-    return [program, *ids, f"--pdeathsig={sig.name}", "--"]
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> None:
