@@ -161,7 +161,10 @@ class Lanes:
         gc.unfreeze()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-            wait(self._lanes, timeout=CLOSE_GRACE if signals.received() else None)
+            # only the lanes that started: wait() never counts one that shutdown cancelled as done (pytest -x
+            # stops the run with lanes still queued behind the running ones)
+            started = [lane for lane in self._lanes if not lane.cancelled()]
+            wait(started, timeout=CLOSE_GRACE if signals.received() else None)
 
     def _key(self, probe: Probe, target: Target) -> tuple[str, str]:
         return probe.id, target.test_id(probe.id)

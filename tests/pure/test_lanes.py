@@ -195,3 +195,35 @@ def test_each_run_of_the_driver_gate_fits_what_one_run_holds() -> None:
         controls = [(p, Target(Version((pg, 0)), None, route, Driver(d))) for pg in (16, 18)
                     for route in (Route.DIRECT, Route.SHARED) for d in group for p in PROBES]
         check_capacity(pooled + controls)
+
+
+def test_a_run_stopped_early_closes_without_waiting_for_lanes_that_never_started() -> None:
+    """pytest -x: a lane still queued behind the running ones is cancelled, and close() does not wait for it
+    (concurrent.futures.wait never counts a future cancelled by shutdown(cancel_futures=True) as done)."""
+    import threading
+
+    from leakcheck.run.lanes import Lanes
+
+    class Up:
+        def warm(self, pgs: object, poolers: object) -> None:
+            pass
+
+        def postgres(self, pg: Version) -> None:
+            pass
+
+    release = threading.Event()
+
+    def held_probe(backend: object, probe: object, target: object, earlier: object) -> object:
+        release.wait(5)
+        raise RuntimeError("stopped")
+
+    lanes = Lanes(Up(), 1, lambda p, t: p.id)  # type: ignore[arg-type]
+    one, two = (Target(PG, None, Route.DIRECT, driver) for driver in (Driver.PSYCOPG, Driver.ASYNCPG))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("leakcheck.run.lanes.run_probe", held_probe)
+        lanes.start([(ONE, one), (ONE, two)])  # one lane runs (jobs=1), the other waits for it
+        closing = threading.Thread(target=lanes.close, daemon=True)
+        closing.start()
+        release.set()  # the running lane's probe ends
+        closing.join(10)
+    assert not closing.is_alive()
