@@ -247,6 +247,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config.pluginmanager.register(config.stash[GATHERED], gather.NAME)
 
 
+def stopped_early(session: pytest.Session) -> bool:
+    """Whether the session stopped before its last test: Ctrl-C and --stepwise set `shouldstop`, -x and --maxfail
+    `shouldfail` (its tests then hold a fraction of the matrix, which --record must not write)."""
+    return bool(session.shouldstop or session.shouldfail)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """--record, --results, --report-html and --report-md, from every test report: written only after
     a run that ran its tests to the end, by the controller (or the serial process), never by an xdist
@@ -261,7 +267,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         config.workeroutput[gather.WORKER_OUTPUT_KEY] = run.describe()  # type: ignore[attr-defined]
         return
     gathered = config.stash.get(GATHERED, gather.Gathered())
-    reason = record.not_written(int(exitstatus), bool(session.shouldstop))
+    reason = record.not_written(int(exitstatus), stopped_early(session))
     about = About.now(run.describe() or gathered.descriptions)  # a controller starts no server: its workers'
     lines, written = outputs.write(outputs.of_config(run.config), gathered.results(), reason, about=about)
     config.stash[RECORDED] = lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -301,3 +302,16 @@ def test_a_json_baseline_entry_with_a_reason_is_read_and_written_back_with_it(tm
     loaded = expectations.load(path)
     assert loaded == {KEY_TZ: E(Verdict.LOSES_WRITES, "pgpool2#172"), KEY_ST: E(Verdict.LEAKS)}
     assert expectations.parse(expectations.render(loaded, path), "again", "") == loaded
+
+
+def test_a_run_stopped_at_its_first_failure_writes_no_verdicts() -> None:
+    # pytest -x and --maxfail stop the run through `shouldfail`, not `shouldstop`: before, --record wrote the
+    # fraction of the matrix that ran
+    from types import SimpleNamespace
+
+    from leakcheck.plugin import stopped_early
+
+    first_failure: Any = SimpleNamespace(shouldstop=False, shouldfail="stopping after 1 failures")
+    assert record.not_written(pytest.ExitCode.TESTS_FAILED, stopped_early(first_failure)) == "the run was interrupted"
+    to_the_end: Any = SimpleNamespace(shouldstop=False, shouldfail=False)
+    assert record.not_written(pytest.ExitCode.TESTS_FAILED, stopped_early(to_the_end)) is None
