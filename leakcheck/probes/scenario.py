@@ -230,6 +230,20 @@ class Scenario:
         self._record(client.label, step, seen.server, silent)
         return True
 
+    def prove_failed(self, client: Client, step: str, got: Attempt) -> bool:
+        """The proof of a step that failed inside the client's transaction and that no tag shows (PostgreSQL fails a
+        Bind of a statement that does not exist before it shows any text): the server connection the client was
+        last proven on, when its transaction block went aborted during this step. Nothing else sent it anything
+        meanwhile: the clients' steps run one at a time, and no pooler sends a statement of its own to a server
+        connection inside a client's transaction (a pooler that moved the client leaves that one untouched: no
+        proof, an error)."""
+        failed_inside = got.error is not None and not got.error.closed and client.label in self._in_transaction
+        last = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
+        if self.witness is None or not failed_inside or last is None or not self.witness.aborted(last):
+            return False
+        self._record(client.label, step, last, moved_silently=False)
+        return True
+
     async def _bounded(self, client: Client, step: str, call: Awaitable[T]) -> T:
         """A client's call, bounded by STEP_BOUND: past it, a stalled pool is an outcome (`_stalled`), looked at
         while the call still waits; the call is then cancelled, and left after CANCEL_GRACE if its driver does
@@ -425,11 +439,15 @@ class Scenario:
             self.wrote(client, step, got, *wrote)
         ended = (may_disconnect or self.session_ends_observed) and got.error is not None and machine_fault(
             got.error.sqlstate, closed=got.error.closed, session_end_observed=False) is not None
-        if not self._prove(client, step, None, silent=not got.failed) and self._connected(client, got) and not ended:
+        if self._prove(client, step, None, silent=not got.failed) or ended:
+            pass
+        elif self._connected(client, got):
             # not seen: the driver ran a statement of its own after it (PDO reads a column's type), or the
             # pooler its reset: the client's next statement, a read of its own, tells where it is (not after a
             # session end the step may cause: an agent's error does not say its connection closed)
             await self.observe(client, f"{step}: where", "1")
+        else:
+            self.prove_failed(client, step, got)
         if got.failed:
             return got
         rows = got.value or []
@@ -501,7 +519,8 @@ class Scenario:
         self._last_prepared[client.label] = self.prepared_text(client, select)
         got = await self._step(client, step, client.prepared(self._last_prepared[client.label]))
         if got.failed:
-            self._prove(client, step, None)
+            if not self._prove(client, step, None, silent=False):
+                self.prove_failed(client, step, got)
             return got
         value, pid, started = got.value[0]
         self._prove(client, step, (pid, started))
@@ -579,7 +598,8 @@ class Scenario:
         """The client's driver executes a prepared statement by its name (Bind/Execute, no Parse): the
         driver's call for a statement it did not prepare through itself. It may end the connection."""
         got = await self._step(client, step, client.bind(name), may_disconnect=True)
-        self._prove(client, step, None)
+        if not self._prove(client, step, None, silent=not got.failed):
+            self.prove_failed(client, step, got)
         return got
 
     def finish(self, observation: Observation) -> Observation:

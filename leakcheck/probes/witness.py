@@ -8,7 +8,9 @@ that backend ran the client's step, whatever the client says. A step no backend 
 answered it itself, or ran its own statement on that server afterwards, e.g. a reset after every
 transaction) has no sighting; a client that reported an identity for it is then believed only for a
 backend that exists with that start time and whose last statement, run after the step began, may stand for
-the client's step (`stands_for`): its own, the pooler's reset, its driver's own; never another client's.
+the client's step (`stands_for`): its own, the pooler's reset, its driver's own; never another client's. A
+step that failed inside its client's transaction before PostgreSQL showed its text is proven by the transaction
+it aborted (`aborted`, Scenario.prove_failed).
 
 One witness per lane thread and PostgreSQL (a superuser session straight to the server, never
 through the pooler: on the server's own Unix socket where leakcheck started it, Endpoint.for_harness), reused
@@ -296,6 +298,17 @@ class Witness:
             f"SELECT query FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND query_start > %s",
             (server.pid, server.started, self._since)).fetchone()
         return None if row is None else str(row[0] or "")
+
+    def aborted(self, server: ServerId) -> bool:
+        """Whether that backend entered an aborted transaction block since the step `look` just found no sighting
+        for began: it is idle in one now, a state it took after that moment (PostgreSQL marks it again at every
+        ReadyForQuery). A statement that fails before PostgreSQL shows its text (a Bind of a prepared statement
+        that does not exist) leaves only this trace on the server."""
+        row = self.conn.execute(
+            f"SELECT 1 FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) "
+            "AND state = 'idle in transaction (aborted)' AND state_change > %s",
+            (server.pid, server.started, self._since)).fetchone()
+        return row is not None
 
     def spell(self, name: str, value: str) -> str | None:
         """How the server spells `SET name = value` (a value as written after `=`), read in the witness's own

@@ -69,6 +69,22 @@ def test_pdos_free_before_commit_loses_nothing_on_the_controls(native: NativeBac
         assert measure(FREE_BEFORE_COMMIT).diffs == ()
 
 
+#: CI's sequence (stop 37): PDO's cached statement runs again in a transaction after DISCARD ALL dropped it; on a
+#: direct session its Bind fails (26000) before PostgreSQL shows any statement text, so no tag proves the step.
+RUN_AFTER_DISCARD = (Op(A, Kind.BEGIN), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.COMMIT), Op(A, Kind.DISCARD, "ALL"),
+                     Op(A, Kind.BEGIN), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.COMMIT))
+
+
+@pytest.mark.parametrize("route", [Route.TRANSACTION, Route.SESSION, Route.DIRECT])
+def test_a_prepared_call_that_fails_in_a_transaction_before_any_statement_text_is_proven_by_its_aborted_transaction(
+        native: NativeBackend, route: Route) -> None:
+    with Differential(_lab(native, route), PDO) as measure:
+        comparison = measure(RUN_AFTER_DISCARD)  # an Abort before: "step 6 ... carries no proof"
+    if route is not Route.TRANSACTION:
+        assert comparison.diffs == ()
+        assert "26000" in comparison.results[5]  # the reference's own call failed: the case the proof is for
+
+
 def test_a_short_pdo_discovery_finds_the_lost_commit_on_its_own(native: NativeBackend) -> None:
     with Differential(_lab(native, Route.TRANSACTION), PDO) as measure:
         ops = universe(measure.abilities())
