@@ -231,15 +231,16 @@ class Scenario:
         return True
 
     def prove_failed(self, client: Client, step: str, got: Attempt) -> bool:
-        """The proof of a step that failed inside the client's transaction and that no tag shows (PostgreSQL fails a
-        Bind of a statement that does not exist before it shows any text): the server connection the client was
-        last proven on, when its transaction block went aborted during this step. Nothing else sent it anything
-        meanwhile: the clients' steps run one at a time, and no pooler sends a statement of its own to a server
-        connection inside a client's transaction (a pooler that moved the client leaves that one untouched: no
-        proof, an error)."""
-        failed_inside = got.error is not None and not got.error.closed and client.label in self._in_transaction
+        """The proof of a failed step that no tag shows (PostgreSQL fails a Bind of a statement that does not exist
+        before it shows any text): the server connection the client was last proven on, when that backend became
+        ready again during this step, in the transaction the failure aborted where the client had one open, with no
+        statement started meanwhile (`Witness.failed_unshown`). Nothing else sent it anything: the clients' steps
+        run one at a time, and a pooler's own statement shows its text. A pooler that gave the client another
+        server connection leaves that one untouched: no proof, an error."""
         last = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
-        if self.witness is None or not failed_inside or last is None or not self.witness.aborted(last):
+        if self.witness is None or got.error is None or got.error.closed or last is None:
+            return False
+        if not self.witness.failed_unshown(last, in_transaction=client.label in self._in_transaction):
             return False
         self._record(client.label, step, last, moved_silently=False)
         return True

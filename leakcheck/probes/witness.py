@@ -9,8 +9,8 @@ answered it itself, or ran its own statement on that server afterwards, e.g. a r
 transaction) has no sighting; a client that reported an identity for it is then believed only for a
 backend that exists with that start time and whose last statement, run after the step began, may stand for
 the client's step (`stands_for`): its own, the pooler's reset, its driver's own; never another client's. A
-step that failed inside its client's transaction before PostgreSQL showed its text is proven by the transaction
-it aborted (`aborted`, Scenario.prove_failed).
+step that failed before PostgreSQL showed its text is proven on its client's last server connection when that
+backend became ready again during the step and ran no statement meanwhile (`failed_unshown`, Scenario.prove_failed).
 
 One witness per lane thread and PostgreSQL (a superuser session straight to the server, never
 through the pooler: on the server's own Unix socket where leakcheck started it, Endpoint.for_harness), reused
@@ -299,15 +299,20 @@ class Witness:
             (server.pid, server.started, self._since)).fetchone()
         return None if row is None else str(row[0] or "")
 
-    def aborted(self, server: ServerId) -> bool:
-        """Whether that backend entered an aborted transaction block since the step `look` just found no sighting
-        for began: it is idle in one now, a state it took after that moment (PostgreSQL marks it again at every
-        ReadyForQuery). A statement that fails before PostgreSQL shows its text (a Bind of a prepared statement
-        that does not exist) leaves only this trace on the server."""
+    def failed_unshown(self, server: ServerId, *, in_transaction: bool) -> bool:
+        """Whether that backend answered a message that failed before PostgreSQL showed any statement text (a Bind
+        of a prepared statement that does not exist) since the step `look` just found no sighting for began: it
+        became ready for a query again after that moment (PostgreSQL marks the state at every ReadyForQuery),
+        either idle in an aborted transaction block (`in_transaction`: no pooler's statement leaves one, and none
+        runs inside a client's transaction), or idle with no statement started meanwhile (a pooler's own
+        statement, as any other, shows its text)."""
+        if in_transaction:
+            state, started = "idle in transaction (aborted)", "infinity"
+        else:
+            state, started = "idle", self._since.isoformat()
         row = self.conn.execute(
-            f"SELECT 1 FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) "
-            "AND state = 'idle in transaction (aborted)' AND state_change > %s",
-            (server.pid, server.started, self._since)).fetchone()
+            f"SELECT 1 FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND state = %s AND state_change > %s "
+            "AND query_start <= %s::timestamptz", (server.pid, server.started, state, self._since, started)).fetchone()
         return row is not None
 
     def spell(self, name: str, value: str) -> str | None:

@@ -69,20 +69,26 @@ def test_pdos_free_before_commit_loses_nothing_on_the_controls(native: NativeBac
         assert measure(FREE_BEFORE_COMMIT).diffs == ()
 
 
-#: CI's sequence (stop 37): PDO's cached statement runs again in a transaction after DISCARD ALL dropped it; on a
-#: direct session its Bind fails (26000) before PostgreSQL shows any statement text, so no tag proves the step.
-RUN_AFTER_DISCARD = (Op(A, Kind.BEGIN), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.COMMIT), Op(A, Kind.DISCARD, "ALL"),
-                     Op(A, Kind.BEGIN), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.COMMIT))
+#: PDO's cached statement run again after DISCARD ALL dropped it: on a direct session its Bind fails (26000) before
+#: PostgreSQL shows any statement text, so no tag proves the step; in autocommit, and in a transaction (CI's sequence
+#: of stop 37, where discovery aborted with "reference: step 8 ... carries no proof").
+RUN_AFTER_DISCARD = {
+    "autocommit": (Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.DISCARD, "ALL"), Op(A, Kind.PROTOCOL, "p1")),
+    "in a transaction": (Op(A, Kind.BEGIN), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.COMMIT), Op(A, Kind.DISCARD, "ALL"),
+                         Op(A, Kind.BEGIN), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.COMMIT)),
+}
 
 
+@pytest.mark.parametrize("sequence", RUN_AFTER_DISCARD)
 @pytest.mark.parametrize("route", [Route.TRANSACTION, Route.SESSION, Route.DIRECT])
-def test_a_prepared_call_that_fails_in_a_transaction_before_any_statement_text_is_proven_by_its_aborted_transaction(
-        native: NativeBackend, route: Route) -> None:
+def test_a_prepared_call_that_fails_before_postgresql_shows_its_text_is_proven_on_its_clients_server(
+        native: NativeBackend, route: Route, sequence: str) -> None:
+    ops = RUN_AFTER_DISCARD[sequence]
     with Differential(_lab(native, route), PDO) as measure:
-        comparison = measure(RUN_AFTER_DISCARD)  # an Abort before: "step 6 ... carries no proof"
+        comparison = measure(ops)  # an Abort before: "step ... carries no proof of its server connection"
     if route is not Route.TRANSACTION:
         assert comparison.diffs == ()
-        assert "26000" in comparison.results[5]  # the reference's own call failed: the case the proof is for
+        assert "26000" in comparison.results[len(ops) - 2 if sequence != "autocommit" else -1]
 
 
 def test_a_short_pdo_discovery_finds_the_lost_commit_on_its_own(native: NativeBackend) -> None:
