@@ -168,7 +168,9 @@ def test_a_hello_whose_protocol_is_not_the_integer_1_is_refused(folder: Path, pr
 
 @pytest.mark.parametrize(("extra", "said"), [('"ops": "cancel_key"', 'gave ops "cancel_key", not a list'),
                                              ('"release": 12', "gave release 12, not text"),
-                                             ('"no_cancel": true', "gave no_cancel true, not text")])
+                                             ('"no_cancel": true', "gave no_cancel true, not text"),
+                                             ('"ends_within": "15"', 'gave ends_within "15", not seconds'),
+                                             ('"ends_within": 3600', "gave ends_within 3600, not seconds")])
 def test_a_hello_with_a_field_of_another_type_is_refused(folder: Path, extra: str, said: str) -> None:
     name = f"typed-{extra.split(':')[0].strip(chr(34))}".replace("_", "-")
     body = ("line = sys.stdin.readline()\n"

@@ -50,6 +50,9 @@ REQUEST_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 #: Seconds after that SIGTERM before the group gets SIGKILL.
 TERM_TIMEOUT = 1.0
+#: The most an agent's hello may ask for on top of STOP_TIMEOUT to end (`ends_within`: pgx's agents wait up to their
+#: cancel bound, 15 s, for a connection pgconn still closes: a cancel it sends, docs/agent-protocol.md).
+ENDS_WITHIN_MAX = 30.0
 #: The longest answer line (bytes, without its newline): a longer one is an AgentFault, not read whole.
 MAX_LINE = 16 * 2**20
 #: The longest stderr line kept (bytes); the rest of a longer one is dropped.
@@ -111,6 +114,9 @@ def _hello_problem(hello: dict[str, Any], driver: str, named: bool) -> str | Non
     ops = hello.get("ops", [])
     if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
         return f"gave ops {json.dumps(ops)[:80]}, not a list of op names"
+    ends = hello.get("ends_within", 0)
+    if type(ends) not in (int, float) or not 0 <= ends <= ENDS_WITHIN_MAX:
+        return f"gave ends_within {json.dumps(ends)[:80]}, not seconds from 0 to {ENDS_WITHIN_MAX:g}"
     return None  # (`settings`: team.py checks them)
 
 
@@ -216,6 +222,11 @@ class AgentProcess:
     @property
     def pid(self) -> int:
         return self._proc.pid
+
+    @property
+    def ends_within(self) -> float:
+        """Seconds its hello said it may take to end beyond its close (0 unless it said: `ends_within`)."""
+        return float(getattr(self, "hello", {}).get("ends_within", 0))  # (none yet: stopped while it starts)
 
     @property
     def alive(self) -> bool:
@@ -421,8 +432,13 @@ def _signal_name(number: int) -> str:
 
 
 def stop_together(agents: Iterable[AgentProcess], grace: float = STOP_TIMEOUT) -> None:
-    """Stop `agents` at the same time (each in a thread of its own; a stop is bounded), and wait for them."""
-    threads = [threading.Thread(target=agent.stop, args=(grace,), name=f"agent-{agent.pid}-stop")
+    """Stop `agents` at the same time (each in a thread of its own; a stop is bounded), and wait for them. An
+    agent whose hello said it may take longer to end (`ends_within`: pgx's, which first waits for a cancel its driver
+    still sends) gets that much more grace before its SIGTERM, except in a hurry (grace 0: Ctrl-C). Cut short, it
+    would end the driver's cancel connection while PgBouncer 1.18.0 still forwards the request, which the
+    pool's next reset then turns into PgBouncer's exit (pgbouncer#801)."""
+    threads = [threading.Thread(target=agent.stop, args=(grace + agent.ends_within if grace else 0,),
+                                name=f"agent-{agent.pid}-stop")
                for agent in agents]
     for thread in threads:
         thread.start()

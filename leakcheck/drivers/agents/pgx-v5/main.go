@@ -42,9 +42,10 @@ func release() string {
 }
 
 type agent struct {
-	conn *pgx.Conn
-	tx   pgx.Tx
-	mu   sync.Mutex // guards conn for the stdin reader's cancel
+	conn     *pgx.Conn
+	tx       pgx.Tx
+	mu       sync.Mutex // guards conn for the stdin reader's cancel
+	closings            // of the connections it closed (protocol.go)
 }
 
 func main() {
@@ -89,6 +90,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx-v5", release(), "go "+strings.TrimPrefix(runtime.Version(), "go")
 		ans["ops"] = []string{"cancel_key", "bind", "copy_in", "go"}
+		ans["ends_within"] = cancelWait.Seconds()
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -179,6 +181,7 @@ func (a *agent) close() {
 	if err := a.conn.Close(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "agent: close:", err)
 	}
+	a.keep(a.conn.PgConn().CleanupDone())
 	a.mu.Lock()
 	a.conn, a.tx = nil, nil
 	a.mu.Unlock()

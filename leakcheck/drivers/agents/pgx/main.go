@@ -32,10 +32,11 @@ var settings = map[string]bool{"statement_cache_mode": true, "statement_cache_ca
 	"prefer_simple_protocol": true, "options": true, "application_name": true}
 
 type agent struct {
-	conn    *pgx.Conn
-	tx      pgx.Tx
-	mu      sync.Mutex
-	running context.CancelFunc
+	conn     *pgx.Conn
+	tx       pgx.Tx
+	mu       sync.Mutex
+	running  context.CancelFunc
+	closings // of the connections it closed (protocol.go)
 }
 
 func main() {
@@ -90,6 +91,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 		// no `go` (protocol.go): pgconn v1's CopyFrom returns at the server's error, while its reader still
 		// pauses in a goroutine of its own, so the pause never holds the call
 		ans["ops"] = []string{"cancel_key", "bind", "copy_in"}
+		ans["ends_within"] = cancelWait.Seconds()
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -172,6 +174,7 @@ func (a *agent) close() {
 	if err := a.conn.Close(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "agent: close:", err)
 	}
+	a.keep(a.conn.PgConn().CleanupDone())
 	a.conn, a.tx = nil, nil
 }
 

@@ -154,12 +154,56 @@ func send(a answer) {
 }
 
 // client is what serve asks of an agent: its answer to a request, its cancel (read while a request
-// runs), its failure answer, and its end.
+// runs), its failure answer, its end, and its wait for the connections pgconn still closes (closings).
 type client interface {
 	answer(r request) answer
 	cancel(id any) answer
 	failure(id any, err error) answer
 	close()
+	settle(bound time.Duration)
+}
+
+// closings are pgconn's CleanupDone of the connections an agent closed. A connection pgconn gave up on (a
+// cancelled context, a network error: asyncClose, pgconn v1 and v5) is closed at once to pgx, and Close on it
+// returns at once, while a goroutine of pgconn's still sends its CancelRequest on a connection of its own, waits
+// until the peer closes that (up to 15 s), and only then sends the Terminate and closes the socket.
+type closings struct{ done []chan struct{} }
+
+// keep adds a closed connection's CleanupDone, dropping those already done (a reused agent closes many).
+func (c *closings) keep(done chan struct{}) {
+	c.settled()
+	c.done = append(c.done, done)
+}
+
+// settled says whether pgconn finished closing every connection the agent closed, without waiting.
+func (c *closings) settled() bool {
+	for len(c.done) > 0 {
+		select {
+		case <-c.done[0]:
+			c.done = c.done[1:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// settle waits, at most `bound`, until pgconn finished closing every connection the agent closed. An agent
+// whose input ended does so before it exits: Go's exit would end pgconn's goroutine mid-cancel, both its
+// sockets without a Terminate, and PgBouncer 1.18.0 frees a cancel client it still forwards a request for,
+// which its next KILL (the pool's reset) disconnects again: it exits (pgbouncer#801, `bad client state: 0`).
+func (c *closings) settle(bound time.Duration) {
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	for _, done := range c.done {
+		select {
+		case <-done:
+		case <-timer.C:
+			fmt.Fprintln(os.Stderr, "agent: a connection pgx closed was still closing after", bound)
+			return
+		}
+	}
+	c.done = nil
 }
 
 // serve reads requests from stdin: `cancel` and `go` are acted on at once, the others answered in order (a
@@ -204,6 +248,7 @@ func serve(a client) {
 		}
 	}
 	a.close()
+	a.settle(cancelWait) // (its hello's ends_within: the harness's stop gives it that long before a SIGTERM)
 }
 
 // quote is a connection-string value as pgx.ParseConfig reads it.
