@@ -323,6 +323,25 @@ def test_tokio_postgres_says_named_after_a_prepare_its_driver_failed_before_writ
         agent.stop()
 
 
+def test_a_pgx_agent_names_the_statements_of_its_next_connection_as_a_fresh_process_does_after_a_close(
+    spec: AgentSpec, built: Path, server: Endpoint
+) -> None:
+    if spec.id != "pgx":
+        pytest.skip("only pgx v4's agent sets its driver's counter back: lrupsc_N_M, N counts the process's caches")
+    names = "SELECT array_agg(name ORDER BY name) FROM pg_prepared_statements"
+    seen = []
+    for agent in (Agent(spec, built), Agent(spec, built)):  # the first serves two probes, the second one
+        try:
+            for _ in range(2 if not seen else 1):
+                ok(agent.connect(server, {}))
+                for sql in ("SELECT 1", "SELECT 2"):  # each through the statement cache, by name
+                    ok(agent("prepared", sql=sql, times=1))
+                seen.append((ok(agent("query", sql=names))["rows"], ok(agent("close")).get("named")))
+        finally:
+            agent.stop()
+    assert seen == [([[["lrupsc_1_0", "lrupsc_1_1"]]], False)] * 3, seen
+
+
 def test_two_agents_never_share_a_process_or_a_session(spec: AgentSpec, built: Path, server: Endpoint) -> None:
     a, b = Agent(spec, built), Agent(spec, built)
     try:

@@ -148,8 +148,9 @@ class Shipped:
     #: application set reaching it is its application's loss (breaks), never "not applicable" (run/runner.py)
     refused_values: Literal["", "closes", "keeps"] = ""
     #: the driver names statements from a counter of the whole process (pgx's lrupsc_N_M), not per
-    #: connection: an agent of it that may have named one serves only that probe (client.py, its close
-    #: answer's `named`), so every probe starts with counters where a fresh process's are
+    #: connection: an agent of it serves a later probe only where its close answer said `named` false (its
+    #: counter where a fresh process's is: client.py), so every probe starts with counters where a fresh
+    #: process's are
     names_per_process: bool = False
     #: why the driver cannot ask for a newer protocol than 3.0 (PostgreSQL 18's 3.2): agent protocol 1's
     #: connect has no field for it, and no shipped driver here could
@@ -274,7 +275,9 @@ CATALOGUE: tuple[Shipped, ...] = (
         refusals=(("simple protocol queries must be run with client_encoding=UTF8",
                    "pgx runs no simple-protocol query unless client_encoding is UTF8"),),
         refused_values="keeps",
-        names_per_process=True,  # N in lrupsc_N_M counts the process's statement caches (one per connection)
+        # N in lrupsc_N_M counts the process's statement caches (one per connection): the agent sets it back
+        # to 0 once its close left no connection, and says `named` false then
+        names_per_process=True,
         protocols=_V3_ONLY.format("pgx v4"),
         pipeline="pgx v4's batch (pgconn.Batch) has no Close message",
     ),

@@ -7,9 +7,10 @@ the whole process (catalogue `names_per_process`) would carry its history from p
 the shared route only A's agent connects): an agent of it that may have named a statement serves
 only the probe it did so in (`next_probe()`, called by the runner as each probe starts, ends the
 lane thread's earlier ones), so every probe starts with processes whose counters are where a fresh
-process's are. Whether it may have is the agent's own word: its close answer's `named` false (the
-tokio-postgres agent: a named Parse written, or a driver error where one may have been due); an agent
-that does not say so (pgx v4's: every connection's statement cache takes a number) serves one probe.
+process's are. Whether it may have is the agent's own word: its close answer's `named` (the
+tokio-postgres agent: true once a named Parse was written, or a driver error where one may have been due;
+pgx v4's: false once its close left no connection and it set its driver's counter back to a fresh
+process's 0); an agent whose close answer does not say false serves one probe.
 `stop_all()` ends every agent at the end of the run, all at once (process.py: each with everything it
 started); an agent also ends when its stdin closes (when leakcheck itself ends).
 """

@@ -5,7 +5,8 @@
 // statements lrupsc_N_M; cancel = cancelling the running request's context, which is pgx v4's
 // way (pgconn sends a cancel request and closes the connection); cancel_key = PgConn().PID() and
 // SecretKey(), the BackendKeyData pgconn holds; copy_in = PgConn().CopyFrom with a reader of the rows;
-// bind = PgConn().ExecPrepared.
+// bind = PgConn().ExecPrepared. A close answer says "named": false where the agent's statement names
+// are back where a fresh process's start (lruCount below).
 package main
 
 import (
@@ -16,7 +17,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	_ "unsafe" // go:linkname
 
 	"github.com/jackc/pgconn"
 	"github.com/jackc/pgproto3/v2"
@@ -30,6 +33,15 @@ var release = "unknown"
 // settings are the connection-string keys this agent passes to pgx.ParseConfig.
 var settings = map[string]bool{"statement_cache_mode": true, "statement_cache_capacity": true,
 	"prefer_simple_protocol": true, "options": true, "application_name": true}
+
+// lruCount is pgconn's counter of the statement caches this process made (stmtcache.NewLRU takes the next
+// number for each connection's cache, whose statements are lrupsc_<number>_<k>): the only state of pgx v4
+// (pgx, pgconn, pgproto3, pgtype) a process carries from connection to connection that reaches the wire.
+// With no connection left, no cache numbered from it is left either: the agent sets it back to a fresh
+// process's 0 and says so ("named": false), so leakcheck gives it the next probe instead of starting another.
+//
+//go:linkname lruCount github.com/jackc/pgconn/stmtcache.lruCount
+var lruCount uint64
 
 type agent struct {
 	conn     *pgx.Conn
@@ -96,7 +108,13 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	case "connect":
 		return a.connect(ctx, r)
 	case "close":
-		a.close()
+		// "named": false once the close left no connection, not even one pgconn is still closing, and the
+		// counter is a fresh process's; a close pgx reported failed says true (the agent serves no other probe)
+		fresh := a.end() && a.settled()
+		if fresh {
+			atomic.StoreUint64(&lruCount, 0)
+		}
+		ans["named"] = !fresh
 		return nil
 	case "exit":
 		return nil
@@ -166,16 +184,23 @@ func (a *agent) connect(ctx context.Context, r request) error {
 }
 
 func (a *agent) close() {
+	a.end()
+}
+
+// end closes the connection, if any: false where pgx's close failed.
+func (a *agent) end() bool {
 	if a.conn == nil {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := a.conn.Close(ctx); err != nil {
+	err := a.conn.Close(ctx)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent: close:", err)
 	}
 	a.keep(a.conn.PgConn().CleanupDone())
 	a.conn, a.tx = nil, nil
+	return err == nil
 }
 
 func (a *agent) rows(rows pgx.Rows, err error) ([][]any, error) {
