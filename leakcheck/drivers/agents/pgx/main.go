@@ -49,6 +49,8 @@ type agent struct {
 	mu       sync.Mutex
 	running  context.CancelFunc
 	closings // of the connections it closed (protocol.go)
+	// closeFailed: pgx reported a close of this agent's failed (its counter is then not known to be a fresh one's)
+	closeFailed bool
 }
 
 func main() {
@@ -110,7 +112,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	case "close":
 		// "named": false once the close left no connection, not even one pgconn is still closing, and the
 		// counter is a fresh process's; a close pgx reported failed says true (the agent serves no other probe)
-		fresh := a.end() && a.settled()
+		fresh := a.end() && !a.closeFailed && a.settled()
 		if fresh {
 			atomic.StoreUint64(&lruCount, 0)
 		}
@@ -166,7 +168,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 }
 
 func (a *agent) connect(ctx context.Context, r request) error {
-	a.close()
+	a.end()
 	dsn := fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s connect_timeout=10",
 		quote(r.Host), r.Port, quote(r.User), quote(r.Password), quote(r.DBName))
 	for name, value := range r.Settings {
@@ -183,11 +185,8 @@ func (a *agent) connect(ctx context.Context, r request) error {
 	return err
 }
 
-func (a *agent) close() {
-	a.end()
-}
-
-// end closes the connection, if any: false where pgx's close failed.
+// end closes the connection, if any: false where pgx's close failed (kept in closeFailed: a close that failed
+// before a reconnect makes the agent's later close say "named": true too).
 func (a *agent) end() bool {
 	if a.conn == nil {
 		return true
@@ -197,6 +196,7 @@ func (a *agent) end() bool {
 	err := a.conn.Close(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent: close:", err)
+		a.closeFailed = true
 	}
 	a.keep(a.conn.PgConn().CleanupDone())
 	a.conn, a.tx = nil, nil
