@@ -185,6 +185,11 @@ func (a *agent) connect(ctx context.Context, r request) error {
 	return err
 }
 
+// close is protocol.go's (the agent's end, stdin closed or `exit`).
+func (a *agent) close() {
+	a.end()
+}
+
 // end closes the connection, if any: false where pgx's close failed (kept in closeFailed: a close that failed
 // before a reconnect makes the agent's later close say "named": true too).
 func (a *agent) end() bool {
