@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leakcheck.model.versions import Version
+from leakcheck.provision.pgbouncer.admin import settles_cancels
 from leakcheck.provision.pgbouncer.build import build_failure
 from leakcheck.provision.pgbouncer.process import shutdown_signal
 from leakcheck.provision.sources.debian import (
@@ -148,6 +149,13 @@ def test_immediate_shutdown_is_sigterm_before_1_23_and_sigquit_since() -> None:
     assert shutdown_signal(Version((1, 22, 1))) == signal.SIGTERM
     assert shutdown_signal(Version((1, 23, 0))) == signal.SIGQUIT
     assert shutdown_signal(Version((1, 26, 1))) == signal.SIGQUIT
+
+
+def test_a_reset_waits_for_cancels_in_flight_before_1_24_1_only() -> None:
+    # 1.18.0 crashes on a KILL with a cancel in flight (pgbouncer#801); 1.24.1 and 1.26.1 were measured safe
+    assert settles_cancels(Version((1, 18, 0))) and settles_cancels(Version((1, 19, 1)))
+    assert settles_cancels(Version((1, 24, 0)))
+    assert not settles_cancels(Version((1, 24, 1))) and not settles_cancels(Version((1, 26, 1)))
 
 
 def test_an_apt_folder_reached_through_a_symlink_writes_the_same_apt_conf(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from leakcheck.drivers.agents.process import AgentProcess
 from leakcheck.model.errors import LeakcheckError, StartError
 from leakcheck.model.pool_settings import PoolMode, PoolSettings
 from leakcheck.model.versions import parse_spec
-from leakcheck.provision.base import Endpoint
+from leakcheck.provision.base import DBNAME, Endpoint
 from leakcheck.provision.host.system import ServerUser, cache_root
 from leakcheck.provision.pgbouncer import admin
 from leakcheck.provision.pgbouncer.binaries import resolve_bouncer
@@ -209,3 +209,39 @@ def test_pgx_agents_wait_while_pgbouncer_118_forwards_their_cancel_and_pgbouncer
         os.kill(pid, signal.SIGCONT)
         for agent in agents:
             agent.stop()
+
+
+def _servers(endpoint: Endpoint) -> list[dict[str, str]]:
+    """SHOW SERVERS' rows of the run's database (PostgreSQL stopped: PgBouncer's word, not PostgreSQL's)."""
+    with admin.connect(endpoint) as console:
+        return [row for row in admin.execute(console, "SHOW SERVERS") if row.get("database") == DBNAME]
+
+
+@pytest.mark.parametrize("version", ["1.24", "1.26"])
+def test_a_reset_while_pgbouncer_forwards_a_cancel_since_1_24_1_kills_it_at_once_and_the_next_use_is_fresh(
+    postgres: PgServer, user: ServerUser, version: str
+) -> None:
+    binary = resolve_bouncer(parse_spec(version, "--bouncer"), cache_root())
+    assert not admin.settles_cancels(binary.version), binary.version
+    with BouncerProcess(binary, PoolSettings(), postgres.endpoint(), user) as bouncer:
+        endpoint = bouncer.endpoint()
+        with _cancel_held_in_flight(postgres, bouncer):
+            before = _servers(endpoint)
+            assert "active_cancel" in {row.get("state") for row in before}, before  # the cancel's own connection
+            old = {int(row.get("remote_pid") or 0) for row in before if row.get("state") != "active_cancel"} - {0}
+            # PostgreSQL stays stopped (the cancel in flight for as long as the reset takes): before 1.24.1's
+            # reset skipped its wait, this one waited 5 s and failed ("still forwarded 1 cancel request(s)")
+            began = time.monotonic()
+            bouncer.reset()
+            took = time.monotonic() - began
+            assert bouncer.ended() is None and "FATAL" not in bouncer.log_text(), bouncer.log_text()[-2000:]
+            assert _in_flight(endpoint) == 0 and not _servers(endpoint)  # the KILL closed the cancel's connections
+        assert took < 1.0, took
+        # PostgreSQL continued, with the cancel's connection (already closed by PgBouncer) in its backlog: the next
+        # use's server connection is a new backend, whose statement no late cancel reaches
+        _until(lambda: _sleeping(postgres.endpoint()) == 0, "A's backend outlived the KILL")
+        with psycopg.connect(endpoint.conninfo(), autocommit=True) as conn:
+            row = conn.execute("SELECT pg_backend_pid() FROM pg_sleep(0.3)").fetchone()  # not cancelled
+        assert old and row is not None and row[0] not in old, (row, old)
+        assert bouncer.ended() is None and "FATAL" not in bouncer.log_text(), bouncer.log_text()[-2000:]
+        bouncer.reset()

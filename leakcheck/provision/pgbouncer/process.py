@@ -70,8 +70,9 @@ class BouncerProcess(PoolerProcess):
         return super().endpoint()
 
     def reset(self) -> None:
-        """KILL/RESUME on the admin console: no server connection survives to the next probe.
-        The console connection is kept for the next reset (one user at a time: a lane)."""
+        """KILL/RESUME on the admin console: no server connection survives to the next probe (before 1.24.1
+        first a wait for cancels in flight: admin.settles_cancels). The console connection is kept for the
+        next reset (one user at a time: a lane)."""
         if self._console is None or self._console.closed:
             try:
                 self._console = admin.connect(self.endpoint())
@@ -79,7 +80,7 @@ class BouncerProcess(PoolerProcess):
                 raise StartError(f"{self.what} at {HOST}:{self.port}: its admin console did not answer "
                                  f"({one_line(exc, 160)})") from None
         try:
-            admin.reset_pool(self.endpoint(), self._console)
+            admin.reset_pool(self.endpoint(), self._console, settle=admin.settles_cancels(self.version))
         except Exception:
             self._console.close()
             self._console = None
