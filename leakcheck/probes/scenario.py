@@ -234,9 +234,10 @@ class Scenario:
         """The proof of a failed step that no tag shows (PostgreSQL fails a Bind of a statement that does not exist
         before it shows any text): the server connection the client was last proven on, when that backend became
         ready again during this step, in the transaction the failure aborted where the client had one open, with no
-        statement started meanwhile (`Witness.failed_unshown`). Nothing else sent it anything: the clients' steps
-        run one at a time, and a pooler's own statement shows its text. A pooler that gave the client another
-        server connection leaves that one untouched: no proof, an error."""
+        client's statement started meanwhile (`Witness.failed_unshown`). Nothing else sent it anything: the clients'
+        steps run one at a time, and a pooler's own statement (PgBouncer's `SET client_encoding` for the step) is sent
+        to the server it links the client to. A pooler that gave the client another server connection leaves that one
+        untouched: no proof, an error."""
         last = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
         if self.witness is None or got.error is None or got.error.closed or last is None:
             return False
