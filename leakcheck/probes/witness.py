@@ -57,6 +57,16 @@ def stands_for(statement: str, own_tag: str) -> bool:
     return "/* LEAKCHECK " not in text
 
 
+def returns(statement: str, value: Any) -> bool:
+    """Whether the statement is a SELECT whose first column is exactly that text literal (a prepared SELECT of a
+    client's own value, `lc_B_p1`): a backend that ran it during a client's step whose call returned that value,
+    with that backend's identity read in the same statement, ran that client's step, whoever's text it was (the
+    client's driver executed another client's statement under its own name: another client's result)."""
+    if not isinstance(value, str) or not value:
+        return False
+    return statement.lstrip().startswith("SELECT '" + value.replace("'", "''") + "'")
+
+
 def check_fits(statement: str, size: int) -> None:
     """pg_stat_activity keeps a statement's first `size` - 1 bytes (track_activity_query_size): a tagged
     statement longer than that loses its tag there, so the witness could never see it. A ProbeError then."""
