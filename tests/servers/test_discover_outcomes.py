@@ -196,3 +196,17 @@ def test_the_write_oracle_reports_a_row_deleted_behind_the_applications_back_and
     assert kept.losses == []
     assert [(d.index, d.key, d.reference) for d in compare(lost, kept)] == [
         (0, f"outcome:{Lost.WRITE}", "the row is in the database")]
+
+
+def test_a_prepared_call_that_runs_the_other_clients_statement_under_its_own_name_is_another_clients_result(
+        native: NativeBackend) -> None:
+    # PgBouncer 1.18 relays statement names as they are: B's Parse of node-postgres' stmt_1 fails (A's is there), B's
+    # DISCARD ALL drops A's, B prepares its own as stmt_1, and A's driver binds its cached stmt_1: B's statement
+    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(B, Kind.PROTOCOL, "p1"), Op(A, Kind.PROTOCOL, "p1"),
+           Op(B, Kind.DISCARD, "ALL"), Op(B, Kind.PROTOCOL, "p1"), Op(A, Kind.PROTOCOL, "p1"))
+    with Differential(_lab(native, Route.TRANSACTION, "1.18"), Driver("node-postgres")) as measure:
+        comparison = measure(ops)  # before: a harness error, "the statement that backend ran last is another client's"
+    got = {(d.index, d.who, d.key): d for d in comparison.diffs}
+    other = got[(5, A, f"outcome:{Lost.OTHER_RESULT}")]
+    assert other.subject == "returned 'lc_B_p1', not its own 'lc_A_p1'"
+    assert other.reference == "'lc_A_p1'"
