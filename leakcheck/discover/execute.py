@@ -21,10 +21,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from leakcheck.discover.compare import closes
 from leakcheck.discover.driver_api import bound
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who
 from leakcheck.discover.render import CLIENT_KEYS, REPORTED, Via, protocol_select, snapshot_columns, statements
 from leakcheck.discover.trace import SILENT, Event, Failure, Loss, Lost, Proof, Trace
+from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.interface import Client, ServerError
 from leakcheck.model.errors import NotApplicable, ProbeError
 from leakcheck.model.faults import NO_SQLSTATE
@@ -36,6 +38,8 @@ from leakcheck.probes.witness import Witness
 #: A call its driver (or the pooler) refused, closing the client's connection: the application's error, a step like any
 #: other (compare.closes reads "closed").
 REFUSED = "its connection closed: the driver or the pooler refused to go on"
+#: A call its agent refused after an earlier step closed the client's connection (compare.closes reads "closed").
+GONE = "its connection closed at an earlier step: its driver has no such call to make now"
 
 
 def _failure(exc: ServerError) -> Failure:
@@ -63,6 +67,10 @@ class Run:
         self.clients = {Who.A: a, Who.B: b}
         self.written_at: dict[str, int] = {}  # a write's row id -> its step
         self.told_at: dict[str, int] = {}  # a write's row id -> the step that told its client committed or not
+
+    def _gone(self, who: Who) -> bool:
+        """Whether an earlier step's failure closed the client's connection (compare.closes)."""
+        return any(e.who is who and closes(e.failure) for e in self.trace.events)
 
     def _step_name(self, index: int, who: Who, op: Op | None) -> str:
         return f"step {index + 1} ({who}: {op or 'final snapshot'})"
@@ -128,6 +136,12 @@ class Run:
                 event = _event(index, op, await self._call(index, op))
         except NotApplicable as refused:  # the driver refused to go on (pgjdbc on a DateStyle not ISO), or the pooler
             event = Event(index, who, op, failure=Failure(NO_SQLSTATE, f"{REFUSED}: {refused}"))
+        except AgentRefused as refused:
+            if not self._gone(who):
+                raise
+            # a call an application on a closed connection cannot make as the sequence says: pgx v4's BEGIN failed
+            # there, so it has no transaction to end (the application's call fails; nothing reaches a server)
+            event = Event(index, who, op, failure=Failure(NO_SQLSTATE, f"{GONE}: {refused}"))
         self.trace.proofs += [Proof(index, Who(p.client), p.server) for p in self.s.proofs[proven:]]
         self.told_at.update({w.id: index for w in self.s.ledger.writes
                              if w.told_committed is not None and w.id not in told})

@@ -34,7 +34,7 @@ from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Observation, Proof, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
 from leakcheck.probes.outcomes import WRITES_TABLE, Ledger, Stalled, Write, write_statement
-from leakcheck.probes.witness import Witness, is_reset, stands_for, tag
+from leakcheck.probes.witness import Witness, is_reset, returns, stands_for, tag
 from leakcheck.provision.base import Endpoint
 
 T = TypeVar("T")
@@ -181,9 +181,12 @@ class Scenario:
                 self.ledger.moved(label, step, home, server, silent=moved_silently)
         self.proofs.append(Proof(step, label, server, slot, self._epoch.get(slot, 0)))
 
-    def _prove(self, client: Client, step: str, claimed: tuple[Any, Any] | None, silent: bool = True) -> bool:
+    def _prove(self, client: Client, step: str, claimed: tuple[Any, Any] | None, silent: bool = True,
+               returned: Any = None) -> bool:
         """The proof of the step `client` just took: the witness's sighting; the client's own report must
-        agree with it. Without a sighting, a report is believed only as far as the witness confirms it."""
+        agree with it. Without a sighting, a report is believed only as far as the witness confirms it: the
+        statement that backend ran during the step is the client's, no client's, or the one whose value the
+        client's call `returned` (`returns`: its driver ran another client's statement)."""
         said_server = None
         if claimed is not None:
             pid, started = claimed
@@ -217,7 +220,7 @@ class Scenario:
                 raise ProbeError(f"{client.label} reported server connection {said_server} (started "
                                  f"{said_server.started}) at {step!r}, but the server shows no such backend running "
                                  "that step: a proof is never taken on a client's word")
-            if not stands_for(ran, tag(self.token, client.label)):
+            if not stands_for(ran, tag(self.token, client.label)) and not returns(ran, returned):
                 raise ProbeError(f"{client.label} reported server connection {said_server} at {step!r}, but the "
                                  f"statement that backend ran last is another client's ({one_line(ran, 120)!r}): "
                                  "a proof is never taken on a client's word")
@@ -234,9 +237,10 @@ class Scenario:
         """The proof of a failed step that no tag shows (PostgreSQL fails a Bind of a statement that does not exist
         before it shows any text): the server connection the client was last proven on, when that backend became
         ready again during this step, in the transaction the failure aborted where the client had one open, with no
-        statement started meanwhile (`Witness.failed_unshown`). Nothing else sent it anything: the clients' steps
-        run one at a time, and a pooler's own statement shows its text. A pooler that gave the client another
-        server connection leaves that one untouched: no proof, an error."""
+        client's statement started meanwhile (`Witness.failed_unshown`). Nothing else sent it anything: the clients'
+        steps run one at a time, and a pooler's own statement (PgBouncer's `SET client_encoding` for the step) is sent
+        to the server it links the client to. A pooler that gave the client another server connection leaves that one
+        untouched: no proof, an error."""
         last = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
         if self.witness is None or got.error is None or got.error.closed or last is None:
             return False
@@ -524,7 +528,7 @@ class Scenario:
                 self.prove_failed(client, step, got)
             return got
         value, pid, started = got.value[0]
-        self._prove(client, step, (pid, started))
+        self._prove(client, step, (pid, started), returned=value)
         if own is not None and value != own:
             self.ledger.other_result(client.label, step, value, own)
         return Attempt(value=value)

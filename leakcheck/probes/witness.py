@@ -57,6 +57,16 @@ def stands_for(statement: str, own_tag: str) -> bool:
     return "/* LEAKCHECK " not in text
 
 
+def returns(statement: str, value: Any) -> bool:
+    """Whether the statement is a SELECT whose first column is exactly that text literal (a prepared SELECT of a
+    client's own value, `lc_B_p1`): a backend that ran it during a client's step whose call returned that value,
+    with that backend's identity read in the same statement, ran that client's step, whoever's text it was (the
+    client's driver executed another client's statement under its own name: another client's result)."""
+    if not isinstance(value, str) or not value:
+        return False
+    return statement.lstrip().startswith("SELECT '" + value.replace("'", "''") + "'")
+
+
 def check_fits(statement: str, size: int) -> None:
     """pg_stat_activity keeps a statement's first `size` - 1 bytes (track_activity_query_size): a tagged
     statement longer than that loses its tag there, so the witness could never see it. A ProbeError then."""
@@ -74,12 +84,18 @@ CLOCK_FRESH = 2.0
 CLOCK_GRAIN = 2e-6
 #: Seconds a backend whose connection was just closed may still show in pg_stat_activity while it exits.
 ENDING_BOUND = 1.0
+#: Seconds a backend may take to become ready for a query again after its client got the error of a step that failed
+#: before PostgreSQL showed its text: PostgreSQL sends an ErrorResponse at once, and a driver that returns on it
+#: (tokio-postgres, postgres.js) returns before the backend read the Sync after it and marked its new state.
+READY_BOUND = 1.0
 #: How many clock readings the witness keeps at most: a full window drops its first, the largest, so the begin it
 #: reckons is then earlier, never later.
 CLOCK_READINGS = 64
 
 #: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
 _IDENTITY = "pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text"
+#: How every client's tag begins, in upper case (`tag`): a statement without it is no client's.
+_TAGGED = "/* LEAKCHECK "
 
 
 def tag(token: str, label: str) -> str:
@@ -299,21 +315,28 @@ class Witness:
             (server.pid, server.started, self._since)).fetchone()
         return None if row is None else str(row[0] or "")
 
-    def failed_unshown(self, server: ServerId, *, in_transaction: bool) -> bool:
+    def failed_unshown(self, server: ServerId, *, in_transaction: bool, within: float = READY_BOUND) -> bool:
         """Whether that backend answered a message that failed before PostgreSQL showed any statement text (a Bind
         of a prepared statement that does not exist) since the step `look` just found no sighting for began: it
         became ready for a query again after that moment (PostgreSQL marks the state at every ReadyForQuery),
         either idle in an aborted transaction block (`in_transaction`: no pooler's statement leaves one, and none
-        runs inside a client's transaction), or idle with no statement started meanwhile (a pooler's own
-        statement, as any other, shows its text)."""
+        runs inside a client's transaction), or idle with no client's statement started meanwhile: none at all, or
+        one no client tagged, the pooler's own that linked the client's step to that server (PgBouncer's `SET
+        client_encoding`, where the server's value differs from the client's after a DISCARD ALL). Within `within`
+        seconds: the client may have its error before the backend is ready again (READY_BOUND)."""
         if in_transaction:
             state, started = "idle in transaction (aborted)", "infinity"
         else:
             state, started = "idle", self._since.isoformat()
-        row = self.conn.execute(
-            f"SELECT 1 FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND state = %s AND state_change > %s "
-            "AND query_start <= %s::timestamptz", (server.pid, server.started, state, self._since, started)).fetchone()
-        return row is not None
+        deadline = time.monotonic() + within
+        while self.conn.execute(
+                f"SELECT 1 FROM pg_stat_activity WHERE ({_IDENTITY}) = (%s, %s) AND state = %s AND state_change > %s "
+                "AND (query_start <= %s::timestamptz OR strpos(upper(query), %s) = 0)",
+                (server.pid, server.started, state, self._since, started, _TAGGED)).fetchone() is None:
+            if time.monotonic() > deadline:  # never ready again in that state: no proof
+                return False
+            time.sleep(0.01)
+        return True
 
     def spell(self, name: str, value: str) -> str | None:
         """How the server spells `SET name = value` (a value as written after `=`), read in the witness's own

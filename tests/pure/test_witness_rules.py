@@ -14,7 +14,7 @@ from leakcheck.model.errors import ProbeError
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Proof, ServerId
 from leakcheck.probes.scenario import Scenario
-from leakcheck.probes.witness import Witness, check_fits, stands_for, tag
+from leakcheck.probes.witness import Witness, check_fits, returns, stands_for, tag
 
 SERVER = ServerId(7, "1733000000000000")
 
@@ -86,6 +86,15 @@ def test_a_statement_of_another_scenario_or_client_never_stands_for_a_clients_st
     assert not stands_for(f"SELECT 1 {tag('abcd1234', 'B')}", mine)
     assert not stands_for(f"SELECT 1 {tag('ffff0000', 'A')}", mine)
     assert stands_for("DISCARD ALL", mine)
+
+
+def test_another_clients_statement_stands_for_a_step_only_as_the_select_of_the_very_value_the_step_returned() -> None:
+    theirs = f"SELECT 'lc1234_B_p1'::text AS v, pg_backend_pid() {tag('1234', 'B')}"
+    assert returns(theirs, "lc1234_B_p1")
+    assert not returns(theirs, "lc1234_A_p1")  # the client's own value: not what that statement returns
+    assert not returns(theirs, "lc1234_B_p")  # a prefix of the literal is not the literal
+    assert not returns(theirs, None) and not returns(theirs, "") and not returns(theirs, 1)
+    assert not returns(f"SELECT 1, 'lc1234_B_p1' {tag('1234', 'B')}", "lc1234_B_p1")  # not its first column
 
 
 class _Client:

@@ -148,12 +148,13 @@ def test_calls_after_a_disconnect_are_the_applications_errors_through_any_driver
     assert "prepared statement name is already in use" in diffs[0].subject
 
 
-@pytest.mark.parametrize("driver", [Driver.PSYCOPG, PDO], ids=str)
+@pytest.mark.parametrize("driver", [Driver.PSYCOPG, PDO, Driver("pgx")], ids=str)
 def test_a_transaction_begun_on_a_closed_connection_ends_as_the_applications_error(native: NativeBackend,
                                                                                    driver: Driver) -> None:
-    # through PgBouncer 1.24 a bind (psycopg) or a re-run whose Parse failed (PDO) closes A's connection inside its
-    # transaction; A's next transaction begins and rolls back on the closed connection
-    closing = (Op(A, Kind.BIND, "s1"),) if driver is Driver.PSYCOPG else (
+    # through PgBouncer 1.24 a bind (psycopg, pgx) or a re-run whose Parse failed (PDO) closes A's connection inside
+    # its transaction; A's next transaction begins and rolls back on the closed connection (pgx v4's begin fails there,
+    # so its agent has no transaction to end and refuses the rollback: the application's call failing, not the harness)
+    closing = (Op(A, Kind.BIND, "s1"),) if driver is not PDO else (
         Op(A, Kind.EXECUTE, "s1"), Op(A, Kind.PROTOCOL, "p1"), Op(A, Kind.PROTOCOL, "p1"))
     ops = (Op(A, Kind.BEGIN), *closing, Op(A, Kind.COMMIT), Op(A, Kind.BEGIN), Op(A, Kind.ROLLBACK))
     with Differential(_lab(native, Route.TRANSACTION), driver) as measure:
@@ -196,3 +197,17 @@ def test_the_write_oracle_reports_a_row_deleted_behind_the_applications_back_and
     assert kept.losses == []
     assert [(d.index, d.key, d.reference) for d in compare(lost, kept)] == [
         (0, f"outcome:{Lost.WRITE}", "the row is in the database")]
+
+
+def test_a_prepared_call_that_runs_the_other_clients_statement_under_its_own_name_is_another_clients_result(
+        native: NativeBackend) -> None:
+    # PgBouncer 1.18 relays statement names as they are: B's Parse of node-postgres' stmt_1 fails (A's is there), B's
+    # DISCARD ALL drops A's, B prepares its own as stmt_1, and A's driver binds its cached stmt_1: B's statement
+    ops = (Op(A, Kind.PROTOCOL, "p1"), Op(B, Kind.PROTOCOL, "p1"), Op(A, Kind.PROTOCOL, "p1"),
+           Op(B, Kind.DISCARD, "ALL"), Op(B, Kind.PROTOCOL, "p1"), Op(A, Kind.PROTOCOL, "p1"))
+    with Differential(_lab(native, Route.TRANSACTION, "1.18"), Driver("node-postgres")) as measure:
+        comparison = measure(ops)  # before: a harness error, "the statement that backend ran last is another client's"
+    got = {(d.index, d.who, d.key): d for d in comparison.diffs}
+    other = got[(5, A, f"outcome:{Lost.OTHER_RESULT}")]
+    assert other.subject == "returned 'lc_B_p1', not its own 'lc_A_p1'"
+    assert other.reference == "'lc_A_p1'"
