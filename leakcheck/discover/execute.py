@@ -137,7 +137,8 @@ class Run:
         except NotApplicable as refused:  # the driver refused to go on (pgjdbc on a DateStyle not ISO), or the pooler
             event = Event(index, who, op, failure=Failure(NO_SQLSTATE, f"{REFUSED}: {refused}"))
         except AgentRefused as refused:
-            if not self._gone(who):
+            ends = op is not None and op.kind in (Kind.COMMIT, Kind.ROLLBACK)
+            if not (ends and refused.kind == "usage" and self._gone(who)):
                 raise
             # a call an application on a closed connection cannot make as the sequence says: pgx v4's BEGIN failed
             # there, so it has no transaction to end (the application's call fails; nothing reaches a server)

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from leakcheck.drivers.agents.process import AgentRefused
 from leakcheck.drivers.interface import Client, Row
 from leakcheck.model.errors import DriverRefused, NotApplicable, ProbeError, one_line
-from leakcheck.model.faults import machine_fault
+from leakcheck.model.faults import NO_SQLSTATE, machine_fault
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import Observation, Proof, ServerId, Slot
 from leakcheck.probes.base import IDENTITY, Attempt, attempt
@@ -243,6 +243,8 @@ class Scenario:
         untouched: no proof, an error."""
         last = next((p.server for p in reversed(self.proofs) if p.client == client.label), None)
         if self.witness is None or got.error is None or got.error.closed or last is None:
+            return False
+        if got.error.sqlstate == NO_SQLSTATE:  # the driver's or the agent's own error: nothing says a server answered
             return False
         if not self.witness.failed_unshown(last, in_transaction=client.label in self._in_transaction):
             return False

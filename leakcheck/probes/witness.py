@@ -64,7 +64,10 @@ def returns(statement: str, value: Any) -> bool:
     client's driver executed another client's statement under its own name: another client's result)."""
     if not isinstance(value, str) or not value:
         return False
-    return statement.lstrip().startswith("SELECT '" + value.replace("'", "''") + "'")
+    head = "SELECT '" + value.replace("'", "''") + "'"
+    text = statement.lstrip()
+    # the literal whole (then its cast or the next column), and the backend's identity read in the same statement
+    return text.startswith(head) and text[len(head):len(head) + 1] in (":", ",") and "pg_backend_pid()" in text
 
 
 def check_fits(statement: str, size: int) -> None:

@@ -95,6 +95,10 @@ def test_another_clients_statement_stands_for_a_step_only_as_the_select_of_the_v
     assert not returns(theirs, "lc1234_B_p")  # a prefix of the literal is not the literal
     assert not returns(theirs, None) and not returns(theirs, "") and not returns(theirs, 1)
     assert not returns(f"SELECT 1, 'lc1234_B_p1' {tag('1234', 'B')}", "lc1234_B_p1")  # not its first column
+    # a literal that only begins as the value, with a quote doubled in it (review): not the value
+    assert not returns(f"SELECT 'lc1234_B_p1''x'::text AS v, pg_backend_pid() {tag('1234', 'B')}", "lc1234_B_p1")
+    # a statement that does not read its backend's identity proves nothing of where it ran
+    assert not returns(f"SELECT 'lc1234_B_p1'::text AS v {tag('1234', 'B')}", "lc1234_B_p1")
 
 
 class _Client:

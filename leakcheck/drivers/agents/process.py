@@ -434,11 +434,11 @@ def _signal_name(number: int) -> str:
 def stop_together(agents: Iterable[AgentProcess], grace: float = STOP_TIMEOUT) -> None:
     """Stop `agents` at the same time (each in a thread of its own; a stop is bounded), and wait for them. An
     agent whose hello said it may take longer to end (`ends_within`: pgx's, which first waits for a cancel its driver
-    still sends) gets that much more grace before its SIGTERM, except in a hurry (grace 0: Ctrl-C). Cut short, it
-    would end the driver's cancel connection while PgBouncer 1.18.0 still forwards the request, which the
-    pool's next reset then turns into PgBouncer's exit (pgbouncer#801)."""
-    threads = [threading.Thread(target=agent.stop, args=(grace + agent.ends_within if grace else 0,),
-                                name=f"agent-{agent.pid}-stop")
+    still sends) gets that much more grace before its SIGTERM, only in a full stop (grace STOP_TIMEOUT, not a hurried
+    one: Ctrl-C, the exit's clean-up). Cut short, it would end the driver's cancel connection while PgBouncer 1.18.0
+    still forwards the request, which the pool's next reset then turns into PgBouncer's exit (pgbouncer#801)."""
+    threads = [threading.Thread(target=agent.stop, name=f"agent-{agent.pid}-stop",
+                                args=(grace + agent.ends_within if grace >= STOP_TIMEOUT else grace,))
                for agent in agents]
     for thread in threads:
         thread.start()

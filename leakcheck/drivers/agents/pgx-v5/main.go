@@ -90,7 +90,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 	case "hello":
 		ans["protocol"], ans["driver"], ans["release"], ans["runtime"] = 1, "pgx-v5", release(), "go "+strings.TrimPrefix(runtime.Version(), "go")
 		ans["ops"] = []string{"cancel_key", "bind", "copy_in", "go"}
-		ans["ends_within"] = cancelWait.Seconds()
+		ans["ends_within"] = (closeWait + cancelWait).Seconds()
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -176,7 +176,7 @@ func (a *agent) close() {
 	if a.conn == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 	defer cancel()
 	if err := a.conn.Close(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "agent: close:", err)

@@ -105,7 +105,7 @@ func (a *agent) run(ctx context.Context, r request, ans answer) error {
 		// no `go` (protocol.go): pgconn v1's CopyFrom returns at the server's error, while its reader still
 		// pauses in a goroutine of its own, so the pause never holds the call
 		ans["ops"] = []string{"cancel_key", "bind", "copy_in"}
-		ans["ends_within"] = cancelWait.Seconds()
+		ans["ends_within"] = (closeWait + cancelWait).Seconds()
 		return nil
 	case "connect":
 		return a.connect(ctx, r)
@@ -196,7 +196,7 @@ func (a *agent) end() bool {
 	if a.conn == nil {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 	defer cancel()
 	err := a.conn.Close(ctx)
 	if err != nil {

@@ -28,6 +28,10 @@ var reported = []string{"application_name", "client_encoding", "DateStyle", "def
 // (pgbouncer#801): the agent's 5 s, on a loaded machine, did so (cancel_late on the session route).
 const cancelWait = 15 * time.Second
 
+// closeWait bounds an agent's close of its connection (pgx's Close sends a Terminate); with cancelWait, what its
+// hello's ends_within says it may take to end after its input ended.
+const closeWait = 10 * time.Second
+
 type request struct {
 	ID       any               `json:"id"`
 	Op       string            `json:"op"`
