@@ -40,11 +40,14 @@ from leakcheck.provision.base import QUERY_SIZE, Endpoint
 RESETS = ("DISCARD ", "RESET ALL", "DEALLOCATE ALL", "UNLISTEN *", "SET SESSION AUTHORIZATION DEFAULT")
 
 
+#: How every client's tag begins, in upper case (`tag`): a statement without it is no client's.
+_TAGGED = "/* LEAKCHECK "
+
 def is_reset(statement: str) -> bool:
     """A statement that resets session state and is no client's (it carries no leakcheck tag): Odyssey's is
     `SET SESSION AUTHORIZATION DEFAULT;RESET ALL;CLOSE ALL;UNLISTEN *;...;DISCARD TEMP;`."""
     text = statement.upper()
-    return "/* LEAKCHECK " not in text and any(word in text for word in RESETS)
+    return _TAGGED not in text and any(word in text for word in RESETS)
 
 def stands_for(statement: str, own_tag: str) -> bool:
     """Whether the statement a backend a client named ran last (no sighting of the client's step) may stand for
@@ -54,7 +57,7 @@ def stands_for(statement: str, own_tag: str) -> bool:
     text = statement.upper()
     if own_tag.upper() in text:
         return True
-    return "/* LEAKCHECK " not in text
+    return _TAGGED not in text
 
 
 def returns(statement: str, value: Any) -> bool:
@@ -97,8 +100,6 @@ CLOCK_READINGS = 64
 
 #: A backend's identity as the proofs carry it: pid and backend start in epoch microseconds (text).
 _IDENTITY = "pid, (extract(epoch FROM backend_start) * 1000000)::bigint::text"
-#: How every client's tag begins, in upper case (`tag`): a statement without it is no client's.
-_TAGGED = "/* LEAKCHECK "
 
 
 def tag(token: str, label: str) -> str:

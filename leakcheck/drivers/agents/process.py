@@ -50,8 +50,8 @@ REQUEST_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 #: Seconds after that SIGTERM before the group gets SIGKILL.
 TERM_TIMEOUT = 1.0
-#: The most an agent's hello may ask for on top of STOP_TIMEOUT to end (`ends_within`: pgx's agents wait up to their
-#: cancel bound, 15 s, for a connection pgconn still closes: a cancel it sends, docs/agent-protocol.md).
+#: The most an agent's hello may ask for on top of STOP_TIMEOUT to end (`ends_within`: pgx's agents say 25, their
+#: close's bound and then up to 15 s for a connection pgconn still closes: a cancel it sends, docs/agent-protocol.md).
 ENDS_WITHIN_MAX = 30.0
 #: The longest answer line (bytes, without its newline): a longer one is an AgentFault, not read whole.
 MAX_LINE = 16 * 2**20

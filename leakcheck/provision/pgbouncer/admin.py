@@ -107,7 +107,8 @@ def cancels_until_closed(endpoint: Endpoint) -> int | None:
 #: client and server connections with the rest of the pool (janitor.c's kill_pool, as in 1.18.0), PgBouncer stays up,
 #: and SHOW POOLS then counts no cancel (tests/servers/test_cancel_in_flight.py, on 1.24.1 and 1.26.1). 1.18.0
 #: crashed on that KILL (pgbouncer#801); the fixes are in 1.19.0 (#815) and 1.19.1 (#846, #849), but 1.19.1-1.24.0
-#: were not measured, so their resets still wait.
+#: were not measured, so their resets still wait. Later releases (1.25.x, and any newer) are taken as safe without a
+#: measurement of their own: kill_pool and the cancel fixes are unchanged in PgBouncer's source up to its 2026 head.
 KILL_SURVIVES_CANCELS = Version((1, 24, 1))
 
 
