@@ -43,6 +43,7 @@ RESETS = ("DISCARD ", "RESET ALL", "DEALLOCATE ALL", "UNLISTEN *", "SET SESSION 
 #: How every client's tag begins, in upper case (`tag`): a statement without it is no client's.
 _TAGGED = "/* LEAKCHECK "
 
+
 def is_reset(statement: str) -> bool:
     """A statement that resets session state and is no client's (it carries no leakcheck tag): Odyssey's is
     `SET SESSION AUTHORIZATION DEFAULT;RESET ALL;CLOSE ALL;UNLISTEN *;...;DISCARD TEMP;`."""
