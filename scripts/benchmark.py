@@ -6,15 +6,19 @@
     python scripts/benchmark.py --pg 16 --bouncer 1.24
     python scripts/benchmark.py --merge-only         # only `leakcheck merge` of many outcomes (no server)
     python scripts/benchmark.py --no-merge           # skip the merge phase
-    python scripts/benchmark.py --drivers            # also every shipped driver, one matrix each
-    python scripts/benchmark.py --drivers=sqlx,pgx-v5   # also these drivers (and psycopg's), one matrix each
+    python scripts/benchmark.py --drivers            # also every shipped driver, each after a psycopg matrix
+    python scripts/benchmark.py --drivers=sqlx,pgx-v5   # also these drivers, each paired with psycopg's
+    python scripts/benchmark.py --drivers=hibernate --driver-rounds 3   # three pairs: the median ratio
     python scripts/benchmark.py --rounds 5           # five matrix-then-floor rounds (default 3): the median
     python scripts/benchmark.py --scan-only          # only `leakcheck scan` of a generated log (no server)
     python scripts/benchmark.py --scan-only --scan-mb 2000   # ... of a 2 GB log
 
-With --drivers, the matrix runs once per driver (psycopg first: agents are started once per
-lane and client slot and reused, so a JVM is not started per probe) and each driver's runs a second
-are given with their ratio to the floor and to psycopg's, as a Markdown table.
+With --drivers, each driver's matrix runs right after one of psycopg's, in pairs (agents are started
+once per lane and client slot and reused, so a JVM is not started per probe), --driver-rounds times
+(default 1): each pair gives the driver's ratio to psycopg's runs a second, and the median pair is the
+figure, given with every pair's ratio and the ratio to the floor as a Markdown table. A single matrix
+moves by 10-25% with the machine's other work (30-44 s for the same default matrix within an hour, on
+an idle machine), so one pair says little: --driver-rounds 3 for a figure to act on.
 
 The matrix and then its floor are measured in rounds (--rounds, 3 by default), and the median round's
 ratio is the figure: another job on the machine moves one round's matrix or floor by 10-25%.
@@ -183,29 +187,34 @@ def merge_phase(n: int) -> tuple[float, float]:
         return seconds, time.perf_counter() - start
 
 
-def per_driver(pg: str, bouncer: str, base: float, only: list[str]) -> None:
-    """The matrix once per driver (`only` these and psycopg, else every one), each after its agent is installed
-    and built (`leakcheck prepare`, untimed, as the servers are): runs, seconds, runs a
-    second, the ratio to the floor (`base` runs a second) and to psycopg's (the target: within a factor
-    of 2), as a Markdown table. Beside them what moves less with the machine's other jobs: the CPU the
-    matrix's processes used a run (pytest, the servers it reaped and the agents), and the agents it
-    started with their lane-seconds from start to hello (inside the connects)."""
-    rates: dict[str, float] = {}
-    print("| driver | runs | seconds | runs/s | ratio to the floor | ratio to psycopg | CPU ms/run | agents started "
-          "(lane-s) | load |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+def per_driver(pg: str, bouncer: str, base: float, only: list[str], pairs: int = 1) -> None:
+    """Each driver's matrix (`only` these, else every one) right after one of psycopg's, `pairs` times, each
+    after its agent is installed and built (`leakcheck prepare`, untimed, as the servers are): runs, the median
+    pair's seconds and runs a second, its ratio to the floor (`base` runs a second) and to psycopg's (the
+    target: within a factor of 2) with every pair's, as a Markdown table. Beside them what moves less with the
+    machine's other jobs: the CPU the matrix's processes used a run (pytest, the servers it reaped and the
+    agents), and the agents it started with their lane-seconds from start to hello (inside the connects)."""
+    print("| driver | runs | seconds | runs/s | ratio to the floor | ratio to psycopg | each pair's | CPU ms/run "
+          "| agents started (lane-s) | load |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     every = ("psycopg", "asyncpg", *(s.spec.id for s in CATALOGUE))
-    for driver in ("psycopg", *(d for d in only if d != "psycopg")) if only else every:
-        # warm, as the matrix is: its agent installed and built before it is timed (a first use builds it)
-        subprocess.run([sys.executable, "-m", "leakcheck.cli.main", "prepare", f"--pg={pg}", f"--bouncer={bouncer}",
-                        f"--drivers={driver}"], stdout=subprocess.DEVNULL, check=False)
-        before, used = load(), children_cpu()
-        phases: dict[str, float] = {}
-        runs, seconds = matrix(pg, bouncer, None, driver, phases)
-        cpu = children_cpu() - used
-        rates[driver] = runs / seconds
-        print(f"| {driver} | {runs} | {seconds:.1f} | {rates[driver]:.1f} | {rates[driver] / base:.2f} | "
-              f"{rates[driver] / rates['psycopg']:.2f} | {1000 * cpu / max(1, runs):.0f} | "
+    for driver in dict.fromkeys(only) if only else every:
+        for each in dict.fromkeys(("psycopg", driver)):  # warm, as the matrix is: a first use builds the agent
+            subprocess.run([sys.executable, "-m", "leakcheck.cli.main", "prepare", f"--pg={pg}",
+                            f"--bouncer={bouncer}", f"--drivers={each}"], stdout=subprocess.DEVNULL, check=False)
+        measured = []
+        before = load()
+        for _ in range(max(1, pairs)):
+            psycopg_runs, psycopg_seconds = matrix(pg, bouncer, None, "psycopg")
+            used = children_cpu()
+            phases: dict[str, float] = {}
+            runs, seconds = matrix(pg, bouncer, None, driver, phases)
+            ratio = (runs / seconds) / (psycopg_runs / psycopg_seconds)
+            measured.append((ratio, runs, seconds, children_cpu() - used, phases))
+        ratio, runs, seconds, cpu, phases = sorted(measured, key=lambda m: m[0])[len(measured) // 2]
+        rate = runs / seconds
+        print(f"| {driver} | {runs} | {seconds:.1f} | {rate:.1f} | {rate / base:.2f} | {ratio:.2f} | "
+              f"{', '.join(f'{m[0]:.2f}' for m in measured)} | {1000 * cpu / max(1, runs):.0f} | "
               f"{phases.get('agents started', 0):.0f} ({phases.get('agent starts', 0):.1f}) | {before}-{load()} |",
               flush=True)
 
@@ -292,6 +301,8 @@ def main() -> None:
                         help="also the matrix of each shipped driver (or of these, comma separated, and psycopg)")
     parser.add_argument("--rounds", type=int, default=3, help="matrix-then-floor rounds; the median ratio is the "
                         "figure (other jobs on the machine move single rounds by 0.1 and more)")
+    parser.add_argument("--driver-rounds", type=int, default=1, help="psycopg-then-driver pairs per driver with "
+                        "--drivers; the median pair's ratio to psycopg is the figure")
     parser.add_argument("--scan", action="store_true", help="also the scan phase (leakcheck scan of a generated log)")
     parser.add_argument("--scan-only", action="store_true", help="only the scan phase (no server)")
     parser.add_argument("--scan-mb", type=int, default=200, help="the generated log's size in MB (default 200)")
@@ -325,7 +336,7 @@ def main() -> None:
         print("where that round's warm matrix's time went (LEAKCHECK_TIMINGS):")
         print_phases(phases, seconds)
     if args.drivers is not None:
-        per_driver(args.pg, args.bouncer, base, [d for d in args.drivers.split(",") if d])
+        per_driver(args.pg, args.bouncer, base, [d for d in args.drivers.split(",") if d], args.driver_rounds)
     if args.cold:
         cold = tempfile.mkdtemp(prefix="leakcheck-cold-")
         os.chmod(cold, 0o755)
