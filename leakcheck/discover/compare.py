@@ -13,8 +13,10 @@ What is normalized away, because it legitimately differs between a route and the
 Left out: a statement refused on one side only because its transaction had already failed there
 (25P02), every later step of a client whose connection closed (SQLSTATE class 08, "connection
 is closed"), and every step from one where the pool stalled on: they follow from the earlier step
-that failed, which is a difference of its own. Everything else compares as read, including NULL
-versus '' and the order of notifications.
+that failed, which is a difference of its own. A difference the connections show before any op (the empty
+sequence's: PgBouncer reports pgjdbc's DateStyle as pgjdbc sent it, 'ISO', where PostgreSQL says 'ISO, MDY')
+is the connection's start, reported once and left out wherever a client still shows those very two values
+(`beyond_start`). Everything else compares as read, including NULL versus '' and the order of notifications.
 
 What each application lost (`outcomes`) compares too, per step and client, in words that do not
 depend on the run: a write reported committed and not in the database, a prepared call's value that is
@@ -31,7 +33,7 @@ from typing import Any
 
 from leakcheck.discover.ops import DRIVER_CALLS, Kind, Who
 from leakcheck.discover.render import DISPLAY, Names
-from leakcheck.discover.trace import Event, Failure, Loss, Lost, Trace
+from leakcheck.discover.trace import Event, Failure, Loss, Lost, Proof, Trace
 from leakcheck.model.faults import NO_SQLSTATE
 from leakcheck.model.target import Route
 from leakcheck.model.verdicts import ServerId
@@ -225,6 +227,19 @@ def compare(subject: Trace, reference: Trace) -> list[Diff]:
     return diffs
 
 
+def start_key(diff: Diff) -> tuple[Who, str, str, str]:
+    """What makes a difference the connection's start: the client, what it observed, and the two values."""
+    return diff.who, diff.key, diff.subject, diff.reference
+
+
+def beyond_start(diffs: list[Diff], start: tuple[Diff, ...]) -> list[Diff]:
+    """The differences that are not the connections' start: one whose client observed the same thing with the
+    same two values before any op (`start`, the empty sequence's differences) is left out at every step, until
+    an op changes either value (then it compares as read)."""
+    known = {start_key(d) for d in start}
+    return [d for d in diffs if start_key(d) not in known]
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A sequence's differences, where each route's clients ran, and what each op's call returned through
@@ -259,8 +274,10 @@ def proof_problems(trace: Trace, earlier: set[ServerId]) -> Iterator[str]:
     no tag finds it), which is proven where its transaction's other steps are (execute.covered). Transaction
     mode with a pool of one: A and B on one server connection throughout, or on a fresh one only
     right after a failure closed a connection (the pooler dropped the shared one). Session mode and
-    direct sessions: each client on its own one throughout. Never a server connection an earlier
-    sequence used (every sequence starts from fresh server connections)."""
+    direct sessions: each client on its own one, never the other's, a new one only right after a failure of
+    its own closed the one before (its application's pool connected again: Hikari after pgjdbc refused a
+    DateStyle). Never a server connection an earlier sequence used (every sequence starts from fresh server
+    connections)."""
     gone: set[Who] = set()
     for event in trace.events:
         exempt = not event.ran or (event.op is not None and event.op.kind in DRIVER_CALLS)
@@ -273,24 +290,36 @@ def proof_problems(trace: Trace, earlier: set[ServerId]) -> Iterator[str]:
     where = f"A on {_servers(trace, Who.A)}; B on {_servers(trace, Who.B)}"
     if trace.route is Route.TRANSACTION:
         yield from _shared(trace, where)
-    elif len(a) > 1 or len(b) > 1 or (a and a == b):  # a client closed before any proof was on none
+    elif a & b or not all(_moved_only_after_closing(trace, who) for who in Who):
         yield f"A and B did not each keep a server connection of their own ({where})"
     reused = sorted(str(s) for s in (a | b) & earlier)
     if reused:
         yield f"server connection(s) {', '.join(reused)} already served an earlier sequence: not fresh"
 
 
-def _shared(trace: Trace, where: str) -> Iterator[str]:
-    """One server connection at a time for both clients, a new one only after a closing failure."""
-    breaks = [e.index for e in trace.events if closes(e.failure)]
+def _changes(proofs: list[Proof], breaks: list[int]) -> bool:
+    """Whether proofs in step order change server connection only right after a closing failure (`breaks`,
+    step indexes), and never back to one used before."""
     current: ServerId | None = None
     used: set[ServerId] = set()
     since = -1
-    for proof in sorted(trace.proofs, key=lambda p: p.index):
+    for proof in sorted(proofs, key=lambda p: p.index):
         if proof.server == current:
             continue
         if current is not None and (proof.server in used or not any(since <= i < proof.index for i in breaks)):
-            yield f"A and B did not share one server connection through the pool of one ({where})"
-            return
+            return False
         current, since = proof.server, proof.index
         used.add(proof.server)
+    return True
+
+
+def _moved_only_after_closing(trace: Trace, who: Who) -> bool:
+    """The client's own server connections: a new one only right after a failure of its own closed one."""
+    return _changes([p for p in trace.proofs if p.who is who],
+                    [e.index for e in trace.events if e.who is who and closes(e.failure)])
+
+
+def _shared(trace: Trace, where: str) -> Iterator[str]:
+    """One server connection at a time for both clients, a new one only after a closing failure."""
+    if not _changes(list(trace.proofs), [e.index for e in trace.events if closes(e.failure)]):
+        yield f"A and B did not share one server connection through the pool of one ({where})"

@@ -14,11 +14,20 @@ import contextlib
 from dataclasses import fields
 from types import TracebackType
 
-from leakcheck.discover.compare import Comparison, compare, proof_problems, results, servers_text
+from leakcheck.discover.compare import (
+    Comparison,
+    Diff,
+    beyond_start,
+    compare,
+    proof_problems,
+    results,
+    servers_text,
+    start_key,
+)
 from leakcheck.discover.driver_api import abilities
 from leakcheck.discover.execute import Run
 from leakcheck.discover.lab import Lab
-from leakcheck.discover.ops import Abilities, Op
+from leakcheck.discover.ops import Abilities, Op, Who
 from leakcheck.discover.render import fresh_names
 from leakcheck.discover.trace import Abort, Trace, harness_failed
 from leakcheck.drivers.agents import client as agents
@@ -32,6 +41,9 @@ from leakcheck.run import signals
 
 #: Seconds one sequence may take on both routes, connections included.
 SEQUENCE_TIMEOUT = 30.0
+#: Empty sequences measured before the search (`Differential.learn_start`): a difference of the connections'
+#: start may show on some of them only (which server connection a client gets, and what set it up).
+START_RUNS = 3
 
 
 async def _close(*clients: Client) -> None:
@@ -75,6 +87,8 @@ class Differential:
         self.lab = lab.for_driver(driver, *((b.driver,) if b is not None else ()))
         self.driver, self.timeout, self.settings, self.b = driver, timeout, settings, b
         self._seen: dict[Route, set[ServerId]] = {lab.where.route: set(), Route.DIRECT: set()}
+        #: What the route shows differently before any op (`learn_start`): left out of every comparison
+        self.start: tuple[Diff, ...] = ()
         self._witnesses: list[Witness] = []
         self._loop = asyncio.Runner()
 
@@ -128,6 +142,23 @@ class Differential:
         finally:
             signals.check()
 
+    def learn_start(self, runs: int = START_RUNS) -> tuple[Diff, ...]:
+        """The differences the route shows before any op, over `runs` empty sequences (each once): a fact of
+        the connections' start (what the pooler reports of a startup parameter, a setting it does not pass
+        on), not of any op, so every later comparison leaves them out where a client still shows those very
+        values (compare.beyond_start). What an application lost never counts as one: an empty sequence that
+        loses something cannot be compared (`Abort`)."""
+        self.start = ()
+        found: dict[tuple[Who, str, str, str], Diff] = {}
+        for _ in range(runs):
+            for diff in self(()).diffs:
+                if diff.key.startswith("outcome:"):
+                    raise Abort(f"the route loses something before any op ({diff.who} {diff.key}: {diff.subject} "
+                                f"vs {diff.reference}); nothing can be compared")
+                found.setdefault(start_key(diff), diff)
+        self.start = tuple(found.values())
+        return self.start
+
     def _measure(self, ops: tuple[Op, ...]) -> Comparison:
         try:
             with self.lab.subject() as subject:
@@ -141,5 +172,5 @@ class Differential:
         if not self.lab.running_pooler:  # a running pooler keeps its server connections (cleaned, not new)
             self._seen[mine.route] |= mine.servers()
         self._seen[Route.DIRECT] |= reference.servers()
-        return Comparison(tuple(compare(mine, reference)), servers_text(mine), servers_text(reference),
-                          results(mine, len(ops)))
+        return Comparison(tuple(beyond_start(compare(mine, reference), self.start)), servers_text(mine),
+                          servers_text(reference), results(mine, len(ops)))

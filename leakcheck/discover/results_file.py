@@ -15,7 +15,13 @@ as ids show them (`pgjdbc[prepareThreshold=0]`; the driver alone at its defaults
                    "accepted": null, "round": 1, "shrunk": true, "reproduced": [2, 2],
                    "steps": ["A:set(work_mem)", "B:observe"],
                    "diffs": [{"step": 1, "who": "B", "key": "setting:work_mem",
-                              "through_pooler": "'8MB'", "direct": "'4MB'"}]}]}
+                              "through_pooler": "'8MB'", "direct": "'4MB'"}]}],
+     "before_any_op": [{"who": "A", "key": "reported:DateStyle", "through_pooler": "'ISO'",
+                        "direct": "'ISO, MDY'"}]}
+
+`before_any_op` (added within version 1; a file without it had none) is what the route showed differently
+before any op, on the empty sequences measured first (Differential.learn_start): the connections' start,
+left out of every comparison while a client showed those values.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from leakcheck.model.errors import UsageError
 from leakcheck.results.results import check_schema_target
 
 if TYPE_CHECKING:
+    from leakcheck.discover.compare import Diff
     from leakcheck.discover.findings import Finding
 
 SCHEMA, VERSION = "leakcheck-discovery", 1
@@ -105,10 +112,13 @@ def load(path: Path, option: str) -> Run:
 
 
 def document(cell: str, driver: str, route: str, seed: int, budget: float, sequences: int, rounds: int,
-             stopped: str, findings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The file's body (without schema and version)."""
+             stopped: str, findings: Sequence[Mapping[str, Any]], start: Sequence[Diff] = ()) -> dict[str, Any]:
+    """The file's body (without schema and version); `start`, what the route showed differently before any op
+    (Differential.learn_start), each without a step."""
     return {"cell": cell, "driver": driver, "route": route, "seed": seed, "budget": budget, "sequences": sequences,
-            "rounds": rounds, "stopped": stopped, "findings": list(findings)}
+            "rounds": rounds, "stopped": stopped, "findings": list(findings),
+            "before_any_op": [{"who": str(d.who), "key": d.key, "through_pooler": d.subject, "direct": d.reference}
+                              for d in start]}
 
 
 def entry(f: Finding, accepted: str | None) -> dict[str, Any]:

@@ -93,6 +93,9 @@ class Found:
                 return Comparison(())
             def abilities(self) -> Abilities:
                 return Abilities()
+            start: tuple[object, ...] = ()
+            def learn_start(self) -> tuple[object, ...]:
+                return ()
             def __exit__(self, *args: object) -> None: ...
 
         monkeypatch.setattr(lab, "open_lab", open_lab)

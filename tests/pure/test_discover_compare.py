@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakcheck.discover.compare import canon, compare, observed, outcomes, proof_problems, results
+from leakcheck.discover.compare import beyond_start, canon, compare, observed, outcomes, proof_problems, results
 from leakcheck.discover.execute import covered
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who
 from leakcheck.discover.render import Names
@@ -54,6 +54,28 @@ def test_a_snapshot_differs_column_by_column() -> None:
     assert [(d.index, d.key, d.subject, d.reference) for d in diffs] == [(2, "setting:work_mem", "'1111kB'", "'4MB'")]
 
 
+def _snapshot(index: int, who: Who, date_style: str) -> Event:
+    return Event(index, who, None, fields=(("reported:DateStyle", date_style), ("setting:work_mem", "4MB")))
+
+
+def test_a_difference_the_connections_show_before_any_op_is_left_out_while_a_client_shows_those_values() -> None:
+    # PgBouncer reports pgjdbc's DateStyle as pgjdbc sent it; PostgreSQL says its own spelling
+    start = compare(trace(ONE, _snapshot(0, A, "ISO"), _snapshot(1, B, "ISO")),
+                    trace(TWO, _snapshot(0, A, "ISO, MDY"), _snapshot(1, B, "ISO, MDY")))
+    assert [(d.who, d.key) for d in start] == [(A, "reported:DateStyle"), (B, "reported:DateStyle")]
+    # a later sequence: A's observe mid-sequence and both final snapshots show the same two values: left out
+    later = compare(trace(ONE, Event(0, A, Op(A, Kind.OBSERVE), fields=(("reported:DateStyle", "ISO"),)),
+                          _snapshot(1, A, "ISO"), _snapshot(2, B, "ISO")),
+                    trace(TWO, Event(0, A, Op(A, Kind.OBSERVE), fields=(("reported:DateStyle", "ISO, MDY"),)),
+                          _snapshot(1, A, "ISO, MDY"), _snapshot(2, B, "ISO, MDY")))
+    assert len(later) == 3 and beyond_start(later, tuple(start)) == []
+    # an op changed B's value through the route: that compares as read; so does a client the start did not show
+    changed = compare(trace(ONE, _snapshot(0, A, "ISO"), _snapshot(1, B, "German, DMY")),
+                      trace(TWO, _snapshot(0, A, "ISO, MDY"), _snapshot(1, B, "ISO, MDY")))
+    assert [(d.who, d.subject) for d in beyond_start(changed, tuple(start))] == [(B, "'German, DMY'")]
+    assert [d.who for d in beyond_start(changed, tuple(d for d in start if d.who is A))] == [B]
+
+
 def _proven(route: Route, a: ServerId, b: ServerId) -> Trace:
     events = (Event(0, A, None, proof_at=0), Event(1, B, None, proof_at=1))
     return trace(ONE, *events, route=route, proofs=(Proof(0, A, a), Proof(1, B, b)))
@@ -93,6 +115,25 @@ def test_a_fresh_server_connection_right_after_a_closed_connection_is_proven_and
     assert [(d.index, d.key, d.reference) for d in compare(moved, still)] == [
         (2, "outcome:moved", "on its own server connection throughout")]
     assert compare(moved, still)[0].subject.startswith("on server connection #2, after the one it shared ended")
+
+
+def test_a_direct_client_on_a_new_server_connection_right_after_its_own_closing_failure_is_proven() -> None:
+    # Hibernate: pgjdbc closes its connection on a DateStyle it refuses, and Hikari gives A a new one
+    refused = Failure("?????", "its connection closed: A's driver refused to go on")
+    events = (Event(0, A, Op(A, Kind.BEGIN), proof_at=0), Event(1, A, Op(A, Kind.SET_CONFIG, "DateStyle"),
+                                                                   failure=refused),
+              Event(2, A, Op(A, Kind.WRITE), proof_at=2), Event(3, B, None, proof_at=3))
+    proofs = (Proof(0, A, S1), Proof(2, A, S2), Proof(3, B, S3))
+    assert list(proof_problems(trace(ONE, *events, route=Route.DIRECT, proofs=proofs), set())) == []
+    unrefused = (*events[:1], Event(1, A, Op(A, Kind.SET_CONFIG, "DateStyle"), proof_at=1), *events[2:])
+    (problem,) = proof_problems(trace(ONE, *unrefused, route=Route.DIRECT, proofs=(*proofs, Proof(1, A, S1))),
+                                set())
+    assert "did not each keep a server connection of their own" in problem
+    onto_bs = (Proof(0, A, S1), Proof(2, A, S3), Proof(3, B, S3))  # a new one, but the other client's
+    assert list(proof_problems(trace(ONE, *events, route=Route.SESSION, proofs=onto_bs), set()))
+    b_refused = (*events[:3], Event(3, B, None, failure=refused))  # B's failure does not let A move
+    assert list(proof_problems(trace(ONE, *unrefused[:3], *b_refused[3:], route=Route.DIRECT,
+                                     proofs=(Proof(0, A, S1), Proof(1, A, S1), Proof(2, A, S2))), set()))
 
 
 def test_a_new_server_connection_without_a_closed_connection_before_it_is_a_problem() -> None:

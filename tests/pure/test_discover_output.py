@@ -118,3 +118,20 @@ def test_a_discovery_results_file_reads_back_what_was_written_and_may_be_written
     assert run.findings[0].steps == ("A:set(work_mem)",)
     opts = _options(f"--results={path}")  # an earlier discovery results file may be replaced
     assert opts.results == path
+
+
+def test_a_discovery_results_file_keeps_what_the_route_showed_before_any_op_apart_from_its_findings(
+        tmp_path: Path) -> None:
+    import json
+
+    from leakcheck.discover import results_file
+    from leakcheck.discover.compare import Diff
+    from leakcheck.discover.ops import Who
+
+    path = tmp_path / "f.json"
+    start = (Diff(0, Who.A, "reported:DateStyle", "'ISO'", "'ISO, MDY'"),)
+    results_file.save(path, results_file.document("PostgreSQL 16.14", "pgjdbc", "transaction", 1, 60.0, 619, 4,
+                                                  "the budget was spent", [], start))
+    assert json.loads(path.read_text())["before_any_op"] == [
+        {"who": "A", "key": "reported:DateStyle", "through_pooler": "'ISO'", "direct": "'ISO, MDY'"}]
+    assert results_file.load(path, "--results").findings == ()

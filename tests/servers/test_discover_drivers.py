@@ -8,6 +8,7 @@ Smoke runs with a fixed seed and small budgets, as tests/servers/test_discover.p
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -16,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from leakcheck.config.config import Config
-from leakcheck.discover import lab
+from leakcheck.discover import command, lab
 from leakcheck.discover.differential import Differential, run_on
 from leakcheck.discover.engine import discover
 from leakcheck.discover.findings import Search
 from leakcheck.discover.ops import Abilities, Kind, Op, Who, universe
+from leakcheck.discover.options import Options
 from leakcheck.discover.trace import Trace
 from leakcheck.drivers.agents import client as agents
 from leakcheck.drivers.agents.catalogue import shipped
@@ -204,9 +206,31 @@ def test_pgjdbcs_startup_parameters_are_ignored_by_the_pgbouncer_discovery_start
     # pgjdbc sends extra_float_digits at login, which PgBouncer refuses unless told to ignore it (the matrix does)
     with Differential(_lab(native, Route.TRANSACTION, "1.24"), Driver("pgjdbc")) as measure:
         comparison = measure((Op(A, Kind.WRITE), Op(B, Kind.OBSERVE)))
-    # what PgBouncer reports of DateStyle is the startup value pgjdbc sent ('ISO'), where PostgreSQL reports its own
-    # spelling ('ISO, MDY'): a difference before any op, so `leakcheck discover --driver=pgjdbc` stops at its check
-    assert {d.key for d in comparison.diffs} == {"reported:DateStyle"}
+        # what PgBouncer reports of DateStyle is the startup value pgjdbc sent ('ISO'), where PostgreSQL reports
+        # its own spelling ('ISO, MDY'): a difference before any op, the connections' start
+        assert {d.key for d in comparison.diffs} == {"reported:DateStyle"}
+        start = measure.learn_start()
+        assert {(d.who, d.key, d.subject, d.reference) for d in start} == {
+            (who, "reported:DateStyle", "'ISO'", "'ISO, MDY'") for who in (A, B)}
+        # from then on it is left out of every comparison, while a client still shows those values
+        assert measure((Op(A, Kind.WRITE), Op(B, Kind.OBSERVE))).diffs == ()
+
+
+def test_a_pgjdbc_discovery_through_pgbouncer_says_the_start_difference_once_and_searches(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # it stopped at once with exit 3 ("the route and the reference differ before any op") before
+    opts = Options(cell=(("leakcheck_pg", "16"), ("leakcheck_bouncer", "1.24")), driver=Driver("pgjdbc"),
+                   budget=3.0, seed=1, max_examples=20)
+    code = command.run(opts)
+    captured = capsys.readouterr()
+    assert code in (0, 1), captured.err
+    lines = captured.out.splitlines()
+    said = [line for line in lines if line.startswith("discover: before any op, ")]
+    assert len(said) == 2 and all("reported:DateStyle: 'ISO' through the route, 'ISO, MDY' direct" in line
+                                  for line in said)
+    summary = next(line for line in lines if line.startswith("discover: PostgreSQL 16."))
+    searched = re.search(r"\((\d+) sequences in ", summary)
+    assert searched is not None and int(searched.group(1)) > 0, summary
 
 
 def test_a_call_the_driver_refuses_to_go_on_after_is_its_clients_closed_connection(native: NativeBackend) -> None:
