@@ -17,8 +17,8 @@ With --drivers, each driver's matrix runs right after one of psycopg's, in pairs
 once per lane and client slot and reused, so a JVM is not started per probe), --driver-rounds times
 (default 1): each pair gives the driver's ratio to psycopg's runs a second, and the median pair is the
 figure, given with every pair's ratio and the ratio to the floor as a Markdown table. A single matrix
-moves by 10-25% with the machine's other work (30-44 s for the same default matrix within an hour, on
-an idle machine), so one pair says little: --driver-rounds 3 for a figure to act on.
+moves by 10-25% with the machine's other work (30-48 s for the same default matrix within half an hour,
+on an otherwise idle machine), so one pair says little: --driver-rounds 3 for a figure to act on.
 
 The matrix and then its floor are measured in rounds (--rounds, 3 by default), and the median round's
 ratio is the figure: another job on the machine moves one round's matrix or floor by 10-25%.
@@ -209,9 +209,9 @@ def per_driver(pg: str, bouncer: str, base: float, only: list[str], pairs: int =
             used = children_cpu()
             phases: dict[str, float] = {}
             runs, seconds = matrix(pg, bouncer, None, driver, phases)
-            ratio = (runs / seconds) / (psycopg_runs / psycopg_seconds)
+            ratio = (runs / seconds) / (psycopg_runs / psycopg_seconds) if psycopg_runs else 0.0  # 0: psycopg's failed
             measured.append((ratio, runs, seconds, children_cpu() - used, phases))
-        ratio, runs, seconds, cpu, phases = sorted(measured, key=lambda m: m[0])[len(measured) // 2]
+        ratio, runs, seconds, cpu, phases = sorted(measured, key=lambda m: m[0])[len(measured) // 2]  # even: upper
         rate = runs / seconds
         print(f"| {driver} | {runs} | {seconds:.1f} | {rate:.1f} | {rate / base:.2f} | {ratio:.2f} | "
               f"{', '.join(f'{m[0]:.2f}' for m in measured)} | {1000 * cpu / max(1, runs):.0f} | "
@@ -298,7 +298,8 @@ def main() -> None:
     parser.add_argument("--no-merge", action="store_true", help="skip the merge phase")
     parser.add_argument("--merge-only", action="store_true", help="only the merge phase (no server)")
     parser.add_argument("--drivers", nargs="?", const="", default=None, metavar="IDS",
-                        help="also the matrix of each shipped driver (or of these, comma separated, and psycopg)")
+                        help="also the matrix of each driver (or of these, comma separated), each after one of "
+                        "psycopg's (psycopg's own row pairs it with itself: the machine's noise)")
     parser.add_argument("--rounds", type=int, default=3, help="matrix-then-floor rounds; the median ratio is the "
                         "figure (other jobs on the machine move single rounds by 0.1 and more)")
     parser.add_argument("--driver-rounds", type=int, default=1, help="psycopg-then-driver pairs per driver with "

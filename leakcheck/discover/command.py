@@ -223,9 +223,10 @@ def run(opts: o.Options) -> int:
             with Differential(lab, opts.driver, settings=opts.driver_settings, b=opts.b) as measure:
                 ops = universe(measure.abilities())
                 for diff in measure.learn_start():  # the connections' start: said once, then never a finding
-                    print(terminal_safe(f"discover: before any op, {diff.who} {diff.key}: {diff.subject} through "
-                                        f"the route, {diff.reference} direct (the connection's start; left out of "
-                                        "every comparison while it shows these values)"))
+                    who = diff.who if opts.b is not None else "a client"  # one application: either client's
+                    print(terminal_safe(f"discover: before any op, {who}'s {diff.key}: {diff.subject} through the "
+                                        f"route, {diff.reference} direct (the connections' start; left out of "
+                                        "every comparison while a client shows these values)"))
                 found = engine.discover(measure, Search(seed, opts.budget, opts.max_examples, opts.max_ops,
                                                         database, stem, ops))
                 findings = list(engine.confirm(measure, _checked(lab, found, opts)))
@@ -250,7 +251,7 @@ def run(opts: o.Options) -> int:
     if opts.results is not None:
         entries = [results_file.entry(f, accepted.get(f.signature)) for f in findings]
         body = results_file.document(where, opts.client, str(opts.route), seed, opts.budget, sequences,
-                                     len(found.rounds), found.stopped, entries, measure.start)
+                                     len(found.rounds), found.stopped, entries, measure.start, opts.b is None)
         print(terminal_safe(f"discover: {results_file.save(opts.results, body)}"))
     if opts.out is not None:
         files, removed = write(opts.out, stem, scripts)

@@ -15,8 +15,9 @@ Left out: a statement refused on one side only because its transaction had alrea
 is closed"), and every step from one where the pool stalled on: they follow from the earlier step
 that failed, which is a difference of its own. A difference the connections show before any op (the empty
 sequence's: PgBouncer reports pgjdbc's DateStyle as pgjdbc sent it, 'ISO', where PostgreSQL says 'ISO, MDY')
-is the connection's start, reported once and left out wherever a client still shows those very two values
-(`beyond_start`). Everything else compares as read, including NULL versus '' and the order of notifications.
+is the connections' start, reported once and left out wherever a client still shows those very two values and
+no op before may have given them (`beyond_start`). Everything else compares as read, including NULL versus ''
+and the order of notifications.
 
 What each application lost (`outcomes`) compares too, per step and client, in words that do not
 depend on the run: a write reported committed and not in the database, a prepared call's value that is
@@ -27,11 +28,11 @@ at its step and stands for that step's own result (`outcome:<what>`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from leakcheck.discover.ops import DRIVER_CALLS, Kind, Who
+from leakcheck.discover.ops import DRIVER_CALLS, SETTING, Kind, Op, Who
 from leakcheck.discover.render import DISPLAY, Names
 from leakcheck.discover.trace import Event, Failure, Loss, Lost, Proof, Trace
 from leakcheck.model.faults import NO_SQLSTATE
@@ -227,17 +228,42 @@ def compare(subject: Trace, reference: Trace) -> list[Diff]:
     return diffs
 
 
-def start_key(diff: Diff) -> tuple[Who, str, str, str]:
-    """What makes a difference the connection's start: the client, what it observed, and the two values."""
-    return diff.who, diff.key, diff.subject, diff.reference
+#: What a connection's start may differ on: what a client reads of a setting, or was told of one (ParameterStatus).
+START_KEYS = ("setting:", "reported:")
+#: The ops that name one setting (its `arg`).
+_NAMING = (Kind.SET, Kind.SET_LOCAL, Kind.SET_CONFIG, Kind.RESET)
 
 
-def beyond_start(diffs: list[Diff], start: tuple[Diff, ...]) -> list[Diff]:
-    """The differences that are not the connections' start: one whose client observed the same thing with the
-    same two values before any op (`start`, the empty sequence's differences) is left out at every step, until
-    an op changes either value (then it compares as read)."""
-    known = {start_key(d) for d in start}
-    return [d for d in diffs if start_key(d) not in known]
+def start_key(diff: Diff, same_app: bool = True) -> tuple[Who | None, str, str, str]:
+    """What makes a difference the connections' start: what was observed and its two values, and by which client
+    where A and B are different applications (a mixed pair); with one application either client's start is
+    the other's too (a start that shows on some connections only may have shown on A's alone)."""
+    return None if same_app else diff.who, diff.key, diff.subject, diff.reference
+
+
+def _may_be_an_ops(diff: Diff, ops: Sequence[Op]) -> bool:
+    """Whether an op before the difference's step may have given its client the value it shows: one of the
+    client's own that names the setting, a RESET of it by the other, or the other's SET of it to that value."""
+    name = diff.key.split(":", 1)[1]
+    for op in ops[:diff.index]:
+        if op.kind not in _NAMING or op.arg != name:
+            continue
+        if op.who is diff.who or op.kind is Kind.RESET or name not in SETTING:
+            return True
+        if SETTING[name].value(op.who, op.variant == "alt").strip("'") == diff.subject.strip("'"):
+            return True
+    return False
+
+
+def beyond_start(diffs: list[Diff], start: tuple[Diff, ...], ops: Sequence[Op] = (),
+                 same_app: bool = True) -> list[Diff]:
+    """The differences that are not the connections' start: one that shows what the empty sequences showed
+    (`start`: the same key, the same two values; `start_key`) is left out, unless an op before its step may
+    have given its client that value (its own naming the setting, the other's RESET of it or SET to that
+    value): then it compares as read. A leaked RESET ALL or DISCARD ALL that brings a client back to exactly
+    its start value is left out too (it shows on every other setting that client had set)."""
+    known = {start_key(d, same_app) for d in start}
+    return [d for d in diffs if start_key(d, same_app) not in known or _may_be_an_ops(d, ops)]
 
 
 @dataclass(frozen=True)
@@ -305,6 +331,7 @@ def _changes(proofs: list[Proof], breaks: list[int]) -> bool:
     since = -1
     for proof in sorted(proofs, key=lambda p: p.index):
         if proof.server == current:
+            since = proof.index  # the window for a move runs from the last proof on the connection it leaves
             continue
         if current is not None and (proof.server in used or not any(since <= i < proof.index for i in breaks)):
             return False

@@ -15,6 +15,7 @@ from dataclasses import fields
 from types import TracebackType
 
 from leakcheck.discover.compare import (
+    START_KEYS,
     Comparison,
     Diff,
     beyond_start,
@@ -146,16 +147,18 @@ class Differential:
         """The differences the route shows before any op, over `runs` empty sequences (each once): a fact of
         the connections' start (what the pooler reports of a startup parameter, a setting it does not pass
         on), not of any op, so every later comparison leaves them out where a client still shows those very
-        values (compare.beyond_start). What an application lost never counts as one: an empty sequence that
-        loses something cannot be compared (`Abort`)."""
+        values and no op may have given them (compare.beyond_start). Only a setting's value (`setting:`,
+        `reported:`) counts as one: an empty sequence that differs in anything else (what an application lost, a
+        prepared statement, a lock, a failed snapshot) cannot be compared (`Abort`)."""
         self.start = ()
-        found: dict[tuple[Who, str, str, str], Diff] = {}
+        found: dict[tuple[Who | None, str, str, str], Diff] = {}
         for _ in range(runs):
             for diff in self(()).diffs:
-                if diff.key.startswith("outcome:"):
-                    raise Abort(f"the route loses something before any op ({diff.who} {diff.key}: {diff.subject} "
-                                f"vs {diff.reference}); nothing can be compared")
-                found.setdefault(start_key(diff), diff)
+                if not diff.key.startswith(START_KEYS):
+                    raise Abort(f"the route and the reference differ before any op in what is no setting's value "
+                                f"({diff.who} {diff.key}: {diff.subject} vs {diff.reference}); nothing can be "
+                                "compared")
+                found.setdefault(start_key(diff, self.b is None), diff)
         self.start = tuple(found.values())
         return self.start
 
@@ -172,5 +175,5 @@ class Differential:
         if not self.lab.running_pooler:  # a running pooler keeps its server connections (cleaned, not new)
             self._seen[mine.route] |= mine.servers()
         self._seen[Route.DIRECT] |= reference.servers()
-        return Comparison(tuple(beyond_start(compare(mine, reference), self.start)), servers_text(mine),
-                          servers_text(reference), results(mine, len(ops)))
+        diffs = beyond_start(compare(mine, reference), self.start, ops, self.b is None)
+        return Comparison(tuple(diffs), servers_text(mine), servers_text(reference), results(mine, len(ops)))

@@ -16,12 +16,13 @@ as ids show them (`pgjdbc[prepareThreshold=0]`; the driver alone at its defaults
                    "steps": ["A:set(work_mem)", "B:observe"],
                    "diffs": [{"step": 1, "who": "B", "key": "setting:work_mem",
                               "through_pooler": "'8MB'", "direct": "'4MB'"}]}],
-     "before_any_op": [{"who": "A", "key": "reported:DateStyle", "through_pooler": "'ISO'",
+     "before_any_op": [{"who": "A or B", "key": "reported:DateStyle", "through_pooler": "'ISO'",
                         "direct": "'ISO, MDY'"}]}
 
 `before_any_op` (added within version 1; a file without it had none) is what the route showed differently
 before any op, on the empty sequences measured first (Differential.learn_start): the connections' start,
-left out of every comparison while a client showed those values.
+left out of every comparison while a client showed those values and no op may have given them; `who` is
+"A or B" where both clients are one application (a start of either is the other's), else the client.
 """
 
 from __future__ import annotations
@@ -112,13 +113,14 @@ def load(path: Path, option: str) -> Run:
 
 
 def document(cell: str, driver: str, route: str, seed: int, budget: float, sequences: int, rounds: int,
-             stopped: str, findings: Sequence[Mapping[str, Any]], start: Sequence[Diff] = ()) -> dict[str, Any]:
+             stopped: str, findings: Sequence[Mapping[str, Any]], start: Sequence[Diff] = (),
+             same_app: bool = True) -> dict[str, Any]:
     """The file's body (without schema and version); `start`, what the route showed differently before any op
-    (Differential.learn_start), each without a step."""
+    (Differential.learn_start), each without a step, and of either client where both are one application."""
     return {"cell": cell, "driver": driver, "route": route, "seed": seed, "budget": budget, "sequences": sequences,
             "rounds": rounds, "stopped": stopped, "findings": list(findings),
-            "before_any_op": [{"who": str(d.who), "key": d.key, "through_pooler": d.subject, "direct": d.reference}
-                              for d in start]}
+            "before_any_op": [{"who": "A or B" if same_app else str(d.who), "key": d.key, "through_pooler": d.subject,
+                               "direct": d.reference} for d in start]}
 
 
 def entry(f: Finding, accepted: str | None) -> dict[str, Any]:

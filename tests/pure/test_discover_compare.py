@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakcheck.discover.compare import beyond_start, canon, compare, observed, outcomes, proof_problems, results
+from leakcheck.discover.compare import Diff, beyond_start, canon, compare, observed, outcomes, proof_problems, results
 from leakcheck.discover.execute import covered
 from leakcheck.discover.ops import PREPARED, Kind, Op, Who
 from leakcheck.discover.render import Names
@@ -64,16 +64,39 @@ def test_a_difference_the_connections_show_before_any_op_is_left_out_while_a_cli
                     trace(TWO, _snapshot(0, A, "ISO, MDY"), _snapshot(1, B, "ISO, MDY")))
     assert [(d.who, d.key) for d in start] == [(A, "reported:DateStyle"), (B, "reported:DateStyle")]
     # a later sequence: A's observe mid-sequence and both final snapshots show the same two values: left out
-    later = compare(trace(ONE, Event(0, A, Op(A, Kind.OBSERVE), fields=(("reported:DateStyle", "ISO"),)),
+    observe = Op(A, Kind.OBSERVE)
+    later = compare(trace(ONE, Event(0, A, observe, fields=(("reported:DateStyle", "ISO"),)),
                           _snapshot(1, A, "ISO"), _snapshot(2, B, "ISO")),
-                    trace(TWO, Event(0, A, Op(A, Kind.OBSERVE), fields=(("reported:DateStyle", "ISO, MDY"),)),
+                    trace(TWO, Event(0, A, observe, fields=(("reported:DateStyle", "ISO, MDY"),)),
                           _snapshot(1, A, "ISO, MDY"), _snapshot(2, B, "ISO, MDY")))
-    assert len(later) == 3 and beyond_start(later, tuple(start)) == []
-    # an op changed B's value through the route: that compares as read; so does a client the start did not show
+    assert len(later) == 3 and beyond_start(later, tuple(start), (observe,)) == []
+    # one client's start is the other's too (one application); a mixed pair's are each its own
+    assert beyond_start(later, tuple(d for d in start if d.who is B), (observe,)) == []
+    assert [d.who for d in beyond_start(later, tuple(d for d in start if d.who is B), (observe,), False)] == [A, A]
+    # an op changed B's value through the route: that compares as read
     changed = compare(trace(ONE, _snapshot(0, A, "ISO"), _snapshot(1, B, "German, DMY")),
                       trace(TWO, _snapshot(0, A, "ISO, MDY"), _snapshot(1, B, "ISO, MDY")))
     assert [(d.who, d.subject) for d in beyond_start(changed, tuple(start))] == [(B, "'German, DMY'")]
-    assert [d.who for d in beyond_start(changed, tuple(d for d in start if d.who is A))] == [B]
+
+
+def _named(index: int, who: Who, value: str) -> Event:
+    return Event(index, who, None, fields=(("setting:application_name", value),))
+
+
+def test_a_start_value_an_op_may_have_given_compares_as_read() -> None:
+    # pgjdbc through PgBouncer 1.18: B's application_name '' where pgjdbc sent its own, on some connections
+    start = tuple(compare(trace(ONE, _named(0, B, "")), trace(TWO, _named(0, B, "PostgreSQL JDBC Driver"))))
+    shown = (_named(1, B, ""),), (_named(1, B, "PostgreSQL JDBC Driver"),)
+
+    def seen(op: Op) -> list[Diff]:
+        return beyond_start(compare(trace(ONE, Event(0, op.who, op), *shown[0]),
+                                    trace(TWO, Event(0, op.who, op), *shown[1])), start, (op,))
+
+    assert seen(Op(A, Kind.SET, "application_name", "alt")) != []  # A set it to '' itself: a leak looks so
+    assert seen(Op(B, Kind.SET_CONFIG, "application_name", "session")) != []  # B's own value, lost
+    assert seen(Op(A, Kind.RESET, "application_name")) != []
+    assert seen(Op(A, Kind.SET, "application_name")) == []  # A's 'lc_app_a' cannot show as ''
+    assert seen(Op(A, Kind.SET, "work_mem")) == []
 
 
 def _proven(route: Route, a: ServerId, b: ServerId) -> Trace:
@@ -131,9 +154,13 @@ def test_a_direct_client_on_a_new_server_connection_right_after_its_own_closing_
     assert "did not each keep a server connection of their own" in problem
     onto_bs = (Proof(0, A, S1), Proof(2, A, S3), Proof(3, B, S3))  # a new one, but the other client's
     assert list(proof_problems(trace(ONE, *events, route=Route.SESSION, proofs=onto_bs), set()))
-    b_refused = (*events[:3], Event(3, B, None, failure=refused))  # B's failure does not let A move
-    assert list(proof_problems(trace(ONE, *unrefused[:3], *b_refused[3:], route=Route.DIRECT,
-                                     proofs=(Proof(0, A, S1), Proof(1, A, S1), Proof(2, A, S2))), set()))
+    b_refused = (events[0], Event(1, B, Op(B, Kind.OBSERVE), failure=refused), events[2])  # B's, not A's
+    assert list(proof_problems(trace(ONE, *b_refused, route=Route.DIRECT,
+                                     proofs=(Proof(0, A, S1), Proof(2, A, S2))), set()))
+    # A failed, went on on the same connection, and only later moved with no failure of its own between
+    late = (*events[:2], Event(2, A, Op(A, Kind.OBSERVE), proof_at=2), Event(3, A, Op(A, Kind.WRITE), proof_at=3))
+    assert list(proof_problems(trace(ONE, *late, route=Route.DIRECT,
+                                     proofs=(Proof(0, A, S1), Proof(2, A, S1), Proof(3, A, S2))), set()))
 
 
 def test_a_new_server_connection_without_a_closed_connection_before_it_is_a_problem() -> None:

@@ -133,5 +133,5 @@ def test_a_discovery_results_file_keeps_what_the_route_showed_before_any_op_apar
     results_file.save(path, results_file.document("PostgreSQL 16.14", "pgjdbc", "transaction", 1, 60.0, 619, 4,
                                                   "the budget was spent", [], start))
     assert json.loads(path.read_text())["before_any_op"] == [
-        {"who": "A", "key": "reported:DateStyle", "through_pooler": "'ISO'", "direct": "'ISO, MDY'"}]
+        {"who": "A or B", "key": "reported:DateStyle", "through_pooler": "'ISO'", "direct": "'ISO, MDY'"}]
     assert results_file.load(path, "--results").findings == ()

@@ -315,7 +315,7 @@ CATALOGUE: tuple[Shipped, ...] = (
     Shipped(
         replace(_cargo("sqlx", "1.94", (("statement_cache_capacity", "100"), ("persistent", "true"),
                                         ("options", ""), ("application_name", ""))),
-                ignored_startup=("extra_float_digits",)),  # sqlx sends extra_float_digits=3 at every connect
+                ignored_startup=("extra_float_digits",)),  # sqlx 0.9 sends extra_float_digits=2 at every connect
         "name LIKE 'sqlx\\_s\\_%'",
         ("options", "-c {name}={value}"),
         protocols=_V3_ONLY.format("sqlx 0.9"),
